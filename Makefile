@@ -1,0 +1,35 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+# Each creates .venv and installs what it needs (Debian's graphviz included).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint diagrams bench setup clean
+
+demo: $(STAMP)
+	$(PY) -m innerloop demo
+
+test: $(STAMP)
+	$(PY) -m pytest --innerloop-coverage-strict
+
+lint: $(STAMP)
+	$(PY) -m ruff check innerloop tests bench
+	$(PY) -m mypy
+
+diagrams: $(STAMP)
+	$(PY) -m innerloop diagram --write-all diagrams
+
+bench: $(STAMP)
+	$(PY) bench/overhead.py
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml scripts/setup-system.sh
+	sh scripts/setup-system.sh
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,74 @@
+"""innerloop: the inner agentic loop as an explicit finite-state machine.
+
+Layers, bottom up: canonical messages and events; ``recovery`` (policy numbers, clocks,
+token counting, compaction); ``providers`` (normalize, the real SDK providers); ``tools``;
+``fsm`` (spec, compiler, guards, phases, driver); ``Harness``, the front door.
+"""
+
+from innerloop._errors import (
+    ErrorCategory,
+    InnerloopError,
+    ParamsError,
+    ProviderError,
+    SpecError,
+    ToolDefinitionError,
+)
+from innerloop._events import Event
+from innerloop._harness import Harness
+from innerloop._messages import (
+    ImageBlock,
+    Message,
+    ModelResponse,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+)
+from innerloop.fsm import (
+    DEFAULT_SPEC,
+    HarnessParams,
+    HarnessState,
+    MachineSpec,
+    ModelChoice,
+    SpendBudget,
+    StateSpec,
+    Thinking,
+    TransitionSpec,
+    compile_spec,
+)
+from innerloop.recovery import RecoveryPolicy
+from innerloop.tools import ToolSpec
+
+__all__ = [
+    "DEFAULT_SPEC",
+    "ErrorCategory",
+    "Event",
+    "Harness",
+    "HarnessParams",
+    "HarnessState",
+    "ImageBlock",
+    "InnerloopError",
+    "MachineSpec",
+    "Message",
+    "ModelChoice",
+    "ModelResponse",
+    "ParamsError",
+    "ProviderError",
+    "RecoveryPolicy",
+    "RedactedThinkingBlock",
+    "SpecError",
+    "SpendBudget",
+    "StateSpec",
+    "TextBlock",
+    "Thinking",
+    "ThinkingBlock",
+    "ToolDefinitionError",
+    "ToolResultBlock",
+    "ToolSpec",
+    "ToolUseBlock",
+    "TransitionSpec",
+    "Usage",
+    "compile_spec",
+]

@@ -1,0 +1,5 @@
+import sys
+
+from innerloop.cli import main
+
+sys.exit(main())

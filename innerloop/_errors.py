@@ -1,0 +1,105 @@
+"""The exception tree of innerloop.
+
+    InnerloopError
+    ├── ParamsError (ValueError)      bad HarnessParams, raised at construction
+    ├── SpecError (ValueError)        a machine spec that cannot run, raised at compile
+    ├── ToolDefinitionError (ValueError)  a tool that cannot be defined
+    └── ProviderError                 a model call failed; ``category`` drives recovery
+
+Only ``ParamsError``, ``SpecError`` and ``ToolDefinitionError`` (programmer errors) ever
+leave a run: every runtime failure is routed by the machine and ends in a final state.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+__all__ = [
+    "ErrorCategory",
+    "InnerloopError",
+    "ParamsError",
+    "ProviderError",
+    "SpecError",
+    "ToolDefinitionError",
+]
+
+
+class InnerloopError(Exception):
+    """Root of every error innerloop raises."""
+
+
+class ParamsError(InnerloopError, ValueError):
+    """HarnessParams (or a part of it) holds a bad value or an incompatible combination."""
+
+    def __init__(self, field: str, reason: str, value: Any = None) -> None:
+        self.field = field
+        self.reason = reason
+        self.value = value
+        super().__init__(f"{field}: {reason}")
+
+
+class SpecError(InnerloopError, ValueError):
+    """A machine spec breaks a rule checked at compile time."""
+
+    def __init__(self, rule: str, message: str, states: tuple[str, ...] = ()) -> None:
+        self.rule = rule
+        self.states = states
+        super().__init__(message)
+
+
+class ToolDefinitionError(InnerloopError, ValueError):
+    """A tool cannot be defined (bad annotation, duplicate name, ...)."""
+
+
+class ErrorCategory(enum.StrEnum):
+    """The closed set of failure kinds that recovery guards read."""
+
+    RATE_LIMITED = "rate_limited"
+    OVERLOADED = "overloaded"
+    TRANSIENT = "transient"
+    CONTEXT_OVERFLOW = "context_overflow"
+    FATAL = "fatal"
+
+
+class ProviderError(InnerloopError):
+    """A model call failed. ``category`` decides the recovery branch.
+
+    ``retry_after`` is in seconds (already converted from an HTTP date or from
+    ``retry-after-ms``). ``raw`` is the response body as received, with any API key
+    removed. The message never contains an API key.
+    """
+
+    def __init__(
+        self,
+        category: ErrorCategory,
+        message: str,
+        *,
+        provider: str = "",
+        status: int | None = None,
+        retry_after: float | None = None,
+        raw: str | None = None,
+    ) -> None:
+        self.category = ErrorCategory(category)
+        self.message = message
+        self.provider = provider
+        self.status = status
+        self.retry_after = retry_after
+        self.raw = raw
+        where = f"{provider} " if provider else ""
+        code = f"HTTP {status} " if status is not None else ""
+        super().__init__(f"{where}{code}{self.category.value}: {message}")
+
+    @property
+    def retryable(self) -> bool:
+        """True when the machine may retry the same call."""
+        return self.category is not ErrorCategory.FATAL
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "category": self.category.value,
+            "message": self.message,
+            "provider": self.provider,
+            "status": self.status,
+            "retry_after": self.retry_after,
+        }

@@ -1,0 +1,200 @@
+"""Structured events.
+
+Stream events come from a provider while a model turn streams; run events come from the
+driver. A run yields both, in order, as one async stream. Each event has a ``type`` string
+(the names used in logs and docs) and ``to_dict()`` for the JSONL event log.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import attrs
+
+from innerloop._messages import ModelResponse, ToolUseBlock, Usage
+
+__all__ = [
+    "Abort",
+    "Alert",
+    "Backoff",
+    "Compacted",
+    "Event",
+    "Fallback",
+    "Finished",
+    "MessageComplete",
+    "ModelResponseEvent",
+    "StreamEvent",
+    "TextDelta",
+    "ThinkingDelta",
+    "ToolExecuted",
+    "ToolInputDelta",
+    "ToolUseComplete",
+    "ToolUseStart",
+    "Transition",
+    "event_to_dict",
+]
+
+
+def _jsonable(value: Any) -> Any:
+    to_dict = getattr(value, "to_dict", None)
+    if callable(to_dict):
+        return to_dict()
+    if isinstance(value, tuple | list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return value
+
+
+class Event:
+    """Base of all events."""
+
+    type: ClassVar[str] = "event"
+
+    def to_dict(self) -> dict[str, Any]:
+        return event_to_dict(self)
+
+
+def event_to_dict(event: Event) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": event.type}
+    cls: Any = type(event)
+    for field in attrs.fields(cls):
+        out[field.name] = _jsonable(getattr(event, field.name))
+    return out
+
+
+# -- stream events (emitted by providers) -------------------------------------------------
+
+
+class StreamEvent(Event):
+    """An event of one streaming model turn."""
+
+
+@attrs.frozen
+class TextDelta(StreamEvent):
+    type: ClassVar[str] = "text_delta"
+    index: int
+    text: str
+
+
+@attrs.frozen
+class ThinkingDelta(StreamEvent):
+    type: ClassVar[str] = "thinking_delta"
+    index: int
+    thinking: str
+
+
+@attrs.frozen
+class ToolUseStart(StreamEvent):
+    type: ClassVar[str] = "tool_use_start"
+    index: int
+    id: str
+    name: str
+
+
+@attrs.frozen
+class ToolInputDelta(StreamEvent):
+    type: ClassVar[str] = "tool_input_delta"
+    index: int
+    id: str
+    partial_json: str
+
+
+@attrs.frozen
+class ToolUseComplete(StreamEvent):
+    """A tool call whose input is complete and parsed; eager dispatch may start it."""
+
+    type: ClassVar[str] = "tool_use_complete"
+    index: int
+    tool_use: ToolUseBlock
+
+
+@attrs.frozen
+class MessageComplete(StreamEvent):
+    """The last event of a turn: the assembled response with usage and stop reason."""
+
+    type: ClassVar[str] = "message_complete"
+    response: ModelResponse
+
+
+# -- run events (emitted by the driver) -----------------------------------------------------
+
+
+@attrs.frozen
+class Transition(Event):
+    type: ClassVar[str] = "transition"
+    source: str
+    target: str
+    guard: str | None
+
+
+@attrs.frozen
+class ModelResponseEvent(Event):
+    type: ClassVar[str] = "model_response"
+    response: ModelResponse
+    turn: int
+
+
+@attrs.frozen
+class ToolExecuted(Event):
+    type: ClassVar[str] = "tool_executed"
+    tool_use_id: str
+    name: str
+    is_error: bool
+    timed_out: bool
+    duration: float
+    output: str
+
+
+@attrs.frozen
+class Backoff(Event):
+    type: ClassVar[str] = "backoff"
+    attempt: int
+    delay: float
+    retry_after: float | None
+    total_wait: float
+
+
+@attrs.frozen
+class Fallback(Event):
+    type: ClassVar[str] = "fallback"
+    from_provider: str
+    from_model: str
+    to_provider: str
+    to_model: str
+    reason: str
+
+
+@attrs.frozen
+class Compacted(Event):
+    type: ClassVar[str] = "compacted"
+    reason: str
+    tokens_before: int
+    tokens_after: int
+    removed_messages: int
+
+
+@attrs.frozen
+class Alert(Event):
+    """Something the host should page on (for example a token-counting bug)."""
+
+    type: ClassVar[str] = "alert"
+    kind: str
+    message: str
+
+
+@attrs.frozen
+class Abort(Event):
+    type: ClassVar[str] = "abort"
+    reason: str
+    diagnostic: dict[str, Any] | None = None
+
+
+@attrs.frozen
+class Finished(Event):
+    type: ClassVar[str] = "finished"
+    exit_reason: str
+    final_state: str
+    turns: int
+    usage: Usage
+    cost_usd: float | None

@@ -1,0 +1,258 @@
+"""Canonical, provider-neutral messages.
+
+A history is a sequence of :class:`Message`, alternating ``user`` / ``assistant`` and
+starting with ``user``. Tool results live in user messages as :class:`ToolResultBlock`
+keyed by the ``tool_use_id`` of the assistant's :class:`ToolUseBlock`. ``normalize`` (in
+``innerloop.providers``) turns a history into either provider's wire format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, TypeAlias
+
+import attrs
+
+__all__ = [
+    "STOP_REASONS",
+    "Block",
+    "ImageBlock",
+    "Message",
+    "ModelResponse",
+    "RedactedThinkingBlock",
+    "Role",
+    "StopReason",
+    "TextBlock",
+    "ThinkingBlock",
+    "ToolResultBlock",
+    "ToolUseBlock",
+    "Usage",
+    "block_from_dict",
+    "message_from_dict",
+]
+
+Role: TypeAlias = Literal["user", "assistant"]
+
+
+def _frozen_mapping(value: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"tool input must be a JSON object (a mapping), got {type(value).__name__}")
+    return dict(value)
+
+
+@attrs.frozen
+class TextBlock:
+    text: str
+    type: Literal["text"] = attrs.field(default="text", init=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "text", "text": self.text}
+
+
+@attrs.frozen
+class ThinkingBlock:
+    """Extended thinking, kept verbatim with its signature (Anthropic verifies it)."""
+
+    thinking: str
+    signature: str = ""
+    type: Literal["thinking"] = attrs.field(default="thinking", init=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "thinking", "thinking": self.thinking, "signature": self.signature}
+
+
+@attrs.frozen
+class RedactedThinkingBlock:
+    data: str
+    type: Literal["redacted_thinking"] = attrs.field(default="redacted_thinking", init=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "redacted_thinking", "data": self.data}
+
+
+@attrs.frozen
+class ImageBlock:
+    """An image as base64 data."""
+
+    media_type: str
+    data: str
+    type: Literal["image"] = attrs.field(default="image", init=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "image", "media_type": self.media_type, "data": self.data}
+
+
+@attrs.frozen(eq=False)
+class ToolUseBlock:
+    """A tool call made by the model. ``input`` is the parsed JSON object."""
+
+    id: str
+    name: str
+    input: dict[str, Any] = attrs.field(factory=dict, converter=_frozen_mapping)
+    type: Literal["tool_use"] = attrs.field(default="tool_use", init=False)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ToolUseBlock):
+            return NotImplemented
+        return (self.id, self.name, self.input) == (other.id, other.name, other.input)
+
+    def __hash__(self) -> int:
+        return hash((self.id, self.name))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "tool_use", "id": self.id, "name": self.name, "input": dict(self.input)}
+
+
+@attrs.frozen
+class ToolResultBlock:
+    tool_use_id: str
+    content: str
+    is_error: bool = False
+    type: Literal["tool_result"] = attrs.field(default="tool_result", init=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": "tool_result",
+            "tool_use_id": self.tool_use_id,
+            "content": self.content,
+            "is_error": self.is_error,
+        }
+
+
+Block: TypeAlias = (
+    TextBlock | ThinkingBlock | RedactedThinkingBlock | ImageBlock | ToolUseBlock | ToolResultBlock
+)
+
+
+def _blocks(value: Iterable[Block] | str) -> tuple[Block, ...]:
+    if isinstance(value, str):
+        return (TextBlock(value),)
+    return tuple(value)
+
+
+@attrs.frozen
+class Message:
+    role: Role = attrs.field(validator=attrs.validators.in_(("user", "assistant")))
+    content: tuple[Block, ...] = attrs.field(converter=_blocks)
+
+    @classmethod
+    def user(cls, content: Iterable[Block] | str) -> Message:
+        return cls("user", content)
+
+    @classmethod
+    def assistant(cls, content: Iterable[Block] | str) -> Message:
+        return cls("assistant", content)
+
+    @property
+    def text(self) -> str:
+        return "".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+    @property
+    def tool_uses(self) -> tuple[ToolUseBlock, ...]:
+        return tuple(b for b in self.content if isinstance(b, ToolUseBlock))
+
+    @property
+    def tool_results(self) -> tuple[ToolResultBlock, ...]:
+        return tuple(b for b in self.content if isinstance(b, ToolResultBlock))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"role": self.role, "content": [b.to_dict() for b in self.content]}
+
+
+def block_from_dict(data: Mapping[str, Any]) -> Block:
+    kind = data.get("type")
+    if kind == "text":
+        return TextBlock(data["text"])
+    if kind == "thinking":
+        return ThinkingBlock(data["thinking"], data.get("signature", ""))
+    if kind == "redacted_thinking":
+        return RedactedThinkingBlock(data["data"])
+    if kind == "image":
+        return ImageBlock(data["media_type"], data["data"])
+    if kind == "tool_use":
+        return ToolUseBlock(data["id"], data["name"], data.get("input") or {})
+    if kind == "tool_result":
+        return ToolResultBlock(data["tool_use_id"], data["content"], bool(data.get("is_error")))
+    raise ValueError(f"unknown content block type {kind!r}")
+
+
+def message_from_dict(data: Mapping[str, Any]) -> Message:
+    return Message(data["role"], tuple(block_from_dict(b) for b in data["content"]))
+
+
+@attrs.frozen
+class Usage:
+    """Token counts of one response, or a running total (``+`` adds them)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_creation_tokens: int = 0
+    thinking_tokens: int = 0
+    """Part of ``output_tokens`` spent on thinking; billed as output, never at a discount."""
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_creation_tokens + other.cache_creation_tokens,
+            self.thinking_tokens + other.thinking_tokens,
+        )
+
+    @property
+    def total_tokens(self) -> int:
+        return (
+            self.input_tokens
+            + self.output_tokens
+            + self.cache_read_tokens
+            + self.cache_creation_tokens
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        return attrs.asdict(self)
+
+
+StopReason: TypeAlias = Literal[
+    "end_turn", "tool_use", "max_tokens", "stop_sequence", "pause_turn", "refusal"
+]
+STOP_REASONS: tuple[str, ...] = (
+    "end_turn",
+    "tool_use",
+    "max_tokens",
+    "stop_sequence",
+    "pause_turn",
+    "refusal",
+)
+
+
+@attrs.frozen
+class ModelResponse:
+    """One assembled model turn.
+
+    ``message`` holds only complete blocks: a tool call whose input was cut off (at
+    max_tokens, or by a dropped stream) is listed in ``incomplete_tool_uses`` instead and
+    is never executed.
+    """
+
+    message: Message
+    stop_reason: str
+    usage: Usage = Usage()
+    model: str = ""
+    """The model id the provider reports (resolved from an alias where it was one)."""
+    provider: str = ""
+    incomplete_tool_uses: tuple[str, ...] = ()
+
+    @property
+    def tool_uses(self) -> tuple[ToolUseBlock, ...]:
+        return self.message.tool_uses
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "message": self.message.to_dict(),
+            "stop_reason": self.stop_reason,
+            "usage": self.usage.to_dict(),
+            "model": self.model,
+            "provider": self.provider,
+            "incomplete_tool_uses": list(self.incomplete_tool_uses),
+        }

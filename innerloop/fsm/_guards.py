@@ -1,0 +1,144 @@
+"""The default machine's guards: pure predicates over (params, state). No I/O, no clock."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from innerloop._errors import ErrorCategory
+from innerloop.fsm._params import HarnessParams
+from innerloop.fsm._spec import Guard
+from innerloop.fsm._state import HarnessState
+
+__all__ = ["DEFAULT_GUARDS"]
+
+_RATE = (ErrorCategory.RATE_LIMITED, ErrorCategory.OVERLOADED)
+FINISHING_STOPS = frozenset({"end_turn", "stop_sequence", "refusal"})
+
+
+def abort_requested(params: HarnessParams, state: HarnessState) -> bool:
+    """The host asked the run to stop."""
+    return state.abort.requested
+
+
+def turn_limit(params: HarnessParams, state: HarnessState) -> bool:
+    """No model turn is left."""
+    return state.turns >= params.max_turns
+
+
+def over_context_budget(params: HarnessParams, state: HarnessState) -> bool:
+    """The assembled request is larger than the context budget."""
+    return params.context_budget is not None and state.context_tokens > params.context_budget
+
+
+def cannot_shrink(params: HarnessParams, state: HarnessState) -> bool:
+    """Compaction could not remove anything."""
+    return state.outcome == "cannot_shrink"
+
+
+def call_opened(params: HarnessParams, state: HarnessState) -> bool:
+    """The streaming request was accepted."""
+    return state.outcome == "opened"
+
+
+def rate_limited_retry(params: HarnessParams, state: HarnessState) -> bool:
+    """Rate limited or overloaded, with backoff retries left on this model."""
+    return (
+        state.error is not None
+        and state.error.category in _RATE
+        and state.rate_limit_failures <= params.recovery.max_rate_limit_retries
+    )
+
+
+def rate_limited_fallback(params: HarnessParams, state: HarnessState) -> bool:
+    """Rate limited with retries exhausted, and a fallback model left in the chain."""
+    return (
+        state.error is not None
+        and state.error.category in _RATE
+        and state.active + 1 < len(params.model_chain)
+    )
+
+
+def transient_retry(params: HarnessParams, state: HarnessState) -> bool:
+    """A transient failure (5xx, malformed, empty, dropped) with an immediate retry left."""
+    return (
+        state.error is not None
+        and state.error.category is ErrorCategory.TRANSIENT
+        and state.transient_failures <= params.recovery.transient_retries
+    )
+
+
+def context_overflow(params: HarnessParams, state: HarnessState) -> bool:
+    """The provider said the prompt is too long: our count was wrong."""
+    return state.error is not None and state.error.category is ErrorCategory.CONTEXT_OVERFLOW
+
+
+def failed(params: HarnessParams, state: HarnessState) -> bool:
+    """The call or stream failed (and no recovery branch above took it)."""
+    return state.error is not None
+
+
+def truncated(params: HarnessParams, state: HarnessState) -> bool:
+    """The model hit max_tokens: compact, then ask it to continue."""
+    return (
+        state.outcome == "response"
+        and state.last_response is not None
+        and state.last_response.stop_reason == "max_tokens"
+    )
+
+
+def has_tool_calls(params: HarnessParams, state: HarnessState) -> bool:
+    """The last assistant message asks for tools."""
+    return bool(state.pending_tool_uses)
+
+
+def model_finished(params: HarnessParams, state: HarnessState) -> bool:
+    """The model ended its turn without asking for tools."""
+    r = state.last_response
+    return r is not None and r.stop_reason in FINISHING_STOPS and not r.tool_uses
+
+
+def turn_limit_continuing(params: HarnessParams, state: HarnessState) -> bool:
+    """The turn limit is reached while the model still wants to go on."""
+    return turn_limit(params, state) and not model_finished(params, state)
+
+
+def spend_exceeded(params: HarnessParams, state: HarnessState) -> bool:
+    """The run has spent its token or dollar budget."""
+    budget = params.spend_budget
+    if budget is None:
+        return False
+    if budget.max_tokens is not None and state.usage.total_tokens >= budget.max_tokens:
+        return True
+    return (
+        budget.max_cost_usd is not None
+        and state.cost_usd is not None
+        and state.cost_usd >= budget.max_cost_usd
+    )
+
+
+def tasks_complete(params: HarnessParams, state: HarnessState) -> bool:
+    """There are tasks and every one is done."""
+    return bool(state.tasks) and all(t.done for t in state.tasks)
+
+
+DEFAULT_GUARDS: Mapping[str, Guard] = {
+    g.__name__: g
+    for g in (
+        abort_requested,
+        turn_limit,
+        over_context_budget,
+        cannot_shrink,
+        call_opened,
+        rate_limited_retry,
+        rate_limited_fallback,
+        transient_retry,
+        context_overflow,
+        failed,
+        truncated,
+        has_tool_calls,
+        model_finished,
+        turn_limit_continuing,
+        spend_exceeded,
+        tasks_complete,
+    )
+}

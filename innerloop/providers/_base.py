@@ -1,0 +1,38 @@
+"""The provider protocol the machine talks to."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Protocol, runtime_checkable
+
+from innerloop._events import StreamEvent
+from innerloop.providers._normalize import WireRequest
+
+__all__ = ["ModelStream", "Provider"]
+
+
+@runtime_checkable
+class ModelStream(Protocol):
+    """An open streaming response. Iterating yields stream events and ends with one
+    ``MessageComplete``; a failure mid-stream raises ``ProviderError``."""
+
+    def __aiter__(self) -> AsyncIterator[StreamEvent]: ...
+
+    async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """A model provider.
+
+    ``open`` sends the request and returns once the response has started (HTTP status
+    known); it raises ``ProviderError`` for a failed call. ``dialect`` names the wire format
+    ``normalize`` must produce for it (``anthropic`` or ``openai``).
+    """
+
+    name: str
+    dialect: str
+
+    async def open(self, request: WireRequest) -> ModelStream: ...
+
+    async def aclose(self) -> None: ...

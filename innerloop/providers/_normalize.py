@@ -1,0 +1,221 @@
+"""Canonical history -> provider wire format. Pure functions, no I/O.
+
+Switching provider mid-run (fallback) is just normalizing the same canonical history for
+the other dialect.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+import attrs
+
+from innerloop._messages import (
+    Block,
+    ImageBlock,
+    Message,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+
+if TYPE_CHECKING:
+    from innerloop.fsm._params import HarnessParams
+
+__all__ = ["Dialect", "WireRequest", "build_request", "normalize"]
+
+Dialect: TypeAlias = Literal["anthropic", "openai"]
+ERROR_PREFIX = "[tool error] "
+CACHE = {"type": "ephemeral"}
+
+
+@attrs.frozen
+class WireRequest:
+    """A request in one provider's wire format, ready to send (``payload`` is the JSON body)."""
+
+    dialect: str
+    model: str
+    payload: dict[str, Any]
+
+
+def normalize(messages: Sequence[Message], dialect: Dialect | str) -> list[dict[str, Any]]:
+    """Turn a canonical history into ``dialect``'s ``messages`` list."""
+    if dialect == "anthropic":
+        return _anthropic_messages(messages)
+    if dialect == "openai":
+        return _openai_messages(messages)
+    raise ValueError(f"unknown dialect {dialect!r}; expected 'anthropic' or 'openai'")
+
+
+# -- Anthropic --------------------------------------------------------------------------------
+
+
+def _anthropic_block(block: Block) -> dict[str, Any] | None:
+    if isinstance(block, TextBlock):
+        return {"type": "text", "text": block.text} if block.text else None
+    if isinstance(block, ThinkingBlock):
+        return {"type": "thinking", "thinking": block.thinking, "signature": block.signature}
+    if isinstance(block, RedactedThinkingBlock):
+        return {"type": "redacted_thinking", "data": block.data}
+    if isinstance(block, ImageBlock):
+        return {
+            "type": "image",
+            "source": {"type": "base64", "media_type": block.media_type, "data": block.data},
+        }
+    if isinstance(block, ToolUseBlock):
+        return {"type": "tool_use", "id": block.id, "name": block.name, "input": dict(block.input)}
+    out: dict[str, Any] = {
+        "type": "tool_result",
+        "tool_use_id": block.tool_use_id,
+        "content": block.content,
+    }
+    if block.is_error:
+        out["is_error"] = True
+    return out
+
+
+def _anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        blocks = [b for b in (_anthropic_block(b) for b in message.content) if b is not None]
+        if not blocks:
+            continue
+        if out and out[-1]["role"] == message.role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": message.role, "content": blocks})
+    for wire in out:
+        if wire["role"] == "user":
+            # tool results must open the user turn that answers the tool calls
+            results = [b for b in wire["content"] if b["type"] == "tool_result"]
+            if results:
+                rest = [b for b in wire["content"] if b["type"] != "tool_result"]
+                wire["content"] = results + rest
+    if out and out[0]["role"] != "user":
+        out.insert(0, {"role": "user", "content": [{"type": "text", "text": "(continued)"}]})
+    return out
+
+
+# -- OpenAI -----------------------------------------------------------------------------------
+
+
+def _openai_user_part(block: Block) -> dict[str, Any] | None:
+    if isinstance(block, TextBlock):
+        return {"type": "text", "text": block.text} if block.text else None
+    if isinstance(block, ImageBlock):
+        url = f"data:{block.media_type};base64,{block.data}"
+        return {"type": "image_url", "image_url": {"url": url}}
+    return None
+
+
+def _openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role == "assistant":
+            text = "".join(b.text for b in message.content if isinstance(b, TextBlock))
+            calls = [
+                {
+                    "id": b.id,
+                    "type": "function",
+                    "function": {
+                        "name": b.name,
+                        "arguments": json.dumps(b.input, separators=(",", ":")),
+                    },
+                }
+                for b in message.content
+                if isinstance(b, ToolUseBlock)
+            ]
+            if not text and not calls:
+                continue  # thinking-only turns cannot be sent to OpenAI
+            wire: dict[str, Any] = {"role": "assistant", "content": text or None}
+            if calls:
+                wire["tool_calls"] = calls
+            out.append(wire)
+            continue
+        for block in message.content:
+            if isinstance(block, ToolResultBlock):
+                content = ERROR_PREFIX + block.content if block.is_error else block.content
+                out.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": content})
+        parts = [p for p in (_openai_user_part(b) for b in message.content) if p is not None]
+        if not parts:
+            continue
+        if all(p["type"] == "text" for p in parts):
+            out.append({"role": "user", "content": "\n\n".join(p["text"] for p in parts)})
+        else:
+            out.append({"role": "user", "content": parts})
+    return out
+
+
+# -- whole requests ---------------------------------------------------------------------------
+
+
+def _anthropic_tool_choice(choice: str) -> dict[str, Any]:
+    if choice.startswith("tool:"):
+        return {"type": "tool", "name": choice[len("tool:") :]}
+    return {"type": choice}
+
+
+def _openai_tool_choice(choice: str) -> Any:
+    if choice.startswith("tool:"):
+        return {"type": "function", "function": {"name": choice[len("tool:") :]}}
+    return {"any": "required"}.get(choice, choice)
+
+
+def build_request(
+    params: HarnessParams, history: Sequence[Message], dialect: Dialect | str, model: str
+) -> WireRequest:
+    """The full streaming request body for ``dialect``: system, tools, settings, messages."""
+    tools = params.tool_definitions
+    payload: dict[str, Any] = {"model": model, "stream": True}
+    if dialect == "anthropic":
+        messages = _anthropic_messages(history)
+        payload["max_tokens"] = params.max_output_tokens
+        if params.system:
+            payload["system"] = [{"type": "text", "text": params.system, "cache_control": CACHE}]
+        if tools:
+            defs = [dict(t) for t in tools]
+            if params.cache_tools:
+                defs[-1]["cache_control"] = CACHE
+            payload["tools"] = defs
+            payload["tool_choice"] = _anthropic_tool_choice(params.tool_choice)
+        if params.thinking is not None:
+            budget = params.thinking.budget_tokens
+            payload["thinking"] = {"type": "enabled", "budget_tokens": budget}
+        if params.stop_sequences:
+            payload["stop_sequences"] = list(params.stop_sequences)
+        if params.cache_last_user_turn and messages and messages[-1]["role"] == "user":
+            last = messages[-1]["content"][-1]
+            last["cache_control"] = CACHE
+    elif dialect == "openai":
+        messages = _openai_messages(history)
+        if params.system:
+            messages.insert(0, {"role": "system", "content": params.system})
+        payload["max_completion_tokens"] = params.max_output_tokens
+        payload["stream_options"] = {"include_usage": True}
+        if tools:
+            payload["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t["name"],
+                        "description": t["description"],
+                        "parameters": t["input_schema"],
+                    },
+                }
+                for t in tools
+            ]
+            payload["tool_choice"] = _openai_tool_choice(params.tool_choice)
+        if params.stop_sequences:
+            payload["stop"] = list(params.stop_sequences)
+    else:
+        raise ValueError(f"unknown dialect {dialect!r}; expected 'anthropic' or 'openai'")
+    if params.temperature is not None:
+        payload["temperature"] = params.temperature
+    if params.top_p is not None:
+        payload["top_p"] = params.top_p
+    payload["messages"] = messages
+    return WireRequest(str(dialect), model, payload)

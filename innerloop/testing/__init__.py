@@ -1,0 +1,30 @@
+"""Test helpers for innerloop users: scripted providers, a fake clock, one-transition probes,
+transition coverage."""
+
+from innerloop.testing._clock import FakeClock
+from innerloop.testing._machine import MachineProbe, TransitionCoverage, machine_at
+from innerloop.testing._scripted import (
+    FakeProvider,
+    Fault,
+    Reply,
+    ScriptedProvider,
+    reply,
+    text,
+    thinking,
+    tool_call,
+)
+
+__all__ = [
+    "FakeClock",
+    "FakeProvider",
+    "Fault",
+    "MachineProbe",
+    "Reply",
+    "ScriptedProvider",
+    "TransitionCoverage",
+    "machine_at",
+    "reply",
+    "text",
+    "thinking",
+    "tool_call",
+]
