@@ -51,8 +51,11 @@ def demo_script() -> list[Any]:
     return [
         Fault.rate_limited(retry_after=2.0),
         Fault.overloaded(),
-        reply("Let me add both pairs at once.", tool_call("add", {"a": 2, "b": 3}),
-              tool_call("add", {"a": 40, "b": 2})),
+        reply(
+            "Let me add both pairs at once.",
+            tool_call("add", {"a": 2, "b": 3}),
+            tool_call("add", {"a": 40, "b": 2}),
+        ),
         Fault.server_error(503),
         reply("Now the weather.", tool_call("weather", {"city": "Lisbon"})),
         reply("Trying again.", tool_call("weather", {"city": "Lisbon"})),
@@ -99,9 +102,12 @@ def _describe(event: Event) -> str | None:
 def run_demo(write: Callable[[str], None] = print) -> HarnessState:
     harness = demo_harness()
     write(f"innerloop demo: scripted provider, backoff waits scaled by {CLOCK_FACTOR}")
-    state = harness.run_sync(
-        "Add 2+3 and 40+2, then tell me the weather in Lisbon.",
-        on_event=lambda e: (line := _describe(e)) and write(line),  # type: ignore[func-returns-value]
-    )
+
+    def show(event: Event) -> None:
+        line = _describe(event)
+        if line is not None:
+            write(line)
+
+    state = harness.run_sync("Add 2+3 and 40+2, then tell me the weather in Lisbon.", on_event=show)
     write(f"exit_reason={state.exit_reason} turns={state.turns} total_wait={state.total_wait}s")
     return state

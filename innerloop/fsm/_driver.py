@@ -73,6 +73,7 @@ class Run:
         self._task: asyncio.Task[Any] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._in_phase = False
+        self._abort_safe = frozenset(s.name for s in machine.spec.states if s.runs_when_aborting)
         self._cancelled_for_abort = False
 
     # -- services for handlers -------------------------------------------------------------
@@ -107,7 +108,12 @@ class Run:
             loop.call_soon_threadsafe(self._cancel_phase)
 
     def _cancel_phase(self) -> None:
-        if self._in_phase and self._task is not None and not self._cancelled_for_abort:
+        if (
+            self._in_phase
+            and self._task is not None
+            and not self._cancelled_for_abort
+            and self.current not in self._abort_safe
+        ):
             self._cancelled_for_abort = True
             self._task.cancel()
 
@@ -172,7 +178,7 @@ class Run:
         self.state.abort.add_waker(self._wake)
         try:
             while self.current not in self.machine.finals:
-                if not self.state.abort.requested:
+                if not self.state.abort.requested or self.current in self._abort_safe:
                     async for ev in self._phase(self.current):
                         yield ev
                 source = self.current
