@@ -4,10 +4,10 @@ recovery branches on a scripted provider. No network, no API key."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from innerloop._events import Event, TextDelta, ToolInputDelta
 from innerloop._harness import Harness
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._state import HarnessState
@@ -82,32 +82,23 @@ def demo_harness(clock_factor: float = CLOCK_FACTOR) -> Harness:
     return Harness(params, [provider], clock=ScaledClock(clock_factor))
 
 
-def _describe(event: Event) -> str | None:
-    if isinstance(event, TextDelta | ToolInputDelta):
-        return None
-    data = event.to_dict()
-    kind = data.pop("type")
-    if kind == "transition":
-        guard = f"  [{data['guard']}]" if data["guard"] else ""
-        return f"  {data['source']:>9} -> {data['target']}{guard}"
-    if kind in ("message_complete",):
-        return None
-    if kind == "model_response":
-        r = data["response"]
-        return f"  * model turn {data['turn']}: stop_reason={r['stop_reason']}"
-    body = ", ".join(f"{k}={v!r}" for k, v in data.items() if k not in ("response",))
-    return f"  * {kind}: {body}"
+def run_demo(out: Path = Path("runs/demo"), *, live: bool = False) -> HarnessState:
+    """Play the demo scenario, showing it live, and write its event log under ``out``."""
+    from innerloop._eventlog import EventLog
+    from innerloop._live import LiveView, PlainView
+    from innerloop.cli import drive
 
-
-def run_demo(write: Callable[[str], None] = print) -> HarnessState:
     harness = demo_harness()
-    write(f"innerloop demo: scripted provider, backoff waits scaled by {CLOCK_FACTOR}")
-
-    def show(event: Event) -> None:
-        line = _describe(event)
-        if line is not None:
-            write(line)
-
-    state = harness.run_sync("Add 2+3 and 40+2, then tell me the weather in Lisbon.", on_event=show)
-    write(f"exit_reason={state.exit_reason} turns={state.turns} total_wait={state.total_wait}s")
+    print(
+        f"innerloop demo: scripted provider; backoff waits scaled by {CLOCK_FACTOR} "
+        f"(a 64 s wait takes {64 * CLOCK_FACTOR:g} s)"
+    )
+    run = harness.start("Add 2+3 and 40+2, then tell me the weather in Lisbon.")
+    log_path = out / "events.jsonl"
+    view: Any = LiveView(run.state) if live else PlainView()
+    with EventLog(log_path, {"command": "demo"}) as log, view:
+        asyncio.run(drive(run, view, log))
+    state = run.state
+    print(f"exit_reason={state.exit_reason} turns={state.turns} total_wait={state.total_wait}s")
+    print(f"event log: {log_path}")
     return state
