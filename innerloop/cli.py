@@ -1,10 +1,12 @@
-"""Command line: ``innerloop demo``."""
+"""Command line: ``innerloop demo``, ``innerloop diagram``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Sequence
+
+from innerloop.diagrams import _cli as diagram_cli
 
 __all__ = ["main"]
 
@@ -13,7 +15,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="innerloop", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="run the offline demo (no network, no API key)")
+    diagram_cli.add_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "diagram":
+        return diagram_cli.run(args)
     if args.command == "demo":
         from innerloop._demo import run_demo
 
