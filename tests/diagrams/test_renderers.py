@@ -8,6 +8,8 @@ import pytest
 from innerloop.diagrams import GraphvizNotFound, build_diagram, render, to_dot, to_mermaid
 from innerloop.fsm import DEFAULT_SPEC
 
+X = "\N{MULTIPLICATION SIGN}"
+
 
 class TestDot:
     def test_recovery_edges_differ(self) -> None:
@@ -29,8 +31,8 @@ class TestDot:
     def test_trace_overlay(self, run_events: list[dict[str, object]]) -> None:
         """A trace shows counts, greys what was never used and draws the exit path blue."""
         dot = to_dot(build_diagram(DEFAULT_SPEC, trace=run_events))
-        assert 'normalize -> call [label="\N{MULTIPLICATION SIGN}2" color="#1565c0"' in dot
-        assert 'stream -> execute [label="8. has_tool_calls \N{MULTIPLICATION SIGN}1" color="#222222"' in dot
+        assert f'normalize -> call [label="{X}2" color="#1565c0"' in dot
+        assert f'stream -> execute [label="8. has_tool_calls {X}1" color="#222222"' in dot
         assert 'fallback [label=fallback color="#c8c8c8"' in dot
         assert "innerloop (run: 13 transitions, exit model_complete)" in dot
 
@@ -78,8 +80,8 @@ class TestMermaid:
     def test_trace_and_current(self, run_events: list[dict[str, object]]) -> None:
         """With a trace, counts and ★ on the exit path; the end state is classed 'ended'."""
         text = to_mermaid(build_diagram(DEFAULT_SPEC, trace=run_events))
-        assert "    check --> model_complete : ★ ⏹ 4. model_finished \N{MULTIPLICATION SIGN}1\n" in text
-        assert "    check --> assemble : 6. else \N{MULTIPLICATION SIGN}1\n" in text
+        assert f"    check --> model_complete : ★ ⏹ 4. model_finished {X}1\n" in text
+        assert f"    check --> assemble : 6. else {X}1\n" in text
         assert "    class model_complete ended\n" in text
         live = to_mermaid(build_diagram(DEFAULT_SPEC, current="call"))
         assert "    class call current\n" in live
