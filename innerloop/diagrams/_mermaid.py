@@ -66,19 +66,13 @@ def _classes(d: Diagram) -> dict[str, list[str]]:
 def to_mermaid(diagram: Diagram) -> str:
     """The diagram as Mermaid ``stateDiagram-v2`` text (ends with a newline)."""
     d = diagram
-    lines = [
-        "---",
-        f"title: {d.name}",
-        "---",
-        "stateDiagram-v2",
-        "    direction TB",
-    ]
+    lines = ["stateDiagram-v2", f"    %% machine: {d.name}", "    direction TB"]
     if d.trace is not None:
         lines.append(f"    %% run: {len(d.trace.steps)} transitions, ended in {d.end_state}")
     lines.append(f"    [*] --> {d.initial}")
     for s in d.states:
         if s.final:
-            lines.append(f"    {s.name} : exit: {s.exit_reason}")
+            lines.append(f"    {s.name} : exit_reason = {s.exit_reason}")
     groups = d.edge_groups()
     for kind in ("happy", "recovery", "exit"):
         chosen = [g for g in groups if g.kind == kind]

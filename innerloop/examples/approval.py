@@ -31,7 +31,7 @@ from innerloop.fsm._state import HarnessState
 from innerloop.tools._runner import ToolRunner
 from innerloop.tools._spec import ToolCallResult
 
-__all__ = ["DENIED", "Approver", "with_approval"]
+__all__ = ["DENIED", "Approver", "approve_handler", "execute_approved", "with_approval"]
 
 DENIED = "denied by the user"
 """The tool result a denied call gets (``is_error=True``)."""

@@ -28,7 +28,15 @@ from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._spec import MachineSpec, StateSpec, TransitionSpec
 from innerloop.fsm._state import HarnessState
 
-__all__ = ["EXIT_REASON", "Asker", "CostCap", "Spending", "with_cost_cap"]
+__all__ = [
+    "EXIT_REASON",
+    "Asker",
+    "CostCap",
+    "Spending",
+    "cost_cap_declined",
+    "cost_cap_handler",
+    "with_cost_cap",
+]
 
 EXIT_REASON = "cost_cap_declined"
 DECLINED = "cost_cap.declined"

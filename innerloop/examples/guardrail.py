@@ -25,7 +25,7 @@ from innerloop.fsm._default import DEFAULT_SPEC
 from innerloop.fsm._driver import Run
 from innerloop.fsm._spec import MachineSpec, StateSpec, TransitionSpec
 
-__all__ = ["SECRET_PATTERNS", "redact_secrets", "with_guardrail"]
+__all__ = ["SECRET_PATTERNS", "redact", "redact_secrets", "with_guardrail"]
 
 SECRET_PATTERNS: Mapping[str, re.Pattern[str]] = {
     "anthropic_key": re.compile(r"sk-ant-[A-Za-z0-9_\-]{20,}"),

@@ -97,3 +97,12 @@ class TestRepositoryDiagrams:
             f"{tmp_path}/innerloop.mmd: differs from the machine",
             f"{tmp_path}/innerloop.svg: rendered from another DOT source",
         ]
+
+
+def test_readme_diagram_fresh() -> None:
+    """README's Diagrams section shows the current default machine in Mermaid."""
+    readme = (REPO_DIAGRAMS.parent / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("\n## Diagrams\n") :]
+    block = section[section.index("```mermaid\n") + len("```mermaid\n") :]
+    fresh = to_mermaid(build_diagram(DEFAULT_SPEC))
+    assert block[: block.index("```\n")] == fresh, "copy diagrams/innerloop.mmd into README"

@@ -70,11 +70,11 @@ class TestMermaid:
         """Mermaid marks recovery edges with ↺ and exits with ⏹, classes the states and
         describes final states by their exit reason."""
         text = to_mermaid(build_diagram(DEFAULT_SPEC))
-        assert text.startswith("---\ntitle: innerloop\n---\nstateDiagram-v2\n")
+        assert text.startswith("stateDiagram-v2\n    %% machine: innerloop\n")
         assert "    call --> abort : ↺ 1. abort_requested, 7. else\n" in text
         assert "    check --> tasks_complete : ⏹ 5. tasks_complete\n" in text
         assert "    stream --> execute : 8. has_tool_calls\n" in text
-        assert "    failed : exit: failed\n" in text
+        assert "    failed : exit_reason = failed\n" in text
         assert "    class compact,backoff,fallback,abort recovery\n" in text
 
     def test_trace_and_current(self, run_events: list[dict[str, object]]) -> None:
