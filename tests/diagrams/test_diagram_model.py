@@ -1,12 +1,17 @@
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from innerloop import HarnessParams
+from innerloop._events import Transition
 from innerloop.diagrams import Trace, build_diagram, load_trace, trace_from_events
 from innerloop.fsm import DEFAULT_SPEC, compile_spec
+from innerloop.testing import ScriptedProvider, reply
 
 
 class TestBuildDiagram:
@@ -84,13 +89,18 @@ class TestTrace:
         assert load_trace(path) == trace_from_events(run_events)
 
 
-def test_live_run_current(make_harness: object) -> None:
-    """A live Run's diagram highlights the state the run is in."""
-    from innerloop import Harness, HarnessParams
-    from innerloop.testing import ScriptedProvider, reply
+def test_live_run_current(make_harness: Any) -> None:
+    """While a run goes, its diagram highlights the state it has just entered."""
+    harness = make_harness(HarnessParams(model="scripted:m"), ScriptedProvider([reply("hi")]))
+    run = harness.start("hello")
+    assert build_diagram(run).current == "idle"
+    seen: list[tuple[str, str | None]] = []
 
-    harness = Harness(HarnessParams(model="scripted:m"), [ScriptedProvider([reply("hi")])])
-    run = harness.start("hello", start_at="check")
-    assert build_diagram(run).current == "check"
-    run.current = "stream"
-    assert build_diagram(run).current == "stream"
+    async def drive() -> None:
+        async for event in run.events():
+            if isinstance(event, Transition):
+                seen.append((event.target, build_diagram(run).current))
+
+    asyncio.run(drive())
+    assert seen == [(t, t) for t, _ in seen]
+    assert [t for t, _ in seen][-1] == "model_complete"
