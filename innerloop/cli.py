@@ -111,6 +111,10 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="offline demo of every recovery branch (no API key)")
     demo.add_argument("--out", type=Path, default=Path("runs/demo"), help="output directory")
     demo.add_argument("--no-live", action="store_true", help="plain lines instead of live view")
+
+    from innerloop.diagrams import _cli as diagram_cli
+
+    diagram_cli.add_parser(sub)
     return parser
 
 
@@ -269,6 +273,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_run(args)
         if args.command == "demo":
             return cmd_demo(args)
+        if args.command == "diagram":
+            from innerloop.diagrams import _cli as diagram_cli
+
+            return diagram_cli.run(args)
     except UsageError as exc:
         print(f"innerloop {args.command}: error: {exc}", file=sys.stderr)
         return USAGE_ERROR

@@ -3,6 +3,25 @@
 A :class:`MachineSpec` is immutable. Every editing method returns a new spec, so the
 default spec can never be changed by host code. ``compile_spec`` turns a spec into a
 runnable machine and rejects one that cannot run.
+
+Plugging in a custom state, for example a human approval step before tools run::
+
+    spec = DEFAULT_SPEC.insert_between(
+        "stream", "execute",
+        StateSpec("approve", doc="ask the host"),
+        approve_handler,                      # async def approve_handler(run): ...
+        transitions=(
+            TransitionSpec("approve", "abort", "abort_requested", "recovery"),
+            TransitionSpec("approve", "execute"),
+        ),
+    ).renamed("approval")
+    harness = Harness(params, providers, machine=spec)   # compiled (and checked) here
+
+The editing methods are :meth:`MachineSpec.add_state`, :meth:`~MachineSpec.insert_between`,
+:meth:`~MachineSpec.add_transition`, :meth:`~MachineSpec.replace_transition`,
+:meth:`~MachineSpec.remove_transition`, :meth:`~MachineSpec.replace_handler`,
+:meth:`~MachineSpec.with_guard` and :meth:`~MachineSpec.renamed`. Worked examples live in
+``innerloop.examples``.
 """
 
 from __future__ import annotations
@@ -52,9 +71,13 @@ class StateSpec:
     """A state. Final states carry the ``exit_reason`` a run ending there reports."""
 
     name: str
+    """A Python identifier, unique in the spec; also the handler's key."""
     kind: StateKind = "phase"
+    """``phase`` (the happy path), ``recovery`` (drawn apart) or ``final`` (the run ends)."""
     exit_reason: str | None = None
+    """Required for a final state: what ``state.exit_reason`` says when a run ends here."""
     doc: str = ""
+    """One line on what the state does (shown as the diagram's tooltip)."""
     runs_when_aborting: bool = False
     """Run the handler even after an abort was requested (the driver skips the handlers of
     other states then, so no new work starts); the default ``abort`` state sets it."""
@@ -72,10 +95,13 @@ class TransitionSpec:
     source: str
     target: str
     guard: str | None = None
+    """A key of ``MachineSpec.guards``; None means always (the source's fallthrough)."""
     kind: EdgeKind = "happy"
+    """``happy``, ``recovery`` or ``exit`` (into a final state): how diagrams draw it."""
 
     @property
     def key(self) -> tuple[str, str, str | None]:
+        """What identifies the edge in a spec (and in coverage counts)."""
         return (self.source, self.target, self.guard)
 
     def __str__(self) -> str:
@@ -85,7 +111,15 @@ class TransitionSpec:
 
 @attrs.frozen
 class MachineSpec:
+    """A whole machine: states, transitions in priority order, handlers and guards.
+
+    Edit it with the methods below; each returns a new spec and leaves this one as it was.
+    Nothing is checked until :func:`~innerloop.fsm.compile_spec` (or ``Harness``) compiles
+    it, so a spec may be broken half-way through a chain of edits.
+    """
+
     name: str
+    """Names the compiled class and the machine in coverage reports and diagrams."""
     initial: str
     states: tuple[StateSpec, ...] = attrs.field(converter=_state_tuple)
     transitions: tuple[TransitionSpec, ...] = attrs.field(converter=_transition_tuple)
@@ -116,6 +150,8 @@ class MachineSpec:
     # -- editing (each returns a new spec) --------------------------------------------------
 
     def renamed(self, name: str) -> MachineSpec:
+        """The same machine under another name (give custom machines their own, so their
+        transition coverage is counted apart from the default machine's)."""
         return attrs.evolve(self, name=name)
 
     def add_state(
@@ -124,7 +160,16 @@ class MachineSpec:
         handler: Handler | None = None,
         transitions: Iterable[TransitionSpec] = (),
     ) -> MachineSpec:
-        """Add ``state`` (with its handler unless final) and, optionally, its out-edges."""
+        """Add ``state`` (with its handler unless final) and, optionally, its out-edges.
+
+        Nothing leads into the new state yet: add an edge with :meth:`add_transition`, or use
+        :meth:`insert_between`, which does both."""
+        if state.final and handler is not None:
+            raise SpecError(
+                "final-handler",
+                f"final state {state.name!r} cannot have a handler: a run ends on entering it",
+                (state.name,),
+            )
         if state.name in self.state_names:
             raise SpecError(
                 "duplicate-state", f"state {state.name!r} already exists in {self.name!r}"
@@ -166,9 +211,23 @@ class MachineSpec:
     def add_transition(
         self, transition: TransitionSpec, *, before: TransitionSpec | None = None
     ) -> MachineSpec:
-        """Add an edge. By default it is tried after the source's existing edges; with
-        ``before`` it is tried just before that edge."""
+        """Add an edge, with a priority among the edges leaving its source.
+
+        With ``before`` it is tried just before that edge (which must leave the same
+        source). Without it, a guarded edge is tried just before the source's unguarded
+        fallthrough edge (after it, it could never be taken), and an unguarded edge after
+        all of them."""
         items = list(self.transitions)
+        if before is not None and before.source != transition.source:
+            raise SpecError(
+                "before-source",
+                f"cannot add {transition} before {before}: priority only orders the edges "
+                f"leaving one state; pass an edge leaving {transition.source!r}",
+                (transition.source,),
+            )
+        out = self.transitions_from(transition.source)
+        if before is None and transition.guard is not None and out and out[-1].guard is None:
+            before = out[-1]
         if before is None:
             last = max(
                 (i for i, t in enumerate(items) if t.source == transition.source),
@@ -180,17 +239,26 @@ class MachineSpec:
         return attrs.evolve(self, transitions=tuple(items))
 
     def replace_transition(self, old: TransitionSpec, new: TransitionSpec) -> MachineSpec:
+        """Put ``new`` where ``old`` was, keeping its priority (e.g. to change a guard or
+        a target)."""
         items = list(self.transitions)
         items[self._index(old)] = new
         return attrs.evolve(self, transitions=tuple(items))
 
     def remove_transition(self, old: TransitionSpec) -> MachineSpec:
+        """Drop the edge ``old`` (matched by source, target and guard)."""
         items = list(self.transitions)
         del items[self._index(old)]
         return attrs.evolve(self, transitions=tuple(items))
 
     def replace_handler(self, state: str, handler: Handler) -> MachineSpec:
-        self.state(state)
+        """Give ``state`` another phase handler (e.g. wrap the default one)."""
+        if self.state(state).final:
+            raise SpecError(
+                "final-handler",
+                f"final state {state!r} cannot have a handler: a run ends on entering it",
+                (state,),
+            )
         return attrs.evolve(self, handlers={**self.handlers, state: handler})
 
     def with_guard(self, name: str, guard: Guard) -> MachineSpec:
@@ -201,4 +269,9 @@ class MachineSpec:
         for i, t in enumerate(self.transitions):
             if t.key == transition.key:
                 return i
-        raise SpecError("no-such-edge", f"spec {self.name!r} has no transition {transition}", ())
+        raise SpecError(
+            "no-such-edge",
+            f"spec {self.name!r} has no transition {transition}; its edges from "
+            f"{transition.source!r} are listed by transitions_from({transition.source!r})",
+            (transition.source,),
+        )

@@ -1,0 +1,91 @@
+"""Mermaid ``stateDiagram-v2`` text, for Markdown on code hosts.
+
+Mermaid's state diagrams cannot style single transitions, so the kinds are told apart in
+the text: recovery edges carry ``↺`` before their label and exit edges ``⏹``, and they are
+listed in their own commented sections. States are styled with ``classDef``: recovery
+states orange, final states green (with their exit reason as the state's description).
+With a trace, taken edges show their count, the exit path is marked ``★``, states the run
+never visited are classed ``unvisited`` and the end state ``ended``; a live state is
+classed ``current``.
+"""
+
+from __future__ import annotations
+
+from innerloop.diagrams._model import TIMES, Diagram, DiagramEdgeGroup
+
+__all__ = ["to_mermaid"]
+
+MARK = {"happy": "", "recovery": "↺ ", "exit": "⏹ "}
+SECTION = {
+    "happy": "happy path",
+    "recovery": "recovery transitions (↺)",
+    "exit": "exits to final states (⏹)",
+}
+CLASSES = (
+    "classDef phase fill:#eaf2fb,stroke:#2c5d8a",
+    "classDef recovery fill:#fdebd0,stroke:#d35400,stroke-dasharray:4 3",
+    "classDef final fill:#e3f1e3,stroke:#2e7d32,stroke-width:2px",
+    "classDef unvisited fill:#f7f7f7,stroke:#c8c8c8,color:#a0a0a0",
+    "classDef ended fill:#9fd49f,stroke:#1565c0,stroke-width:3px",
+    "classDef current fill:#ffe066,stroke:#222222,stroke-width:3px",
+)
+
+
+def _label(d: Diagram, g: DiagramEdgeGroup) -> str:
+    parts = []
+    for e in g.edges:
+        text = e.label
+        if d.trace is not None:
+            n = d.counts.get(e.key, 0)
+            if n:
+                text = f"{text} {TIMES}{n}".strip()
+        if text:
+            parts.append(text)
+    label = MARK[g.kind] + ", ".join(parts)
+    if d.trace is not None and any(e.key in d.exit_path for e in g.edges):
+        label = "★ " + label
+    return label.strip()
+
+
+def _classes(d: Diagram) -> dict[str, list[str]]:
+    """State names per class, in declaration order."""
+    out: dict[str, list[str]] = {}
+    for s in d.states:
+        cls: str = s.kind
+        if d.trace is not None:
+            if s.name == d.end_state:
+                cls = "ended"
+            elif s.name not in d.visited:
+                cls = "unvisited"
+        if s.name == d.current:
+            cls = "current"
+        out.setdefault(cls, []).append(s.name)
+    return out
+
+
+def to_mermaid(diagram: Diagram) -> str:
+    """The diagram as Mermaid ``stateDiagram-v2`` text (ends with a newline)."""
+    d = diagram
+    lines = ["stateDiagram-v2", f"    %% machine: {d.name}", "    direction TB"]
+    if d.trace is not None:
+        lines.append(f"    %% run: {len(d.trace.steps)} transitions, ended in {d.end_state}")
+    lines.append(f"    [*] --> {d.initial}")
+    for s in d.states:
+        if s.final:
+            lines.append(f"    {s.name} : exit_reason = {s.exit_reason}")
+    groups = d.edge_groups()
+    for kind in ("happy", "recovery", "exit"):
+        chosen = [g for g in groups if g.kind == kind]
+        if not chosen:
+            continue
+        lines.append(f"    %% {SECTION[kind]}")
+        for g in chosen:
+            label = _label(d, g)
+            lines.append(f"    {g.source} --> {g.target}" + (f" : {label}" if label else ""))
+    for s in d.states:
+        if s.final:
+            lines.append(f"    {s.name} --> [*]")
+    lines.extend(f"    {c}" for c in CLASSES)
+    for cls, names in _classes(d).items():
+        lines.append(f"    class {','.join(names)} {cls}")
+    return "\n".join(lines) + "\n"

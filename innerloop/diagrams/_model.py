@@ -1,0 +1,263 @@
+"""The diagram model: a small frozen picture of a machine, optionally with a run on it.
+
+Renderers (DOT, Mermaid) only read this model; they never look at a spec or a run. A
+:class:`Diagram` is built from a :class:`~innerloop.fsm.MachineSpec`, a
+:class:`~innerloop.fsm.CompiledMachine` or a live :class:`~innerloop.fsm.Run`, and a run's
+event log can be laid over it with :meth:`Diagram.with_trace`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from innerloop.fsm._compile import CompiledMachine
+from innerloop.fsm._driver import Run
+from innerloop.fsm._spec import EdgeKind, MachineSpec, StateKind
+
+__all__ = [
+    "Diagram",
+    "DiagramEdge",
+    "DiagramEdgeGroup",
+    "DiagramState",
+    "Trace",
+    "build_diagram",
+    "load_trace",
+    "trace_from_events",
+]
+
+EdgeKey = tuple[str, str, str | None]
+TIMES = "\N{MULTIPLICATION SIGN}"
+"""Written before an edge's count in the renderers' labels."""
+
+
+@attrs.frozen
+class DiagramState:
+    """A state as drawn: its kind, and for a final state the exit reason it reports."""
+
+    name: str
+    kind: StateKind
+    exit_reason: str | None = None
+    doc: str = ""
+
+    @property
+    def final(self) -> bool:
+        return self.kind == "final"
+
+
+@attrs.frozen
+class DiagramEdge:
+    """A transition as drawn. ``priority`` is its 1-based place among the edges leaving
+    ``source`` (the first guard that holds wins); ``siblings`` is how many edges leave it."""
+
+    source: str
+    target: str
+    guard: str | None
+    kind: EdgeKind
+    priority: int
+    siblings: int
+
+    @property
+    def key(self) -> EdgeKey:
+        return (self.source, self.target, self.guard)
+
+    @property
+    def condition(self) -> str:
+        """The guard name, ``else`` for the unguarded last edge of a choice, or ``""``."""
+        if self.guard is not None:
+            return self.guard
+        return "else" if self.siblings > 1 else ""
+
+    @property
+    def label(self) -> str:
+        """``condition`` with the priority in front when the source has a choice."""
+        if self.siblings > 1:
+            return f"{self.priority}. {self.condition}"
+        return self.condition
+
+
+@attrs.frozen
+class DiagramEdgeGroup:
+    """The edges from one state to another, drawn as one arrow with one label line each.
+
+    Its kind is the kind of its first (highest priority) edge."""
+
+    source: str
+    target: str
+    edges: tuple[DiagramEdge, ...]
+
+    @property
+    def kind(self) -> EdgeKind:
+        return self.edges[0].kind
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return tuple(e.label for e in self.edges if e.label)
+
+
+@attrs.frozen
+class Trace:
+    """What a run did: the transitions it took in order, and where it ended."""
+
+    steps: tuple[EdgeKey, ...] = ()
+    final_state: str | None = None
+    exit_reason: str | None = None
+
+    @property
+    def counts(self) -> Mapping[EdgeKey, int]:
+        """How many times each edge was taken."""
+        out: dict[EdgeKey, int] = {}
+        for key in self.steps:
+            out[key] = out.get(key, 0) + 1
+        return out
+
+    def visited(self, initial: str) -> frozenset[str]:
+        """Every state the run was in, starting with ``initial``."""
+        return frozenset({initial, *(target for _, target, _ in self.steps)})
+
+    @property
+    def exit_path(self) -> tuple[EdgeKey, ...]:
+        """The path to the exit: the transitions taken with every loop erased, so the result
+        is a simple path from the first state to the last one, made of edges really taken."""
+        path: list[EdgeKey] = []
+        for key in self.steps:
+            source, target, _ = key
+            if target == source:  # a self-loop leaves the path as it is
+                continue
+            back = next((i for i, edge in enumerate(path) if edge[0] == target), None)
+            if back is None:
+                path.append(key)
+            else:  # back at a state already on the path: erase the loop
+                del path[back:]
+        return tuple(path)
+
+
+def trace_from_events(events: Iterable[Mapping[str, Any]]) -> Trace:
+    """A trace from event dicts (``event.to_dict()``): ``transition`` and ``finished``
+    events are read, every other event is skipped."""
+    steps: list[EdgeKey] = []
+    final_state = exit_reason = None
+    for event in events:
+        kind = event.get("type")
+        if kind == "transition":
+            steps.append((event["source"], event["target"], event.get("guard")))
+        elif kind == "finished":
+            final_state = event.get("final_state")
+            exit_reason = event.get("exit_reason")
+    return Trace(tuple(steps), final_state, exit_reason)
+
+
+def load_trace(path: str | Path) -> Trace:
+    """A trace from a JSONL event log: one ``event.to_dict()`` object per line."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    return trace_from_events(json.loads(line) for line in lines if line.strip())
+
+
+@attrs.frozen
+class Diagram:
+    """A machine to draw, with an optional live state and run trace on top."""
+
+    name: str
+    initial: str
+    states: tuple[DiagramState, ...]
+    edges: tuple[DiagramEdge, ...]
+    current: str | None = None
+    """The state a live machine is in, highlighted."""
+    trace: Trace | None = None
+    """A run laid over the machine: states visited, edges taken with counts, exit path."""
+
+    def state(self, name: str) -> DiagramState:
+        for s in self.states:
+            if s.name == name:
+                return s
+        raise KeyError(f"diagram {self.name!r} has no state {name!r}")
+
+    def with_current(self, state: str | None) -> Diagram:
+        """The same diagram with ``state`` highlighted as the live one."""
+        if state is not None:
+            self.state(state)
+        return attrs.evolve(self, current=state)
+
+    def with_trace(self, trace: Trace | Iterable[Mapping[str, Any]]) -> Diagram:
+        """The same diagram with a run's trace (or its event dicts) laid over it.
+
+        Raises ``ValueError`` when the trace takes an edge the machine does not have (a log
+        of another machine)."""
+        if not isinstance(trace, Trace):
+            trace = trace_from_events(trace)
+        known = {e.key for e in self.edges}
+        for key in trace.steps:
+            if key not in known:
+                source, target, guard = key
+                raise ValueError(
+                    f"the trace takes {source} -> {target} [{guard or 'no guard'}], which "
+                    f"machine {self.name!r} does not have; pass the spec the run used (--spec)"
+                )
+        return attrs.evolve(self, trace=trace)
+
+    # -- what renderers ask ----------------------------------------------------------------
+
+    def edge_groups(self) -> tuple[DiagramEdgeGroup, ...]:
+        """Edges grouped by (source, target), in the order their first edge is declared."""
+        groups: dict[tuple[str, str], list[DiagramEdge]] = {}
+        for e in self.edges:
+            groups.setdefault((e.source, e.target), []).append(e)
+        return tuple(DiagramEdgeGroup(s, t, tuple(es)) for (s, t), es in groups.items())
+
+    @property
+    def visited(self) -> frozenset[str]:
+        return self.trace.visited(self.initial) if self.trace else frozenset()
+
+    @property
+    def counts(self) -> Mapping[EdgeKey, int]:
+        return self.trace.counts if self.trace else {}
+
+    @property
+    def exit_path(self) -> frozenset[EdgeKey]:
+        return frozenset(self.trace.exit_path) if self.trace else frozenset()
+
+    @property
+    def end_state(self) -> str | None:
+        """Where the traced run ended."""
+        if self.trace is None:
+            return None
+        if self.trace.final_state is not None:
+            return self.trace.final_state
+        return self.trace.steps[-1][1] if self.trace.steps else self.initial
+
+
+def _spec_of(machine: MachineSpec | CompiledMachine | Run) -> MachineSpec:
+    if isinstance(machine, Run):
+        return machine.machine.spec
+    if isinstance(machine, CompiledMachine):
+        return machine.spec
+    return machine
+
+
+def build_diagram(
+    machine: MachineSpec | CompiledMachine | Run,
+    *,
+    current: str | None = None,
+    trace: Trace | Iterable[Mapping[str, Any]] | None = None,
+) -> Diagram:
+    """The diagram of a spec, a compiled machine or a live run.
+
+    For a :class:`~innerloop.fsm.Run`, ``current`` defaults to the state it is in now.
+    ``trace`` is a :class:`Trace` or the run's event dicts."""
+    spec = _spec_of(machine)
+    states = tuple(DiagramState(s.name, s.kind, s.exit_reason, s.doc) for s in spec.states)
+    edges: list[DiagramEdge] = []
+    for s in spec.states:
+        out = spec.transitions_from(s.name)
+        edges.extend(
+            DiagramEdge(t.source, t.target, t.guard, t.kind, i, len(out))
+            for i, t in enumerate(out, start=1)
+        )
+    if current is None and isinstance(machine, Run):
+        current = machine.current
+    diagram = Diagram(spec.name, spec.initial, states, tuple(edges)).with_current(current)
+    return diagram if trace is None else diagram.with_trace(trace)

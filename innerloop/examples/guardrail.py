@@ -1,0 +1,85 @@
+"""Worked example: a guardrail state that redacts secrets from tool output.
+
+The spec edit::
+
+    spec = with_guardrail(DEFAULT_SPEC)
+
+inserts a ``redact`` state on the ``execute -> check`` edge. Before the tool results reach
+the model, ``redact`` rewrites the last message's tool results, replacing anything that
+looks like an API key (Anthropic ``sk-ant-...``, OpenAI ``sk-...``, AWS ``AKIA...``,
+GitHub ``ghp_...``) with ``[REDACTED <kind>]``, and yields an ``alert`` event saying how
+many it removed. The ``tool_executed`` events the host saw earlier keep the raw output; only
+the model's view is redacted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Mapping
+
+import attrs
+
+from innerloop._events import Alert, Event
+from innerloop._messages import Block, Message, ToolResultBlock
+from innerloop.fsm._default import DEFAULT_SPEC
+from innerloop.fsm._driver import Run
+from innerloop.fsm._spec import MachineSpec, StateSpec, TransitionSpec
+
+__all__ = ["SECRET_PATTERNS", "redact", "redact_secrets", "with_guardrail"]
+
+SECRET_PATTERNS: Mapping[str, re.Pattern[str]] = {
+    "anthropic_key": re.compile(r"sk-ant-[A-Za-z0-9_\-]{20,}"),
+    "openai_key": re.compile(r"sk-(?:proj-)?[A-Za-z0-9_\-]{20,}"),
+    "aws_access_key": re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
+    "github_token": re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36,}\b"),
+}
+"""Secret kinds and their patterns, tried in this order (``sk-ant-`` before ``sk-``)."""
+
+
+def redact_secrets(
+    text: str, patterns: Mapping[str, re.Pattern[str]] = SECRET_PATTERNS
+) -> tuple[str, list[str]]:
+    """``text`` with every secret replaced by ``[REDACTED <kind>]``, and the kinds found."""
+    found: list[str] = []
+    for kind, pattern in patterns.items():
+        text, n = pattern.subn(f"[REDACTED {kind}]", text)
+        found += [kind] * n
+    return text, found
+
+
+async def redact(run: Run) -> AsyncIterator[Event]:
+    """The ``redact`` phase: clean the tool results of the last (user) message."""
+    state = run.state
+    last = state.history[-1]
+    found: list[str] = []
+    blocks: list[Block] = []
+    for block in last.content:
+        if isinstance(block, ToolResultBlock):
+            content, kinds = redact_secrets(block.content)
+            found += kinds
+            block = attrs.evolve(block, content=content)
+        blocks.append(block)
+    state.outcome = "redacted" if found else "clean"
+    if found:
+        state.history[-1] = Message(last.role, tuple(blocks))
+        run.tokens.forget_missing(state.history)
+        names = ", ".join(sorted(set(found)))
+        yield Alert("secret_redacted", f"removed {len(found)} secret(s) from tool output: {names}")
+
+
+def with_guardrail(spec: MachineSpec = DEFAULT_SPEC) -> MachineSpec:
+    """``spec`` with a ``redact`` state between ``execute`` and ``check``.
+
+    ``redact`` leaves to ``abort`` when an abort is requested, else to ``check``.
+    ``spec`` itself is not changed."""
+    state = StateSpec("redact", doc="remove secrets from tool output before the model sees it")
+    return spec.insert_between(
+        "execute",
+        "check",
+        state,
+        redact,
+        transitions=(
+            TransitionSpec("redact", "abort", "abort_requested", "recovery"),
+            TransitionSpec("redact", "check"),
+        ),
+    ).renamed("guardrail")
