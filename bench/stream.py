@@ -122,7 +122,8 @@ def _report(title: str, result: dict[str, float], baseline: str, target: float) 
         print(f"  {name:<40} {us:8.2f} µs")
     ratio = result["innerloop"] / result[baseline]
     ok = ratio <= target
-    print(f"  ratio innerloop / {baseline}: {ratio:.3f}x (target <= {target}x: {'met' if ok else 'MISSED'})")
+    verdict = "met" if ok else "MISSED"
+    print(f"  ratio innerloop / {baseline}: {ratio:.3f}x (target <= {target}x: {verdict})")
     return ok
 
 
