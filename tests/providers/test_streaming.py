@@ -353,7 +353,10 @@ class TestSSESplitter:
     @given(st.lists(st.integers(min_value=1, max_value=40), max_size=30), st.booleans())
     def test_any_chunking_gives_the_same_payloads(self, cuts: list[int], crlf: bool) -> None:
         """However the bytes are split (CRLF line ends too), the payloads are the same."""
-        body = b': comment\n\nevent: a\ndata: {"n": 1}\n\ndata: [DONE]\n\nid: 3\ndata: {"n":\ndata: 2}\n\ndata: {}'
+        body = (
+            b': comment\n\nevent: a\ndata: {"n": 1}\n\n'
+            b'data: [DONE]\n\nid: 3\ndata: {"n":\ndata: 2}\n\ndata: {}'
+        )
         if crlf:
             body = body.replace(b"\n", b"\r\n")
         splitter, got, pos = SSESplitter(), [], 0
