@@ -140,9 +140,10 @@ def error_from_status(
     return error_from_body(provider, body, status=status, headers=headers, raw=text)
 
 
-def error_from_exception(provider: str, exc: BaseException) -> ProviderError:
+def error_from_exception(provider: str, exc: BaseException, during: str = "") -> ProviderError:
     """Map an SDK or transport exception. Status errors keep status, headers and body;
-    connection failures and timeouts are transient; anything else is fatal."""
+    connection failures and timeouts are transient; anything else is fatal. ``during``
+    prefixes the message (e.g. ``"mid-stream"``)."""
     if isinstance(exc, ProviderError):
         return exc
     response = getattr(exc, "response", None)
@@ -167,4 +168,5 @@ def error_from_exception(provider: str, exc: BaseException) -> ProviderError:
         or isinstance(exc, ConnectionError | TimeoutError)
     )
     category = ErrorCategory.TRANSIENT if transient else ErrorCategory.FATAL
-    return ProviderError(category, scrub_secrets(f"{name}: {exc}"), provider=provider)
+    where = f"{during}: " if during else ""
+    return ProviderError(category, scrub_secrets(f"{where}{name}: {exc}"), provider=provider)

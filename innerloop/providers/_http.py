@@ -128,7 +128,7 @@ class HTTPModelStream:
         except ProviderError:
             raise
         except Exception as exc:
-            raise error_from_exception(self._provider, exc) from exc
+            raise error_from_exception(self._provider, exc, "mid-stream") from exc
         for event in out:
             yield event
         yield MessageComplete(response)

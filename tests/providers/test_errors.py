@@ -18,7 +18,15 @@ from innerloop.providers import (
     error_from_status,
     parse_retry_after,
 )
-from innerloop.testing import AnthropicServer, Fault, OpenAIServer, RateLimit, Raw
+from innerloop.testing import (
+    AnthropicServer,
+    Fault,
+    OpenAIServer,
+    RateLimit,
+    Raw,
+    SlowReply,
+    reply,
+)
 
 NOW = 1_700_000_000.0
 KEY = "sk-ant-api03-SECRETSECRETSECRET0123"
@@ -165,3 +173,34 @@ class TestThroughTheSDKs:
         server = AnthropicServer().start()
         server.stop()
         assert _open(server).category == "transient"
+
+
+class TestTimeouts:
+    def _complete(self, server: AnthropicServer, timeout: float) -> ProviderError:
+        async def go() -> ProviderError:
+            provider = AnthropicProvider(KEY, base_url=server.base_url, timeout=timeout)
+            payload = {"model": "m", "max_tokens": 5, "messages": [], "stream": True}
+            try:
+                await provider.complete(WireRequest("anthropic", "m", payload))
+            except ProviderError as exc:
+                return exc
+            finally:
+                await provider.aclose()
+            raise AssertionError("no error")
+
+        return asyncio.run(go())
+
+    def test_no_answer_times_out_transient(self) -> None:
+        """A server that never answers: the SDK's timeout is transient."""
+        with AnthropicServer([Fault.hang()]) as server:
+            error = self._complete(server, 0.2)
+        assert error.category == "transient"
+        assert error.message.startswith("APITimeoutError")
+
+    def test_stalled_stream_times_out_transient(self) -> None:
+        """A stream that stalls mid-body times out, transient, said to be mid-stream."""
+        slow = SlowReply(reply("x" * 64), tokens_per_second=2.0)
+        with AnthropicServer([slow], chunk_size=4) as server:
+            error = self._complete(server, 0.2)
+        assert error.category == "transient"
+        assert error.message.startswith("mid-stream: ReadTimeout")
