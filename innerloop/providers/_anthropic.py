@@ -32,28 +32,10 @@ from innerloop._messages import (
     Usage,
 )
 from innerloop.providers._errors import error_from_body
-from innerloop.providers._http import HTTPProvider, loads
+from innerloop.providers._http import HTTPProvider, loads, parse_tool_input
 from innerloop.providers._normalize import WireRequest
 
-__all__ = ["AnthropicAssembler", "AnthropicProvider", "parse_tool_input"]
-
-
-def parse_tool_input(provider: str, name: str, raw: str) -> dict[str, Any]:
-    """A complete tool input: empty means ``{}``; anything but a JSON object is malformed."""
-    raw = raw.strip()
-    if not raw:
-        return {}
-    try:
-        value = json.loads(raw)
-    except ValueError as exc:
-        value = exc
-    if not isinstance(value, dict):
-        raise ProviderError(
-            ErrorCategory.TRANSIENT,
-            f"tool {name!r} input is not a JSON object: {raw[:200]!r}",
-            provider=provider,
-        )
-    return value
+__all__ = ["AnthropicAssembler", "AnthropicProvider"]
 
 
 class _Open:
@@ -169,8 +151,8 @@ class AnthropicAssembler:
 
     def feed_json(self, body: Any, out: list[StreamEvent]) -> None:
         """A non-streaming message, replayed through the streaming path."""
-        if not isinstance(body, dict) or body.get("type") == "error":
-            raise error_from_body(self.provider, body, status=200)
+        if not isinstance(body, dict) or body.get("type") != "message":
+            raise error_from_body(self.provider, body or {"error": "empty response"})
         handle = self.handle
         handle({"type": "message_start", "message": {**body, "content": []}}, out)
         for index, block in enumerate(body.get("content") or ()):

@@ -18,7 +18,14 @@ from innerloop._messages import ModelResponse
 from innerloop.providers._errors import error_from_exception
 from innerloop.providers._normalize import WireRequest
 
-__all__ = ["Assembler", "HTTPModelStream", "HTTPProvider", "SSESplitter", "loads"]
+__all__ = [
+    "Assembler",
+    "HTTPModelStream",
+    "HTTPProvider",
+    "SSESplitter",
+    "loads",
+    "parse_tool_input",
+]
 
 
 def loads(provider: str, data: bytes | str) -> Any:
@@ -33,6 +40,24 @@ def loads(provider: str, data: bytes | str) -> Any:
             provider=provider,
             raw=text[:2000],
         ) from None
+
+
+def parse_tool_input(provider: str, name: str, raw: str) -> dict[str, Any]:
+    """A complete tool input: empty means ``{}``; anything but a JSON object is malformed."""
+    raw = raw.strip()
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        value = exc
+    if not isinstance(value, dict):
+        raise ProviderError(
+            ErrorCategory.TRANSIENT,
+            f"tool {name!r} input is not a JSON object: {raw[:200]!r}",
+            provider=provider,
+        )
+    return value
 
 
 class SSESplitter:
@@ -69,6 +94,10 @@ class SSESplitter:
 def _frame_data(frame: bytes) -> bytes | None:
     if frame.startswith(b"data:") and b"\n" not in frame:
         return frame[5:]
+    if frame.startswith(b"event:"):  # Anthropic's "event: x\ndata: {...}"
+        rest = frame[frame.find(b"\n") + 1 :]
+        if rest.startswith(b"data:") and b"\n" not in rest:
+            return rest[5:]
     data = [line[5:] for line in frame.split(b"\n") if line.startswith(b"data:")]
     if not data:
         return None

@@ -31,9 +31,8 @@ from innerloop._messages import (
     ToolUseBlock,
     Usage,
 )
-from innerloop.providers._anthropic import parse_tool_input
 from innerloop.providers._errors import error_from_body
-from innerloop.providers._http import HTTPProvider, loads
+from innerloop.providers._http import HTTPProvider, loads, parse_tool_input
 from innerloop.providers._normalize import WireRequest
 
 __all__ = ["FINISH_REASONS", "OpenAIAssembler", "OpenAIProvider"]
@@ -155,7 +154,7 @@ class OpenAIAssembler:
     def feed_json(self, body: Any, out: list[StreamEvent]) -> None:
         """A non-streaming ``chat.completion``: one chunk holding everything."""
         if not isinstance(body, dict) or "choices" not in body:
-            raise error_from_body(self.provider, body, status=200)
+            raise error_from_body(self.provider, body or {"error": "empty response"})
         self.handle(body, out)
 
     def finish(self, out: list[StreamEvent]) -> ModelResponse:

@@ -55,7 +55,8 @@ class RateLimit:
 
 @attrs.frozen
 class SlowReply:
-    """``reply`` streamed at ``tokens_per_second`` (one delta frame is one token)."""
+    """``reply`` streamed at ``tokens_per_second``: one SSE frame every
+    ``1 / tokens_per_second`` seconds (each delta frame carries one token)."""
 
     reply: Reply
     tokens_per_second: float

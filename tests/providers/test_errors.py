@@ -30,6 +30,7 @@ from innerloop.testing import (
 
 NOW = 1_700_000_000.0
 KEY = "sk-ant-api03-SECRETSECRETSECRET0123"
+JSON = (("content-type", "application/json"),)
 TOO_LONG = "prompt is too long: 210000 tokens > 200000 maximum"
 
 
@@ -155,6 +156,8 @@ class TestThroughTheSDKs:
             (Fault.empty(), "transient", None),
             (Fault.dropped(), "transient", None),
             (Fault.malformed(), "transient", None),
+            (Raw(200, JSON, b""), "transient", None),
+            (Raw(200, JSON, b'{"unexpected": true}'), "transient", None),
         ],
     )
     @pytest.mark.parametrize("server_cls", [AnthropicServer, OpenAIServer])
