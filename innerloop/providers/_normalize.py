@@ -6,6 +6,7 @@ the other dialect.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Sequence
@@ -36,8 +37,12 @@ _UNSAFE_ID = re.compile(r"[^A-Za-z0-9_-]")
 
 
 def _anthropic_id(tool_use_id: str) -> str:
-    """Anthropic accepts tool ids of ``[A-Za-z0-9_-]`` only (other servers are laxer)."""
-    return _UNSAFE_ID.sub("_", tool_use_id) or "tool"
+    """Anthropic accepts tool ids of ``[A-Za-z0-9_-]`` only (other servers are laxer); a
+    rewritten id gets a digest of the original so two ids never collide."""
+    safe = _UNSAFE_ID.sub("_", tool_use_id)
+    if safe == tool_use_id and safe:
+        return safe
+    return f"{safe}_{hashlib.sha256(tool_use_id.encode()).hexdigest()[:10]}"
 
 
 @attrs.frozen

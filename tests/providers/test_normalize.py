@@ -75,6 +75,8 @@ def check_anthropic(messages: list[dict[str, Any]]) -> None:
     """Anthropic's rules: user first, strict alternation, non-empty typed content, signed
     thinking, safe ids, tool results first in the very next user turn, matching exactly."""
     assert messages and messages[0]["role"] == "user"
+    ids = [b["id"] for m in messages for b in m["content"] if b["type"] == "tool_use"]
+    assert len(ids) == len(set(ids)), "tool_use ids collide"
     for i, m in enumerate(messages):
         assert m["role"] == ("user" if i % 2 == 0 else "assistant")
         assert m["content"], f"message {i} is empty"
@@ -243,6 +245,19 @@ def test_openai_wire_of_the_same_turn() -> None:
         {"role": "tool", "tool_call_id": "toolu_1", "content": "[tool error] boom"},
         {"role": "user", "content": "and then?"},
     ]
+
+
+def test_foreign_tool_ids_are_made_safe_without_collisions() -> None:
+    """Ids Anthropic would reject are rewritten, distinctly, and results follow them."""
+    history = [
+        Message.user("x"),
+        Message.assistant((ToolUseBlock("call:1", "f"), ToolUseBlock("call.1", "f"))),
+        Message.user((ToolResultBlock("call:1", "a"), ToolResultBlock("call.1", "b"))),
+    ]
+    wire = normalize(history, "anthropic")
+    uses = [b["id"] for b in wire[1]["content"]]
+    assert len(set(uses)) == 2 and all(ANTHROPIC_ID.match(u) for u in uses)
+    assert [b["tool_use_id"] for b in wire[2]["content"]] == uses
 
 
 def test_cache_breakpoints() -> None:
