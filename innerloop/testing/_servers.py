@@ -173,6 +173,8 @@ class LoopbackServer:
     def start(self) -> LoopbackServer:
         if self._thread is not None:
             raise RuntimeError(f"{type(self).__name__} is already running on {self.url}")
+        self._ready = threading.Event()
+        self._start_error = None
         self._thread = threading.Thread(target=self._serve, name=type(self).__name__, daemon=True)
         self._thread.start()
         self._ready.wait(10)
@@ -263,7 +265,10 @@ class LoopbackServer:
             body = raw.decode("utf-8", "replace")
         path = target.split("?", 1)[0]
         self.requests.append(RecordedRequest(method, path, headers, body))
-        plan = self._plan(path, body)
+        try:
+            plan = self._plan(path, body)
+        except Exception as exc:  # a bad script step: tell the client, keep serving
+            plan = self._error(500, "api_error", f"loopback server cannot play the step: {exc!r}")
         await self._send(writer, plan)
 
     def _plan(self, path: str, body: Any) -> _Plan:

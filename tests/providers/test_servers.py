@@ -122,3 +122,15 @@ def test_stop_frees_the_port() -> None:
     with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
         pass
     assert repr(server).startswith("<AnthropicServer stopped")
+
+
+def test_server_restarts_and_reports_bad_steps() -> None:
+    """A stopped server starts again on a new port; an unplayable step becomes a 500."""
+    server = AnthropicServer(["not a step"])  # type: ignore[list-item]
+    with server:
+        status, _, body = _post(server.url + "/v1/messages", {"stream": True})
+    with server:
+        status_again, _, _ = _post(server.url + "/v1/messages", {})
+    assert status == 500
+    assert "cannot play the step" in json.loads(body)["error"]["message"]
+    assert status_again == 400  # script exhausted
