@@ -1,6 +1,28 @@
-"""Canonical messages <-> provider wire formats, and the provider protocol."""
+"""Canonical messages <-> provider wire formats, the provider protocol, and the Anthropic and
+OpenAI providers over their official SDKs."""
 
+from innerloop.providers._anthropic import AnthropicProvider
 from innerloop.providers._base import ModelStream, Provider
+from innerloop.providers._errors import (
+    error_from_body,
+    error_from_exception,
+    error_from_status,
+    parse_retry_after,
+)
 from innerloop.providers._normalize import Dialect, WireRequest, build_request, normalize
+from innerloop.providers._openai import OpenAIProvider
 
-__all__ = ["Dialect", "ModelStream", "Provider", "WireRequest", "build_request", "normalize"]
+__all__ = [
+    "AnthropicProvider",
+    "Dialect",
+    "ModelStream",
+    "OpenAIProvider",
+    "Provider",
+    "WireRequest",
+    "build_request",
+    "error_from_body",
+    "error_from_exception",
+    "error_from_status",
+    "normalize",
+    "parse_retry_after",
+]

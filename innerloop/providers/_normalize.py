@@ -6,7 +6,9 @@ the other dialect.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
@@ -31,6 +33,16 @@ __all__ = ["Dialect", "WireRequest", "build_request", "normalize"]
 Dialect: TypeAlias = Literal["anthropic", "openai"]
 ERROR_PREFIX = "[tool error] "
 CACHE = {"type": "ephemeral"}
+_UNSAFE_ID = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def _anthropic_id(tool_use_id: str) -> str:
+    """Anthropic accepts tool ids of ``[A-Za-z0-9_-]`` only (other servers are laxer); a
+    rewritten id gets a digest of the original so two ids never collide."""
+    safe = _UNSAFE_ID.sub("_", tool_use_id)
+    if safe == tool_use_id and safe:
+        return safe
+    return f"{safe}_{hashlib.sha256(tool_use_id.encode()).hexdigest()[:10]}"
 
 
 @attrs.frozen
@@ -58,6 +70,8 @@ def _anthropic_block(block: Block) -> dict[str, Any] | None:
     if isinstance(block, TextBlock):
         return {"type": "text", "text": block.text} if block.text else None
     if isinstance(block, ThinkingBlock):
+        if not block.signature:
+            return None  # unsigned reasoning (from another dialect) would be rejected
         return {"type": "thinking", "thinking": block.thinking, "signature": block.signature}
     if isinstance(block, RedactedThinkingBlock):
         return {"type": "redacted_thinking", "data": block.data}
@@ -67,10 +81,15 @@ def _anthropic_block(block: Block) -> dict[str, Any] | None:
             "source": {"type": "base64", "media_type": block.media_type, "data": block.data},
         }
     if isinstance(block, ToolUseBlock):
-        return {"type": "tool_use", "id": block.id, "name": block.name, "input": dict(block.input)}
+        return {
+            "type": "tool_use",
+            "id": _anthropic_id(block.id),
+            "name": block.name,
+            "input": dict(block.input),
+        }
     out: dict[str, Any] = {
         "type": "tool_result",
-        "tool_use_id": block.tool_use_id,
+        "tool_use_id": _anthropic_id(block.tool_use_id),
         "content": block.content,
     }
     if block.is_error:

@@ -1,0 +1,143 @@
+"""Provider-layer cost per streamed event vs the SDKs' own stream iteration.
+
+Each contender reads the same recorded-style SSE body from a loopback server (sent in one
+write, so the server costs next to nothing) and consumes every event:
+
+- innerloop AnthropicProvider vs anthropic ``messages.stream`` (and ``create(stream=True)``)
+- innerloop OpenAIProvider vs openai ``chat.completions.create(stream=True)``
+
+Run: ``PYTHONPATH=. /tmp/v/bin/python bench/stream.py [--events 4000] [--rounds 7]``
+Targets: <= 0.5x anthropic messages.stream, <= 0.25x openai create(stream=True).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+
+import anthropic
+import openai
+
+from innerloop.providers import AnthropicProvider, OpenAIProvider, WireRequest
+from innerloop.testing import AnthropicServer, OpenAIServer, Raw, reply, tool_call
+
+KEY = "sk-bench-0000000000000000"
+SSE = (("content-type", "text/event-stream"),)
+
+
+def _body(server_cls: type[AnthropicServer] | type[OpenAIServer], events: int) -> tuple[bytes, int]:
+    """An SSE body with about ``events`` frames: text in 4-char deltas plus a tool call."""
+    server = server_cls(chunk_size=4)
+    text = "word " * (events * 4 // 5)
+    frames = server.frames(reply(text, tool_call("echo", {"x": "y" * 40})), "bench-model")
+    return b"".join(frames), len(frames)
+
+
+async def _time(rounds: int, once: Callable[[], Awaitable[None]]) -> float:
+    await once()  # warm up: connection setup, imports, caches
+    samples = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        await once()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+async def bench_anthropic(events: int, rounds: int) -> dict[str, float]:
+    body, frames = _body(AnthropicServer, events)
+    payload = {
+        "model": "bench-model",
+        "max_tokens": 1024,
+        "messages": [{"role": "user", "content": "go"}],
+    }
+    with AnthropicServer([Raw(200, SSE, body)] * (3 * (rounds + 1))) as server:
+        provider = AnthropicProvider(KEY, base_url=server.base_url)
+        client = anthropic.AsyncAnthropic(api_key=KEY, base_url=server.base_url, max_retries=0)
+        request = WireRequest("anthropic", "bench-model", {**payload, "stream": True})
+
+        async def ours() -> None:
+            stream = await provider.open(request)
+            async for _ in stream:
+                pass
+            await stream.aclose()
+
+        async def sdk_stream() -> None:
+            async with client.messages.stream(**payload) as s:  # type: ignore[arg-type]
+                async for _ in s:
+                    pass
+
+        async def sdk_create() -> None:
+            s = await client.messages.create(**payload, stream=True)  # type: ignore[call-overload]
+            async for _ in s:
+                pass
+
+        result = {
+            "innerloop": await _time(rounds, ours),
+            "messages.stream": await _time(rounds, sdk_stream),
+            "messages.create(stream=True)": await _time(rounds, sdk_create),
+        }
+        await provider.aclose()
+        await client.close()
+    return {k: v / frames * 1e6 for k, v in result.items()}
+
+
+async def bench_openai(events: int, rounds: int) -> dict[str, float]:
+    body, frames = _body(OpenAIServer, events)
+    payload = {
+        "model": "bench-model",
+        "messages": [{"role": "user", "content": "go"}],
+        "stream_options": {"include_usage": True},
+    }
+    with OpenAIServer([Raw(200, SSE, body)] * (2 * (rounds + 1))) as server:
+        provider = OpenAIProvider(KEY, base_url=server.base_url)
+        client = openai.AsyncOpenAI(api_key=KEY, base_url=server.base_url, max_retries=0)
+        request = WireRequest("openai", "bench-model", {**payload, "stream": True})
+
+        async def ours() -> None:
+            stream = await provider.open(request)
+            async for _ in stream:
+                pass
+            await stream.aclose()
+
+        async def sdk_create() -> None:
+            s = await client.chat.completions.create(**payload, stream=True)  # type: ignore[call-overload]
+            async for _ in s:
+                pass
+
+        result = {
+            "innerloop": await _time(rounds, ours),
+            "chat.completions.create(stream=True)": await _time(rounds, sdk_create),
+        }
+        await provider.aclose()
+        await client.close()
+    return {k: v / frames * 1e6 for k, v in result.items()}
+
+
+def _report(title: str, result: dict[str, float], baseline: str, target: float) -> bool:
+    print(f"{title}: µs per streamed event (median of rounds)")
+    for name, us in result.items():
+        print(f"  {name:<40} {us:8.2f} µs")
+    ratio = result["innerloop"] / result[baseline]
+    ok = ratio <= target
+    verdict = "met" if ok else "MISSED"
+    print(f"  ratio innerloop / {baseline}: {ratio:.3f}x (target <= {target}x: {verdict})")
+    return ok
+
+
+async def main(events: int, rounds: int) -> int:
+    a = await bench_anthropic(events, rounds)
+    o = await bench_openai(events, rounds)
+    ok = _report("anthropic", a, "messages.stream", 0.5)
+    ok = _report("openai", o, "chat.completions.create(stream=True)", 0.25) and ok
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--events", type=int, default=4000)
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args()
+    raise SystemExit(asyncio.run(main(args.events, args.rounds)))

@@ -1,0 +1,239 @@
+"""The Anthropic Messages API through ``AsyncAnthropic`` (max_retries=0: the machine retries).
+
+Server-side tool blocks (``server_tool_use``, ``web_search_tool_result``, ``mcp_*``, ...)
+are run by Anthropic, not by the harness: they are kept out of the canonical message.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+import anthropic
+
+from innerloop._errors import ErrorCategory, ProviderError
+from innerloop._events import (
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolInputDelta,
+    ToolUseComplete,
+    ToolUseStart,
+)
+from innerloop._messages import (
+    Block,
+    Message,
+    ModelResponse,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolUseBlock,
+    Usage,
+)
+from innerloop.providers._errors import error_from_body
+from innerloop.providers._http import HTTPProvider, loads, parse_tool_input
+from innerloop.providers._normalize import WireRequest
+
+__all__ = ["AnthropicAssembler", "AnthropicProvider"]
+
+
+class _Open:
+    """A content block being streamed."""
+
+    __slots__ = ("id", "kind", "name", "parts", "signature")
+
+    def __init__(self, kind: str, id: str = "", name: str = "") -> None:
+        self.kind = kind
+        self.id = id
+        self.name = name
+        self.parts: list[str] = []
+        self.signature = ""
+
+
+class AnthropicAssembler:
+    """Anthropic stream events (as parsed JSON) -> stream events and a ``ModelResponse``."""
+
+    def __init__(self, provider: str, model: str) -> None:
+        self.provider = provider
+        self.model = model
+        self.started = False
+        self.stopped = False
+        self.stop_reason: str | None = None
+        self.usage: dict[str, Any] = {}
+        self.open: dict[int, _Open] = {}
+        self.blocks: dict[int, Block] = {}
+
+    def feed(self, data: bytes, out: list[StreamEvent]) -> None:
+        self.handle(loads(self.provider, data), out)
+
+    def handle(self, event: dict[str, Any], out: list[StreamEvent]) -> None:
+        kind = event.get("type")
+        if kind == "content_block_delta":
+            self._delta(event["index"], event["delta"], out)
+        elif kind == "content_block_start":
+            self._start(event["index"], event["content_block"], out)
+        elif kind == "content_block_stop":
+            self._stop(event["index"], out)
+        elif kind == "message_start":
+            message = event.get("message") or {}
+            self.started = True
+            self.model = message.get("model") or self.model
+            self._usage(message.get("usage"))
+        elif kind == "message_delta":
+            self.stop_reason = (event.get("delta") or {}).get("stop_reason") or self.stop_reason
+            self._usage(event.get("usage"))
+        elif kind == "message_stop":
+            self.stopped = True
+        elif kind == "error":
+            raise error_from_body(self.provider, event)
+
+    def _usage(self, usage: dict[str, Any] | None) -> None:
+        if usage:
+            self.usage.update((k, v) for k, v in usage.items() if v is not None)
+
+    def _start(self, index: int, block: dict[str, Any], out: list[StreamEvent]) -> None:
+        kind = block.get("type", "")
+        if kind == "tool_use":
+            self.open[index] = _Open(kind, block["id"], block["name"])
+            out.append(ToolUseStart(index, block["id"], block["name"]))
+        elif kind in ("text", "thinking"):
+            opened = self.open[index] = _Open(kind)
+            first = block.get(kind) or ""
+            if first:
+                opened.parts.append(first)
+                out.append(
+                    TextDelta(index, first) if kind == "text" else ThinkingDelta(index, first)
+                )
+            opened.signature = block.get("signature") or ""
+        elif kind == "redacted_thinking":
+            self.blocks[index] = RedactedThinkingBlock(block["data"])
+        # server-side tool blocks are Anthropic's business: not part of the message
+
+    def _delta(self, index: int, delta: dict[str, Any], out: list[StreamEvent]) -> None:
+        opened = self.open.get(index)
+        if opened is None:
+            return
+        kind = delta.get("type")
+        if kind == "text_delta":
+            text = delta["text"]
+            if text:
+                opened.parts.append(text)
+                out.append(TextDelta(index, text))
+        elif kind == "input_json_delta":
+            partial = delta["partial_json"]
+            if partial:
+                opened.parts.append(partial)
+                out.append(ToolInputDelta(index, opened.id, partial))
+        elif kind == "thinking_delta":
+            text = delta["thinking"]
+            if text:
+                opened.parts.append(text)
+                out.append(ThinkingDelta(index, text))
+        elif kind == "signature_delta":
+            opened.signature = delta["signature"]
+
+    def _stop(self, index: int, out: list[StreamEvent]) -> None:
+        opened = self.open.pop(index, None)
+        if opened is None:
+            return
+        text = "".join(opened.parts)
+        if opened.kind == "tool_use":
+            call = ToolUseBlock(
+                opened.id, opened.name, parse_tool_input(self.provider, opened.name, text)
+            )
+            self.blocks[index] = call
+            out.append(ToolUseComplete(index, call))
+        elif opened.kind == "thinking":
+            self.blocks[index] = ThinkingBlock(text, opened.signature)
+        elif text:
+            self.blocks[index] = TextBlock(text)
+
+    def feed_json(self, body: Any, out: list[StreamEvent]) -> None:
+        """A non-streaming message, replayed through the streaming path."""
+        if not isinstance(body, dict) or body.get("type") != "message":
+            raise error_from_body(self.provider, body or {"error": "empty response"})
+        handle = self.handle
+        handle({"type": "message_start", "message": {**body, "content": []}}, out)
+        for index, block in enumerate(body.get("content") or ()):
+            kind = block.get("type")
+            start, delta = dict(block), None
+            if kind == "text":
+                start["text"], delta = "", {"type": "text_delta", "text": block["text"]}
+            elif kind == "tool_use":
+                raw = json.dumps(block.get("input") or {})
+                start["input"], delta = {}, {"type": "input_json_delta", "partial_json": raw}
+            handle({"type": "content_block_start", "index": index, "content_block": start}, out)
+            if delta is not None:
+                handle({"type": "content_block_delta", "index": index, "delta": delta}, out)
+            handle({"type": "content_block_stop", "index": index}, out)
+        delta_event = {"stop_reason": body.get("stop_reason")}
+        handle({"type": "message_delta", "delta": delta_event, "usage": {}}, out)
+        handle({"type": "message_stop"}, out)
+
+    def finish(self, out: list[StreamEvent]) -> ModelResponse:
+        if not self.started:
+            raise ProviderError(
+                ErrorCategory.TRANSIENT, "empty response: no message_start", provider=self.provider
+            )
+        if self.stop_reason is None:
+            raise ProviderError(
+                ErrorCategory.TRANSIENT,
+                "the stream ended before the message did (no stop_reason)",
+                provider=self.provider,
+            )
+        incomplete: list[str] = []
+        for index, opened in list(self.open.items()):
+            if opened.kind == "tool_use":
+                incomplete.append(opened.id)  # cut off (max_tokens): never executed
+            elif opened.kind == "text" and opened.parts:
+                self.blocks[index] = TextBlock("".join(opened.parts))
+        blocks = tuple(self.blocks[i] for i in sorted(self.blocks))
+        u = self.usage
+        details = u.get("output_tokens_details") or {}
+        usage = Usage(
+            int(u.get("input_tokens") or 0),
+            int(u.get("output_tokens") or 0),
+            int(u.get("cache_read_input_tokens") or 0),
+            int(u.get("cache_creation_input_tokens") or 0),
+            int(details.get("thinking_tokens") or 0),
+        )
+        return ModelResponse(
+            Message("assistant", blocks),
+            self.stop_reason,
+            usage,
+            self.model,
+            self.provider,
+            tuple(incomplete),
+        )
+
+
+class AnthropicProvider(HTTPProvider):
+    """Claude over the Messages API. ``api_key`` defaults to ``ANTHROPIC_API_KEY``."""
+
+    dialect = "anthropic"
+
+    def __init__(
+        self,
+        api_key: str | None = None,
+        *,
+        base_url: str | None = None,
+        name: str = "anthropic",
+        timeout: float = 600.0,
+        default_headers: dict[str, str] | None = None,
+        client: anthropic.AsyncAnthropic | None = None,
+    ) -> None:
+        self.name = name
+        self.client = client or anthropic.AsyncAnthropic(
+            api_key=api_key,
+            base_url=base_url,
+            max_retries=0,
+            timeout=timeout,
+            default_headers=default_headers,
+        )
+
+    def _send(self, payload: dict[str, Any]) -> AbstractAsyncContextManager[Any]:
+        return self.client.messages.with_streaming_response.create(**payload)  # type: ignore[no-any-return]
+
+    def _assembler(self, request: WireRequest) -> AnthropicAssembler:
+        return AnthropicAssembler(self.name, request.model)

@@ -1,0 +1,229 @@
+"""OpenAI Chat Completions (and compatible servers: vLLM, llama.cpp, Ollama) through
+``AsyncOpenAI`` (max_retries=0: the machine retries).
+
+Only choice 0 is assembled. ``usage.input_tokens`` excludes cached prompt tokens, which are
+counted in ``cache_read_tokens`` (as Anthropic reports them).
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+import openai
+
+from innerloop._errors import ErrorCategory, ProviderError
+from innerloop._events import (
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolInputDelta,
+    ToolUseComplete,
+    ToolUseStart,
+)
+from innerloop._messages import (
+    Block,
+    Message,
+    ModelResponse,
+    TextBlock,
+    ThinkingBlock,
+    ToolUseBlock,
+    Usage,
+)
+from innerloop.providers._errors import error_from_body
+from innerloop.providers._http import HTTPProvider, loads, parse_tool_input
+from innerloop.providers._normalize import WireRequest
+
+__all__ = ["FINISH_REASONS", "OpenAIAssembler", "OpenAIProvider"]
+
+FINISH_REASONS = {
+    "stop": "end_turn",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "length": "max_tokens",
+    "content_filter": "refusal",
+}
+_DONE = b"[DONE]"
+
+
+class _Call:
+    __slots__ = ("arguments", "done", "id", "index", "name")
+
+    def __init__(self, index: int, id: str, name: str) -> None:
+        self.index = index
+        self.id = id
+        self.name = name
+        self.arguments: list[str] = []
+        self.done = False
+
+
+class OpenAIAssembler:
+    """Chat completion chunks (as parsed JSON) -> stream events and a ``ModelResponse``."""
+
+    def __init__(self, provider: str, model: str) -> None:
+        self.provider = provider
+        self.model = model
+        self.started = False
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] | None = None
+        self.next_index = 0
+        self.text_index: int | None = None
+        self.thinking_index: int | None = None
+        self.text: list[str] = []
+        self.thinking: list[str] = []
+        self.refusal = False
+        self.calls: dict[int, _Call] = {}
+        self.blocks: dict[int, Block] = {}
+
+    def feed(self, data: bytes, out: list[StreamEvent]) -> None:
+        if data.strip() == _DONE:
+            return
+        self.handle(loads(self.provider, data), out)
+
+    def handle(self, chunk: dict[str, Any], out: list[StreamEvent]) -> None:
+        if chunk.get("error"):
+            raise error_from_body(self.provider, chunk)
+        self.started = True
+        if chunk.get("model"):
+            self.model = chunk["model"]
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or choice.get("message") or {}
+            if delta:
+                self._delta(delta, out)
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+
+    def _block_index(self) -> int:
+        index, self.next_index = self.next_index, self.next_index + 1
+        return index
+
+    def _delta(self, delta: dict[str, Any], out: list[StreamEvent]) -> None:
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if reasoning and isinstance(reasoning, str):
+            if self.thinking_index is None:
+                self.thinking_index = self._block_index()
+            self.thinking.append(reasoning)
+            out.append(ThinkingDelta(self.thinking_index, reasoning))
+        text = delta.get("content") or delta.get("refusal")
+        if text:
+            if delta.get("refusal"):
+                self.refusal = True
+            if self.text_index is None:
+                self.text_index = self._block_index()
+            self.text.append(text)
+            out.append(TextDelta(self.text_index, text))
+        for fragment in delta.get("tool_calls") or ():
+            self._tool_fragment(fragment, out)
+
+    def _tool_fragment(self, fragment: dict[str, Any], out: list[StreamEvent]) -> None:
+        key = fragment.get("index", len(self.calls))
+        function = fragment.get("function") or {}
+        call = self.calls.get(key)
+        if call is None:
+            for earlier in self.calls.values():
+                self._try_complete(earlier, out)
+            call = self.calls[key] = _Call(
+                self._block_index(), fragment.get("id") or f"call_{key}", function.get("name", "")
+            )
+            out.append(ToolUseStart(call.index, call.id, call.name))
+        arguments = function.get("arguments")
+        if arguments:
+            call.arguments.append(arguments)
+            out.append(ToolInputDelta(call.index, call.id, arguments))
+
+    def _try_complete(self, call: _Call, out: list[StreamEvent], strict: bool = False) -> bool:
+        if call.done:
+            return True
+        try:
+            arguments = parse_tool_input(self.provider, call.name, "".join(call.arguments))
+        except ProviderError:
+            if strict:
+                raise
+            return False
+        call.done = True
+        block = ToolUseBlock(call.id, call.name, arguments)
+        self.blocks[call.index] = block
+        out.append(ToolUseComplete(call.index, block))
+        return True
+
+    def feed_json(self, body: Any, out: list[StreamEvent]) -> None:
+        """A non-streaming ``chat.completion``: one chunk holding everything."""
+        if not isinstance(body, dict) or "choices" not in body:
+            raise error_from_body(self.provider, body or {"error": "empty response"})
+        self.handle(body, out)
+
+    def finish(self, out: list[StreamEvent]) -> ModelResponse:
+        if not self.started:
+            raise ProviderError(
+                ErrorCategory.TRANSIENT, "empty response: no chunks", provider=self.provider
+            )
+        if self.finish_reason is None:
+            raise ProviderError(
+                ErrorCategory.TRANSIENT,
+                "the stream ended before the message did (no finish_reason)",
+                provider=self.provider,
+            )
+        cut = self.finish_reason == "length"
+        incomplete = tuple(
+            c.id for c in self.calls.values() if not self._try_complete(c, out, strict=not cut)
+        )
+        if self.thinking_index is not None:
+            self.blocks[self.thinking_index] = ThinkingBlock("".join(self.thinking))
+        if self.text_index is not None:
+            self.blocks[self.text_index] = TextBlock("".join(self.text))
+        stop = FINISH_REASONS.get(self.finish_reason, self.finish_reason)
+        if self.refusal:
+            stop = "refusal"
+        u = self.usage or {}
+        cached = int((u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+        reasoning = int((u.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0)
+        usage = Usage(
+            int(u.get("prompt_tokens") or 0) - cached,
+            int(u.get("completion_tokens") or 0),
+            cached,
+            0,
+            reasoning,
+        )
+        blocks = tuple(self.blocks[i] for i in sorted(self.blocks))
+        return ModelResponse(
+            Message("assistant", blocks), stop, usage, self.model, self.provider, incomplete
+        )
+
+
+class OpenAIProvider(HTTPProvider):
+    """Chat Completions. ``api_key`` defaults to ``OPENAI_API_KEY``; with a ``base_url``
+    (a local OpenAI-compatible server) no key is needed."""
+
+    dialect = "openai"
+
+    def __init__(
+        self,
+        api_key: str | None = None,
+        *,
+        base_url: str | None = None,
+        name: str = "openai",
+        timeout: float = 600.0,
+        default_headers: dict[str, str] | None = None,
+        client: openai.AsyncOpenAI | None = None,
+    ) -> None:
+        self.name = name
+        if api_key is None:
+            api_key = os.environ.get("OPENAI_API_KEY") or ("unused" if base_url else None)
+        self.client = client or openai.AsyncOpenAI(
+            api_key=api_key,
+            base_url=base_url,
+            max_retries=0,
+            timeout=timeout,
+            default_headers=default_headers,
+        )
+
+    def _send(self, payload: dict[str, Any]) -> AbstractAsyncContextManager[Any]:
+        return self.client.chat.completions.with_streaming_response.create(**payload)  # type: ignore[no-any-return]
+
+    def _assembler(self, request: WireRequest) -> OpenAIAssembler:
+        return OpenAIAssembler(self.name, request.model)

@@ -1,0 +1,651 @@
+"""Loopback API servers: the Anthropic Messages API and the OpenAI Chat Completions API on
+127.0.0.1, over real HTTP (SSE when streaming), playing a script of replies and faults.
+
+A server runs its own event loop in a thread, so it serves sync and async tests alike;
+``with AnthropicServer([...]) as server:`` (or ``async with``) starts and stops it. Script
+steps: a :class:`~innerloop.testing.Reply`, a :class:`~innerloop.testing.Fault`, or one of
+the wire-level steps here (:class:`RateLimit`, :class:`SlowReply`, :class:`Truncated`,
+:class:`StreamError`, :class:`Raw`). Every request received is kept in ``requests``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import gzip
+import itertools
+import json
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any, ClassVar, Literal
+
+import attrs
+
+from innerloop._messages import (
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolUseBlock,
+    Usage,
+)
+from innerloop.testing._scripted import Fault, Reply, reply
+
+__all__ = [
+    "AnthropicServer",
+    "LoopbackServer",
+    "OpenAIServer",
+    "RateLimit",
+    "Raw",
+    "RecordedRequest",
+    "SlowReply",
+    "StreamError",
+    "Truncated",
+]
+
+
+@attrs.frozen
+class RateLimit:
+    """A 429 whose wait is given as ``retry-after`` seconds, an HTTP date, or
+    ``retry-after-ms`` (``form``); ``retry_after=None`` sends no header."""
+
+    retry_after: float | None = None
+    form: Literal["seconds", "date", "ms"] = "seconds"
+
+
+@attrs.frozen
+class SlowReply:
+    """``reply`` streamed at ``tokens_per_second``: one SSE frame every
+    ``1 / tokens_per_second`` seconds (each delta frame carries one token)."""
+
+    reply: Reply
+    tokens_per_second: float
+
+
+@attrs.frozen
+class Truncated:
+    """``reply`` cut after ``after_events`` SSE frames: the connection drops mid-body."""
+
+    reply: Reply
+    after_events: int = 3
+
+
+@attrs.frozen
+class StreamError:
+    """A 200 stream carrying an in-stream error after ``after_events`` frames."""
+
+    error_type: str = "overloaded_error"
+    message: str = "Overloaded"
+    after_events: int = 2
+
+
+@attrs.frozen
+class Raw:
+    """A recorded response replayed as is (``gzip=True`` compresses ``body`` first)."""
+
+    status: int = 200
+    headers: tuple[tuple[str, str], ...] = ()
+    body: bytes = b""
+    gzip: bool = False
+
+
+Step = Reply | Fault | RateLimit | SlowReply | Truncated | StreamError | Raw
+
+
+@attrs.frozen
+class RecordedRequest:
+    """One request as the server received it."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+@attrs.define
+class _Plan:
+    status: int
+    headers: list[tuple[str, str]]
+    chunks: list[bytes]
+    delay: float = 0.0
+    drop: bool = False
+    hang: bool = False
+    stream: bool = False
+
+
+_SKIP_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive"})
+_REASONS = {200: "OK", 400: "Bad Request", 429: "Too Many Requests", 500: "Internal Server Error"}
+
+
+def _sse(event: str | None, data: Any) -> bytes:
+    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {payload}\n\n".encode()
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+class LoopbackServer:
+    """The shared HTTP machinery; subclasses render replies and errors in their dialect."""
+
+    dialect: ClassVar[str] = ""
+    path: ClassVar[str] = ""
+    api_prefix: ClassVar[str] = ""
+
+    def __init__(
+        self,
+        script: Iterable[Step] = (),
+        *,
+        model: str = "loopback-model-20250101",
+        chunk_size: int = 16,
+    ) -> None:
+        self.script: list[Step] = list(script)
+        self.model = model
+        self.chunk_size = chunk_size
+        self.played = 0
+        self.requests: list[RecordedRequest] = []
+        self.port = 0
+        self._ids = itertools.count(1)
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._start_error: BaseException | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """The root URL, ``http://127.0.0.1:<port>``."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """The ``base_url`` to give the dialect's SDK client."""
+        return self.url + self.api_prefix
+
+    def push(self, *steps: Step) -> None:
+        """Append steps to the script."""
+        self.script.extend(steps)
+
+    def start(self) -> LoopbackServer:
+        if self._thread is not None:
+            raise RuntimeError(f"{type(self).__name__} is already running on {self.url}")
+        self._ready = threading.Event()
+        self._start_error = None
+        self._thread = threading.Thread(target=self._serve, name=type(self).__name__, daemon=True)
+        self._thread.start()
+        self._ready.wait(10)
+        if self._start_error is not None:
+            raise RuntimeError(f"loopback server failed to start: {self._start_error}")
+        return self
+
+    def stop(self) -> None:
+        """Stop serving; open connections (slow or hanging ones too) are closed."""
+        thread, loop, stop = self._thread, self._loop, self._stop
+        if thread is None or loop is None or stop is None:
+            return
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(10)
+        self._thread = None
+
+    def __enter__(self) -> LoopbackServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> LoopbackServer:
+        return self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = f"url={self.url!r}" if self._thread is not None else "stopped"
+        return f"<{type(self).__name__} {state} played={self.played}/{len(self.script)}>"
+
+    def _serve(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._main())
+        except BaseException as exc:  # reported to start()
+            self._start_error = exc
+            self._ready.set()
+        finally:
+            loop.close()
+
+    async def _main(self) -> None:
+        self._stop = asyncio.Event()
+        tasks: set[asyncio.Task[None]] = set()
+
+        async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            tasks.add(task)
+            try:
+                await self._connection(reader, writer)
+            except (ConnectionError, asyncio.IncompleteReadError):
+                pass
+            finally:
+                tasks.discard(task)
+                writer.close()
+
+        server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+        self.port = server.sockets[0].getsockname()[1]
+        self._ready.set()
+        await self._stop.wait()
+        server.close()
+        for task in list(tasks):
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await server.wait_closed()
+
+    # -- one request ----------------------------------------------------------------------
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        line = await reader.readline()
+        if not line:
+            return
+        method, target, _ = line.decode("latin-1").split(" ", 2)
+        headers: dict[str, str] = {}
+        while True:
+            header = await reader.readline()
+            if header in (b"\r\n", b"\n", b""):
+                break
+            key, _, value = header.decode("latin-1").partition(":")
+            headers[key.strip().lower()] = value.strip()
+        raw = await reader.readexactly(int(headers.get("content-length", "0")))
+        try:
+            body: Any = json.loads(raw) if raw else None
+        except ValueError:
+            body = raw.decode("utf-8", "replace")
+        path = target.split("?", 1)[0]
+        self.requests.append(RecordedRequest(method, path, headers, body))
+        try:
+            plan = self._plan(path, body)
+        except Exception as exc:  # a bad script step: tell the client, keep serving
+            plan = self._error(500, "api_error", f"loopback server cannot play the step: {exc!r}")
+        await self._send(writer, plan)
+
+    def _plan(self, path: str, body: Any) -> _Plan:
+        if path != self.path:
+            return self._error(404, "not_found_error", f"no route {path}; this serves {self.path}")
+        if self.played >= len(self.script):
+            return self._error(
+                400,
+                "invalid_request_error",
+                f"loopback script exhausted: all {len(self.script)} steps were played",
+            )
+        step = self.script[self.played]
+        self.played += 1
+        stream = bool(isinstance(body, dict) and body.get("stream"))
+        model = str(body.get("model") or self.model) if isinstance(body, dict) else self.model
+        return self._render(step, stream, model)
+
+    def _render(self, step: Step, stream: bool, model: str) -> _Plan:
+        if isinstance(step, Reply):
+            if not stream:
+                return self._json(200, self.message_json(step, model))
+            return self._events(self.frames(step, model))
+        if isinstance(step, SlowReply):
+            plan = self._events(self.frames(step.reply, model))
+            plan.delay = 1.0 / step.tokens_per_second
+            return plan
+        if isinstance(step, Truncated):
+            plan = self._events(self.frames(step.reply, model)[: step.after_events])
+            plan.drop = True
+            return plan
+        if isinstance(step, StreamError):
+            frames = self.frames(reply("partial answer that never ends"), model)
+            error = self.error_frame(step.error_type, step.message)
+            return self._events([*frames[: step.after_events], error])
+        if isinstance(step, RateLimit):
+            plan = self._error(429, "rate_limit_error", "rate limit exceeded")
+            plan.headers += self._retry_after(step)
+            return plan
+        if isinstance(step, Raw):
+            headers = [(k, v) for k, v in step.headers if k.lower() not in _SKIP_HEADERS]
+            body = step.body
+            if step.gzip:
+                body = gzip.compress(body)
+                headers.append(("content-encoding", "gzip"))
+            return _Plan(step.status, headers, [body])
+        return self._fault(step, model)
+
+    @staticmethod
+    def _retry_after(step: RateLimit) -> list[tuple[str, str]]:
+        if step.retry_after is None:
+            return []
+        if step.form == "ms":
+            return [("retry-after-ms", str(int(step.retry_after * 1000)))]
+        if step.form == "date":
+            when = email.utils.formatdate(time.time() + step.retry_after, usegmt=True)
+            return [("retry-after", when)]
+        return [("retry-after", f"{step.retry_after:g}")]
+
+    def _fault(self, fault: Fault, model: str) -> _Plan:
+        kind = fault.kind
+        if kind == "hang":
+            return _Plan(200, [], [], hang=True)
+        if kind == "malformed":
+            frames = self.frames(reply("this stream breaks"), model)
+            return self._events([*frames[:2], b'data: {"type": "content_block_delta", "ind\n\n'])
+        if kind == "empty":
+            return _Plan(200, [("content-type", "text/event-stream")], [b""], stream=True)
+        if kind == "dropped":
+            plan = self._events(
+                self.frames(reply("partial answer ..."), model)[: fault.after_events]
+            )
+            plan.drop = True
+            return plan
+        if kind == "rate_limited":
+            return self._render(RateLimit(fault.retry_after), True, model)
+        if kind == "context_overflow":
+            return self.prompt_too_long()
+        error_type = {
+            "overloaded": "overloaded_error",
+            "server_error": "api_error",
+        }.get(kind, "invalid_request_error")
+        status = fault.status or 500
+        if status == 401:
+            error_type = "authentication_error"
+        plan = self._error(status, error_type, fault.message or kind)
+        if fault.retry_after is not None:
+            plan.headers += self._retry_after(RateLimit(fault.retry_after))
+        return plan
+
+    def _json(self, status: int, body: Any) -> _Plan:
+        return _Plan(status, [("content-type", "application/json")], [json.dumps(body).encode()])
+
+    def _events(self, frames: list[bytes]) -> _Plan:
+        headers = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
+        return _Plan(200, headers, frames, stream=True)
+
+    def _error(self, status: int, error_type: str, message: str) -> _Plan:
+        return self._json(status, self.error_json(error_type, message))
+
+    async def _send(self, writer: asyncio.StreamWriter, plan: _Plan) -> None:
+        if plan.hang:
+            await asyncio.Event().wait()
+        reason = _REASONS.get(plan.status, "Status")
+        head = [f"HTTP/1.1 {plan.status} {reason}", "connection: close"]
+        head += [f"{k}: {v}" for k, v in plan.headers]
+        if plan.stream:
+            head.append("transfer-encoding: chunked")
+        else:
+            head.append(f"content-length: {sum(len(c) for c in plan.chunks)}")
+        writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
+        if not plan.stream:
+            writer.writelines(plan.chunks)
+            await writer.drain()
+            return
+        for i, chunk in enumerate(plan.chunks):
+            if plan.delay and i:
+                await asyncio.sleep(plan.delay)
+            if chunk:
+                writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            if plan.delay or plan.drop:
+                await writer.drain()
+        if not plan.drop:
+            writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    # -- dialect ----------------------------------------------------------------------------
+
+    def _tool_id(self, block: ToolUseBlock) -> str:
+        return block.id or f"toolu_{next(self._ids):04d}"
+
+    def frames(self, r: Reply, model: str) -> list[bytes]:
+        """``r`` as this dialect's SSE frames."""
+        raise NotImplementedError
+
+    def message_json(self, r: Reply, model: str) -> dict[str, Any]:
+        """``r`` as this dialect's non-streaming body."""
+        raise NotImplementedError
+
+    def error_json(self, error_type: str, message: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def error_frame(self, error_type: str, message: str) -> bytes:
+        return _sse("error", self.error_json(error_type, message))
+
+    def prompt_too_long(self) -> _Plan:
+        raise NotImplementedError
+
+
+class AnthropicServer(LoopbackServer):
+    """``POST /v1/messages``; give the SDK ``base_url=server.base_url``."""
+
+    dialect = "anthropic"
+    path = "/v1/messages"
+
+    def frames(self, r: Reply, model: str) -> list[bytes]:
+        size = self.chunk_size
+        u = r.usage
+        start_usage = {
+            "input_tokens": u.input_tokens,
+            "output_tokens": 1,
+            "cache_read_input_tokens": u.cache_read_tokens,
+            "cache_creation_input_tokens": u.cache_creation_tokens,
+        }
+        message: dict[str, Any] = {
+            "id": f"msg_{next(self._ids):04d}",
+            "type": "message",
+            "role": "assistant",
+            "model": r.model or model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": start_usage,
+        }
+        out = [_sse("message_start", {"type": "message_start", "message": message})]
+        out.append(_sse("ping", {"type": "ping"}))
+
+        def block(index: int, start: dict[str, Any], deltas: list[dict[str, Any]]) -> None:
+            out.append(
+                _sse(
+                    "content_block_start",
+                    {"type": "content_block_start", "index": index, "content_block": start},
+                )
+            )
+            for delta in deltas:
+                event = {"type": "content_block_delta", "index": index, "delta": delta}
+                out.append(_sse("content_block_delta", event))
+
+        def stop(index: int) -> None:
+            out.append(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
+
+        for i, b in enumerate(r.blocks):
+            if isinstance(b, TextBlock):
+                deltas = [{"type": "text_delta", "text": p} for p in _pieces(b.text, size)]
+                block(i, {"type": "text", "text": ""}, deltas)
+            elif isinstance(b, ThinkingBlock):
+                deltas = [
+                    {"type": "thinking_delta", "thinking": p} for p in _pieces(b.thinking, size)
+                ]
+                deltas.append({"type": "signature_delta", "signature": b.signature})
+                block(i, {"type": "thinking", "thinking": "", "signature": ""}, deltas)
+            elif isinstance(b, RedactedThinkingBlock):
+                block(i, {"type": "redacted_thinking", "data": b.data}, [])
+            elif isinstance(b, ToolUseBlock):
+                raw = json.dumps(b.input)
+                deltas = [
+                    {"type": "input_json_delta", "partial_json": p} for p in _pieces(raw, size)
+                ]
+                start = {"type": "tool_use", "id": self._tool_id(b), "name": b.name, "input": {}}
+                block(i, start, [{"type": "input_json_delta", "partial_json": ""}, *deltas])
+            stop(i)
+        if r.incomplete_tool is not None:
+            name, partial = r.incomplete_tool
+            start = {"type": "tool_use", "id": f"toolu_{next(self._ids):04d}", "name": name}
+            block(
+                len(r.blocks),
+                {**start, "input": {}},
+                [{"type": "input_json_delta", "partial_json": partial}],
+            )
+        delta = {
+            "type": "message_delta",
+            "delta": {"stop_reason": r.stop_reason, "stop_sequence": None},
+        }
+        out.append(_sse("message_delta", {**delta, "usage": {"output_tokens": u.output_tokens}}))
+        out.append(_sse("message_stop", {"type": "message_stop"}))
+        return out
+
+    def message_json(self, r: Reply, model: str) -> dict[str, Any]:
+        content = []
+        for b in r.blocks:
+            item = b.to_dict()
+            if isinstance(b, ToolUseBlock):
+                item["id"] = self._tool_id(b)
+            content.append(item)
+        return {
+            "id": f"msg_{next(self._ids):04d}",
+            "type": "message",
+            "role": "assistant",
+            "model": r.model or model,
+            "content": content,
+            "stop_reason": r.stop_reason,
+            "stop_sequence": None,
+            "usage": _anthropic_usage(r.usage),
+        }
+
+    def error_json(self, error_type: str, message: str) -> dict[str, Any]:
+        return {"type": "error", "error": {"type": error_type, "message": message}}
+
+    def prompt_too_long(self) -> _Plan:
+        message = "prompt is too long: 212345 tokens > 200000 maximum"
+        return self._error(400, "invalid_request_error", message)
+
+
+def _anthropic_usage(u: Usage) -> dict[str, int]:
+    return {
+        "input_tokens": u.input_tokens,
+        "output_tokens": u.output_tokens,
+        "cache_read_input_tokens": u.cache_read_tokens,
+        "cache_creation_input_tokens": u.cache_creation_tokens,
+    }
+
+
+_FINISH = {
+    "end_turn": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+    "refusal": "content_filter",
+    "stop_sequence": "stop",
+}
+
+
+class OpenAIServer(LoopbackServer):
+    """``POST /v1/chat/completions``; give the SDK ``base_url=server.base_url``."""
+
+    dialect = "openai"
+    path = "/v1/chat/completions"
+    api_prefix = "/v1"
+
+    def _usage(self, u: Usage) -> dict[str, Any]:
+        prompt = u.input_tokens + u.cache_read_tokens
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": u.output_tokens,
+            "total_tokens": prompt + u.output_tokens,
+            "prompt_tokens_details": {"cached_tokens": u.cache_read_tokens},
+            "completion_tokens_details": {"reasoning_tokens": u.thinking_tokens},
+        }
+
+    def frames(self, r: Reply, model: str) -> list[bytes]:
+        size = self.chunk_size
+        cid = f"chatcmpl-{next(self._ids):04d}"
+        model = r.model or model
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            body = {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "model": model,
+                "choices": [choice],
+                "usage": None,
+            }
+            return _sse(None, body)
+
+        out = [chunk({"role": "assistant", "content": ""})]
+        calls = 0
+        for b in r.blocks:
+            if isinstance(b, TextBlock):
+                out += [chunk({"content": p}) for p in _pieces(b.text, size)]
+            elif isinstance(b, ToolUseBlock):
+                head = {"index": calls, "id": self._tool_id(b), "type": "function"}
+                out.append(
+                    chunk({"tool_calls": [{**head, "function": {"name": b.name, "arguments": ""}}]})
+                )
+                for p in _pieces(json.dumps(b.input), size):
+                    out.append(
+                        chunk({"tool_calls": [{"index": calls, "function": {"arguments": p}}]})
+                    )
+                calls += 1
+        if r.incomplete_tool is not None:
+            name, partial = r.incomplete_tool
+            head = {"index": calls, "id": f"call_{next(self._ids):04d}", "type": "function"}
+            out.append(
+                chunk({"tool_calls": [{**head, "function": {"name": name, "arguments": partial}}]})
+            )
+        out.append(chunk({}, _FINISH.get(r.stop_reason, r.stop_reason)))
+        usage = {
+            "id": cid,
+            "object": "chat.completion.chunk",
+            "model": model,
+            "choices": [],
+            "usage": self._usage(r.usage),
+        }
+        out += [_sse(None, usage), b"data: [DONE]\n\n"]
+        return out
+
+    def message_json(self, r: Reply, model: str) -> dict[str, Any]:
+        calls = [
+            {
+                "id": self._tool_id(b),
+                "type": "function",
+                "function": {"name": b.name, "arguments": json.dumps(b.input)},
+            }
+            for b in r.blocks
+            if isinstance(b, ToolUseBlock)
+        ]
+        text = "".join(b.text for b in r.blocks if isinstance(b, TextBlock))
+        message: dict[str, Any] = {"role": "assistant", "content": text or None}
+        if calls:
+            message["tool_calls"] = calls
+        choice = {
+            "index": 0,
+            "message": message,
+            "finish_reason": _FINISH.get(r.stop_reason, r.stop_reason),
+        }
+        return {
+            "id": f"chatcmpl-{next(self._ids):04d}",
+            "object": "chat.completion",
+            "model": r.model or model,
+            "choices": [choice],
+            "usage": self._usage(r.usage),
+        }
+
+    def error_json(self, error_type: str, message: str) -> dict[str, Any]:
+        kind = {"rate_limit_error": "rate_limit_exceeded"}.get(error_type, error_type)
+        return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+    def error_frame(self, error_type: str, message: str) -> bytes:
+        return _sse(None, self.error_json(error_type, message))
+
+    def prompt_too_long(self) -> _Plan:
+        body = {
+            "error": {
+                "message": "This model's maximum context length is 128000 tokens. However, your "
+                "messages resulted in 130512 tokens. Please reduce the length of the messages.",
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": "context_length_exceeded",
+            }
+        }
+        return self._json(400, body)

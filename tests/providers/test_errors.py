@@ -1,0 +1,209 @@
+"""Every provider failure maps to one category of a closed set, with no API key in it."""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+
+import httpx2
+import pytest
+
+from innerloop import ProviderError
+from innerloop.providers import (
+    AnthropicProvider,
+    OpenAIProvider,
+    WireRequest,
+    error_from_exception,
+    error_from_status,
+    parse_retry_after,
+)
+from innerloop.testing import (
+    AnthropicServer,
+    Fault,
+    OpenAIServer,
+    RateLimit,
+    Raw,
+    SlowReply,
+    reply,
+)
+
+NOW = 1_700_000_000.0
+KEY = "sk-ant-api03-SECRETSECRETSECRET0123"
+JSON = (("content-type", "application/json"),)
+TOO_LONG = "prompt is too long: 210000 tokens > 200000 maximum"
+
+
+class TestRetryAfter:
+    @pytest.mark.parametrize(
+        ("headers", "seconds"),
+        [
+            ({"retry-after": "7"}, 7.0),
+            ({"Retry-After": "1.5"}, 1.5),
+            ({"retry-after-ms": "2500"}, 2.5),
+            ({"retry-after-ms": "250", "retry-after": "9"}, 0.25),
+            ({"retry-after": email.utils.formatdate(NOW + 42, usegmt=True)}, 42.0),
+            ({"retry-after": email.utils.formatdate(NOW - 42, usegmt=True)}, 0.0),
+            ({"retry-after": "soon"}, None),
+            ({}, None),
+        ],
+    )
+    def test_each_form_becomes_seconds(
+        self, headers: dict[str, str], seconds: float | None
+    ) -> None:
+        """Seconds, milliseconds and HTTP dates all become seconds from now."""
+        assert parse_retry_after(headers, now=lambda: NOW) == seconds
+
+
+def _anthropic(kind: str, message: str) -> str:
+    return json.dumps({"type": "error", "error": {"type": kind, "message": message}})
+
+
+def _openai(kind: str, message: str, code: str | None = None) -> str:
+    return json.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}})
+
+
+class TestStatusMapping:
+    @pytest.mark.parametrize(
+        ("status", "body", "category"),
+        [
+            (429, _anthropic("rate_limit_error", "slow down"), "rate_limited"),
+            (429, _openai("requests", "Rate limit reached", "rate_limit_exceeded"), "rate_limited"),
+            (529, _anthropic("overloaded_error", "Overloaded"), "overloaded"),
+            (500, _anthropic("api_error", "Internal server error"), "transient"),
+            (502, "<html>Bad Gateway</html>", "transient"),
+            (503, "", "transient"),
+            (408, "", "transient"),
+            (400, _anthropic("invalid_request_error", TOO_LONG), "context_overflow"),
+            (
+                400,
+                _openai("invalid_request_error", "long", "context_length_exceeded"),
+                "context_overflow",
+            ),
+            (400, _anthropic("invalid_request_error", "max_tokens: field required"), "fatal"),
+            (401, _anthropic("authentication_error", "invalid x-api-key"), "fatal"),
+            (403, _anthropic("permission_error", "no access"), "fatal"),
+            (404, _openai("invalid_request_error", "no model `x`", "model_not_found"), "fatal"),
+        ],
+    )
+    def test_category(self, status: int, body: str, category: str) -> None:
+        """The status and the body's error type decide the category."""
+        error = error_from_status("p", status, {}, body)
+        assert error.category == category
+        assert error.status == status
+        assert error.retryable is (category != "fatal")
+
+    def test_message_names_type_and_text(self) -> None:
+        """The message carries the provider's error type and text."""
+        body = _anthropic("rate_limit_error", "slow down")
+        error = error_from_status("anthropic", 429, {"retry-after": "3"}, body)
+        assert str(error) == "anthropic HTTP 429 rate_limited: rate_limit_error: slow down"
+        assert error.retry_after == 3.0
+
+    def test_no_api_key_survives(self) -> None:
+        """A key echoed back in a body is scrubbed from message and raw body."""
+        body = _anthropic("authentication_error", f"invalid x-api-key {KEY}")
+        error = error_from_status("anthropic", 401, {}, body)
+        assert KEY not in str(error) and KEY not in (error.raw or "")
+        assert "[redacted]" in error.message
+
+
+class TestExceptions:
+    def test_timeouts_and_dropped_connections_are_transient(self) -> None:
+        """Transport failures (timeouts, protocol errors) are transient."""
+        request = httpx2.Request("POST", "http://127.0.0.1:1/v1/messages")
+        timeout = httpx2.ReadTimeout("timed out", request=request)
+        for exc in (timeout, httpx2.RemoteProtocolError("peer closed")):
+            assert error_from_exception("p", exc).category == "transient"
+
+    def test_unknown_exceptions_are_fatal(self) -> None:
+        """Anything unrecognised is fatal, named in the message."""
+        error = error_from_exception("p", KeyError("boom"))
+        assert error.category == "fatal"
+        assert error.message == "KeyError: 'boom'"
+
+
+def _open(server: AnthropicServer | OpenAIServer) -> ProviderError:
+    async def go() -> ProviderError:
+        cls = AnthropicProvider if isinstance(server, AnthropicServer) else OpenAIProvider
+        provider = cls(KEY, base_url=server.base_url)
+        payload = {"model": "m", "max_tokens": 5, "messages": [], "stream": True}
+        request = WireRequest(provider.dialect, "m", payload)
+        try:
+            await provider.complete(request)
+        except ProviderError as exc:
+            return exc
+        finally:
+            await provider.aclose()
+        raise AssertionError("no error")
+
+    return asyncio.run(go())
+
+
+class TestThroughTheSDKs:
+    @pytest.mark.parametrize(
+        ("step", "category", "retry_after"),
+        [
+            (RateLimit(3.0), "rate_limited", 3.0),
+            (RateLimit(1.5, "ms"), "rate_limited", 1.5),
+            (RateLimit(None), "rate_limited", None),
+            (Fault.overloaded(), "overloaded", None),
+            (Fault.server_error(500), "transient", None),
+            (Fault.context_overflow(), "context_overflow", None),
+            (Fault.fatal(401), "fatal", None),
+            (Fault.fatal(403, "forbidden"), "fatal", None),
+            (Raw(404, (("content-type", "text/plain"),), b"no such route"), "fatal", None),
+            (Fault.empty(), "transient", None),
+            (Fault.dropped(), "transient", None),
+            (Fault.malformed(), "transient", None),
+            (Raw(200, JSON, b""), "transient", None),
+            (Raw(200, JSON, b'{"unexpected": true}'), "transient", None),
+        ],
+    )
+    @pytest.mark.parametrize("server_cls", [AnthropicServer, OpenAIServer])
+    def test_each_fault_over_http(
+        self, server_cls: type, step: object, category: str, retry_after: float | None
+    ) -> None:
+        """Each scripted fault, through the real SDK client, lands in its category."""
+        with server_cls([step]) as server:
+            error = _open(server)
+        assert error.category == category
+        assert error.retry_after == retry_after
+        assert KEY not in str(error) and KEY not in (error.raw or "")
+
+    def test_connection_refused_is_transient(self) -> None:
+        """No server listening: the SDK's connection error is transient."""
+        server = AnthropicServer().start()
+        server.stop()
+        assert _open(server).category == "transient"
+
+
+class TestTimeouts:
+    def _complete(self, server: AnthropicServer, timeout: float) -> ProviderError:
+        async def go() -> ProviderError:
+            provider = AnthropicProvider(KEY, base_url=server.base_url, timeout=timeout)
+            payload = {"model": "m", "max_tokens": 5, "messages": [], "stream": True}
+            try:
+                await provider.complete(WireRequest("anthropic", "m", payload))
+            except ProviderError as exc:
+                return exc
+            finally:
+                await provider.aclose()
+            raise AssertionError("no error")
+
+        return asyncio.run(go())
+
+    def test_no_answer_times_out_transient(self) -> None:
+        """A server that never answers: the SDK's timeout is transient."""
+        with AnthropicServer([Fault.hang()]) as server:
+            error = self._complete(server, 0.2)
+        assert error.category == "transient"
+        assert error.message.startswith("APITimeoutError")
+
+    def test_stalled_stream_times_out_transient(self) -> None:
+        """A stream that stalls mid-body times out, transient, said to be mid-stream."""
+        slow = SlowReply(reply("x" * 64), tokens_per_second=2.0)
+        with AnthropicServer([slow], chunk_size=4) as server:
+            error = self._complete(server, 0.2)
+        assert error.category == "transient"
+        assert error.message.startswith("mid-stream: ReadTimeout")

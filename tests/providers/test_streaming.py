@@ -1,0 +1,423 @@
+"""Parsing the two wire formats into stream events: the awkward cases of real traffic."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from innerloop import ProviderError
+from innerloop._events import (
+    MessageComplete,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolInputDelta,
+    ToolUseComplete,
+    ToolUseStart,
+)
+from innerloop._messages import (
+    ModelResponse,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolUseBlock,
+    Usage,
+)
+from innerloop.providers import AnthropicProvider, OpenAIProvider, WireRequest
+from innerloop.providers._anthropic import AnthropicAssembler
+from innerloop.providers._http import SSESplitter
+from innerloop.providers._openai import OpenAIAssembler
+from innerloop.testing import AnthropicServer, OpenAIServer, Raw
+
+KEY = "sk-ant-streaming-0123456789abcdef"
+SSE = (("content-type", "text/event-stream"),)
+
+
+def frame(data: dict[str, Any], pad: str = "") -> bytes:
+    return f"event: {data.get('type', 'x')}\ndata: {json.dumps(data)[:-1]}{pad}}}\n\n".encode()
+
+
+def start(model: str = "claude-x-20250101", **usage: int) -> bytes:
+    message = {"model": model, "usage": {"input_tokens": 7, "output_tokens": 1, **usage}}
+    return frame({"type": "message_start", "message": message})
+
+
+def block_start(index: int, block: dict[str, Any]) -> bytes:
+    return frame({"type": "content_block_start", "index": index, "content_block": block})
+
+
+def delta(index: int, d: dict[str, Any], pad: str = "") -> bytes:
+    return frame({"type": "content_block_delta", "index": index, "delta": d}, pad)
+
+
+def stop(index: int) -> bytes:
+    return frame({"type": "content_block_stop", "index": index}, "      ")
+
+
+def end(reason: str, **usage: Any) -> bytes:
+    body = {"type": "message_delta", "delta": {"stop_reason": reason}, "usage": usage}
+    return frame(body) + b'event: message_stop\ndata: {"type":"message_stop"}'
+
+
+PING = b'event: ping\ndata: {"type": "ping"}\n\n'
+
+
+def run_anthropic(body: bytes) -> tuple[list[StreamEvent], ModelResponse]:
+    events: list[StreamEvent] = []
+    assembler = AnthropicAssembler("anthropic", "asked-model")
+    splitter = SSESplitter()
+    for data in [*splitter.feed(body), *splitter.finish()]:
+        assembler.feed(data, events)
+    return events, assembler.finish(events)
+
+
+def run_openai(chunks: list[dict[str, Any]]) -> tuple[list[StreamEvent], ModelResponse]:
+    body = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks)
+    events: list[StreamEvent] = []
+    assembler = OpenAIAssembler("openai", "asked-model")
+    for data in SSESplitter().feed(body + b"data: [DONE]\n\n"):
+        assembler.feed(data, events)
+    return events, assembler.finish(events)
+
+
+class TestAnthropicStream:
+    def test_pings_anywhere_and_padded_json(self) -> None:
+        """Pings before, between and inside blocks are ignored; padded JSON parses."""
+        body = (
+            start()
+            + PING
+            + block_start(0, {"type": "text", "text": ""})
+            + PING
+            + delta(0, {"type": "text_delta", "text": "Hel"}, "        ")
+            + delta(0, {"type": "text_delta", "text": ""})
+            + delta(0, {"type": "text_delta", "text": "lo"})
+            + stop(0)
+            + PING
+            + end("end_turn", output_tokens=3)
+        )
+        events, response = run_anthropic(body)
+        assert events == [TextDelta(0, "Hel"), TextDelta(0, "lo")]
+        assert response.message.content == (TextBlock("Hello"),)
+        assert response.usage == Usage(7, 3)
+        assert response.model == "claude-x-20250101"
+
+    def test_tool_without_arguments_gets_empty_object(self) -> None:
+        """The single empty input_json_delta of a no-argument tool means input ``{}``."""
+        body = (
+            start()
+            + block_start(0, {"type": "tool_use", "id": "toolu_1", "name": "now", "input": {}})
+            + PING
+            + delta(0, {"type": "input_json_delta", "partial_json": ""})
+            + stop(0)
+            + end("tool_use", output_tokens=9)
+        )
+        events, response = run_anthropic(body)
+        call = ToolUseBlock("toolu_1", "now", {})
+        assert events == [ToolUseStart(0, "toolu_1", "now"), ToolUseComplete(0, call)]
+        assert response.message.content == (call,)
+        assert response.stop_reason == "tool_use"
+
+    def test_tool_cut_at_max_tokens_is_incomplete(self) -> None:
+        """A tool_use with no block stop is listed as incomplete, never in the message."""
+        body = (
+            start()
+            + block_start(0, {"type": "text", "text": ""})
+            + delta(0, {"type": "text_delta", "text": "Sure."})
+            + stop(0)
+            + block_start(1, {"type": "tool_use", "id": "toolu_2", "name": "write", "input": {}})
+            + delta(1, {"type": "input_json_delta", "partial_json": '{"path": "a.t'})
+            + end("max_tokens", output_tokens=50)
+        )
+        events, response = run_anthropic(body)
+        assert ToolInputDelta(1, "toolu_2", '{"path": "a.t') in events
+        assert not any(isinstance(e, ToolUseComplete) for e in events)
+        assert response.message.content == (TextBlock("Sure."),)
+        assert response.incomplete_tool_uses == ("toolu_2",)
+        assert response.stop_reason == "max_tokens"
+
+    def test_thinking_and_redacted_thinking_keep_signature_and_data(self) -> None:
+        """Thinking keeps its signature; redacted thinking (no deltas) keeps its data."""
+        body = (
+            start()
+            + block_start(0, {"type": "thinking", "thinking": "", "signature": ""})
+            + delta(0, {"type": "thinking_delta", "thinking": "hmm"})
+            + delta(0, {"type": "thinking_delta", "thinking": ""})
+            + delta(0, {"type": "signature_delta", "signature": "EqQBsig"})
+            + stop(0)
+            + block_start(1, {"type": "redacted_thinking", "data": "EmwKAhgB"})
+            + PING
+            + stop(1)
+            + block_start(2, {"type": "text", "text": ""})
+            + delta(2, {"type": "text_delta", "text": "ok"})
+            + stop(2)
+            + end("end_turn", output_tokens=20, output_tokens_details={"thinking_tokens": 12})
+        )
+        events, response = run_anthropic(body)
+        assert events == [ThinkingDelta(0, "hmm"), TextDelta(2, "ok")]
+        assert response.message.content == (
+            ThinkingBlock("hmm", "EqQBsig"),
+            RedactedThinkingBlock("EmwKAhgB"),
+            TextBlock("ok"),
+        )
+        assert response.usage.thinking_tokens == 12
+
+    def test_cumulative_usage_with_cache_tokens(self) -> None:
+        """message_delta usage overrides message_start's, cache counts included."""
+        body = start(cache_read_input_tokens=100, cache_creation_input_tokens=30) + end(
+            "end_turn", output_tokens=4, input_tokens=8, cache_read_input_tokens=101
+        )
+        _, response = run_anthropic(body)
+        assert response.usage == Usage(8, 4, 101, 30)
+
+    @pytest.mark.parametrize(
+        "reason", ["end_turn", "tool_use", "max_tokens", "stop_sequence", "pause_turn", "refusal"]
+    )
+    def test_every_stop_reason_is_kept(self, reason: str) -> None:
+        """Each Anthropic stop reason reaches the response as is."""
+        _, response = run_anthropic(start() + end(reason, output_tokens=1))
+        assert response.stop_reason == reason
+
+    def test_error_event_mid_stream_is_overloaded(self) -> None:
+        """An ``event: error`` overloaded_error inside a 200 stream raises overloaded."""
+        error = {
+            "type": "error",
+            "error": {"details": None, "type": "overloaded_error", "message": "Overloaded"},
+        }
+        body = start() + block_start(0, {"type": "text", "text": ""}) + frame(error)
+        with pytest.raises(ProviderError) as caught:
+            run_anthropic(body)
+        assert caught.value.category == "overloaded"
+        assert caught.value.message == "overloaded_error: Overloaded"
+
+    def test_server_tool_blocks_stay_out_of_the_message(self) -> None:
+        """server_tool_use and its result are Anthropic's: not canonical blocks."""
+        body = (
+            start()
+            + block_start(
+                0,
+                {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}},
+            )
+            + delta(0, {"type": "input_json_delta", "partial_json": '{"query": "x"}'})
+            + stop(0)
+            + block_start(
+                1, {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []}
+            )
+            + stop(1)
+            + block_start(2, {"type": "text", "text": ""})
+            + delta(
+                2, {"type": "citations_delta", "citation": {"type": "web_search_result_location"}}
+            )
+            + delta(2, {"type": "text_delta", "text": "Found."})
+            + stop(2)
+            + end("end_turn", output_tokens=5)
+        )
+        events, response = run_anthropic(body)
+        assert events == [TextDelta(2, "Found.")]
+        assert response.message.content == (TextBlock("Found."),)
+
+    @pytest.mark.parametrize(
+        ("body", "message"),
+        [
+            (b"", "empty response: no message_start"),
+            (start(), "the stream ended before the message did (no stop_reason)"),
+            (start() + b'data: {"type": "content_blo\n\n', "malformed JSON in the stream"),
+        ],
+    )
+    def test_broken_streams_are_transient(self, body: bytes, message: str) -> None:
+        """Empty, unfinished and malformed streams are transient failures."""
+        with pytest.raises(ProviderError) as caught:
+            run_anthropic(body)
+        assert caught.value.category == "transient"
+        assert caught.value.message.startswith(message)
+
+
+def _chunk(
+    delta: dict[str, Any] | None = None, finish: str | None = None, **kw: Any
+) -> dict[str, Any]:
+    choices = [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]
+    return {"id": "c", "model": "gpt-4o-2024-08-06", "choices": choices, "usage": None, **kw}
+
+
+USAGE = {
+    "prompt_tokens": 100,
+    "completion_tokens": 20,
+    "prompt_tokens_details": {"cached_tokens": 64},
+    "completion_tokens_details": {"reasoning_tokens": 5},
+}
+
+
+class TestOpenAIStream:
+    def test_parallel_tool_calls_and_usage_chunk(self) -> None:
+        """Two calls told apart by index; the usage chunk has ``choices: []``."""
+        chunks = [
+            _chunk({"role": "assistant", "content": None, "refusal": None}),
+            _chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": "call_a",
+                            "type": "function",
+                            "function": {"name": "f", "arguments": ""},
+                        }
+                    ]
+                }
+            ),
+            _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"x": '}}]}),
+            _chunk({"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]}),
+            _chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": 1,
+                            "id": "call_b",
+                            "type": "function",
+                            "function": {"name": "g", "arguments": ""},
+                        }
+                    ]
+                }
+            ),
+            _chunk({}, "tool_calls"),
+            _chunk(None, usage=USAGE),
+        ]
+        events, response = run_openai(chunks)
+        a, b = ToolUseBlock("call_a", "f", {"x": 1}), ToolUseBlock("call_b", "g", {})
+        assert events == [
+            ToolUseStart(0, "call_a", "f"),
+            ToolInputDelta(0, "call_a", '{"x": '),
+            ToolInputDelta(0, "call_a", "1}"),
+            ToolUseComplete(0, a),
+            ToolUseStart(1, "call_b", "g"),
+            ToolUseComplete(1, b),
+        ]
+        assert response.message.content == (a, b)
+        assert response.stop_reason == "tool_use"
+        assert response.usage == Usage(36, 20, 64, 0, 5)
+        assert response.model == "gpt-4o-2024-08-06"
+
+    @pytest.mark.parametrize(
+        ("finish", "stop"),
+        [
+            ("stop", "end_turn"),
+            ("tool_calls", "tool_use"),
+            ("length", "max_tokens"),
+            ("content_filter", "refusal"),
+        ],
+    )
+    def test_finish_reasons(self, finish: str, stop: str) -> None:
+        """finish_reason maps onto the canonical stop reasons."""
+        _, response = run_openai([_chunk({"content": "x"}), _chunk({}, finish)])
+        assert response.stop_reason == stop
+
+    def test_call_cut_at_length_is_incomplete(self) -> None:
+        """Arguments cut off by ``length`` leave the call incomplete, not in the message."""
+        chunks = [
+            _chunk({"content": "ok"}),
+            _chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": "call_c",
+                            "type": "function",
+                            "function": {"name": "f", "arguments": '{"a": "b'},
+                        }
+                    ]
+                }
+            ),
+            _chunk({}, "length"),
+        ]
+        _, response = run_openai(chunks)
+        assert response.message.content == (TextBlock("ok"),)
+        assert response.incomplete_tool_uses == ("call_c",)
+
+    def test_error_chunk_mid_stream(self) -> None:
+        """An ``error`` object in a chunk raises the mapped ProviderError."""
+        error = {"error": {"message": "The server had an error", "type": "server_error"}}
+        with pytest.raises(ProviderError) as caught:
+            run_openai([_chunk({"content": "x"}), error])
+        assert caught.value.category == "transient"
+
+    def test_no_finish_reason_is_transient(self) -> None:
+        """A stream that stops before any finish_reason is a transient failure."""
+        with pytest.raises(ProviderError, match="no finish_reason"):
+            run_openai([_chunk({"content": "x"})])
+
+
+class TestSSESplitter:
+    @given(st.lists(st.integers(min_value=1, max_value=40), max_size=30), st.booleans())
+    def test_any_chunking_gives_the_same_payloads(self, cuts: list[int], crlf: bool) -> None:
+        """However the bytes are split (CRLF line ends too), the payloads are the same."""
+        body = (
+            b': comment\n\nevent: a\ndata: {"n": 1}\n\n'
+            b'data: [DONE]\n\nid: 3\ndata: {"n":\ndata: 2}\n\ndata: {}'
+        )
+        if crlf:
+            body = body.replace(b"\n", b"\r\n")
+        splitter, got, pos = SSESplitter(), [], 0
+        for cut in cuts:
+            got += splitter.feed(body[pos : pos + cut])
+            pos += cut
+        got += splitter.feed(body[pos:]) + splitter.finish()
+        assert [json.loads(g) if g.strip() != b"[DONE]" else None for g in got] == [
+            {"n": 1},
+            None,
+            {"n": 2},
+            {},
+        ]
+
+
+class TestOverHTTP:
+    def test_gzip_body_and_crlf_frames(self) -> None:
+        """A gzip-encoded SSE body with CRLF line ends is decoded and parsed."""
+        body = (
+            start()
+            + block_start(0, {"type": "text", "text": ""})
+            + delta(0, {"type": "text_delta", "text": "zip"})
+            + stop(0)
+            + end("end_turn", output_tokens=2)
+        )
+        body = body.replace(b"\n", b"\r\n")
+
+        async def go() -> ModelResponse:
+            async with AnthropicServer([Raw(200, SSE, body, gzip=True)]) as server:
+                provider = AnthropicProvider(KEY, base_url=server.base_url)
+                request = WireRequest(
+                    "anthropic",
+                    "m",
+                    {"model": "m", "max_tokens": 5, "messages": [], "stream": True},
+                )
+                try:
+                    return await provider.complete(request)
+                finally:
+                    await provider.aclose()
+
+        response = asyncio.run(go())
+        assert response.message.text == "zip"
+
+    def test_openai_stream_ends_with_message_complete(self) -> None:
+        """Over HTTP the stream yields deltas and then exactly one MessageComplete."""
+        from innerloop.testing import reply, tool_call
+
+        async def go() -> list[StreamEvent]:
+            async with OpenAIServer(
+                [reply("hi", tool_call("f", {"a": 1}, id="call_9"))], chunk_size=1
+            ) as server:
+                provider = OpenAIProvider(KEY, base_url=server.base_url)
+                request = WireRequest("openai", "m", {"model": "m", "messages": [], "stream": True})
+                stream = await provider.open(request)
+                events = [e async for e in stream]
+                await stream.aclose()
+                await provider.aclose()
+                return events
+
+        events = asyncio.run(go())
+        assert [e.type for e in events].count("message_complete") == 1
+        assert isinstance(events[-1], MessageComplete)
+        assert events[:2] == [TextDelta(0, "h"), TextDelta(0, "i")]
+        assert events[-2] == ToolUseComplete(1, ToolUseBlock("call_9", "f", {"a": 1}))
