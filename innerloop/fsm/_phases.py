@@ -30,13 +30,14 @@ from innerloop._messages import (
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,
+    Usage,
 )
 from innerloop.fsm._driver import Run
 from innerloop.providers._normalize import build_request
 from innerloop.recovery._compaction import CompactionRequest, CompactionResult
 from innerloop.recovery._diagnostic import build_diagnostic
 from innerloop.recovery._policy import backoff_delay
-from innerloop.recovery._pricing import cost_usd
+from innerloop.recovery._pricing import add_cost, cost_usd
 
 __all__ = [
     "abort",
@@ -77,11 +78,14 @@ def _compaction_reason(run: Run) -> str:
     return "budget"
 
 
-async def _run_compactor(run: Run, request: CompactionRequest) -> CompactionResult:
+async def _run_compactor(
+    run: Run, request: CompactionRequest
+) -> tuple[CompactionResult, Exception | None]:
+    """The run's compactor; if it fails, the deterministic fallback and the failure."""
     try:
-        return await run.compactor.compact(request, run.tokens)
-    except Exception:  # a failing summarizer must not lose the run: fall back
-        return await run.fallback_compactor.compact(request, run.tokens)
+        return await run.compactor.compact(request, run.tokens), None
+    except Exception as exc:  # a failing summarizer must not lose the run: fall back
+        return await run.fallback_compactor.compact(request, run.tokens), exc
 
 
 def _append_user_text(history: list[Message], text: str) -> None:
@@ -109,12 +113,22 @@ async def compact(run: Run) -> AsyncIterator[Event]:
         budget = params.context_budget or (state.context_tokens or before + static)
         target = int(budget * policy.overflow_compact_target) - static
     elif reason == "max_tokens":
+        # calls started eagerly from the truncated turn were discarded with it
+        await run.tool_runner.cancel_all()
         target = int(before * (1 - policy.max_tokens_compact_fraction))
     else:
         assert params.context_budget is not None
         target = int(params.context_budget * policy.budget_compact_target) - static
     request = CompactionRequest(history, max(target, 0), reason, policy.keep_recent_messages)
-    result = await _run_compactor(run, request)
+    result, failure = await _run_compactor(run, request)
+    if failure is not None:
+        yield Alert(
+            "compactor_failed",
+            f"{type(failure).__name__}: {failure}; the deterministic compactor took over",
+        )
+    if result.usage != Usage():
+        state.usage = state.usage + result.usage
+        state.cost_usd = add_cost(state.cost_usd, result.usage, result.model, params.prices)
     state.history = list(result.history)
     if reason == "max_tokens":
         _append_user_text(state.history, policy.continuation_message)
