@@ -33,11 +33,12 @@ from innerloop._messages import (
     Usage,
 )
 from innerloop.fsm._driver import Run
+from innerloop.fsm._params import HarnessParams
 from innerloop.providers._normalize import build_request
 from innerloop.recovery._compaction import CompactionRequest, CompactionResult
 from innerloop.recovery._diagnostic import build_diagnostic
 from innerloop.recovery._policy import backoff_delay
-from innerloop.recovery._pricing import add_cost, cost_usd
+from innerloop.recovery._pricing import add_cost, cost_usd, price_for
 
 __all__ = [
     "abort",
@@ -60,12 +61,34 @@ async def idle(run: Run) -> None:
     run.state.outcome = "started"
 
 
-async def assemble(run: Run) -> None:
-    """Count the request: system prompt and tools once, history incrementally."""
+def _unpriced_alert(params: HarnessParams, models: Sequence[str]) -> list[Event]:
+    """An alert when a dollar spend budget cannot fire because a model has no price."""
+    budget = params.spend_budget
+    if budget is None or budget.max_cost_usd is None:
+        return []
+    missing = [m for m in dict.fromkeys(models) if price_for(m, params.prices) is None]
+    if not missing:
+        return []
+    names = ", ".join(missing)
+    return [
+        Alert(
+            "unpriced_model",
+            f"no price for {names} in params.prices: the run's dollar cost is unknown, so "
+            "spend_budget.max_cost_usd cannot end the run; add prices with "
+            f"HarnessParams(prices=merge_prices({{{missing[0]!r}: Price(input, output)}}))",
+        )
+    ]
+
+
+async def assemble(run: Run) -> list[Event]:
+    """Count the request: system prompt and tools once per run, history incrementally."""
+    events: list[Event] = []
     if run.static_tokens is None:
         run.static_tokens = run.tokens.count_static(run.params.system, run.params.tool_definitions)
+        events += _unpriced_alert(run.params, [c.model for c in run.params.model_chain])
     run.state.context_tokens = run.static_tokens + run.tokens.count_history(run.state.history)
     run.state.outcome = "assembled"
+    return events
 
 
 def _compaction_reason(run: Run) -> str:
@@ -128,7 +151,11 @@ async def compact(run: Run) -> AsyncIterator[Event]:
         )
     if result.usage != Usage():
         state.usage = state.usage + result.usage
+        known = state.cost_usd is not None
         state.cost_usd = add_cost(state.cost_usd, result.usage, result.model, params.prices)
+        if known and state.cost_usd is None:
+            for alert in _unpriced_alert(params, [result.model]):
+                yield alert
     state.history = list(result.history)
     if reason == "max_tokens":
         _append_user_text(state.history, policy.continuation_message)

@@ -305,3 +305,21 @@ class TestSpendBudget:
         )
         assert (state.exit_reason, state.turns) == ("budget_exceeded", 1)
         assert state.cost_usd == 100 * 1000.0 / 1_000_000
+
+    def test_unpriced_model_under_a_dollar_budget_raises_an_alert(self, make_harness: Any) -> None:
+        """A dollar budget over a model the price table lacks cannot fire: the host is
+        told at the start of the run."""
+        events: list[Event] = []
+        params = HarnessParams(model="scripted:m", spend_budget=SpendBudget(max_cost_usd=1.0))
+        state = make_harness(params, ScriptedProvider([reply("done")])).run_sync(
+            "go", on_event=events.append
+        )
+        assert state.cost_usd is None
+        assert [e for e in events if isinstance(e, Alert)] == [
+            Alert(
+                "unpriced_model",
+                "no price for m in params.prices: the run's dollar cost is unknown, so "
+                "spend_budget.max_cost_usd cannot end the run; add prices with "
+                "HarnessParams(prices=merge_prices({'m': Price(input, output)}))",
+            )
+        ]
