@@ -37,6 +37,7 @@ from innerloop.fsm._params import HarnessParams
 from innerloop.providers._normalize import build_request
 from innerloop.recovery._compaction import CompactionRequest, CompactionResult
 from innerloop.recovery._diagnostic import build_diagnostic
+from innerloop.recovery._exact import RequestTokenCounter
 from innerloop.recovery._policy import backoff_delay
 from innerloop.recovery._pricing import add_cost, cost_usd, price_for
 
@@ -86,8 +87,15 @@ async def assemble(run: Run) -> list[Event]:
     if run.static_tokens is None:
         run.static_tokens = run.tokens.count_static(run.params.system, run.params.tool_definitions)
         events += _unpriced_alert(run.params, [c.model for c in run.params.model_chain])
-    run.state.context_tokens = run.static_tokens + run.tokens.count_history(run.state.history)
-    run.state.outcome = "assembled"
+    state = run.state
+    state.context_tokens = run.static_tokens + run.tokens.count_history(state.history)
+    counter = run.tokens.counter
+    if isinstance(counter, RequestTokenCounter):
+        request = build_request(run.params, state.history, run.provider.dialect, run.choice.model)
+        exact = await counter.count_request(request)
+        if exact is not None:
+            state.context_tokens = exact
+    state.outcome = "assembled"
     return events
 
 
@@ -141,7 +149,11 @@ async def compact(run: Run) -> AsyncIterator[Event]:
         target = int(before * (1 - policy.max_tokens_compact_fraction))
     else:
         assert params.context_budget is not None
-        target = int(params.context_budget * policy.budget_compact_target) - static
+        # an exact count (see RequestTokenCounter) may disagree with the local one that
+        # plans the cut: scale the target by how far the local count is off
+        local = before + static
+        scale = local / state.context_tokens if state.context_tokens > 0 else 1.0
+        target = int(params.context_budget * policy.budget_compact_target * scale) - static
     request = CompactionRequest(history, max(target, 0), reason, policy.keep_recent_messages)
     result, failure = await _run_compactor(run, request)
     if failure is not None:

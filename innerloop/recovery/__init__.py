@@ -15,6 +15,7 @@ from innerloop.recovery._compaction import (
     render_transcript,
 )
 from innerloop.recovery._diagnostic import build_diagnostic, hash_content, scrub_secrets
+from innerloop.recovery._exact import AnthropicTokenCounter, RequestTokenCounter
 from innerloop.recovery._policy import RecoveryPolicy, backoff_delay
 from innerloop.recovery._pricing import (
     DEFAULT_PRICES,
@@ -40,6 +41,7 @@ __all__ = [
     "CL100K_SHA256",
     "DEFAULT_PRICES",
     "SUMMARY_INSTRUCTIONS",
+    "AnthropicTokenCounter",
     "ApproxTokenCounter",
     "Clock",
     "CompactionRequest",
@@ -48,6 +50,7 @@ __all__ = [
     "MessageTokenCache",
     "Price",
     "RecoveryPolicy",
+    "RequestTokenCounter",
     "ScaledClock",
     "SummarizerError",
     "SummarizingCompactor",
