@@ -135,24 +135,24 @@ async def compact(run: Run) -> AsyncIterator[Event]:
     history = tuple(state.history)
     before = run.tokens.count_history(history)
     static = run.static_tokens or 0
+    # an exact count (see RequestTokenCounter) may disagree with the local one that plans
+    # the cut: budget targets are scaled by how far the local count is off
+    local = before + static
+    scale = local / state.context_tokens if state.context_tokens > 0 else 1.0
     if reason == "overflow":
         yield Alert(
             "context_overflow",
             "the provider rejected the prompt as too long although it was counted at "
             f"{state.context_tokens} tokens: the token counter is wrong; emergency compaction",
         )
-        budget = params.context_budget or (state.context_tokens or before + static)
-        target = int(budget * policy.overflow_compact_target) - static
+        budget = params.context_budget or (state.context_tokens or local)
+        target = int(budget * policy.overflow_compact_target * scale) - static
     elif reason == "max_tokens":
         # calls started eagerly from the truncated turn were discarded with it
         await run.tool_runner.cancel_all()
         target = int(before * (1 - policy.max_tokens_compact_fraction))
     else:
         assert params.context_budget is not None
-        # an exact count (see RequestTokenCounter) may disagree with the local one that
-        # plans the cut: scale the target by how far the local count is off
-        local = before + static
-        scale = local / state.context_tokens if state.context_tokens > 0 else 1.0
         target = int(params.context_budget * policy.budget_compact_target * scale) - static
     request = CompactionRequest(history, max(target, 0), reason, policy.keep_recent_messages)
     result, failure = await _run_compactor(run, request)

@@ -258,7 +258,11 @@ class SummarizingCompactor:
     The cut is planned as for :class:`TruncatingCompactor`, with room kept for a summary of
     at most ``summary_tokens`` tokens (a quarter of the target at most). The summary opens
     the first kept user message, after the marker. Any failure of the summarizer raises,
-    so the run's fallback compactor takes over.
+    so the run's fallback compactor takes over. Its usage is booked on the run's spend.
+
+    ``Harness(params, providers, compactor=SummarizingCompactor(haiku, "claude-haiku-4-5"))``
+    where ``haiku`` is any :class:`~innerloop.providers.Provider` (it need not be one of
+    the run's own).
     """
 
     provider: Provider
