@@ -3,6 +3,7 @@ providers: the exact history the model sees and the exact events the host gets."
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,7 +23,7 @@ from innerloop.recovery import (
 )
 from innerloop.recovery._compaction import SUMMARY_HEADER
 from innerloop.recovery._policy import CONTINUATION_MESSAGE
-from innerloop.testing import Fault, ScriptedProvider, reply, thinking, tool_call
+from innerloop.testing import FakeProvider, Fault, ScriptedProvider, reply, thinking, tool_call
 from innerloop.tools import ToolOutput, ToolSpec
 
 BIG = "lorem ipsum dolor sit amet " * 120
@@ -223,6 +224,40 @@ class TestMaxTokens:
             *TAIL,
         ]
         assert state.turns == 2
+
+    def test_eagerly_started_calls_of_a_truncated_turn_are_cancelled(
+        self, make_harness: Any
+    ) -> None:
+        """With eager tools, a call dispatched while the truncated turn streamed is
+        cancelled when the turn is discarded: it never runs."""
+        started: list[str] = []
+
+        async def record(args: dict[str, Any], ctx: Any) -> ToolOutput:
+            started.append(ctx.tool_use_id)
+            return ToolOutput("ran")
+
+        tool = ToolSpec("record", "Records its runs.", {"type": "object"}, record)
+        params = HarnessParams(model="scripted:m", tools=[tool], eager_tools=True)
+        script = iter(
+            [
+                reply("partial", tool_call("record", id="r1"), stop_reason="max_tokens"),
+                reply("done"),
+            ]
+        )
+
+        async def yielding(request: Any) -> Any:
+            await asyncio.sleep(0)  # where a dispatched call would get to run
+            return next(script)
+
+        provider = FakeProvider(yielding)
+        state = make_harness(params, [provider]).run_sync("go")
+        assert started == []
+        assert state.history == [
+            Message.user("go"),
+            Message.assistant("partial"),
+            Message.user(CONTINUATION_MESSAGE),
+            Message.assistant("done"),
+        ]
 
 
 class TestOverflow:
