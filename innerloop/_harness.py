@@ -16,7 +16,7 @@ from innerloop.fsm._state import HarnessState, Task
 from innerloop.providers._base import Provider
 from innerloop.recovery._clock import Clock, SystemClock
 from innerloop.recovery._compaction import Compactor, TruncatingCompactor
-from innerloop.recovery._tokens import ApproxTokenCounter, MessageTokenCache, TokenCounter
+from innerloop.recovery._tokens import MessageTokenCache, TiktokenCounter, TokenCounter
 from innerloop.tools._runner import ToolRunner
 
 __all__ = ["Harness"]
@@ -55,7 +55,7 @@ class Harness:
             )
         self.machine = machine if isinstance(machine, CompiledMachine) else compile_spec(machine)
         self.clock = clock or SystemClock()
-        self.token_counter = token_counter or ApproxTokenCounter()
+        self.token_counter = token_counter or TiktokenCounter()
         self.fallback_compactor: Compactor = TruncatingCompactor()
         self.compactor = compactor or self.fallback_compactor
         self.observers = tuple(observers)

@@ -30,13 +30,16 @@ from innerloop._messages import (
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,
+    Usage,
 )
 from innerloop.fsm._driver import Run
+from innerloop.fsm._params import HarnessParams
 from innerloop.providers._normalize import build_request
 from innerloop.recovery._compaction import CompactionRequest, CompactionResult
 from innerloop.recovery._diagnostic import build_diagnostic
+from innerloop.recovery._exact import RequestTokenCounter
 from innerloop.recovery._policy import backoff_delay
-from innerloop.recovery._pricing import cost_usd
+from innerloop.recovery._pricing import add_cost, cost_usd, price_for
 
 __all__ = [
     "abort",
@@ -59,12 +62,41 @@ async def idle(run: Run) -> None:
     run.state.outcome = "started"
 
 
-async def assemble(run: Run) -> None:
-    """Count the request: system prompt and tools once, history incrementally."""
+def _unpriced_alert(params: HarnessParams, models: Sequence[str]) -> list[Event]:
+    """An alert when a dollar spend budget cannot fire because a model has no price."""
+    budget = params.spend_budget
+    if budget is None or budget.max_cost_usd is None:
+        return []
+    missing = [m for m in dict.fromkeys(models) if price_for(m, params.prices) is None]
+    if not missing:
+        return []
+    names = ", ".join(missing)
+    return [
+        Alert(
+            "unpriced_model",
+            f"no price for {names} in params.prices: the run's dollar cost is unknown, so "
+            "spend_budget.max_cost_usd cannot end the run; add prices with "
+            f"HarnessParams(prices=merge_prices({{{missing[0]!r}: Price(input, output)}}))",
+        )
+    ]
+
+
+async def assemble(run: Run) -> list[Event]:
+    """Count the request: system prompt and tools once per run, history incrementally."""
+    events: list[Event] = []
     if run.static_tokens is None:
         run.static_tokens = run.tokens.count_static(run.params.system, run.params.tool_definitions)
-    run.state.context_tokens = run.static_tokens + run.tokens.count_history(run.state.history)
-    run.state.outcome = "assembled"
+        events += _unpriced_alert(run.params, [c.model for c in run.params.model_chain])
+    state = run.state
+    state.context_tokens = run.static_tokens + run.tokens.count_history(state.history)
+    counter = run.tokens.counter
+    if isinstance(counter, RequestTokenCounter):
+        request = build_request(run.params, state.history, run.provider.dialect, run.choice.model)
+        exact = await counter.count_request(request)
+        if exact is not None:
+            state.context_tokens = exact
+    state.outcome = "assembled"
+    return events
 
 
 def _compaction_reason(run: Run) -> str:
@@ -77,11 +109,14 @@ def _compaction_reason(run: Run) -> str:
     return "budget"
 
 
-async def _run_compactor(run: Run, request: CompactionRequest) -> CompactionResult:
+async def _run_compactor(
+    run: Run, request: CompactionRequest
+) -> tuple[CompactionResult, Exception | None]:
+    """The run's compactor; if it fails, the deterministic fallback and the failure."""
     try:
-        return await run.compactor.compact(request, run.tokens)
-    except Exception:  # a failing summarizer must not lose the run: fall back
-        return await run.fallback_compactor.compact(request, run.tokens)
+        return await run.compactor.compact(request, run.tokens), None
+    except Exception as exc:  # a failing summarizer must not lose the run: fall back
+        return await run.fallback_compactor.compact(request, run.tokens), exc
 
 
 def _append_user_text(history: list[Message], text: str) -> None:
@@ -100,21 +135,39 @@ async def compact(run: Run) -> AsyncIterator[Event]:
     history = tuple(state.history)
     before = run.tokens.count_history(history)
     static = run.static_tokens or 0
+    # an exact count (see RequestTokenCounter) may disagree with the local one that plans
+    # the cut: budget targets are scaled by how far the local count is off
+    local = before + static
+    scale = local / state.context_tokens if state.context_tokens > 0 else 1.0
     if reason == "overflow":
         yield Alert(
             "context_overflow",
             "the provider rejected the prompt as too long although it was counted at "
             f"{state.context_tokens} tokens: the token counter is wrong; emergency compaction",
         )
-        budget = params.context_budget or (state.context_tokens or before + static)
-        target = int(budget * policy.overflow_compact_target) - static
+        budget = params.context_budget or (state.context_tokens or local)
+        target = int(budget * policy.overflow_compact_target * scale) - static
     elif reason == "max_tokens":
+        # calls started eagerly from the truncated turn were discarded with it
+        await run.tool_runner.cancel_all()
         target = int(before * (1 - policy.max_tokens_compact_fraction))
     else:
         assert params.context_budget is not None
-        target = int(params.context_budget * policy.budget_compact_target) - static
+        target = int(params.context_budget * policy.budget_compact_target * scale) - static
     request = CompactionRequest(history, max(target, 0), reason, policy.keep_recent_messages)
-    result = await _run_compactor(run, request)
+    result, failure = await _run_compactor(run, request)
+    if failure is not None:
+        yield Alert(
+            "compactor_failed",
+            f"{type(failure).__name__}: {failure}; the deterministic compactor took over",
+        )
+    if result.usage != Usage():
+        state.usage = state.usage + result.usage
+        known = state.cost_usd is not None
+        state.cost_usd = add_cost(state.cost_usd, result.usage, result.model, params.prices)
+        if known and state.cost_usd is None:
+            for alert in _unpriced_alert(params, [result.model]):
+                yield alert
     state.history = list(result.history)
     if reason == "max_tokens":
         _append_user_text(state.history, policy.continuation_message)

