@@ -21,7 +21,7 @@ from innerloop import (
     Usage,
 )
 from innerloop._events import Abort, Alert, Backoff, Compacted, Event, Fallback, Finished
-from innerloop.recovery import RecoveryPolicy
+from innerloop.recovery import ApproxTokenCounter, RecoveryPolicy
 from innerloop.testing import FakeClock, Fault, ScriptedProvider, reply, tool_call
 from innerloop.tools import ToolContext, ToolOutput
 
@@ -225,7 +225,9 @@ def test_max_tokens_compacts_and_continues(make_harness: Any) -> None:
         reply("continued"),
     ]
     provider = ScriptedProvider(script)
-    state, events = collect(make_harness(params(), provider))
+    state, events = collect(
+        make_harness(params(recovery=RecoveryPolicy(keep_recent_messages=3)), provider)
+    )
     assert state.exit_reason == "model_complete"
     compacted = [e for e in events if isinstance(e, Compacted)]
     assert len(compacted) == 1 and compacted[0].reason == "max_tokens"
@@ -265,7 +267,7 @@ def test_over_context_budget_compacts_before_the_call(make_harness: Any) -> None
     script.append(reply("done"))
     p = params(context_budget=3000, max_output_tokens=500)
     provider = ScriptedProvider(script)
-    state, events = collect(make_harness(p, provider))
+    state, events = collect(make_harness(p, provider, token_counter=ApproxTokenCounter()))
     assert state.exit_reason == "model_complete"
     assert [c.reason for c in events if isinstance(c, Compacted)]
     assert all(c.reason == "budget" for c in events if isinstance(c, Compacted))
