@@ -37,7 +37,6 @@ from innerloop.fsm._params import HarnessParams
 from innerloop.providers._normalize import build_request
 from innerloop.recovery._compaction import CompactionRequest, CompactionResult
 from innerloop.recovery._diagnostic import build_diagnostic
-from innerloop.recovery._exact import RequestTokenCounter
 from innerloop.recovery._policy import backoff_delay
 from innerloop.recovery._pricing import add_cost, cost_usd, price_for
 
@@ -89,10 +88,12 @@ async def assemble(run: Run) -> list[Event]:
         events += _unpriced_alert(run.params, [c.model for c in run.params.model_chain])
     state = run.state
     state.context_tokens = run.static_tokens + run.tokens.count_history(state.history)
-    counter = run.tokens.counter
-    if isinstance(counter, RequestTokenCounter):
+    # an exact counter (RequestTokenCounter) also counts the whole wire request; looked up
+    # by attribute, as a runtime Protocol check costs tens of microseconds per turn
+    count_request = getattr(run.tokens.counter, "count_request", None)
+    if count_request is not None:
         request = build_request(run.params, state.history, run.provider.dialect, run.choice.model)
-        exact = await counter.count_request(request)
+        exact = await count_request(request)
         if exact is not None:
             state.context_tokens = exact
     state.outcome = "assembled"
