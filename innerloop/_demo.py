@@ -1,9 +1,14 @@
-"""The offline demo: a built-in scenario that drives the real machine through its
-recovery branches on a scripted provider. No network, no API key."""
+"""The offline demo: the real anthropic and openai SDK clients talk HTTP to loopback API
+servers that play a built-in scenario, driving the machine through every recovery branch.
+
+No network and no API key. Backoff waits go through a :class:`ScaledClock`, so a 16-second
+wait takes 0.16 s; the screen says so.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -12,25 +17,35 @@ from innerloop._harness import Harness
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._state import HarnessState
 from innerloop.recovery._clock import ScaledClock
-from innerloop.testing._scripted import Fault, ScriptedProvider, reply, tool_call
+from innerloop.testing._scripted import Fault, reply, tool_call
+from innerloop.testing._servers import AnthropicServer, OpenAIServer, RateLimit
 from innerloop.tools._spec import ToolContext, ToolOutput, ToolSpec
 
-__all__ = ["demo_harness", "run_demo"]
+__all__ = ["demo_scenario", "run_demo"]
 
-CLOCK_FACTOR = 0.001
+CLOCK_FACTOR = 0.01
+PRIMARY = "anthropic:claude-sonnet-4-5-20250929"
+FALLBACK = "openai:gpt-4o-mini-2024-07-18"
+TASK = "Add 2+3 and 40+2, check the weather in Lisbon, and write me a short report."
 
 
 async def _add(args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
     return ToolOutput(str(args["a"] + args["b"]))
 
 
-async def _flaky(args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
-    return ToolOutput("weather service unavailable", is_error=True)
+async def _weather(args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+    raise ConnectionError(f"weather service for {args['city']} is unreachable")
 
 
-async def _slow(args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
-    await asyncio.sleep(10)
-    return ToolOutput("never")
+async def _lookup(args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", "import time; time.sleep(30)")
+    try:
+        await proc.wait()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    return ToolOutput("never reached")
 
 
 NUMBERS = {
@@ -42,63 +57,100 @@ CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required"
 
 TOOLS = (
     ToolSpec("add", "Add two numbers.", NUMBERS, _add, "code"),
-    ToolSpec("weather", "Current weather for a city.", CITY, _flaky, "network"),
-    ToolSpec("slow_lookup", "A lookup that takes too long.", CITY, _slow, "network", 0.2),
+    ToolSpec("weather", "Current weather for a city.", CITY, _weather, "network"),
+    ToolSpec("climate_lookup", "Long-term climate data (slow).", CITY, _lookup, "network", 0.5),
 )
 
 
-def demo_script() -> list[Any]:
-    return [
-        Fault.rate_limited(retry_after=2.0),
+def demo_scenario() -> tuple[list[Any], list[Any]]:
+    """The Anthropic server's script, then the OpenAI server's."""
+    anthropic = [
+        RateLimit(2, "seconds"),
+        RateLimit(1.5, "ms"),
+        RateLimit(3, "date"),
         Fault.overloaded(),
+        RateLimit(None),
+        RateLimit(None),
+    ]
+    lisbon = {"city": "Lisbon"}
+    openai = [
         reply(
-            "Let me add both pairs at once.",
+            "Adding both pairs at once.",
             tool_call("add", {"a": 2, "b": 3}),
             tool_call("add", {"a": 40, "b": 2}),
         ),
-        Fault.server_error(503),
-        reply("Now the weather.", tool_call("weather", {"city": "Lisbon"})),
-        reply("Trying again.", tool_call("weather", {"city": "Lisbon"})),
-        reply("One more time.", tool_call("weather", {"city": "Lisbon"})),
-        reply("I will use a lookup instead.", tool_call("slow_lookup", {"city": "Lisbon"})),
+        Fault.server_error(500),
+        reply("Now the weather.", tool_call("weather", lisbon)),
+        reply("Trying the weather again.", tool_call("weather", lisbon)),
+        reply("One last try.", tool_call("weather", lisbon)),
+        reply("I'll use climate data instead.", tool_call("climate_lookup", lisbon)),
         reply(
-            "Writing a long report: 2 + 3 = 5 and 40 + 2 = 42, and the weather",
+            "Report: 2 + 3 = 5 and 40 + 2 = 42. The weather service was down, and the "
+            "climate lookup timed out, so I cannot",
             stop_reason="max_tokens",
             incomplete_tool=("add", '{"a": 1'),
         ),
-        reply("... service was unavailable, so no forecast. Done: 5 and 42."),
+        reply("... give a forecast. Summary: 5, 42, no weather data. Done."),
     ]
+    return anthropic, openai
 
 
-def demo_harness(clock_factor: float = CLOCK_FACTOR) -> Harness:
-    params = HarnessParams(
-        model="scripted:demo-model-20250101",
-        system="You are the innerloop demo agent.",
+def _params() -> HarnessParams:
+    return HarnessParams(
+        model=PRIMARY,
+        fallbacks=[FALLBACK],
+        system="You are the innerloop demo agent. Use tools; be brief.",
         tools=TOOLS,
         max_turns=12,
         max_output_tokens=1024,
     )
-    provider = ScriptedProvider(demo_script(), name="scripted", chunk_size=24)
-    return Harness(params, [provider], clock=ScaledClock(clock_factor))
 
 
 def run_demo(out: Path = Path("runs/demo"), *, live: bool = False) -> HarnessState:
-    """Play the demo scenario, showing it live, and write its event log under ``out``."""
-    from innerloop._eventlog import EventLog
+    """Play the scenario over real HTTP, show it, and write the event log and the trace
+    diagram under ``out``."""
+    from innerloop._eventlog import EventLog, read_event_log
     from innerloop._live import LiveView, PlainView
     from innerloop.cli import drive
+    from innerloop.providers import AnthropicProvider, OpenAIProvider
 
-    harness = demo_harness()
-    print(
-        f"innerloop demo: scripted provider; backoff waits scaled by {CLOCK_FACTOR} "
-        f"(a 64 s wait takes {64 * CLOCK_FACTOR:g} s)"
-    )
-    run = harness.start("Add 2+3 and 40+2, then tell me the weather in Lisbon.")
-    log_path = out / "events.jsonl"
-    view: Any = LiveView(run.state) if live else PlainView()
-    with EventLog(log_path, {"command": "demo"}) as log, view:
-        asyncio.run(drive(run, view, log))
+    anthropic_script, openai_script = demo_scenario()
+    with AnthropicServer(anthropic_script) as a_srv, OpenAIServer(openai_script) as o_srv:
+        providers = {
+            "anthropic": AnthropicProvider(api_key="demo-key", base_url=a_srv.base_url),
+            "openai": OpenAIProvider(api_key="demo-key", base_url=o_srv.base_url),
+        }
+        harness = Harness(_params(), providers, clock=ScaledClock(CLOCK_FACTOR))
+        print(
+            f"innerloop demo: anthropic and openai SDKs -> loopback servers at "
+            f"{a_srv.base_url} and {o_srv.base_url}"
+        )
+        print(
+            f"backoff waits are scaled by {CLOCK_FACTOR} (a 16 s wait takes "
+            f"{16 * CLOCK_FACTOR:g} s); tool timeouts are real"
+        )
+        run = harness.start(TASK)
+        log_path = out / "events.jsonl"
+        view: Any = LiveView(run.state) if live else PlainView()
+        with EventLog(log_path, {"command": "demo", "model": PRIMARY}) as log, view:
+            asyncio.run(drive(run, view, log))
+        requests = (len(a_srv.requests), len(o_srv.requests))
     state = run.state
-    print(f"exit_reason={state.exit_reason} turns={state.turns} total_wait={state.total_wait}s")
+    svg_path = out / "trace.svg"
+    try:
+        from innerloop.diagrams import build_diagram, render
+
+        diagram = build_diagram(harness.machine, trace=read_event_log(log_path))
+        svg_path.write_bytes(render(diagram, "svg"))
+    except Exception as exc:  # the diagram is a bonus; the run's outcome stands
+        print(f"trace diagram not written: {exc}")
+        svg_path = Path("-")
+    cost = f"${state.cost_usd:.6f}" if state.cost_usd is not None else "unknown"
+    print(
+        f"exit_reason={state.exit_reason} turns={state.turns} "
+        f"http_requests=anthropic:{requests[0]} openai:{requests[1]} "
+        f"total_backoff={state.total_wait:g}s (scaled) cost={cost}"
+    )
     print(f"event log: {log_path}")
+    print(f"trace diagram: {svg_path}")
     return state

@@ -18,7 +18,9 @@ from innerloop.fsm._state import HarnessState
 
 __all__ = ["LiveView", "PlainView", "describe"]
 
-_QUIET = frozenset({"text_delta", "thinking_delta", "tool_input_delta", "message_complete"})
+_QUIET = frozenset(
+    {"text_delta", "thinking_delta", "tool_input_delta", "tool_use_start", "message_complete"}
+)
 
 
 def describe(event: Event) -> str | None:
@@ -47,7 +49,9 @@ def describe(event: Event) -> str | None:
         return f"  * tool {data['name']} {status} in {data['duration'] * 1000:.0f} ms: {out!r}"
     if kind == "abort" and data.get("diagnostic"):
         data["diagnostic"] = "{...}"
-    body = ", ".join(f"{k}={v!r}" for k, v in data.items())
+    body = ", ".join(
+        f"{k}={format(v, '.6g') if isinstance(v, float) else repr(v)}" for k, v in data.items()
+    )
     return f"  * {kind}: {body}"
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -30,18 +32,34 @@ def cli(
     )
 
 
-def test_demo_runs_offline_and_writes_its_log(tmp_path: Path) -> None:
-    """The demo finishes with exit 0 and a log that records its recovery branches."""
-    proc = cli("demo", "--out", str(tmp_path))
+def test_demo_runs_offline_and_shows_every_recovery_branch(tmp_path: Path) -> None:
+    """The demo drives the real SDKs over loopback HTTP through every recovery branch, in
+    under a minute, and writes its event log and trace diagram."""
+    started = time.monotonic()
+    proc = cli("demo", "--out", str(tmp_path), env={"NO_COLOR": "1"})
+    assert time.monotonic() - started < 60
     assert proc.returncode == 0, proc.stderr
     assert "exit_reason=model_complete" in proc.stdout
+    assert "backoff waits are scaled by 0.01" in proc.stdout
     events = read_event_log(tmp_path / "events.jsonl")
-    kinds = {e["type"] for e in events}
-    assert {"backoff", "compacted", "tool_executed", "finished"} <= kinds
-    edges = {(e["source"], e["target"]) for e in events if e["type"] == "transition"}
-    assert ("call", "backoff") in edges and ("call", "call") in edges
-    assert ("stream", "compact") in edges
+    backoffs = [e for e in events if e["type"] == "backoff"]
+    assert [b["retry_after"] is not None for b in backoffs] == [True, True, True, False, False]
+    (fallback,) = [e for e in events if e["type"] == "fallback"]
+    assert (fallback["from_provider"], fallback["to_provider"]) == ("anthropic", "openai")
+    edges = [(e["source"], e["target"], e["guard"]) for e in events if e["type"] == "transition"]
+    assert ("call", "call", "transient_retry") in edges
+    assert ("stream", "compact", "truncated") in edges
+    compacted = [e for e in events if e["type"] == "compacted"]
+    assert [c["reason"] for c in compacted] == ["max_tokens"]
+    tools = [e for e in events if e["type"] == "tool_executed"]
+    assert [t["name"] for t in tools[:2]] == ["add", "add"]  # the parallel pair
+    assert sum(t["is_error"] for t in tools if t["name"] == "weather") == 3
+    assert any(t["timed_out"] for t in tools)
+    alerts = [e for e in events if e["type"] == "alert"]
+    assert any(a["kind"] == "tool_failing" for a in alerts)
     assert events[-1]["type"] == "finished" and events[-1]["exit_reason"] == "model_complete"
+    svg = (tmp_path / "trace.svg").read_text()
+    assert svg.startswith("<?xml") and "fallback" in svg
 
 
 @pytest.mark.parametrize(
@@ -101,3 +119,95 @@ def test_missing_system_file(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert f"--system: cannot read {tmp_path / 'nope.txt'}" in proc.stderr
+
+
+def test_run_against_loopback_server(tmp_path: Path) -> None:
+    """`run` talks to an Anthropic-compatible server through --base-url and logs the run."""
+    from innerloop.testing import AnthropicServer, reply
+
+    log = tmp_path / "run.jsonl"
+    with AnthropicServer([reply("Hello from the loopback server.")]) as server:
+        proc = cli(
+            "run",
+            "Say hello",
+            "--base-url",
+            server.base_url,
+            "--log",
+            str(log),
+            "--no-live",
+            env={"ANTHROPIC_API_KEY": "sk-ant-test-key-123456"},
+        )
+        sent = server.requests[0]
+    assert proc.returncode == 0, proc.stderr
+    assert "exit_reason=model_complete turns=1" in proc.stdout
+    assert "sk-ant-test-key-123456" in (
+        sent.headers.get("x-api-key", "") + sent.headers.get("authorization", "")
+    )
+    assert sent.body["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "Say hello"}]}
+    ]
+    events = read_event_log(log)
+    assert events[-1]["exit_reason"] == "model_complete"
+    assert "sk-ant-test-key" not in log.read_text()
+
+
+def test_exit_code_for_a_limit(tmp_path: Path) -> None:
+    """A run stopped by --max-turns exits with code 3."""
+    from innerloop.testing import AnthropicServer, reply, tool_call
+
+    script = [reply(tool_call("missing_tool", id=f"t{i}")) for i in range(3)]
+    with AnthropicServer(script) as server:
+        proc = cli(
+            "run",
+            "loop",
+            "--base-url",
+            server.base_url,
+            "--max-turns",
+            "2",
+            "--no-live",
+            env={"ANTHROPIC_API_KEY": "sk-ant-test"},
+        )
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "exit_reason=max_turns_exceeded" in proc.stdout
+
+
+def test_sigint_aborts_cleanly(tmp_path: Path) -> None:
+    """Ctrl-C mid-stream: exit code 4, exit reason aborted, the log complete and flushed."""
+    from innerloop.testing import AnthropicServer, SlowReply, reply
+
+    log = tmp_path / "run.jsonl"
+    slow = SlowReply(reply("word " * 400), tokens_per_second=20)
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env.update({"PYTHONPATH": str(ROOT), "ANTHROPIC_API_KEY": "sk-ant-test"})
+    with AnthropicServer([slow]) as server:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "innerloop",
+                "run",
+                "write",
+                "--base-url",
+                server.base_url,
+                "--log",
+                str(log),
+                "--no-live",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if log.exists() and '"text_delta"' in log.read_text():
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 4, out + err
+    assert "Traceback" not in err
+    events = read_event_log(log)
+    assert any(e["type"] == "abort" and "SIGINT" in e["reason"] for e in events)
+    assert events[-1]["type"] == "finished" and events[-1]["exit_reason"] == "aborted"

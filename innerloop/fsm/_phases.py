@@ -310,10 +310,14 @@ async def execute(run: Run) -> AsyncIterator[Event]:
     calls = state.history[-1].tool_uses
     outcomes = await run.tool_runner.run_calls(run, calls)
     results = [ToolResultBlock(o.tool_use_id, o.output, o.is_error) for o in outcomes]
-    state.history.append(_results_message(run, calls, results))
+    message = _results_message(run, calls, results)
+    state.history.append(message)
     state.outcome = "executed"
     for o in outcomes:
         yield ToolExecuted(o.tool_use_id, o.name, o.is_error, o.timed_out, o.duration, o.output)
+    for notice in message.content[len(results) :]:
+        assert isinstance(notice, TextBlock)
+        yield Alert("tool_failing", notice.text)
 
 
 async def check(run: Run) -> None:

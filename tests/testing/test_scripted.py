@@ -55,7 +55,7 @@ def test_reply_streams_blocks_in_order() -> None:
         TextDelta(1, "d"),
     ]
     assert events[4] == ToolUseStart(2, "t1", "f")
-    assert [e.partial_json for e in events if isinstance(e, ToolInputDelta)] == ['{"a":', ' 1}']
+    assert [e.partial_json for e in events if isinstance(e, ToolInputDelta)] == ['{"a":', " 1}"]
     assert events[-2] == ToolUseComplete(2, ToolUseBlock("t1", "f", {"a": 1}))
     done = events[-1]
     assert isinstance(done, MessageComplete)
