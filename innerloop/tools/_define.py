@@ -33,6 +33,7 @@ __all__ = ["Toolset", "render_value", "tool"]
 
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _SECTION = re.compile(r"^(Args|Arguments|Parameters|Params):\s*$")
+_ANY_SECTION = re.compile(r"^[A-Z][A-Za-z ]*:\s*$")
 _ARG_LINE = re.compile(r"^(\*{0,2}\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
 _SPHINX = re.compile(r"^:param\s+(?:[^:]*\s)?(\w+)\s*:\s*(.*)$")
 
@@ -40,40 +41,36 @@ T = TypeVar("T")
 
 
 def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
-    """The description (text before any parameter section) and per-parameter descriptions
-    from Google style (``Args:`` with ``name: text``) or Sphinx style (``:param name: text``)."""
+    """The description (the text before the first section such as ``Args:`` or
+    ``Returns:``) and per-parameter descriptions from Google style (``Args:`` with
+    ``name: text``) or Sphinx style (``:param name: text``)."""
     lines = inspect.cleandoc(doc or "").splitlines()
-    summary: list[str] = []
+    first = next(
+        (i for i, ln in enumerate(lines) if _ANY_SECTION.match(ln) or ln.startswith(":")),
+        len(lines),
+    )
     params: dict[str, str] = {}
     current: str | None = None
     in_args = False
-    for line in lines:
+    for line in lines[first:]:
         stripped = line.strip()
+        indented = line[:1] in (" ", "\t")
         sphinx = _SPHINX.match(stripped)
         if sphinx:
             current = sphinx.group(1)
             params[current] = sphinx.group(2)
-            continue
-        if _SECTION.match(stripped):
-            in_args, current = True, None
-            continue
-        if in_args:
-            if stripped and not line.startswith((" ", "\t")):
-                in_args, current = False, None  # the next section
-            else:
-                m = _ARG_LINE.match(stripped)
-                if m and line.startswith((" ", "\t")) and len(line) - len(line.lstrip()) <= 4:
-                    current = m.group(1).lstrip("*")
-                    params[current] = m.group(3)
-                elif current and stripped:
-                    params[current] += " " + stripped
-                continue
-        if current is not None and stripped and not stripped.startswith(":"):
+        elif _ANY_SECTION.match(line):
+            in_args, current = bool(_SECTION.match(line)), None
+        elif in_args and indented and (m := _ARG_LINE.match(stripped)) and _depth(line) <= 4:
+            current = m.group(1).lstrip("*")
+            params[current] = m.group(3)
+        elif current is not None and stripped and (indented or not in_args):
             params[current] += " " + stripped
-            continue
-        if not in_args and current is None:
-            summary.append(line)
-    return "\n".join(summary).strip(), {k: v.strip() for k, v in params.items()}
+    return "\n".join(lines[:first]).strip(), {k: v.strip() for k, v in params.items()}
+
+
+def _depth(line: str) -> int:
+    return len(line) - len(line.lstrip())
 
 
 def render_value(value: Any) -> str:
