@@ -132,7 +132,9 @@ async def run_process(
     printed so far, and the cancellation propagates.
     """
     start = time.monotonic()
-    proc = await asyncio.create_subprocess_exec(
+    loop = asyncio.get_running_loop()
+    transport, protocol = await loop.subprocess_exec(
+        lambda: _Protocol(loop),
         *argv,
         cwd=cwd,
         env=dict(env) if env is not None else None,
@@ -141,6 +143,7 @@ async def run_process(
         stderr=asyncio.subprocess.PIPE,
         start_new_session=True,
     )
+    proc = asyncio.subprocess.Process(transport, protocol, loop)
     out, err = _Capture(capture_limit), _Capture(capture_limit)
     pumps = [
         asyncio.ensure_future(_pump(proc.stdout, out)),
@@ -160,24 +163,44 @@ async def run_process(
                 await proc.stdin.drain()
             proc.stdin.close()
         try:
-            await asyncio.wait_for(proc.wait(), timeout)
+            await asyncio.wait_for(protocol.exited.wait(), timeout)
         except TimeoutError:
             timed_out = True
     except asyncio.CancelledError:
-        await _stop(proc, pumps)
+        await _stop(transport, protocol, pumps)
         if on_partial is not None:
             on_partial(result())
         raise
-    await _stop(proc, pumps)
+    await _stop(transport, protocol, pumps)
     return result()
 
 
-async def _stop(proc: asyncio.subprocess.Process, pumps: Sequence[asyncio.Task[None]]) -> None:
-    """Kill the group (also after a normal exit: stray background children go), reap the
-    child, and drain the pipes; a pipe held open by an escaped grandchild is abandoned."""
-    _kill_group(proc.pid)
-    await proc.wait()
+class _Protocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """Also tells when the child itself exited (``Process.wait`` waits for its pipes too,
+    which a background grandchild can hold open)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=1 << 16, loop=loop)
+        self.exited = asyncio.Event()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        self.exited.set()
+
+
+async def _stop(
+    transport: asyncio.SubprocessTransport,
+    protocol: _Protocol,
+    pumps: Sequence[asyncio.Task[None]],
+) -> None:
+    """Kill the group (also after a normal exit: stray background children go), wait for
+    the child's exit, and drain the pipes; a pipe held open by a grandchild that escaped
+    the group is abandoned after a second."""
+    _kill_group(transport.get_pid())
+    await protocol.exited.wait()
     _, pending = await asyncio.wait(pumps, timeout=1.0)
     for p in pending:
         p.cancel()
     await asyncio.gather(*pending, return_exceptions=True)
+    if pending:
+        transport.close()
