@@ -13,6 +13,7 @@ from innerloop._errors import (
     SpecError,
     ToolDefinitionError,
 )
+from innerloop._eventlog import EventLog, read_event_log
 from innerloop._events import Event
 from innerloop._harness import Harness
 from innerloop._messages import (
@@ -45,6 +46,7 @@ __all__ = [
     "DEFAULT_SPEC",
     "ErrorCategory",
     "Event",
+    "EventLog",
     "Harness",
     "HarnessParams",
     "HarnessState",
@@ -71,4 +73,5 @@ __all__ = [
     "TransitionSpec",
     "Usage",
     "compile_spec",
+    "read_event_log",
 ]

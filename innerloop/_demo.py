@@ -4,10 +4,10 @@ recovery branches on a scripted provider. No network, no API key."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from innerloop._events import Event, TextDelta, ToolInputDelta
 from innerloop._harness import Harness
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._state import HarnessState
@@ -51,8 +51,11 @@ def demo_script() -> list[Any]:
     return [
         Fault.rate_limited(retry_after=2.0),
         Fault.overloaded(),
-        reply("Let me add both pairs at once.", tool_call("add", {"a": 2, "b": 3}),
-              tool_call("add", {"a": 40, "b": 2})),
+        reply(
+            "Let me add both pairs at once.",
+            tool_call("add", {"a": 2, "b": 3}),
+            tool_call("add", {"a": 40, "b": 2}),
+        ),
         Fault.server_error(503),
         reply("Now the weather.", tool_call("weather", {"city": "Lisbon"})),
         reply("Trying again.", tool_call("weather", {"city": "Lisbon"})),
@@ -79,29 +82,23 @@ def demo_harness(clock_factor: float = CLOCK_FACTOR) -> Harness:
     return Harness(params, [provider], clock=ScaledClock(clock_factor))
 
 
-def _describe(event: Event) -> str | None:
-    if isinstance(event, TextDelta | ToolInputDelta):
-        return None
-    data = event.to_dict()
-    kind = data.pop("type")
-    if kind == "transition":
-        guard = f"  [{data['guard']}]" if data["guard"] else ""
-        return f"  {data['source']:>9} -> {data['target']}{guard}"
-    if kind in ("message_complete",):
-        return None
-    if kind == "model_response":
-        r = data["response"]
-        return f"  * model turn {data['turn']}: stop_reason={r['stop_reason']}"
-    body = ", ".join(f"{k}={v!r}" for k, v in data.items() if k not in ("response",))
-    return f"  * {kind}: {body}"
+def run_demo(out: Path = Path("runs/demo"), *, live: bool = False) -> HarnessState:
+    """Play the demo scenario, showing it live, and write its event log under ``out``."""
+    from innerloop._eventlog import EventLog
+    from innerloop._live import LiveView, PlainView
+    from innerloop.cli import drive
 
-
-def run_demo(write: Callable[[str], None] = print) -> HarnessState:
     harness = demo_harness()
-    write(f"innerloop demo: scripted provider, backoff waits scaled by {CLOCK_FACTOR}")
-    state = harness.run_sync(
-        "Add 2+3 and 40+2, then tell me the weather in Lisbon.",
-        on_event=lambda e: (line := _describe(e)) and write(line),  # type: ignore[func-returns-value]
+    print(
+        f"innerloop demo: scripted provider; backoff waits scaled by {CLOCK_FACTOR} "
+        f"(a 64 s wait takes {64 * CLOCK_FACTOR:g} s)"
     )
-    write(f"exit_reason={state.exit_reason} turns={state.turns} total_wait={state.total_wait}s")
+    run = harness.start("Add 2+3 and 40+2, then tell me the weather in Lisbon.")
+    log_path = out / "events.jsonl"
+    view: Any = LiveView(run.state) if live else PlainView()
+    with EventLog(log_path, {"command": "demo"}) as log, view:
+        asyncio.run(drive(run, view, log))
+    state = run.state
+    print(f"exit_reason={state.exit_reason} turns={state.turns} total_wait={state.total_wait}s")
+    print(f"event log: {log_path}")
     return state

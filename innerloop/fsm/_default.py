@@ -48,7 +48,12 @@ STATES = (
     StateSpec("check", doc="the exit checks"),
     StateSpec("backoff", "recovery", doc="wait before retrying a rate-limited call"),
     StateSpec("fallback", "recovery", doc="switch to the next model in the chain"),
-    StateSpec("abort", "recovery", doc="cancel in-flight work and close the history"),
+    StateSpec(
+        "abort",
+        "recovery",
+        doc="cancel in-flight work and close the history",
+        runs_when_aborting=True,
+    ),
     StateSpec("model_complete", "final", "model_complete", "the model ended its turn"),
     StateSpec("tasks_complete", "final", "tasks_complete", "every pending task is done"),
     StateSpec("max_turns_exceeded", "final", "max_turns_exceeded", "the turn limit was hit"),

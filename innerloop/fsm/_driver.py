@@ -11,6 +11,8 @@ import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from statemachine import StateMachine
+
 from innerloop._events import Event, Finished, Transition
 from innerloop.fsm._compile import CompiledMachine
 from innerloop.fsm._params import HarnessParams, ModelChoice
@@ -68,12 +70,28 @@ class Run:
         self.observers = tuple(observers)
         self.engine = engine
         self.current = start_at or machine.initial
-        self.sm = machine.instantiate(params, state, at=self.current)
+        self._sm: StateMachine | None = None
+        if engine == "statemachine":
+            self._sm = machine.instantiate(params, state, at=self.current)
         self.static_tokens: int | None = None
         self._task: asyncio.Task[Any] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._in_phase = False
+        self._abort_safe = frozenset(s.name for s in machine.spec.states if s.runs_when_aborting)
         self._cancelled_for_abort = False
+
+    @property
+    def sm(self) -> StateMachine:
+        """The python-statemachine instance, in the run's current state.
+
+        The lean table engine creates it only when asked (it costs milliseconds and
+        kilobytes per run); the ``statemachine`` engine steps it on every transition.
+        """
+        if self._sm is None:
+            self._sm = self.machine.instantiate(self.params, self.state, at=self.current)
+        elif self._sm.current_state_value != self.current:
+            self._sm.current_state_value = self.current
+        return self._sm
 
     # -- services for handlers -------------------------------------------------------------
 
@@ -107,7 +125,12 @@ class Run:
             loop.call_soon_threadsafe(self._cancel_phase)
 
     def _cancel_phase(self) -> None:
-        if self._in_phase and self._task is not None and not self._cancelled_for_abort:
+        if (
+            self._in_phase
+            and self._task is not None
+            and not self._cancelled_for_abort
+            and self.current not in self._abort_safe
+        ):
             self._cancelled_for_abort = True
             self._task.cancel()
 
@@ -156,11 +179,10 @@ class Run:
 
     def step(self) -> TransitionSpec:
         """Choose and take the transition out of the current state."""
-        if self.engine == "statemachine":
-            taken = self.machine.send_step(self.sm)
+        if self._sm is not None and self.engine == "statemachine":
+            taken = self.machine.send_step(self._sm)
         else:
             taken = self.machine.select(self.current, self.params, self.state)
-            self.sm.current_state_value = taken.target
         self.current = taken.target
         for observer in self.observers:
             observer.on_transition(self.machine.name, taken)
@@ -172,7 +194,7 @@ class Run:
         self.state.abort.add_waker(self._wake)
         try:
             while self.current not in self.machine.finals:
-                if not self.state.abort.requested:
+                if not self.state.abort.requested or self.current in self._abort_safe:
                     async for ev in self._phase(self.current):
                         yield ev
                 source = self.current

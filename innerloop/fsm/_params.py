@@ -16,7 +16,6 @@ from innerloop.tools._spec import DEFAULT_TIMEOUTS, ToolSpec
 
 __all__ = ["HarnessParams", "ModelChoice", "SpendBudget", "Thinking"]
 
-PROVIDERS = ("anthropic", "openai", "scripted")
 _DATED = re.compile(r"(\d{8}|\d{4}-\d{2}-\d{2})$")
 
 
@@ -149,12 +148,6 @@ class HarnessParams:
         chain = self.model_chain
         for i, choice in enumerate(chain):
             field = "model" if i == 0 else f"fallbacks[{i - 1}]"
-            if choice.provider not in PROVIDERS:
-                raise ParamsError(
-                    field,
-                    f"unknown provider {choice.provider!r}; expected one of {', '.join(PROVIDERS)}",
-                    choice,
-                )
             if self.strict_models and choice.provider != "scripted" and not choice.dated:
                 raise ParamsError(
                     field,

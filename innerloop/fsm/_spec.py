@@ -55,6 +55,9 @@ class StateSpec:
     kind: StateKind = "phase"
     exit_reason: str | None = None
     doc: str = ""
+    runs_when_aborting: bool = False
+    """Run the handler even after an abort was requested (the driver skips the handlers of
+    other states then, so no new work starts); the default ``abort`` state sets it."""
 
     @property
     def final(self) -> bool:

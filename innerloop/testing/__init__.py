@@ -2,6 +2,7 @@
 transition coverage."""
 
 from innerloop.testing._clock import FakeClock
+from innerloop.testing._history import assert_valid_history, history_problems
 from innerloop.testing._machine import MachineProbe, TransitionCoverage, machine_at
 from innerloop.testing._scripted import (
     FakeProvider,
@@ -22,6 +23,8 @@ __all__ = [
     "Reply",
     "ScriptedProvider",
     "TransitionCoverage",
+    "assert_valid_history",
+    "history_problems",
     "machine_at",
     "reply",
     "text",

@@ -1,0 +1,82 @@
+"""The JSONL event log: one event per line, versioned, flushed as it goes.
+
+Line 1 is a header ``{"type": "log_header", "schema": "innerloop.events/1", ...}``. Every
+other line is ``event.to_dict()`` plus ``seq`` (0, 1, 2, ...) and ``t`` (seconds since the
+run started). The schema is documented in ``docs/event-log.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+from innerloop._events import Event
+
+__all__ = ["SCHEMA", "EventLog", "read_event_log"]
+
+SCHEMA = "innerloop.events/1"
+
+
+class EventLog:
+    """Append events to ``path``; each line is flushed, so an interrupted run leaves a
+    complete log up to its last event."""
+
+    def __init__(self, path: str | Path, header: Mapping[str, Any] | None = None) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file: IO[str] | None = self.path.open("w", encoding="utf-8")
+        self._start = time.monotonic()
+        self._seq = 0
+        self._write({"type": "log_header", "schema": SCHEMA, **(header or {})})
+
+    def _write(self, data: Mapping[str, Any]) -> None:
+        if self._file is None:
+            raise ValueError(f"event log {self.path} is closed")
+        self._file.write(json.dumps(data, default=str, separators=(",", ":")) + "\n")
+        self._file.flush()
+
+    def write(self, event: Event) -> None:
+        data = event.to_dict()
+        data["seq"] = self._seq
+        data["t"] = round(time.monotonic() - self._start, 6)
+        self._seq += 1
+        self._write(data)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __enter__(self) -> EventLog:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def read_event_log(path: str | Path) -> list[dict[str, Any]]:
+    """The events of a log (without the header). Raises ValueError for an unknown schema."""
+    events = list(_lines(Path(path)))
+    if not events or events[0].get("type") != "log_header":
+        raise ValueError(f"{path}: not an innerloop event log (no log_header line)")
+    schema = events[0].get("schema")
+    if schema != SCHEMA:
+        raise ValueError(f"{path}: event log schema {schema!r} is not supported (want {SCHEMA})")
+    return events[1:]
+
+
+def _lines(path: Path) -> Iterator[dict[str, Any]]:
+    with path.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{n}: not JSON: {exc}") from None

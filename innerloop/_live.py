@@ -1,0 +1,150 @@
+"""Terminal views of a run: a live rich view for terminals, plain lines otherwise."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.spinner import Spinner
+from rich.table import Table
+from rich.text import Text
+
+from innerloop._events import Event
+from innerloop.fsm._state import HarnessState
+
+__all__ = ["LiveView", "PlainView", "describe"]
+
+_QUIET = frozenset({"text_delta", "thinking_delta", "tool_input_delta", "message_complete"})
+
+
+def describe(event: Event) -> str | None:
+    """One line for an event, or None for the chatty stream deltas."""
+    data = event.to_dict()
+    kind = data.pop("type")
+    if kind in _QUIET:
+        return None
+    if kind == "transition":
+        guard = f"  [{data['guard']}]" if data["guard"] else ""
+        return f"  {data['source']:>9} -> {data['target']}{guard}"
+    if kind == "model_response":
+        r = data["response"]
+        text = "".join(b.get("text", "") for b in r["message"]["content"] if b["type"] == "text")
+        short = (text[:60] + "...") if len(text) > 60 else text
+        return (
+            f"  * model turn {data['turn']} ({r['provider']}:{r['model']}): "
+            f"stop_reason={r['stop_reason']} {short!r}"
+        )
+    if kind == "tool_use_complete":
+        u = data["tool_use"]
+        return f"  * tool call {u['name']}({u['input']}) id={u['id']}"
+    if kind == "tool_executed":
+        status = "timed out" if data["timed_out"] else ("error" if data["is_error"] else "ok")
+        out = data["output"][:70]
+        return f"  * tool {data['name']} {status} in {data['duration'] * 1000:.0f} ms: {out!r}"
+    if kind == "abort" and data.get("diagnostic"):
+        data["diagnostic"] = "{...}"
+    body = ", ".join(f"{k}={v!r}" for k, v in data.items())
+    return f"  * {kind}: {body}"
+
+
+@attrs.define
+class PlainView:
+    """Prints one line per interesting event."""
+
+    write: Callable[[str], None] = print
+
+    def handle(self, event: Event) -> None:
+        line = describe(event)
+        if line is not None:
+            self.write(line)
+
+    def __enter__(self) -> PlainView:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+@attrs.define
+class _ToolRow:
+    name: str
+    args: str
+    start: float
+    end: float | None = None
+    status: str = "running"
+
+
+class LiveView:
+    """A live rich view: current state, streaming text, tool calls with a spinner and their
+    duration, running token and cost counters."""
+
+    def __init__(self, state: HarnessState, console: Console | None = None) -> None:
+        self.state = state
+        self.console = console or Console()
+        self.current = "idle"
+        self.text = ""
+        self.tools: dict[str, _ToolRow] = {}
+        self.started = time.monotonic()
+        self.notes: list[str] = []
+        self._live = Live(self, console=self.console, refresh_per_second=12, transient=False)
+
+    def __enter__(self) -> LiveView:
+        self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._live.__exit__(*exc)
+
+    def handle(self, event: Event) -> None:
+        data = event.to_dict()
+        kind = data["type"]
+        if kind == "transition":
+            self.current = data["target"]
+        elif kind == "text_delta":
+            self.text += data["text"]
+        elif kind == "model_response":
+            self.text += "\n"
+        elif kind == "tool_use_complete":
+            u = data["tool_use"]
+            self.tools[u["id"]] = _ToolRow(u["name"], str(u["input"])[:60], time.monotonic())
+        elif kind == "tool_executed":
+            row = self.tools.get(data["tool_use_id"])
+            if row is not None:
+                row.end = row.start + data["duration"]
+                row.status = (
+                    "timed out" if data["timed_out"] else "error" if data["is_error"] else "ok"
+                )
+        elif kind in ("backoff", "fallback", "compacted", "alert", "abort"):
+            line = describe(event)
+            if line:
+                self.notes.append(line.strip())
+
+    def __rich__(self) -> RenderableType:
+        s = self.state
+        cost = f"${s.cost_usd:.4f}" if s.cost_usd is not None else "n/a"
+        header = Text.assemble(
+            ("state ", "dim"),
+            (self.current, "bold cyan"),
+            (f"   turn {s.turns}", ""),
+            (f"   tokens in {s.usage.input_tokens} out {s.usage.output_tokens}", ""),
+            (f"   cost {cost}", ""),
+            (f"   {time.monotonic() - self.started:.1f}s", "dim"),
+        )
+        tools = Table(show_header=False, box=None, padding=(0, 1))
+        for row in list(self.tools.values())[-8:]:
+            if row.end is None:
+                icon: RenderableType = Spinner("dots")
+                took = f"{time.monotonic() - row.start:.1f}s"
+            else:
+                icon = Text(
+                    "✓" if row.status == "ok" else "✗", "green" if row.status == "ok" else "red"
+                )
+                took = f"{(row.end - row.start) * 1000:.0f} ms {row.status}"
+            tools.add_row(icon, Text(row.name, "bold"), Text(row.args, "dim"), Text(took))
+        tail = "\n".join(self.text.splitlines()[-10:])
+        notes = Text("\n".join(self.notes[-5:]), "yellow")
+        return Group(header, Text(tail), tools, notes)

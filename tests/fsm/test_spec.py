@@ -1,0 +1,193 @@
+"""The spec as data: compile checks, editing without mutation, custom states."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from innerloop import (
+    DEFAULT_SPEC,
+    HarnessParams,
+    HarnessState,
+    SpecError,
+    StateSpec,
+    TransitionSpec,
+    compile_spec,
+)
+from innerloop.fsm import Run
+from innerloop.testing import ScriptedProvider, machine_at, reply, tool_call
+from innerloop.tools import ToolContext, ToolOutput, ToolSpec
+
+T = TransitionSpec
+
+
+async def _noop(run: Run) -> None:
+    return None
+
+
+def test_default_spec_compiles_to_statemachine_class() -> None:
+    """The default spec compiles into a python-statemachine class with every state."""
+    compiled = compile_spec(DEFAULT_SPEC)
+    names = {s.value for s in compiled.machine_class.states}  # type: ignore[attr-defined]
+    assert names == set(DEFAULT_SPEC.state_names)
+    phases = {"assemble", "normalize", "call", "stream", "execute", "check"}
+    recovery = {"compact", "backoff", "fallback", "abort"}
+    assert phases | recovery <= names
+    assert {s.name: s.exit_reason for s in DEFAULT_SPEC.final_states} == {
+        "model_complete": "model_complete",
+        "tasks_complete": "tasks_complete",
+        "max_turns_exceeded": "max_turns_exceeded",
+        "budget_exceeded": "budget_exceeded",
+        "aborted": "aborted",
+        "failed": "failed",
+    }
+
+
+def test_unreachable_state_rejected() -> None:
+    """A state nothing leads to is named in the error."""
+    spec = DEFAULT_SPEC.add_state(StateSpec("orphan"), _noop, [T("orphan", "check")])
+    with pytest.raises(SpecError) as info:
+        compile_spec(spec)
+    assert info.value.rule == "unreachable"
+    assert str(info.value) == (
+        "state 'orphan' cannot be reached from 'idle'; add a transition into it or remove it"
+    )
+
+
+def test_state_without_path_to_final_rejected() -> None:
+    """Two states looping forever with no way out are rejected."""
+    spec = (
+        DEFAULT_SPEC.add_state(StateSpec("spin"), _noop, [T("spin", "spin2")])
+        .add_state(StateSpec("spin2"), _noop, [T("spin2", "spin")])
+        .add_transition(T("check", "spin", "tasks_complete"), before=T("check", "assemble"))
+    )
+    with pytest.raises(SpecError) as info:
+        compile_spec(spec)
+    assert info.value.rule == "no-path-to-final"
+    assert info.value.states == ("spin", "spin2")
+    assert "state 'spin', 'spin2' has no path to a final state" in str(info.value)
+
+
+def test_unknown_guard_rejected() -> None:
+    """A guard name that resolves to nothing is named, with the known guards."""
+    spec = DEFAULT_SPEC.add_transition(
+        T("check", "model_complete", "looks_done"), before=T("check", "assemble")
+    )
+    with pytest.raises(SpecError) as info:
+        compile_spec(spec)
+    assert info.value.rule == "unknown-guard"
+    assert str(info.value).startswith(
+        "transition check -> model_complete [looks_done] names guard 'looks_done', which "
+        "resolves to nothing; add it with with_guard() (known guards: abort_requested, "
+    )
+
+
+def test_missing_handler_rejected() -> None:
+    """A non-final state without a handler is rejected."""
+    spec = DEFAULT_SPEC.add_state(StateSpec("lonely"), None, [T("lonely", "check")])
+    spec = spec.add_transition(
+        T("execute", "lonely", "has_tool_calls"), before=T("execute", "check")
+    )
+    with pytest.raises(SpecError, match=r"state 'lonely' has no phase handler"):
+        compile_spec(spec)
+
+
+def test_guarded_last_transition_rejected() -> None:
+    """A state whose every edge is guarded could stall: rejected."""
+    spec = DEFAULT_SPEC.remove_transition(T("backoff", "call"))
+    with pytest.raises(SpecError) as info:
+        compile_spec(spec)
+    assert info.value.rule == "no-fallthrough"
+
+
+def test_final_state_needs_exit_reason() -> None:
+    """Every final state must carry its exit reason."""
+    spec = DEFAULT_SPEC.add_state(StateSpec("gone", "final")).add_transition(
+        T("check", "gone", "tasks_complete"), before=T("check", "assemble")
+    )
+    with pytest.raises(SpecError, match=r"final state 'gone' has no exit_reason"):
+        compile_spec(spec)
+
+
+def test_undeclared_state_in_transition_rejected() -> None:
+    """A transition to a state that does not exist names it."""
+    spec = DEFAULT_SPEC.add_transition(T("check", "nowhere", "tasks_complete"))
+    with pytest.raises(SpecError, match=r"refers to undeclared state 'nowhere'"):
+        compile_spec(spec)
+
+
+def test_editing_never_mutates_the_default() -> None:
+    """Every edit returns a new spec; DEFAULT_SPEC stays as it was."""
+    before = (DEFAULT_SPEC.states, DEFAULT_SPEC.transitions, dict(DEFAULT_SPEC.handlers))
+    DEFAULT_SPEC.insert_between("stream", "execute", StateSpec("approve"), _noop)
+    DEFAULT_SPEC.replace_handler("check", _noop)
+    DEFAULT_SPEC.with_guard("x", lambda p, s: True)
+    DEFAULT_SPEC.replace_transition(T("fallback", "normalize"), T("fallback", "assemble"))
+    assert (DEFAULT_SPEC.states, DEFAULT_SPEC.transitions, dict(DEFAULT_SPEC.handlers)) == before
+    with pytest.raises(TypeError):
+        DEFAULT_SPEC.handlers["check"] = _noop  # type: ignore[index]
+
+
+def test_insert_between_reroutes_edges() -> None:
+    """insert_between moves stream->execute to stream->approve and adds approve->execute."""
+    spec = DEFAULT_SPEC.insert_between("stream", "execute", StateSpec("approve"), _noop)
+    assert T("stream", "approve", "has_tool_calls") in spec.transitions_from("stream")
+    assert spec.transitions_from("approve") == (T("approve", "execute"),)
+    assert not [t for t in spec.transitions if t.key == ("stream", "execute", "has_tool_calls")]
+
+
+def test_add_transition_before_sets_priority() -> None:
+    """``before`` places a new edge ahead of an existing one."""
+    spec = DEFAULT_SPEC.with_guard("always", lambda p, s: True).add_transition(
+        T("check", "model_complete", "always"), before=T("check", "abort", "abort_requested")
+    )
+    assert spec.transitions_from("check")[0] == T("check", "model_complete", "always")
+    assert machine_at(spec, "check", HarnessState()).step() == "model_complete"
+
+
+def test_custom_state_runs_like_a_builtin() -> None:
+    """A host-defined state between execute and check runs its handler and its guards."""
+    seen: list[int] = []
+
+    async def audit(run: Run) -> None:
+        seen.append(len(run.state.history))
+        run.state.notes["audited"] = True
+
+    spec = DEFAULT_SPEC.insert_between("execute", "check", StateSpec("audit"), audit).renamed(
+        "audited"
+    )
+
+    async def echo(args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+        return ToolOutput("e")
+
+    params = HarnessParams(
+        model="scripted:m-20250101",
+        tools=[ToolSpec("echo", "e", {"type": "object"}, echo)],
+    )
+    from innerloop import Harness
+
+    provider = ScriptedProvider([reply(tool_call("echo", id="e1")), reply("done")])
+    events: list[Any] = []
+    state = Harness(params, [provider], machine=spec).run_sync("go", on_event=events.append)
+    assert state.exit_reason == "model_complete"
+    assert seen == [3]
+    path = [(e.source, e.target) for e in events if e.type == "transition"]
+    assert ("execute", "audit") in path and ("audit", "check") in path
+
+
+def test_replace_handler() -> None:
+    """A replaced handler runs instead of the built-in one."""
+    calls: list[str] = []
+
+    async def my_check(run: Run) -> None:
+        calls.append(run.current)
+        run.state.outcome = "checked"
+
+    spec = DEFAULT_SPEC.replace_handler("check", my_check)
+    from innerloop import Harness
+
+    params = HarnessParams(model="scripted:m-20250101")
+    state = Harness(params, [ScriptedProvider([reply("hi")])], machine=spec).run_sync("go")
+    assert state.exit_reason == "model_complete" and calls == ["check"]
