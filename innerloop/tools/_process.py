@@ -14,7 +14,8 @@ import os
 import re
 import signal
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any
 
 import attrs
 
@@ -132,18 +133,8 @@ async def run_process(
     printed so far, and the cancellation propagates.
     """
     start = time.monotonic()
-    loop = asyncio.get_running_loop()
-    transport, protocol = await loop.subprocess_exec(
-        lambda: _Protocol(loop),
-        *argv,
-        cwd=cwd,
-        env=dict(env) if env is not None else None,
-        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        start_new_session=True,
-    )
-    proc = asyncio.subprocess.Process(transport, protocol, loop)
+    transport, protocol = await _spawn(argv, cwd, env, stdin is not None)
+    proc = asyncio.subprocess.Process(transport, protocol, asyncio.get_running_loop())
     out, err = _Capture(capture_limit), _Capture(capture_limit)
     pumps = [
         asyncio.ensure_future(_pump(proc.stdout, out)),
@@ -167,12 +158,66 @@ async def run_process(
         except TimeoutError:
             timed_out = True
     except asyncio.CancelledError:
-        await _stop(transport, protocol, pumps)
+        await _finish(_stop(transport, protocol, pumps))
         if on_partial is not None:
             on_partial(result())
         raise
-    await _stop(transport, protocol, pumps)
+    await _finish(_stop(transport, protocol, pumps))
     return result()
+
+
+async def _spawn(
+    argv: Sequence[str],
+    cwd: str | os.PathLike[str] | None,
+    env: Mapping[str, str] | None,
+    with_stdin: bool,
+) -> tuple[asyncio.SubprocessTransport, _Protocol]:
+    """Start the child. The child runs (and may start its own children) before the
+    transport is ready; a cancellation in that window lets the start finish and then
+    kills the group, instead of leaving the grandchildren behind."""
+    loop = asyncio.get_running_loop()
+    spawn = asyncio.ensure_future(
+        loop.subprocess_exec(
+            lambda: _Protocol(loop),
+            *argv,
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            stdin=asyncio.subprocess.PIPE if with_stdin else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+    )
+    try:
+        return await asyncio.shield(spawn)
+    except asyncio.CancelledError:
+        await _finish(_stop_spawned(spawn))
+        raise
+
+
+async def _stop_spawned(
+    spawn: asyncio.Future[tuple[asyncio.SubprocessTransport, _Protocol]],
+) -> None:
+    try:
+        transport, protocol = await spawn
+    except Exception:  # it never started: nothing to stop
+        return
+    await _stop(transport, protocol, ())
+
+
+async def _finish(cleanup: Coroutine[Any, Any, None]) -> None:
+    """Run ``cleanup`` to its end even if the caller is cancelled again meanwhile (a
+    second cancellation must not leave a process group alive); then re-raise it."""
+    task = asyncio.ensure_future(cleanup)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = True
+    task.result()
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 class _Protocol(asyncio.subprocess.SubprocessStreamProtocol):

@@ -74,11 +74,16 @@ class ToolRunner:
         ]
         self._eager.clear()
         await _cancel(stale)
+        if not tasks:
+            return []
         try:
-            return list(await asyncio.gather(*tasks))
+            # wait() rather than gather(): a cancelled gather cancels its tasks itself,
+            # and a second cancel() would cut short their cleanup (killing processes)
+            await asyncio.wait(tasks)
         except BaseException:
             await _cancel(tasks)
             raise
+        return [t.result() for t in tasks]
 
     def _start(self, run: Run, call: ToolUseBlock) -> asyncio.Task[ToolCallResult]:
         return asyncio.ensure_future(self._run_one(run, call))
@@ -208,4 +213,5 @@ def _name(exc: BaseException) -> str:
 async def _cancel(tasks: Sequence[asyncio.Future[ToolCallResult]]) -> None:
     for t in tasks:
         t.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    if tasks:
+        await asyncio.wait(tasks)

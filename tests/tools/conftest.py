@@ -1,5 +1,5 @@
-"""Helpers for the tools tests: run one call without a model, pace a scripted stream,
-check that a process is gone and that a history is closed."""
+"""Helpers for the tools tests: run calls without a model, pace a scripted stream, check
+that a process is gone."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from innerloop import HarnessParams, HarnessState, Message, ToolResultBlock
+from innerloop import HarnessParams, HarnessState
 from innerloop._events import StreamEvent
 from innerloop._messages import ToolUseBlock
 from innerloop.recovery import ApproxTokenCounter, MessageTokenCache
@@ -113,20 +113,3 @@ def gone() -> Callable[[int], bool]:
         return True
 
     return check
-
-
-def unanswered_calls(history: Sequence[Message]) -> list[str]:
-    """Ids of tool_use blocks with no tool_result in the next message."""
-    missing = []
-    for i, message in enumerate(history):
-        if message.role != "assistant" or not message.tool_uses:
-            continue
-        following = history[i + 1].content if i + 1 < len(history) else ()
-        answered = {b.tool_use_id for b in following if isinstance(b, ToolResultBlock)}
-        missing += [c.id for c in message.tool_uses if c.id not in answered]
-    return missing
-
-
-@pytest.fixture
-def unanswered() -> Callable[[Sequence[Message]], list[str]]:
-    return unanswered_calls

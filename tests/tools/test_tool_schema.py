@@ -6,7 +6,7 @@ import enum
 from typing import Any, Literal
 
 import attrs
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from innerloop.tools import tool, validate
@@ -64,6 +64,7 @@ class TestValidate:
         """Arguments that are not an object are refused as a whole."""
         assert validate(SCHEMA, [1]) == ["the arguments: expected object, got array [1]"]
 
+    @settings(deadline=None)
     @given(st.integers(), st.floats(allow_nan=False), st.text(), st.booleans())
     def test_scalars_match_their_python_type(self, i: int, f: float, s: str, b: bool) -> None:
         """Only a value of the right JSON type passes a scalar schema."""
