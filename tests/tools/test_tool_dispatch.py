@@ -70,6 +70,34 @@ class TestEager:
         assert state.exit_reason == "model_complete"
         assert list(started) == ["whole"]
 
+    def test_eager_call_of_a_dropped_message_is_cancelled(
+        self, make_harness: Any, paced: Any
+    ) -> None:
+        """A call started eagerly in a message that max_tokens cut off (and the loop
+        dropped) is cancelled by the end of the run, not left running."""
+        seen: list[str] = []
+
+        @tool
+        async def slow() -> str:
+            """Slow."""
+            seen.append("started")
+            try:
+                await asyncio.sleep(5)
+            except asyncio.CancelledError:
+                seen.append("cancelled")
+                raise
+            return "late"
+
+        script = iter([reply(tool_call("slow"), "more", stop_reason="max_tokens"), reply("ok")])
+        provider = paced(lambda request: next(script), delay=0.02)
+        harness = make_harness(_params([slow], eager_tools=True), [provider])
+
+        async def run_and_look() -> tuple[str | None, list[str]]:
+            state = await harness.start("go").run()
+            return state.exit_reason, list(seen)
+
+        assert asyncio.run(run_and_look()) == ("model_complete", ["started", "cancelled"])
+
 
 class TestAbort:
     def test_abort_kills_a_running_shell(
