@@ -9,6 +9,8 @@ How a call runs depends on the function:
 - ``isolated=True`` (plain module-level ``def`` only): run in a child Python process in its
   own process group, killed at the timeout. Arguments and the return value cross the
   process boundary (JSON in, pickle out); the function cannot take a ``ToolContext``.
+  The child inherits this process's environment and ``sys.path`` (it is not a sandbox)
+  and costs an interpreter start-up (tens to hundreds of milliseconds) per call.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any, TypeVar, overload
 import attrs
 
 from innerloop._errors import ToolDefinitionError
-from innerloop.tools._schema import convert, schema_for
+from innerloop.tools._schema import convert, resolve_hints, schema_for
 from innerloop.tools._spec import ToolContext, ToolOutput, ToolSpec
 
 __all__ = ["Toolset", "render_value", "tool"]
@@ -107,15 +109,16 @@ class _Signature:
 
 
 def _signature(fn: Callable[..., Any], where: str, descriptions: Mapping[str, str]) -> _Signature:
-    hints = _resolved_hints(fn, where)
+    hints = resolve_hints(fn, where)
     properties: dict[str, Any] = {}
     required: list[str] = []
     annotations: dict[str, Any] = {}
     context_param: str | None = None
     for name, param in inspect.signature(fn).parameters.items():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            stars = "*" if param.kind is param.VAR_POSITIONAL else "**"
             raise ToolDefinitionError(
-                f"{where}: parameter {name!r} is *{name} or **{name}; tools take named "
+                f"{where}: parameter {name!r} is variadic ({stars}{name}); tools take named "
                 "parameters only"
             )
         if param.kind is param.POSITIONAL_ONLY:
@@ -142,18 +145,6 @@ def _signature(fn: Callable[..., Any], where: str, descriptions: Mapping[str, st
     schema = {"type": "object", "properties": properties, "required": required}
     schema["additionalProperties"] = False
     return _Signature(schema, annotations, context_param)
-
-
-def _resolved_hints(fn: Callable[..., Any], where: str) -> dict[str, Any]:
-    import typing
-
-    try:
-        return typing.get_type_hints(fn, include_extras=True)
-    except Exception as exc:
-        raise ToolDefinitionError(
-            f"{where}: cannot resolve its type hints ({type(exc).__name__}: {exc}); "
-            "import every annotated type at module level"
-        ) from exc
 
 
 async def _in_daemon_thread(fn: Callable[[], T]) -> T:

@@ -76,11 +76,10 @@ def _child_main(argv: list[str]) -> None:
     module, qualname, result_path = argv
     args = json.loads(sys.stdin.read() or "{}")
     try:
-        from innerloop.tools._define import _resolved_hints
-        from innerloop.tools._schema import convert
+        from innerloop.tools._schema import convert, resolve_hints
 
         fn = _resolve(module, qualname)
-        hints = _resolved_hints(fn, qualname)
+        hints = resolve_hints(fn, qualname)
         kwargs = {k: convert(hints[k], v) for k, v in args.items()}
         value = fn(**kwargs)
         try:

@@ -46,7 +46,7 @@ def _json_type(value: Any) -> str | None:
 
 
 def _attrs_schema(cls: type, where: str) -> dict[str, Any]:
-    hints = _hints(cls, where)
+    hints = resolve_hints(cls, where)
     properties: dict[str, Any] = {}
     required: list[str] = []
     for field in attrs.fields(cls):
@@ -68,13 +68,14 @@ def _attrs_schema(cls: type, where: str) -> dict[str, Any]:
     return schema
 
 
-def _hints(obj: Any, where: str) -> dict[str, Any]:
+def resolve_hints(obj: Any, where: str) -> dict[str, Any]:
+    """``obj``'s resolved type hints, or :class:`ToolDefinitionError` naming ``where``."""
     try:
         return typing.get_type_hints(obj, include_extras=True)
     except Exception as exc:
         raise ToolDefinitionError(
             f"{where}: cannot resolve the type hints of {getattr(obj, '__qualname__', obj)!r} "
-            f"({type(exc).__name__}: {exc}); define the types at module level"
+            f"({type(exc).__name__}: {exc}); import every annotated type at module level"
         ) from exc
 
 

@@ -201,11 +201,26 @@ class TestDefinitionErrors:
 
     def test_varargs(self) -> None:
         """*args cannot be offered to a model."""
-        with pytest.raises(ToolDefinitionError, match="named parameters only"):
+        with pytest.raises(ToolDefinitionError, match=r"is variadic \(\*a\); tools take named"):
 
             @tool
             def f(*a: int) -> None:
                 """Doc."""
+
+    def test_unresolvable_hint(self) -> None:
+        """A hint naming a type that is not importable at run time is explained."""
+
+        def f(a: int) -> None:
+            """Doc."""
+
+        f.__annotations__["a"] = "NotImportedHere"
+        with pytest.raises(ToolDefinitionError) as info:
+            tool(f)
+        assert str(info.value).startswith("tool 'f': cannot resolve the type hints of ")
+        assert str(info.value).endswith(
+            "(NameError: name 'NotImportedHere' is not defined); import every annotated type "
+            "at module level"
+        )
 
     def test_bad_name(self) -> None:
         """Names follow the providers' rule."""
