@@ -29,6 +29,9 @@ __all__ = ["BUILTIN_SETS", "builtin_tools"]
 
 BUILTIN_SETS = ("files", "shell", "python", "tasks")
 
+READ_LIMIT = 4 << 20
+"""read_file reads at most this many bytes (the runner caps the result further)."""
+
 
 def _file_tools(ws: Workspace) -> list[ToolSpec]:
     def existing_file(path: str) -> Path:
@@ -46,7 +49,14 @@ def _file_tools(ws: Workspace) -> list[ToolSpec]:
         Args:
             path: file path relative to the workspace root
         """
-        return existing_file(path).read_text(encoding="utf-8", errors="replace")
+        target = existing_file(path)
+        size = target.stat().st_size
+        with target.open("rb") as fh:
+            data = fh.read(READ_LIMIT)
+        text = data.decode("utf-8", errors="replace")
+        if size > READ_LIMIT:
+            text += f"\n[... read the first {READ_LIMIT:,} bytes of {size:,} ...]"
+        return text
 
     @tool(category="file")
     def write_file(path: str, content: str) -> str:

@@ -140,6 +140,14 @@ class TestFileTools:
         )
         assert (ws / "notes.txt").read_text() == "alpha\nB\nalpha beta\n"
 
+    def test_read_huge_file(self, tools: Any, call_tool: Any, ws: Path) -> None:
+        """A huge file is read only in part and the result is capped with a notice."""
+        (ws / "huge.txt").write_bytes(b"y" * (5 << 20))
+        result = call_tool(tools, "read_file", {"path": "huge.txt"})
+        assert not result.is_error
+        assert result.output.endswith("[... read the first 4,194,304 bytes of 5,242,880 ...]")
+        assert "[... output truncated: " in result.output
+
     def test_read_missing(self, tools: Any, call_tool: Any) -> None:
         """Reading a missing file says so."""
         result = call_tool(tools, "read_file", {"path": "nope.txt"})

@@ -11,7 +11,15 @@ from pathlib import Path
 from typing import Any
 
 from innerloop.recovery import ApproxTokenCounter
-from innerloop.tools import OutputLimits, ToolError, ToolOutput, ToolRunner, cap_output, tool
+from innerloop.tools import (
+    OutputLimits,
+    ToolContext,
+    ToolError,
+    ToolOutput,
+    ToolRunner,
+    cap_output,
+    tool,
+)
 
 
 @tool(isolated=True, timeout=1.5)
@@ -80,6 +88,18 @@ class TestResults:
         result = call_tool(pair, "pair", {"a": 2})
         assert (result.output, result.value, result.is_error) == ('{"a": 2}', {"a": 2}, False)
         assert result.duration >= 0
+
+    def test_context_reaches_the_tool(self, call_tool: Any, tmp_path: Path) -> None:
+        """A ToolContext parameter gets the call id, the run's state, workspace and limit."""
+
+        @tool(timeout=3)
+        def where(ctx: ToolContext) -> str:
+            """Where am I."""
+            ctx.state.notes["seen"] = True
+            return f"{ctx.tool_use_id} {ctx.workspace} {ctx.timeout} {ctx.params.model}"
+
+        result = call_tool(where, "where", {}, runner=ToolRunner(workspace=tmp_path))
+        assert result.output == f"toolu_0 {tmp_path} 3 scripted:m"
 
     def test_exceptions_become_structured_errors(self, call_tool: Any) -> None:
         """An exception is reported with its type; ToolError with its message only."""
