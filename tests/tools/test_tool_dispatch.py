@@ -117,12 +117,7 @@ class TestAbort:
         params = _params(builtin_tools("shell", workspace=tmp_path), max_parallel_tools=1)
         run = make_harness(params, provider).start("go")
 
-        def abort_when_running() -> None:
-            while not (tmp_path / "sleep.pid").exists():
-                time.sleep(0.01)
-            run.abort("the host changed its mind")
-
-        watcher = threading.Thread(target=abort_when_running)
+        watcher = threading.Thread(target=self._abort_when, args=(run, tmp_path / "sleep.pid"))
         watcher.start()
         start = time.monotonic()
         state = asyncio.run(run.run())
@@ -136,6 +131,32 @@ class TestAbort:
         results = state.history[-1].content
         assert all(isinstance(b, ToolResultBlock) and b.is_error for b in results)
         assert results[0].content.startswith("not run: the run was aborted")
+
+    def test_abort_while_streaming_kills_an_eager_shell(
+        self, make_harness: Any, paced: Any, tmp_path: Path, gone: Any
+    ) -> None:
+        """An abort mid-stream kills a shell started eagerly; the unfinished message is
+        not kept, so the history stays valid."""
+        command = "sleep 30 & echo $! > sleep.pid; wait"
+        script = iter([reply(tool_call("run_shell", {"command": command}), "still streaming")])
+        provider = paced(lambda request: next(script), delay=0.4)
+        params = _params(builtin_tools("shell", workspace=tmp_path), eager_tools=True)
+        run = make_harness(params, [provider]).start("go")
+        watcher = threading.Thread(target=self._abort_when, args=(run, tmp_path / "sleep.pid"))
+        watcher.start()
+        state = asyncio.run(run.run())
+        watcher.join()
+        assert not any(kind == "message_complete" for kind, _ in provider.log)
+        assert state.exit_reason == "aborted"
+        assert gone(int((tmp_path / "sleep.pid").read_text()))
+        assert history_problems(state.history) == []
+        assert [m.role for m in state.history] == ["user"]
+
+    @staticmethod
+    def _abort_when(run: Any, path: Path) -> None:
+        while not path.exists():
+            time.sleep(0.01)
+        run.abort("stop")
 
 
 class TestFailures:
