@@ -56,6 +56,8 @@ class ToolRunner:
         self.workspace = Path(workspace) if workspace is not None else None
         self._eager: dict[str, asyncio.Task[ToolCallResult]] = {}
         self._semaphore: asyncio.Semaphore | None = None
+        self.finished_results: list[ToolCallResult] = []
+        """After :meth:`run_calls` was cancelled: the results of the calls that finished."""
 
     def prestart(self, run: Run, call: ToolUseBlock) -> None:
         """Start ``call`` now (eager dispatch, while the message still streams)."""
@@ -66,7 +68,9 @@ class ToolRunner:
         """Run ``calls`` (or collect their eager starts); results in the order of ``calls``.
 
         Eager starts that are not among ``calls`` (their message was cut off by max_tokens
-        and dropped) are cancelled."""
+        and dropped) are cancelled. If this is cancelled (an abort), the running calls are
+        cancelled and :attr:`finished_results` holds the results of the calls that had
+        finished."""
         wanted = {c.id for c in calls}
         stale = [t for i, t in self._eager.items() if i not in wanted]
         tasks = [
@@ -81,7 +85,11 @@ class ToolRunner:
             # and a second cancel() would cut short their cleanup (killing processes)
             await asyncio.wait(tasks)
         except BaseException:
-            await _cancel(tasks)
+            self.finished_results = []
+            try:
+                await _cancel(tasks)
+            finally:
+                self.finished_results = [r for r in map(_outcome, tasks) if r is not None]
             raise
         return [t.result() for t in tasks]
 
@@ -199,6 +207,12 @@ class ToolRunner:
             stderr=partial.stderr if partial else None,
             error="timeout",
         )
+
+
+def _outcome(task: asyncio.Task[ToolCallResult]) -> ToolCallResult | None:
+    if not task.done() or task.cancelled() or task.exception() is not None:
+        return None
+    return task.result()
 
 
 def _is_thread_tool(spec: ToolSpec) -> bool:
