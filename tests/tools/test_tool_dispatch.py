@@ -11,6 +11,7 @@ from typing import Any
 
 from innerloop import HarnessParams, Message, TextBlock, ToolResultBlock
 from innerloop._events import ToolExecuted
+from innerloop.fsm._phases import ABORTED_TOOL as ABORTED
 from innerloop.testing import ScriptedProvider, history_problems, reply, tool_call
 from innerloop.tools import Toolset, builtin_tools, tool
 
@@ -130,7 +131,36 @@ class TestAbort:
         assert history_problems(state.history) == []
         results = state.history[-1].content
         assert all(isinstance(b, ToolResultBlock) and b.is_error for b in results)
-        assert results[0].content.startswith("not run: the run was aborted")
+        assert [b.content for b in results] == [ABORTED, ABORTED]
+
+    def test_finished_calls_keep_their_results(
+        self, make_harness: Any, tmp_path: Path, gone: Any
+    ) -> None:
+        """On abort a call that had finished keeps its real result; the running one is
+        marked aborted."""
+        slow = "sleep 30 & echo $! > sleep.pid; wait"
+        provider = ScriptedProvider(
+            [
+                reply(
+                    tool_call("run_shell", {"command": "echo quick"}),
+                    tool_call("run_shell", {"command": slow}),
+                )
+            ]
+        )
+        run = make_harness(_params(builtin_tools("shell", workspace=tmp_path)), provider).start(
+            "go"
+        )
+        watcher = threading.Thread(target=self._abort_when, args=(run, tmp_path / "sleep.pid", 0.3))
+        watcher.start()
+        state = asyncio.run(run.run())
+        watcher.join()
+        assert state.exit_reason == "aborted"
+        assert history_problems(state.history) == []
+        quick, aborted = state.history[-1].content
+        assert isinstance(quick, ToolResultBlock) and isinstance(aborted, ToolResultBlock)
+        assert (quick.content, quick.is_error) == ("exit code: 0\nstdout:\nquick\n", False)
+        assert (aborted.content, aborted.is_error) == (ABORTED, True)
+        assert gone(int((tmp_path / "sleep.pid").read_text()))
 
     def test_abort_while_streaming_kills_an_eager_shell(
         self, make_harness: Any, paced: Any, tmp_path: Path, gone: Any
@@ -153,9 +183,10 @@ class TestAbort:
         assert [m.role for m in state.history] == ["user"]
 
     @staticmethod
-    def _abort_when(run: Any, path: Path) -> None:
+    def _abort_when(run: Any, path: Path, after: float = 0.0) -> None:
         while not path.exists():
             time.sleep(0.01)
+        time.sleep(after)
         run.abort("stop")
 
 
