@@ -247,5 +247,4 @@ async def _stop(
     for p in pending:
         p.cancel()
     await asyncio.gather(*pending, return_exceptions=True)
-    if pending:
-        transport.close()
+    transport.close()
