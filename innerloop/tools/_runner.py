@@ -94,7 +94,17 @@ class ToolRunner:
         return [t.result() for t in tasks]
 
     def _start(self, run: Run, call: ToolUseBlock) -> asyncio.Task[ToolCallResult]:
-        return asyncio.ensure_future(self._run_one(run, call))
+        return asyncio.ensure_future(self._guarded(run, call))
+
+    async def _guarded(self, run: Run, call: ToolUseBlock) -> ToolCallResult:
+        try:
+            return await self._run_one(run, call)
+        except Exception as exc:  # a bad schema or limit must not crash the loop either
+            return self._failed(
+                call,
+                f"tool {call.name!r} could not be run: {type(exc).__name__}: {exc}",
+                _name(exc),
+            )
 
     async def cancel_all(self) -> None:
         """Cancel every eagerly started call (and kill its processes)."""
