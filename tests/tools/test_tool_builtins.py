@@ -3,6 +3,7 @@ timeout, secrets scrubbed from the environment, the task list."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from pathlib import Path
@@ -245,10 +246,16 @@ class TestShell:
         assert result.exit_code == 0
         assert gone(int((ws / "bg.pid").read_text()))
 
+    def test_run_process_timeout(self, ws: Path, gone: Any) -> None:
+        """run_process's own timeout kills the group and reports timed_out with the output."""
+        command = "echo begun; sleep 100 & echo $! > gc.pid; sleep 100"
+        result = asyncio.run(run_process(["/bin/sh", "-c", command], cwd=ws, timeout=0.3))
+        assert (result.timed_out, result.exit_code, result.stdout) == (True, -9, "begun\n")
+        assert 0.3 <= result.duration < 1.3
+        assert gone(int((ws / "gc.pid").read_text()))
+
     def test_fifty_megabytes(self, ws: Path) -> None:
         """A child printing 50 MB is captured in bounded memory with a notice."""
-        import asyncio
-
         result = asyncio.run(
             run_process(["/bin/sh", "-c", "head -c 50000000 /dev/zero | tr '\\0' x"], cwd=ws)
         )
