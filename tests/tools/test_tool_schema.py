@@ -9,7 +9,7 @@ import attrs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from innerloop.tools import tool, validate
+from innerloop.tools import schema_for, tool, validate
 from innerloop.tools._schema import convert
 
 
@@ -87,3 +87,67 @@ class TestConvert:
         assert convert(hints["boxes"], [{"size": "l", "weight": 2}]) == [Box(Size.L, 2.0)]
         assert convert(hints["weight"], 3) == 3.0
         assert isinstance(convert(float, 3), float)
+
+
+SCALARS: list[Any] = [str, int, float, bool, Size, Literal["x", "y"], Box]
+
+
+def _annotations() -> st.SearchStrategy[Any]:
+    return st.recursive(
+        st.sampled_from(SCALARS),
+        lambda inner: st.one_of(
+            inner.map(lambda a: list[a]),  # type: ignore[valid-type]
+            inner.map(lambda a: dict[str, a]),  # type: ignore[valid-type]
+            inner.map(lambda a: a | None),
+        ),
+        max_leaves=4,
+    )
+
+
+def _values(annotation: Any) -> st.SearchStrategy[Any]:
+    """JSON values that a model could send for ``annotation``."""
+    import typing
+
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation is bool:
+        return st.booleans()
+    if annotation is int:
+        return st.integers()
+    if annotation is float:
+        return st.floats(allow_nan=False, allow_infinity=False)
+    if annotation is str:
+        return st.text(max_size=5)
+    if annotation is Size:
+        return st.sampled_from(["s", "l"])
+    if annotation is Box:
+        return st.fixed_dictionaries(
+            {"size": st.sampled_from(["s", "l"])}, optional={"weight": st.floats(-1, 1)}
+        )
+    if origin is Literal:
+        return st.sampled_from(args)
+    if origin is list:
+        return st.lists(_values(args[0]), max_size=3)
+    if origin is dict:
+        return st.dictionaries(st.text(max_size=3), _values(args[1]), max_size=3)
+    return st.one_of(st.none(), _values(next(a for a in args if a is not type(None))))
+
+
+class TestRoundTrip:
+    @settings(deadline=None, max_examples=200)
+    @given(st.data(), _annotations())
+    def test_generated_values_validate_and_convert(self, data: Any, annotation: Any) -> None:
+        """Any value of the annotated type passes its schema and converts without error."""
+        value = data.draw(_values(annotation))
+        schema = schema_for(annotation, "p")
+        assert validate(schema, value) == []
+        convert(annotation, value)
+
+    @settings(deadline=None, max_examples=200)
+    @given(_annotations())
+    def test_a_wrong_kind_is_refused(self, annotation: Any) -> None:
+        """An object where the schema wants no object (or the reverse) is refused."""
+        schema = schema_for(annotation, "p")
+        inner = schema["anyOf"][0] if "anyOf" in schema else schema
+        wants_object = inner.get("type") == "object"
+        wrong = [1, 2] if wants_object else {"unexpected": []}
+        assert validate(schema, wrong) != []
