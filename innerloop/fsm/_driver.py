@@ -211,6 +211,8 @@ class Run:
             )
         finally:
             self.state.abort.remove_waker(self._wake)
+            # eager tool calls whose message was dropped (max_tokens) must not outlive the run
+            await self.tool_runner.cancel_all()
             if self.state.stream is not None:
                 stream, self.state.stream = self.state.stream, None
                 await stream.aclose()

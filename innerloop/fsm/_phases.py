@@ -6,6 +6,7 @@ the next state (the guards do). Handlers return a list of events or yield them.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 
 import attrs
@@ -308,7 +309,20 @@ async def execute(run: Run) -> AsyncIterator[Event]:
     """Run the last assistant message's tool calls and append their results."""
     state = run.state
     calls = state.history[-1].tool_uses
-    outcomes = await run.tool_runner.run_calls(run, calls)
+    try:
+        outcomes = await run.tool_runner.run_calls(run, calls)
+    except asyncio.CancelledError:
+        # an abort: calls that finished keep their results, the others say they were aborted
+        done = {o.tool_use_id: o for o in getattr(run.tool_runner, "finished_results", ())}
+        if done:
+            blocks = tuple(
+                ToolResultBlock(c.id, done[c.id].output, done[c.id].is_error)
+                if c.id in done
+                else ToolResultBlock(c.id, ABORTED_TOOL, True)
+                for c in calls
+            )
+            state.history.append(Message("user", blocks))
+        raise
     results = [ToolResultBlock(o.tool_use_id, o.output, o.is_error) for o in outcomes]
     message = _results_message(run, calls, results)
     state.history.append(message)

@@ -1,15 +1,34 @@
-"""Runs the tool calls of one assistant turn: bounded parallelism, per-call timeouts,
-every failure turned into an ``is_error`` result, results in the order of the calls."""
+"""Runs the tool calls of one assistant turn.
+
+- Calls run concurrently, at most ``params.max_parallel_tools`` at a time; results come
+  back in the order of the calls, whatever order they finish in.
+- With ``params.eager_tools`` the stream phase calls :meth:`ToolRunner.prestart` at each
+  ``tool_use_complete`` event, so a tool starts while the message is still streaming.
+- Arguments are validated against the tool's schema first; bad ones never reach the tool.
+- Each call runs under ``params.timeout_for(spec)``; at the limit it is cancelled (async
+  tools), its process group is killed (shell, python and isolated tools), or it is left
+  running in its thread and reported (plain sync tools; see ``innerloop.tools._define``).
+- Every failure becomes an ``is_error`` result; nothing a tool does can crash the loop.
+- Output is capped in bytes and tokens (:class:`OutputLimits`) with a notice of the cut.
+- Cancellation (an abort) cancels the running calls and kills their processes.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+import attrs
+
 from innerloop._messages import ToolUseBlock
-from innerloop.tools._spec import ToolCallResult, ToolContext, ToolSpec
+from innerloop.recovery._tokens import ApproxTokenCounter, TokenCounter
+from innerloop.tools._output import OutputLimits, cap_output
+from innerloop.tools._schema import validate
+from innerloop.tools._spec import ToolCallResult, ToolContext, ToolError, ToolOutput, ToolSpec
 
 if TYPE_CHECKING:
     from innerloop.fsm._driver import Run
@@ -18,11 +37,27 @@ __all__ = ["ToolRunner"]
 
 
 class ToolRunner:
-    """Executes tool calls for a run. One instance per run (it holds eager tasks)."""
+    """Executes tool calls for a run. One instance per run (it holds eager tasks).
 
-    def __init__(self) -> None:
+    ``limits`` caps each result; ``token_counter`` counts its tokens (default: the run's
+    counter); ``workspace`` is handed to tools as ``ctx.workspace``. Pass a configured
+    runner to the harness with ``tool_runner_factory=lambda: ToolRunner(...)``.
+    """
+
+    def __init__(
+        self,
+        *,
+        limits: OutputLimits | None = None,
+        token_counter: TokenCounter | None = None,
+        workspace: str | Path | None = None,
+    ) -> None:
+        self.limits = limits or OutputLimits()
+        self.token_counter = token_counter
+        self.workspace = Path(workspace) if workspace is not None else None
         self._eager: dict[str, asyncio.Task[ToolCallResult]] = {}
         self._semaphore: asyncio.Semaphore | None = None
+        self.finished_results: list[ToolCallResult] = []
+        """After :meth:`run_calls` was cancelled: the results of the calls that finished."""
 
     def prestart(self, run: Run, call: ToolUseBlock) -> None:
         """Start ``call`` now (eager dispatch, while the message still streams)."""
@@ -30,26 +65,52 @@ class ToolRunner:
             self._eager[call.id] = self._start(run, call)
 
     async def run_calls(self, run: Run, calls: Sequence[ToolUseBlock]) -> list[ToolCallResult]:
+        """Run ``calls`` (or collect their eager starts); results in the order of ``calls``.
+
+        Eager starts that are not among ``calls`` (their message was cut off by max_tokens
+        and dropped) are cancelled. If this is cancelled (an abort), the running calls are
+        cancelled and :attr:`finished_results` holds the results of the calls that had
+        finished."""
+        wanted = {c.id for c in calls}
+        stale = [t for i, t in self._eager.items() if i not in wanted]
         tasks = [
             self._eager.pop(c.id) if c.id in self._eager else self._start(run, c) for c in calls
         ]
+        self._eager.clear()
+        await _cancel(stale)
+        if not tasks:
+            return []
         try:
-            return list(await asyncio.gather(*tasks))
+            # wait() rather than gather(): a cancelled gather cancels its tasks itself,
+            # and a second cancel() would cut short their cleanup (killing processes)
+            await asyncio.wait(tasks)
         except BaseException:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            self.finished_results = []
+            try:
+                await _cancel(tasks)
+            finally:
+                self.finished_results = [r for r in map(_outcome, tasks) if r is not None]
             raise
+        return [t.result() for t in tasks]
 
     def _start(self, run: Run, call: ToolUseBlock) -> asyncio.Task[ToolCallResult]:
-        return asyncio.ensure_future(self._run_one(run, call))
+        return asyncio.ensure_future(self._guarded(run, call))
+
+    async def _guarded(self, run: Run, call: ToolUseBlock) -> ToolCallResult:
+        try:
+            return await self._run_one(run, call)
+        except Exception as exc:  # a bad schema or limit must not crash the loop either
+            return self._failed(
+                call,
+                f"tool {call.name!r} could not be run: {type(exc).__name__}: {exc}",
+                _name(exc),
+            )
 
     async def cancel_all(self) -> None:
+        """Cancel every eagerly started call (and kill its processes)."""
         tasks = list(self._eager.values())
         self._eager.clear()
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await _cancel(tasks)
 
     async def _run_one(self, run: Run, call: ToolUseBlock) -> ToolCallResult:
         if self._semaphore is None:
@@ -57,44 +118,124 @@ class ToolRunner:
         spec = run.params.tool(call.name)
         if spec is None:
             known = ", ".join(t.name for t in run.params.tools) or "none"
-            return ToolCallResult(
-                call.id, call.name, f"unknown tool {call.name!r}; available: {known}", True
+            return self._failed(
+                call, f"unknown tool {call.name!r}; available: {known}", "unknown_tool"
+            )
+        problems = validate(spec.input_schema, call.input)
+        if problems:
+            return self._failed(
+                call,
+                f"invalid arguments for tool {call.name!r}, the tool was not run: "
+                + "; ".join(problems),
+                "invalid_arguments",
             )
         async with self._semaphore:
-            return await self.execute(run, spec, call)
+            return self._capped(run, await self.execute(run, spec, call))
+
+    def _failed(self, call: ToolUseBlock, message: str, error: str) -> ToolCallResult:
+        return ToolCallResult(call.id, call.name, message, is_error=True, error=error)
+
+    def _capped(self, run: Run, result: ToolCallResult) -> ToolCallResult:
+        counter = self.token_counter or getattr(run.tokens, "counter", None)
+        output = cap_output(result.output, counter or ApproxTokenCounter(), self.limits)
+        return result if output is result.output else attrs.evolve(result, output=output)
 
     async def execute(self, run: Run, spec: ToolSpec, call: ToolUseBlock) -> ToolCallResult:
-        timeout = run.params.timeout_for(spec)
-        ctx = ToolContext(run.params, run.state, call.id)
+        """Run one validated call under its timeout; every outcome becomes a result."""
+        limit = run.params.timeout_for(spec)
+        ctx = ToolContext(run.params, run.state, call.id, self.workspace, limit)
         start = time.monotonic()
+
+        def result(output: str, error: str | None = None, **kw: object) -> ToolCallResult:
+            return ToolCallResult(
+                call.id,
+                call.name,
+                output,
+                is_error=error is not None,
+                duration=time.monotonic() - start,
+                error=error,
+                **kw,  # type: ignore[arg-type]
+            )
+
+        scope = asyncio.timeout(limit)
         try:
-            out = await asyncio.wait_for(spec.handler(call.input, ctx), timeout)
-        except TimeoutError:
-            return ToolCallResult(
-                call.id,
-                call.name,
-                f"tool {call.name!r} timed out after {timeout:g} s (limit for "
-                f"category {spec.category!r})",
-                is_error=True,
-                timed_out=True,
-                duration=time.monotonic() - start,
-            )
+            async with scope:
+                out = await spec.handler(call.input, ctx)
+        except TimeoutError as exc:
+            if not scope.expired():
+                return result(f"tool {call.name!r} raised TimeoutError: {exc}", "TimeoutError")
+            return self._timed_out(ctx, spec, call, time.monotonic() - start)
+        except ToolError as exc:
+            return result(str(exc), "tool_error")
         except Exception as exc:  # a tool's failure goes back to the model
-            return ToolCallResult(
-                call.id,
-                call.name,
-                f"tool {call.name!r} raised {type(exc).__name__}: {exc}",
-                is_error=True,
-                duration=time.monotonic() - start,
+            return result(f"tool {call.name!r} raised {type(exc).__name__}: {exc}", _name(exc))
+        if not isinstance(out, ToolOutput):
+            return result(
+                f"tool {call.name!r} handler returned {type(out).__name__}, not ToolOutput",
+                "TypeError",
             )
-        return ToolCallResult(
-            call.id,
-            call.name,
+        return result(
             out.content,
-            is_error=out.is_error,
-            duration=time.monotonic() - start,
+            "tool_error" if out.is_error else None,
             stdout=out.stdout,
             stderr=out.stderr,
             exit_code=out.exit_code,
             value=out.value,
         )
+
+    def _timed_out(
+        self, ctx: ToolContext, spec: ToolSpec, call: ToolUseBlock, duration: float
+    ) -> ToolCallResult:
+        limit = ctx.timeout or 0.0
+        source = (
+            "the tool's own timeout"
+            if spec.timeout is not None
+            else (f"category {spec.category!r}")
+        )
+        how = (
+            "it may still be running in its worker thread (sync tools cannot be killed)"
+            if _is_thread_tool(spec)
+            else "it was stopped"
+        )
+        message = (
+            f"tool {call.name!r} timed out after {duration:.1f} s (limit {limit:g} s from "
+            f"{source}); {how}"
+        )
+        partial = ctx.partial
+        if partial is not None and (partial.stdout or partial.stderr):
+            message += (
+                "\noutput before the timeout:\n" + (partial.stdout or "") + (partial.stderr or "")
+            )
+        return ToolCallResult(
+            call.id,
+            call.name,
+            message,
+            is_error=True,
+            timed_out=True,
+            duration=duration,
+            stdout=partial.stdout if partial else None,
+            stderr=partial.stderr if partial else None,
+            error="timeout",
+        )
+
+
+def _outcome(task: asyncio.Task[ToolCallResult]) -> ToolCallResult | None:
+    if not task.done() or task.cancelled() or task.exception() is not None:
+        return None
+    return task.result()
+
+
+def _is_thread_tool(spec: ToolSpec) -> bool:
+    fn = spec.function
+    return fn is not None and not spec.isolated and not inspect.iscoroutinefunction(fn)
+
+
+def _name(exc: BaseException) -> str:
+    return type(exc).__name__
+
+
+async def _cancel(tasks: Sequence[asyncio.Future[ToolCallResult]]) -> None:
+    for t in tasks:
+        t.cancel()
+    if tasks:
+        await asyncio.wait(tasks)

@@ -16,6 +16,7 @@ __all__ = [
     "DEFAULT_TIMEOUTS",
     "ToolCallResult",
     "ToolContext",
+    "ToolError",
     "ToolHandler",
     "ToolOutput",
     "ToolSpec",
@@ -23,6 +24,11 @@ __all__ = [
 
 DEFAULT_TIMEOUTS: Mapping[str, float] = {"file": 5.0, "shell": 30.0, "network": 15.0, "code": 60.0}
 """Default timeout in seconds per tool category."""
+
+
+class ToolError(Exception):
+    """Raise it from a tool to report a failure to the model with exactly this message
+    (any other exception is reported with its type name)."""
 
 
 @attrs.frozen
@@ -45,6 +51,16 @@ class ToolContext:
     state: HarnessState
     tool_use_id: str
     workspace: Path | None = None
+    timeout: float | None = None
+    """The limit this call runs under, in seconds."""
+    partial: ToolOutput | None = None
+    """What a cancelled or timed-out call produced before it was stopped (set by the
+    process helpers, so a timed-out result still shows the output so far)."""
+
+    def keep_partial(self, result: Any) -> None:
+        """Record the ``stdout``/``stderr`` of ``result`` (anything with those attributes)
+        as what this call printed before it was stopped."""
+        self.partial = ToolOutput("", stdout=result.stdout, stderr=result.stderr)
 
 
 ToolHandler = Callable[[Mapping[str, Any], ToolContext], Awaitable[ToolOutput]]
@@ -64,6 +80,16 @@ class ToolSpec:
     handler: ToolHandler = attrs.field(eq=False, repr=False)
     category: str = "code"
     timeout: float | None = None
+    isolated: bool = False
+    """Runs in a child process (so a timeout can kill it); set by ``@tool(isolated=True)``."""
+    function: Callable[..., Any] | None = attrs.field(default=None, eq=False, repr=False)
+    """The decorated Python function, when the spec was made by ``@tool``."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the decorated function directly (for tests and plain Python use)."""
+        if self.function is None:
+            raise TypeError(f"tool {self.name!r} was not made from a function; call .handler")
+        return self.function(*args, **kwargs)
 
     def to_definition(self) -> dict[str, Any]:
         """Provider-neutral definition: name, description and JSON schema."""
@@ -88,3 +114,6 @@ class ToolCallResult:
     stderr: str | None = None
     exit_code: int | None = None
     value: Any = attrs.field(default=None, eq=False, repr=False)
+    error: str | None = None
+    """Why the call failed: ``invalid_arguments``, ``unknown_tool``, ``timeout``, ``aborted``,
+    ``tool_error`` or the name of the exception the tool raised."""
