@@ -43,7 +43,9 @@ def _notice(text: str, kept: int, counter: TokenCounter, limits: OutputLimits) -
 def _fits(text: str, counter: TokenCounter, limits: OutputLimits) -> bool:
     if limits.max_bytes is not None and len(text.encode("utf-8")) > limits.max_bytes:
         return False
-    return limits.max_tokens is None or counter.count_text(text) <= limits.max_tokens
+    if limits.max_tokens is None or len(text) <= limits.max_tokens:
+        return True  # a token spans at least one character: no need to tokenize
+    return counter.count_text(text) <= limits.max_tokens
 
 
 def cap_output(text: str, counter: TokenCounter, limits: OutputLimits) -> str:
