@@ -6,7 +6,8 @@ returns at once, so what is measured is the loop machinery. The same work (build
 request, open and drain the stream, run the tool, append the results) runs in:
 
 * a plain while-loop;
-* innerloop on its lean table engine (the default) and on python-statemachine's ``send``;
+* innerloop on its lean table engine (the default), the same with a context budget (so
+  every new message is tokenized with tiktoken), and on python-statemachine's ``send``;
 * LangGraph, when installed (``pip install -e '.[bench]'``): a model node and a tool node.
 
 Each run is ``--turns`` iterations on a fresh history (a host's loop, not a 1,000-turn
@@ -25,6 +26,8 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypedDict
+
+import attrs
 
 from innerloop import Harness, HarnessParams, Message, ToolResultBlock, ToolSpec
 from innerloop._events import MessageComplete
@@ -96,10 +99,10 @@ async def plain_loop(turns: int) -> int:
         await tool_turn(history)
 
 
-def innerloop_runner(engine: str) -> RunFn:
+def innerloop_runner(engine: str, budget: int | None = None) -> RunFn:
     async def run(turns: int) -> int:
         harness = Harness(
-            params(turns),
+            attrs.evolve(params(turns), context_budget=budget),
             [make_provider(turns)],
             machine=MACHINE,
             engine=engine,  # type: ignore[arg-type]
@@ -177,6 +180,7 @@ def main() -> None:
     contenders: dict[str, RunFn] = {
         "plain loop": plain_loop,
         "innerloop (table engine)": innerloop_runner("table"),
+        "innerloop (+ context budget)": innerloop_runner("table", budget=100_000),
         "innerloop (statemachine send)": innerloop_runner("statemachine"),
     }
     lg = langgraph_runner()

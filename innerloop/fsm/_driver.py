@@ -16,7 +16,7 @@ from statemachine import StateMachine
 from innerloop._events import Event, Finished, Transition
 from innerloop.fsm._compile import CompiledMachine
 from innerloop.fsm._params import HarnessParams, ModelChoice
-from innerloop.fsm._spec import TransitionSpec
+from innerloop.fsm._spec import Handler, TransitionSpec
 from innerloop.fsm._state import HarnessState
 from innerloop.recovery._clock import Clock
 from innerloop.recovery._compaction import Compactor
@@ -134,22 +134,22 @@ class Run:
             self._cancelled_for_abort = True
             self._task.cancel()
 
-    async def _phase(self, state_name: str) -> AsyncIterator[Event]:
-        handler, is_gen = self.machine.handlers[state_name]
+    async def _call_phase(self, handler: Handler) -> Sequence[Event]:
+        """Run a coroutine handler; its events (if any) come back as a list."""
         self._task = asyncio.current_task()
-        if not is_gen:
-            self._in_phase = True
-            try:
-                events = await handler(self)
-            except asyncio.CancelledError:
-                if not self._absorb_abort_cancel():
-                    raise
-                return
-            finally:
-                self._in_phase = False
-            for ev in events or ():
-                yield ev
-            return
+        self._in_phase = True
+        try:
+            return await handler(self) or ()
+        except asyncio.CancelledError:
+            if not self._absorb_abort_cancel():
+                raise
+            return ()
+        finally:
+            self._in_phase = False
+
+    async def _gen_phase(self, handler: Handler) -> AsyncIterator[Event]:
+        """Run an async-generator handler, forwarding its events."""
+        self._task = asyncio.current_task()
         agen = handler(self)
         try:
             while True:
@@ -195,8 +195,13 @@ class Run:
         try:
             while self.current not in self.machine.finals:
                 if not self.state.abort.requested or self.current in self._abort_safe:
-                    async for ev in self._phase(self.current):
-                        yield ev
+                    handler, is_gen = self.machine.handlers[self.current]
+                    if is_gen:
+                        async for ev in self._gen_phase(handler):
+                            yield ev
+                    else:
+                        for ev in await self._call_phase(handler):
+                            yield ev
                 source = self.current
                 taken = self.step()
                 yield Transition(source, taken.target, taken.guard)

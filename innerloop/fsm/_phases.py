@@ -88,6 +88,10 @@ async def assemble(run: Run) -> list[Event]:
         run.static_tokens = run.tokens.count_static(run.params.system, run.params.tool_definitions)
         events += _unpriced_alert(run.params, [c.model for c in run.params.model_chain])
     state = run.state
+    if run.params.context_budget is None:
+        # nothing to compare against: skip tokenizing (compaction counts what it needs)
+        state.outcome = "assembled"
+        return events
     state.context_tokens = run.static_tokens + run.tokens.count_history(state.history)
     # an exact counter (RequestTokenCounter) also counts the whole wire request; looked up
     # by attribute, as a runtime Protocol check costs tens of microseconds per turn
@@ -140,7 +144,9 @@ async def compact(run: Run) -> AsyncIterator[Event]:
     # an exact count (see RequestTokenCounter) may disagree with the local one that plans
     # the cut: budget targets are scaled by how far the local count is off
     local = before + static
-    scale = local / state.context_tokens if state.context_tokens > 0 else 1.0
+    if state.context_tokens <= 0:  # not counted by assemble (no context budget)
+        state.context_tokens = local
+    scale = local / state.context_tokens
     if reason == "overflow":
         yield Alert(
             "context_overflow",

@@ -71,6 +71,11 @@ class ToolRunner:
         and dropped) are cancelled. If this is cancelled (an abort), the running calls are
         cancelled and :attr:`finished_results` holds the results of the calls that had
         finished."""
+        if len(calls) == 1 and not self._eager:
+            # one call, nothing started early: run it in this task (no task, no extra
+            # event-loop round trips); an abort cancels it right here
+            self.finished_results = []
+            return [await self._guarded(run, calls[0])]
         wanted = {c.id for c in calls}
         stale = [t for i, t in self._eager.items() if i not in wanted]
         tasks = [

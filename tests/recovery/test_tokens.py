@@ -148,7 +148,9 @@ class TestMessageTokenCache:
             return ToolOutput("ok")
 
         tools = [ToolSpec("echo", "Echo", {"type": "object"}, echo)]
-        params = HarnessParams(model="scripted:m", system="SYSTEM", tools=tools)
+        params = HarnessParams(
+            model="scripted:m", system="SYSTEM", tools=tools, context_budget=100_000
+        )
         script = [reply(tool_call("echo")), reply(tool_call("echo")), reply("done")]
         make_harness(params, ScriptedProvider(script), token_counter=spy).run_sync("go")
         assert spy.texts.count("SYSTEM") == 1
