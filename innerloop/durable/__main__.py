@@ -52,6 +52,24 @@ async def _temporal_worker(args: argparse.Namespace) -> None:
         await stop.wait()
 
 
+def _dbos_worker(args: argparse.Namespace) -> None:
+    from dbos import DBOS
+
+    from innerloop.durable._dbos import DBOSLoops, dbos_config
+
+    app = load_app(args.app)
+    extra = {"executor_id": args.executor_id} if args.executor_id else {}
+    DBOS(config=dbos_config(args.database_url, **extra))
+    loops = DBOSLoops(app, queue=args.queue)
+    DBOS.launch()
+    loops.listen()
+    print(f"innerloop worker ready on {args.queue}", flush=True)
+    try:
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+    finally:
+        DBOS.destroy()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m innerloop.durable")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -67,9 +85,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=10.0,
         help="seconds before a dead worker's cached workflows move to another worker",
     )
+    dw = sub.add_parser("dbos-worker", help="run loops on DBOS; recovers unfinished ones")
+    dw.add_argument("--app", required=True, help="the LoopApp, as module:attribute")
+    dw.add_argument(
+        "--database-url", default="sqlite:///innerloop.sqlite", help="DBOS system database"
+    )
+    dw.add_argument("--queue", default="innerloop")
+    dw.add_argument("--executor-id", default=None, help="recover this executor's workflows")
     args = parser.parse_args(argv)
     if args.command == "temporal-worker":
         asyncio.run(_temporal_worker(args))
+    else:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        _dbos_worker(args)
 
 
 if __name__ == "__main__":

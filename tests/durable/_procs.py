@@ -6,6 +6,7 @@ whatever is still running when the test ends.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -91,10 +92,12 @@ class Processes:
                 proc.wait(10)
 
     def close(self) -> None:
+        """Kill every process started here, with its children (each leads its own
+        session, so its process group is exactly it and what it started)."""
         for proc in self._procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
         self._procs.clear()
 
 
@@ -135,6 +138,21 @@ class TemporalServer:
         self.procs.kill9(self.proc)
 
 
+def _spawn_worker(
+    procs: Processes, name: str, argv: list[str], env: dict[str, str]
+) -> subprocess.Popen[bytes]:
+    proc = procs.spawn(name, argv, {"PYTHONPATH": str(ROOT), **env})
+    out = procs.log_dir / f"{name}.out"
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"worker {name} exited at start:\n{out.read_text()[-3000:]}")
+        return "worker ready" in out.read_text()
+
+    wait_for(ready, 60, f"worker {name} to start")
+    return proc
+
+
 def spawn_temporal_worker(
     procs: Processes, name: str, address: str, task_queue: str, env: dict[str, str]
 ) -> subprocess.Popen[bytes]:
@@ -154,7 +172,82 @@ def spawn_temporal_worker(
         "--sticky-timeout",
         "1",
     ]
-    proc = procs.spawn(name, argv, {"PYTHONPATH": str(ROOT), **env})
-    out = procs.log_dir / f"{name}.out"
-    wait_for(lambda: "worker ready" in out.read_text(), 60, f"worker {name} to start")
-    return proc
+    return _spawn_worker(procs, name, argv, env)
+
+
+def spawn_dbos_worker(
+    procs: Processes, name: str, database_url: str, env: dict[str, str]
+) -> subprocess.Popen[bytes]:
+    argv = [
+        sys.executable,
+        "-m",
+        "innerloop.durable",
+        "dbos-worker",
+        "--app",
+        "tests.durable.app:app",
+        "--database-url",
+        database_url,
+    ]
+    return _spawn_worker(procs, name, argv, env)
+
+
+def postgres_bindir() -> Path:
+    """Debian's PostgreSQL server binaries (scripts/setup-system.sh installs them)."""
+    candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"), reverse=True)
+    if candidates:
+        return candidates[0].parent
+    found = shutil.which("postgres")
+    if found is None:
+        raise FileNotFoundError(
+            "PostgreSQL server binaries are missing; run scripts/setup-system.sh "
+            "(Debian: apt-get install postgresql)"
+        )
+    return Path(found).parent
+
+
+class PostgresServer:
+    """A throwaway PostgreSQL cluster on a free port (trust auth, 127.0.0.1 only). As
+    root, the server runs as the ``postgres`` user, which PostgreSQL requires."""
+
+    def __init__(self, procs: Processes, root: Path) -> None:
+        self.procs = procs
+        self.root = root
+        self.port = free_port()
+        self.data = root / "pgdata"
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _as_owner(self, argv: list[str]) -> list[str]:
+        if os.geteuid() == 0:
+            return ["runuser", "-u", "postgres", "--", *argv]
+        return argv
+
+    def start(self) -> None:
+        bindir = postgres_bindir()
+        self.root.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() == 0:
+            shutil.chown(self.root, "postgres")
+        subprocess.run(
+            self._as_owner(
+                [str(bindir / "initdb"), "-D", str(self.data), "-U", "postgres", "-A", "trust"]
+            ),
+            check=True,
+            capture_output=True,
+        )
+        argv = [
+            str(bindir / "postgres"),
+            "-D",
+            str(self.data),
+            "-p",
+            str(self.port),
+            "-h",
+            "127.0.0.1",
+            "-k",
+            str(self.root),
+            "-c",
+            "fsync=off",
+        ]
+        self.procs.spawn("postgres", self._as_owner(argv))
+        wait_for(lambda: port_open(self.port), 30, "PostgreSQL")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -13,30 +12,16 @@ from temporalio.client import Client
 
 from innerloop.durable.temporal import TemporalLoops, TemporalOptions, temporal_worker
 from tests.durable import app as test_app
+from tests.durable._checks import (
+    assert_only_call_1_reran,
+    model_turns,
+    started,
+    tool_starts,
+    until,
+)
 from tests.durable._procs import Processes, TemporalServer, spawn_temporal_worker
-from tests.durable.conftest import lines
 
 T = TypeVar("T")
-
-
-def model_turns(log_dir: Path) -> Counter[str]:
-    return Counter(row[2] for row in lines(log_dir / "model.log"))
-
-
-def tool_starts(log_dir: Path) -> list[tuple[int, str]]:
-    return [(int(row[0]), row[2]) for row in lines(log_dir / "tool.log") if row[1] == "start"]
-
-
-async def until(predicate: Callable[[], bool], timeout: float = 30, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
-def started(log_dir: Path, call_id: str) -> Callable[[], bool]:
-    return lambda: any(c == call_id for _, c in tool_starts(log_dir))
 
 
 def in_process_worker(
@@ -164,12 +149,7 @@ def test_worker_killed_mid_tool_resumes_on_a_new_worker(
     state, pid1, pid2 = asyncio.run(main())
     assert [m.to_dict() for m in state.history] == expected_history
     assert model_turns(log_dir) == Counter({"0": 1, "1": 1, "2": 1, "3": 1})
-    assert tool_starts(log_dir) == [
-        (pid1, "call_0"),
-        (pid1, "call_1"),
-        (pid2, "call_1"),
-        (pid2, "call_2"),
-    ]
+    assert_only_call_1_reran(log_dir, pid1, pid2)
 
 
 def test_server_killed_and_restarted(
