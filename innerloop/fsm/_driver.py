@@ -68,12 +68,20 @@ class Run:
         self.observers = tuple(observers)
         self.engine = engine
         self.current = start_at or machine.initial
-        self.sm = machine.instantiate(params, state, at=self.current)
+        self._sm: Any = None
         self.static_tokens: int | None = None
         self._task: asyncio.Task[Any] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._in_phase = False
         self._cancelled_for_abort = False
+
+    @property
+    def sm(self) -> Any:
+        """The python-statemachine instance at the current state. Built on first use: the
+        table engine never needs it, and it costs about 1,000 objects per run."""
+        if self._sm is None:
+            self._sm = self.machine.instantiate(self.params, self.state, at=self.current)
+        return self._sm
 
     # -- services for handlers -------------------------------------------------------------
 
@@ -169,7 +177,8 @@ class Run:
             taken = self.machine.send_step(self.sm)
         else:
             taken = self.machine.select(self.current, self.params, self.state)
-            self.sm.current_state_value = taken.target
+            if self._sm is not None:
+                self._sm.current_state_value = taken.target
         self.current = taken.target
         for observer in self.observers:
             observer.on_transition(self.machine.name, taken)
