@@ -67,3 +67,31 @@ def test_worker_killed_mid_tool_is_recovered_by_a_restart(
     assert_only_call_1_reran(log_dir, pid1, pid2)
     assert events[-1]["type"] == "finished"
     assert [e["type"] for e in events].count("model_response") == 4
+
+
+def test_abort_message_ends_the_loop_at_the_next_turn(
+    procs: Processes, tmp_path: Path, log_dir: Path
+) -> None:
+    """An abort sent while a tool runs takes effect when the loop enters its next turn."""
+    url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    (log_dir / "hold-1").touch()
+    env = {"INNERLOOP_TEST_DIR": str(log_dir)}
+
+    async def main() -> Any:
+        await asyncio.to_thread(spawn_dbos_worker, procs, "w", url, env)
+        client = DBOSClient(system_database_url=url)
+        try:
+            loops = DBOSLoopClient(client)
+            await loops.start("tools", "go", id="dbos-abort")
+            await until(started(log_dir, "call_1"), what="call_1 to start")
+            await loops.abort("dbos-abort", "the host said stop")
+            (log_dir / "hold-1").unlink()
+            return await asyncio.wait_for(loops.result("dbos-abort"), 60)
+        finally:
+            client.destroy()
+
+    state = asyncio.run(main())
+    assert state.exit_reason == "aborted"
+    assert state.abort.reason == "the host said stop"
+    assert len(state.history) == 5
+    assert state.history[-1].tool_results[0].content == "worked 1"
