@@ -43,9 +43,12 @@ def _turn(request: WireRequest) -> int:
     )
 
 
-def model(request: WireRequest) -> Reply | Fault:
+async def model(request: WireRequest) -> Reply | Fault:
+    """Blocks while the file ``hold-model-N`` exists (N: the turn)."""
     turn = _turn(request)
     _log("model.log", f"model {turn}")
+    while (log_dir() / f"hold-model-{turn}").exists():
+        await asyncio.sleep(0.05)
     rate_limit_at = os.environ.get("INNERLOOP_TEST_429_AT")
     if rate_limit_at is not None and turn == int(rate_limit_at):
         marker = log_dir() / f"429-{turn}"

@@ -152,6 +152,33 @@ def test_worker_killed_mid_tool_resumes_on_a_new_worker(
     assert_only_call_1_reran(log_dir, pid1, pid2)
 
 
+def test_worker_killed_mid_model_call_reruns_only_that_call(
+    temporal_server: TemporalServer,
+    procs: Processes,
+    log_dir: Path,
+    expected_history: list[dict[str, Any]],
+) -> None:
+    """kill -9 while the model streams turn 2: only that model call runs again."""
+    (log_dir / "hold-model-2").touch()
+    env = {"INNERLOOP_TEST_DIR": str(log_dir)}
+    address = temporal_server.address
+
+    async def main() -> Any:
+        w1 = await asyncio.to_thread(spawn_temporal_worker, procs, "m1", address, "mid", env)
+        client = await Client.connect(address)
+        handle = await TemporalLoops(client, "mid").start("tools", "go", id="mid-model")
+        await until(lambda: model_turns(log_dir)["2"] == 1, what="model turn 2 to start")
+        procs.kill9(w1)
+        await asyncio.to_thread(spawn_temporal_worker, procs, "m2", address, "mid", env)
+        (log_dir / "hold-model-2").unlink()
+        return await asyncio.wait_for(handle.result(), 60)
+
+    state = asyncio.run(main())
+    assert [m.to_dict() for m in state.history] == expected_history
+    assert model_turns(log_dir) == Counter({"0": 1, "1": 1, "2": 2, "3": 1})
+    assert [c for _, c in tool_starts(log_dir)] == ["call_0", "call_1", "call_2"]
+
+
 def test_server_killed_and_restarted(
     procs: Processes, tmp_path: Path, log_dir: Path, expected_history: list[dict[str, Any]]
 ) -> None:
