@@ -1,8 +1,16 @@
 #!/bin/sh
 # Installs the Debian packages innerloop needs when they are missing.
 # graphviz provides the `dot` binary used for SVG/PNG diagrams.
+# postgresql provides the server the durable (DBOS) tests start on a free port.
 set -eu
-if command -v dot >/dev/null 2>&1; then
+MISSING=""
+if ! command -v dot >/dev/null 2>&1; then
+    MISSING="$MISSING graphviz"
+fi
+if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && ! command -v postgres >/dev/null 2>&1; then
+    MISSING="$MISSING postgresql"
+fi
+if [ -z "$MISSING" ]; then
     exit 0
 fi
 SUDO=""
@@ -11,8 +19,9 @@ if [ "$(id -u)" != "0" ]; then
 fi
 if command -v apt-get >/dev/null 2>&1; then
     $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq graphviz >/dev/null
+    # shellcheck disable=SC2086
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $MISSING >/dev/null
 else
-    echo "innerloop: install graphviz (Debian: apt-get install graphviz; macOS: brew install graphviz)" >&2
+    echo "innerloop: install$MISSING (Debian: apt-get install$MISSING; macOS: brew install$MISSING)" >&2
     exit 1
 fi

@@ -119,6 +119,15 @@ class Run:
 
     def _wake(self) -> None:
         loop = self._loop
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if loop is not None and running is loop:
+            # on the run's own loop, which may be a durable engine's workflow loop without
+            # call_soon_threadsafe or is_closed
+            self._cancel_phase()
+            return
         if loop is None or loop.is_closed():
             return
         with contextlib.suppress(RuntimeError):  # the loop closed in between

@@ -1,0 +1,236 @@
+"""LoopApp: the loops a worker can run, and the worker side of every durable step.
+
+A worker process is started with a :class:`LoopApp`: named :class:`LoopDefinition`
+(params with their tool handlers, the real providers, an optional summarising compactor).
+A workflow names the loop it runs; the workflow side builds a machine around step
+stand-ins (:func:`LoopApp.start_run`) and the worker side executes the steps
+(:meth:`LoopApp.execute`) against the real providers and tools.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+import attrs
+
+from innerloop._errors import ErrorCategory, ProviderError
+from innerloop._events import MessageComplete
+from innerloop._harness import Harness
+from innerloop._messages import ToolUseBlock, block_from_dict, message_from_dict
+from innerloop.durable._codec import error_to_dict, state_from_dict, tool_result_to_dict
+from innerloop.durable._steps import (
+    COMPACTION,
+    MODEL_CALL,
+    TOOL_CALL,
+    StepCall,
+    StepCompactor,
+    StepProvider,
+    StepToolRunner,
+)
+from innerloop.fsm._compile import CompiledMachine, compile_spec
+from innerloop.fsm._default import DEFAULT_SPEC
+from innerloop.fsm._params import HarnessParams
+from innerloop.fsm._spec import MachineSpec
+from innerloop.fsm._state import HarnessState
+from innerloop.providers._base import Provider
+from innerloop.providers._normalize import WireRequest
+from innerloop.recovery._clock import Clock
+from innerloop.recovery._compaction import CompactionRequest, Compactor
+from innerloop.recovery._tokens import ApproxTokenCounter, MessageTokenCache, TokenCounter
+from innerloop.tools._runner import ToolRunner
+
+if TYPE_CHECKING:
+    from innerloop.fsm._driver import Run
+
+__all__ = ["LoopApp", "LoopDefinition", "loop_input"]
+
+
+def _machine(value: MachineSpec | CompiledMachine) -> CompiledMachine:
+    return value if isinstance(value, CompiledMachine) else compile_spec(value)
+
+
+@attrs.frozen
+class LoopDefinition:
+    """One kind of loop a worker can run.
+
+    ``compactor`` is for a compactor with side effects (one that asks a model for a
+    summary): it runs as a durable step. Leave it ``None`` for the deterministic
+    truncating compactor, which runs inside the workflow.
+    """
+
+    params: HarnessParams
+    providers: Mapping[str, Provider] = attrs.field(converter=dict)
+    compactor: Compactor | None = None
+    machine: CompiledMachine = attrs.field(
+        default=attrs.Factory(lambda: compile_spec(DEFAULT_SPEC)), converter=_machine
+    )
+    token_counter: TokenCounter = attrs.Factory(ApproxTokenCounter)
+
+    def __attrs_post_init__(self) -> None:
+        missing = sorted({c.provider for c in self.params.model_chain} - set(self.providers))
+        if missing:
+            raise ValueError(
+                f"no provider given for {', '.join(missing)}; "
+                f"pass providers={{'{missing[0]}': ...}}"
+            )
+
+
+def loop_input(
+    loop: str,
+    prompt: str | None = None,
+    *,
+    tasks: Iterable[str] = (),
+    state: Mapping[str, Any] | None = None,
+    start_at: str | None = None,
+) -> dict[str, Any]:
+    """The JSON input of a durable loop workflow."""
+    return {
+        "loop": loop,
+        "prompt": prompt,
+        "tasks": list(tasks),
+        "state": dict(state) if state is not None else None,
+        "start_at": start_at,
+    }
+
+
+def _as_provider_error(exc: Exception, provider: str) -> ProviderError:
+    if isinstance(exc, ProviderError):
+        return exc
+    return ProviderError(
+        ErrorCategory.FATAL,
+        f"unexpected {type(exc).__name__} from the provider: {exc}",
+        provider=provider,
+    )
+
+
+class LoopApp:
+    """The named loops of an application. Give the same app to every worker."""
+
+    def __init__(self, loops: Mapping[str, LoopDefinition] | None = None) -> None:
+        self._loops: dict[str, LoopDefinition] = dict(loops or {})
+
+    def add(self, name: str, definition: LoopDefinition) -> None:
+        if name in self._loops:
+            raise ValueError(f"a loop named {name!r} is already defined; pick another name")
+        self._loops[name] = definition
+
+    def get(self, name: str) -> LoopDefinition:
+        try:
+            return self._loops[name]
+        except KeyError:
+            known = ", ".join(sorted(self._loops)) or "none"
+            raise KeyError(
+                f"no loop named {name!r} in this worker's app (known: {known}); "
+                "start the worker with the app that defines it"
+            ) from None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(sorted(self._loops))
+
+    # -- the workflow side ------------------------------------------------------------------
+
+    def harness(self, name: str, call: StepCall, clock: Clock) -> Harness:
+        """A harness for loop ``name`` whose provider, tool runner and compactor are steps
+        run through ``call``; the machine itself runs here, in the workflow."""
+        d = self.get(name)
+        providers = {
+            c.provider: StepProvider(c.provider, d.providers[c.provider].dialect, name, call)
+            for c in d.params.model_chain
+        }
+        return Harness(
+            d.params,
+            providers,
+            machine=d.machine,
+            clock=clock,
+            token_counter=d.token_counter,
+            compactor=StepCompactor(name, call) if d.compactor is not None else None,
+            tool_runner_factory=lambda: StepToolRunner(name, call),  # type: ignore[arg-type,return-value]
+        )
+
+    def start_run(self, start: Mapping[str, Any], call: StepCall, clock: Clock) -> Run:
+        """The run a workflow drives, from its input (see :func:`loop_input`)."""
+        harness = self.harness(start["loop"], call, clock)
+        state = state_from_dict(start["state"]) if start.get("state") else None
+        return harness.start(
+            start.get("prompt"),
+            state=state,
+            tasks=start.get("tasks") or (),
+            start_at=start.get("start_at"),
+        )
+
+    # -- the worker side --------------------------------------------------------------------
+
+    async def execute(self, step: str, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Run one step for real. Failures of the work are results, never exceptions."""
+        definition = self.get(args["loop"])
+        if step == MODEL_CALL:
+            return await _model_call(definition, args)
+        if step == TOOL_CALL:
+            return await _tool_call(definition, block_from_dict(args["call"]))
+        if step == COMPACTION:
+            return await _compaction(definition, args)
+        raise ValueError(
+            f"unknown step {step!r}; expected one of model_call, tool_call, compaction"
+        )
+
+
+async def _model_call(definition: LoopDefinition, args: Mapping[str, Any]) -> dict[str, Any]:
+    """Open the real provider and stream to the end; return the response or the error."""
+    name = args["provider"]
+    provider = definition.providers[name]
+    request = WireRequest(**args["request"])
+    try:
+        stream = await provider.open(request)
+    except Exception as exc:
+        return {"phase": "open", "error": error_to_dict(_as_provider_error(exc, name))}
+    try:
+        async for event in stream:
+            if isinstance(event, MessageComplete):
+                return {"phase": "stream", "response": event.response.to_dict()}
+        raise ProviderError(
+            ErrorCategory.TRANSIENT, "the stream ended without a final message", provider=name
+        )
+    except Exception as exc:
+        return {"phase": "stream", "error": error_to_dict(_as_provider_error(exc, name))}
+    finally:
+        await stream.aclose()
+
+
+async def _tool_call(definition: LoopDefinition, call: Any) -> dict[str, Any]:
+    """One tool call through the ordinary runner: timeouts and errors become results.
+
+    The tool's context carries the params and an empty state: tools run in a worker, away
+    from the run's state.
+    """
+    assert isinstance(call, ToolUseBlock)
+    scope = types.SimpleNamespace(
+        params=definition.params,
+        state=HarnessState(),
+        tokens=MessageTokenCache(definition.token_counter),
+    )
+    [result] = await ToolRunner().run_calls(cast("Run", scope), [call])
+    return tool_result_to_dict(result)
+
+
+async def _compaction(definition: LoopDefinition, args: Mapping[str, Any]) -> dict[str, Any]:
+    assert definition.compactor is not None
+    request = CompactionRequest(
+        tuple(message_from_dict(m) for m in args["history"]),
+        args["target_tokens"],
+        args["reason"],
+        args["keep_recent"],
+    )
+    try:
+        result = await definition.compactor.compact(
+            request, MessageTokenCache(definition.token_counter)
+        )
+    except Exception as exc:  # the machine falls back to truncation
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return {
+        "history": [m.to_dict() for m in result.history],
+        "removed": result.removed,
+        "summary": result.summary,
+    }

@@ -1,0 +1,43 @@
+"""What the crash tests read back from the step logs of the test app."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.durable.conftest import lines
+
+
+def model_turns(log_dir: Path) -> Counter[str]:
+    return Counter(row[2] for row in lines(log_dir / "model.log"))
+
+
+def tool_starts(log_dir: Path) -> list[tuple[int, str]]:
+    return [(int(row[0]), row[2]) for row in lines(log_dir / "tool.log") if row[1] == "start"]
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 30, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def started(log_dir: Path, call_id: str) -> Callable[[], bool]:
+    return lambda: any(c == call_id for _, c in tool_starts(log_dir))
+
+
+def assert_only_call_1_reran(log_dir: Path, killed: int, successor: int) -> None:
+    """Each model turn ran once; of the tools only call_1 (in flight at the kill) ran
+    twice, first on the killed worker, then on its successor."""
+    assert model_turns(log_dir) == Counter({"0": 1, "1": 1, "2": 1, "3": 1})
+    assert tool_starts(log_dir) == [
+        (killed, "call_0"),
+        (killed, "call_1"),
+        (successor, "call_1"),
+        (successor, "call_2"),
+    ]

@@ -1,0 +1,253 @@
+"""Temporal: loops run as workflows on a real dev server, with real worker processes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from temporalio.client import Client
+
+from innerloop.durable.temporal import TemporalLoops, TemporalOptions, temporal_worker
+from innerloop.testing import assert_valid_history
+from tests.durable import app as test_app
+from tests.durable._checks import (
+    assert_only_call_1_reran,
+    model_turns,
+    started,
+    tool_starts,
+    until,
+)
+from tests.durable._procs import Processes, TemporalServer, spawn_temporal_worker
+
+T = TypeVar("T")
+
+
+def in_process_worker(
+    server: TemporalServer, queue: str, body: Callable[[TemporalLoops], Awaitable[T]], **opts: Any
+) -> T:
+    """Run ``body`` with a worker for ``queue`` in this process."""
+
+    async def main() -> T:
+        client = await Client.connect(server.address)
+        options = TemporalOptions(heartbeat_timeout=2, **opts)
+        async with temporal_worker(client, test_app.app, task_queue=queue, options=options):
+            return await asyncio.wait_for(body(TemporalLoops(client, queue)), 60)
+
+    return asyncio.run(main())
+
+
+def test_loop_runs_as_workflow_with_the_in_process_history(
+    temporal_server: TemporalServer, log_dir: Path, expected_history: list[dict[str, Any]]
+) -> None:
+    """A workflow run gives the in-process history; each step runs once; events arrive."""
+
+    async def body(loops: TemporalLoops) -> tuple[Any, list[dict[str, Any]]]:
+        handle = await loops.start("tools", "go", id="happy")
+        events = [e async for e in handle.events(poll=0.05)]
+        return await handle.result(), events
+
+    state, events = in_process_worker(temporal_server, "happy", body)
+    assert [m.to_dict() for m in state.history] == expected_history
+    assert state.exit_reason == "model_complete"
+    assert model_turns(log_dir) == Counter({"0": 1, "1": 1, "2": 1, "3": 1})
+    assert [c for _, c in tool_starts(log_dir)] == ["call_0", "call_1", "call_2"]
+    assert [e["type"] for e in events].count("tool_executed") == 3
+    assert events[-1]["type"] == "finished"
+    assert events[-1]["exit_reason"] == "model_complete"
+
+
+def test_continue_as_new_carries_the_state(
+    temporal_server: TemporalServer, log_dir: Path, expected_history: list[dict[str, Any]]
+) -> None:
+    """With a tiny history limit the loop continues as new each turn and ends the same."""
+
+    async def body(loops: TemporalLoops) -> tuple[Any, list[dict[str, Any]], int]:
+        handle = await loops.start("tools", "go", id="can")
+        events = [e async for e in handle.events(poll=0.05)]
+        state = await handle.result()
+        desc = await loops.client.get_workflow_handle("can").describe()
+        return state, events, desc.raw_description.workflow_execution_info.history_length
+
+    state, events, length = in_process_worker(temporal_server, "can", body, max_history_events=10)
+    assert [m.to_dict() for m in state.history] == expected_history
+    assert model_turns(log_dir) == Counter({"0": 1, "1": 1, "2": 1, "3": 1})
+    assert [e["type"] for e in events].count("model_response") == 4
+    assert length < 40
+
+
+def test_rate_limit_backoff_is_a_durable_timer(
+    temporal_server: TemporalServer,
+    log_dir: Path,
+    expected_history: list[dict[str, Any]],
+    monkeypatch: Any,
+) -> None:
+    """A 429 is a step result: the machine backs off (Retry-After 0.5 s) and retries once;
+    Temporal does not retry it on its own."""
+    monkeypatch.setenv("INNERLOOP_TEST_429_AT", "1")
+
+    async def body(loops: TemporalLoops) -> tuple[Any, list[dict[str, Any]]]:
+        handle = await loops.start("tools", "go", id="backoff")
+        events = [e async for e in handle.events(poll=0.05)]
+        return await handle.result(), events
+
+    state, events = in_process_worker(temporal_server, "backoff", body)
+    assert [m.to_dict() for m in state.history] == expected_history
+    assert model_turns(log_dir) == Counter({"0": 1, "1": 2, "2": 1, "3": 1})
+    backoffs = [e for e in events if e["type"] == "backoff"]
+    assert [(b["attempt"], b["delay"]) for b in backoffs] == [(1, 0.5)]
+    assert state.total_wait == 0.5
+
+
+def test_abort_signal_cancels_the_tool_in_flight(
+    temporal_server: TemporalServer, log_dir: Path
+) -> None:
+    """The abort signal ends the loop while a tool runs and cancels the tool's activity."""
+    (log_dir / "hold-1").touch()
+
+    async def body(loops: TemporalLoops) -> Any:
+        handle = await loops.start("tools", "go", id="abort")
+        await until(started(log_dir, "call_1"), what="call_1 to start")
+        await handle.abort("the host said stop")
+        state = await asyncio.wait_for(handle.result(), 30)
+        await until(
+            lambda: "cancelled call_1" in (log_dir / "tool.log").read_text(),
+            what="the tool to be cancelled",
+        )
+        return state
+
+    state = in_process_worker(temporal_server, "abort", body)
+    assert state.exit_reason == "aborted"
+    assert state.abort.reason == "the host said stop"
+    assert state.history[-2].tool_uses[0].id == "call_1"
+    (closing,) = state.history[-1].tool_results
+    assert (closing.tool_use_id, closing.is_error) == ("call_1", True)
+    assert_valid_history(state.history)
+    assert "end call_1" not in (log_dir / "tool.log").read_text()
+
+
+def test_worker_killed_mid_tool_resumes_on_a_new_worker(
+    temporal_server: TemporalServer,
+    procs: Processes,
+    log_dir: Path,
+    expected_history: list[dict[str, Any]],
+) -> None:
+    """kill -9 during a tool step; a new worker finishes with the same messages and only
+    the tool call in flight runs twice."""
+    (log_dir / "hold-1").touch()
+    env = {"INNERLOOP_TEST_DIR": str(log_dir)}
+    address = temporal_server.address
+
+    async def main() -> tuple[Any, int, int]:
+        w1 = await asyncio.to_thread(spawn_temporal_worker, procs, "w1", address, "crash", env)
+        client = await Client.connect(address)
+        handle = await TemporalLoops(client, "crash").start("tools", "go", id="crash")
+        await until(started(log_dir, "call_1"), what="call_1 to start")
+        procs.kill9(w1)
+        w2 = await asyncio.to_thread(spawn_temporal_worker, procs, "w2", address, "crash", env)
+        (log_dir / "hold-1").unlink()
+        return await asyncio.wait_for(handle.result(), 60), w1.pid, w2.pid
+
+    state, pid1, pid2 = asyncio.run(main())
+    assert [m.to_dict() for m in state.history] == expected_history
+    assert model_turns(log_dir) == Counter({"0": 1, "1": 1, "2": 1, "3": 1})
+    assert_only_call_1_reran(log_dir, pid1, pid2)
+
+
+def test_worker_killed_mid_model_call_reruns_only_that_call(
+    temporal_server: TemporalServer,
+    procs: Processes,
+    log_dir: Path,
+    expected_history: list[dict[str, Any]],
+) -> None:
+    """kill -9 while the model streams turn 2: only that model call runs again."""
+    (log_dir / "hold-model-2").touch()
+    env = {"INNERLOOP_TEST_DIR": str(log_dir)}
+    address = temporal_server.address
+
+    async def main() -> Any:
+        w1 = await asyncio.to_thread(spawn_temporal_worker, procs, "m1", address, "mid", env)
+        client = await Client.connect(address)
+        handle = await TemporalLoops(client, "mid").start("tools", "go", id="mid-model")
+        await until(lambda: model_turns(log_dir)["2"] == 1, what="model turn 2 to start")
+        procs.kill9(w1)
+        await asyncio.to_thread(spawn_temporal_worker, procs, "m2", address, "mid", env)
+        (log_dir / "hold-model-2").unlink()
+        return await asyncio.wait_for(handle.result(), 60)
+
+    state = asyncio.run(main())
+    assert [m.to_dict() for m in state.history] == expected_history
+    assert model_turns(log_dir) == Counter({"0": 1, "1": 1, "2": 2, "3": 1})
+    assert [c for _, c in tool_starts(log_dir)] == ["call_0", "call_1", "call_2"]
+
+
+def test_server_killed_and_restarted(
+    procs: Processes, tmp_path: Path, log_dir: Path, expected_history: list[dict[str, Any]]
+) -> None:
+    """kill -9 the server mid-tool and start it again on its database: the loop finishes
+    with the same messages; completed steps ran once."""
+    server = TemporalServer(procs, tmp_path / "own.db")
+    server.start()
+    (log_dir / "hold-1").touch()
+    env = {"INNERLOOP_TEST_DIR": str(log_dir)}
+
+    async def main() -> Any:
+        await asyncio.to_thread(spawn_temporal_worker, procs, "w", server.address, "srv", env)
+        client = await Client.connect(server.address)
+        await TemporalLoops(client, "srv").start("tools", "go", id="srv")
+        await until(started(log_dir, "call_1"), what="call_1 to start")
+        server.kill9()
+        await asyncio.to_thread(server.start)
+        (log_dir / "hold-1").unlink()
+        client = await Client.connect(server.address)
+        return await asyncio.wait_for(client.get_workflow_handle("srv").result(), 90)
+
+    from innerloop.durable import state_from_dict
+
+    state = state_from_dict(asyncio.run(main()))
+    assert [m.to_dict() for m in state.history] == expected_history
+    assert model_turns(log_dir) == Counter({"0": 1, "1": 1, "2": 1, "3": 1})
+    starts = Counter(c for _, c in tool_starts(log_dir))
+    assert starts["call_0"] == 1 and starts["call_2"] == 1
+    assert 1 <= starts["call_1"] <= 2
+
+
+def test_two_workers_one_dies(
+    temporal_server: TemporalServer,
+    procs: Processes,
+    log_dir: Path,
+    expected_history: list[dict[str, Any]],
+) -> None:
+    """Four loops over two workers; one worker is killed mid-tool; the other finishes all
+    four with the same messages, re-running only the tool calls that were in flight."""
+    (log_dir / "hold-1").touch()
+    env = {"INNERLOOP_TEST_DIR": str(log_dir)}
+    address = temporal_server.address
+    ids = [f"pair-{i}" for i in range(4)]
+
+    async def main() -> tuple[list[Any], int]:
+        wa = await asyncio.to_thread(spawn_temporal_worker, procs, "wa", address, "pair", env)
+        await asyncio.to_thread(spawn_temporal_worker, procs, "wb", address, "pair", env)
+        client = await Client.connect(address)
+        loops = TemporalLoops(client, "pair")
+        handles = [await loops.start("tools", "go", id=i) for i in ids]
+        await until(
+            lambda: sum(c == "call_1" for _, c in tool_starts(log_dir)) == 4,
+            what="every loop to reach call_1",
+        )
+        procs.kill9(wa)
+        (log_dir / "hold-1").unlink()
+        results = await asyncio.wait_for(asyncio.gather(*(h.result() for h in handles)), 90)
+        return list(results), wa.pid
+
+    states, dead = asyncio.run(main())
+    for state in states:
+        assert [m.to_dict() for m in state.history] == expected_history
+    assert model_turns(log_dir) == Counter({"0": 4, "1": 4, "2": 4, "3": 4})
+    starts = tool_starts(log_dir)
+    in_flight_on_dead = sum(1 for pid, c in starts if pid == dead and c == "call_1")
+    assert in_flight_on_dead >= 1, "the dead worker held none of the loops' tool calls"
+    count = Counter(c for _, c in starts)
+    assert count == Counter({"call_0": 4, "call_1": 4 + in_flight_on_dead, "call_2": 4})
