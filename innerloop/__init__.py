@@ -40,7 +40,7 @@ from innerloop.fsm import (
     compile_spec,
 )
 from innerloop.recovery import RecoveryPolicy
-from innerloop.tools import ToolSpec
+from innerloop.tools import Toolset, ToolSpec, builtin_tools, tool
 
 __all__ = [
     "DEFAULT_SPEC",
@@ -70,8 +70,11 @@ __all__ = [
     "ToolResultBlock",
     "ToolSpec",
     "ToolUseBlock",
+    "Toolset",
     "TransitionSpec",
     "Usage",
+    "builtin_tools",
     "compile_spec",
     "read_event_log",
+    "tool",
 ]

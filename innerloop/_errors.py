@@ -95,6 +95,18 @@ class ProviderError(InnerloopError):
         """True when the machine may retry the same call."""
         return self.category is not ErrorCategory.FATAL
 
+    @classmethod
+    def wrap(cls, exc: Exception, provider: str) -> ProviderError:
+        """``exc`` itself when it is a ProviderError; else a fatal one describing it (an
+        unexpected exception from a provider is a bug there, not something to retry)."""
+        if isinstance(exc, ProviderError):
+            return exc
+        return cls(
+            ErrorCategory.FATAL,
+            f"unexpected {type(exc).__name__} from the provider: {exc}",
+            provider=provider,
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "category": self.category.value,

@@ -95,16 +95,6 @@ def loop_input(
     }
 
 
-def _as_provider_error(exc: Exception, provider: str) -> ProviderError:
-    if isinstance(exc, ProviderError):
-        return exc
-    return ProviderError(
-        ErrorCategory.FATAL,
-        f"unexpected {type(exc).__name__} from the provider: {exc}",
-        provider=provider,
-    )
-
-
 class LoopApp:
     """The named loops of an application. Give the same app to every worker."""
 
@@ -185,7 +175,7 @@ async def _model_call(definition: LoopDefinition, args: Mapping[str, Any]) -> di
     try:
         stream = await provider.open(request)
     except Exception as exc:
-        return {"phase": "open", "error": error_to_dict(_as_provider_error(exc, name))}
+        return {"phase": "open", "error": error_to_dict(ProviderError.wrap(exc, name))}
     try:
         async for event in stream:
             if isinstance(event, MessageComplete):
@@ -194,7 +184,7 @@ async def _model_call(definition: LoopDefinition, args: Mapping[str, Any]) -> di
             ErrorCategory.TRANSIENT, "the stream ended without a final message", provider=name
         )
     except Exception as exc:
-        return {"phase": "stream", "error": error_to_dict(_as_provider_error(exc, name))}
+        return {"phase": "stream", "error": error_to_dict(ProviderError.wrap(exc, name))}
     finally:
         await stream.aclose()
 

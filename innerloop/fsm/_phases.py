@@ -208,16 +208,6 @@ def _record_failure(run: Run, error: ProviderError) -> None:
     state.outcome = "failed"
 
 
-def _as_provider_error(run: Run, exc: Exception) -> ProviderError:
-    if isinstance(exc, ProviderError):
-        return exc
-    return ProviderError(
-        ErrorCategory.FATAL,
-        f"unexpected {type(exc).__name__} from the provider: {exc}",
-        provider=run.choice.provider,
-    )
-
-
 async def call(run: Run) -> None:
     """Open the streaming request."""
     state = run.state
@@ -225,7 +215,7 @@ async def call(run: Run) -> None:
     try:
         state.stream = await run.provider.open(state.request)
     except Exception as exc:
-        _record_failure(run, _as_provider_error(run, exc))
+        _record_failure(run, ProviderError.wrap(exc, run.choice.provider))
         return
     state.outcome = "opened"
 
@@ -286,7 +276,7 @@ async def stream(run: Run) -> AsyncIterator[Event]:
             )
     except Exception as exc:
         await run.tool_runner.cancel_all()
-        _record_failure(run, _as_provider_error(run, exc))
+        _record_failure(run, ProviderError.wrap(exc, run.choice.provider))
     finally:
         state.stream = None
         await model_stream.aclose()

@@ -2,7 +2,7 @@
 OpenAI providers over their official SDKs."""
 
 from innerloop.providers._anthropic import AnthropicProvider
-from innerloop.providers._base import ModelStream, Provider
+from innerloop.providers._base import ModelStream, Provider, final_response
 from innerloop.providers._errors import (
     error_from_body,
     error_from_exception,
@@ -23,6 +23,7 @@ __all__ = [
     "error_from_body",
     "error_from_exception",
     "error_from_status",
+    "final_response",
     "normalize",
     "parse_retry_after",
 ]

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol, runtime_checkable
 
-from innerloop._events import StreamEvent
+from innerloop._events import MessageComplete, StreamEvent
+from innerloop._messages import ModelResponse
 from innerloop.providers._normalize import WireRequest
 
-__all__ = ["ModelStream", "Provider"]
+__all__ = ["ModelStream", "Provider", "final_response"]
 
 
 @runtime_checkable
@@ -36,3 +37,15 @@ class Provider(Protocol):
     async def open(self, request: WireRequest) -> ModelStream: ...
 
     async def aclose(self) -> None: ...
+
+
+async def final_response(stream: ModelStream) -> ModelResponse | None:
+    """Drain ``stream`` and close it; its assembled response, or None when it ended
+    without one. Failures mid-stream raise ``ProviderError`` as usual."""
+    try:
+        async for event in stream:
+            if isinstance(event, MessageComplete):
+                return event.response
+    finally:
+        await stream.aclose()
+    return None

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from innerloop._errors import ErrorCategory, ProviderError
 from innerloop._events import MessageComplete, StreamEvent
 from innerloop._messages import ModelResponse
+from innerloop.providers._base import final_response
 from innerloop.providers._errors import error_from_exception
 from innerloop.providers._normalize import WireRequest
 
@@ -192,13 +193,9 @@ class HTTPProvider:
 
     async def complete(self, request: WireRequest) -> ModelResponse:
         """One call, the assembled response (no machine, no retries)."""
-        stream = await self.open(request)
-        try:
-            async for event in stream:
-                if isinstance(event, MessageComplete):
-                    return event.response
-        finally:
-            await stream.aclose()
+        response = await final_response(await self.open(request))
+        if response is not None:
+            return response
         raise ProviderError(  # pragma: no cover - HTTPModelStream always ends with one
             ErrorCategory.TRANSIENT, "the stream ended without a final message", provider=self.name
         )

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Protocol
 import attrs
 
 from innerloop._errors import InnerloopError
-from innerloop._events import MessageComplete
 from innerloop._messages import (
     Block,
     ImageBlock,
@@ -39,6 +38,7 @@ from innerloop._messages import (
     ToolUseBlock,
     Usage,
 )
+from innerloop.providers._base import final_response
 from innerloop.recovery._tokens import (
     MESSAGE_OVERHEAD,
     MessageTokenCache,
@@ -317,13 +317,9 @@ class SummarizingCompactor:
         )
         prompt = "<transcript>\n" + render_transcript(part, self.result_chars) + "\n</transcript>"
         request = build_request(params, (Message.user(prompt),), dialect, self.model)
-        stream = await self.provider.open(request)
-        try:
-            async for event in stream:
-                if isinstance(event, MessageComplete):
-                    return event.response
-        finally:
-            await stream.aclose()
+        response = await final_response(await self.provider.open(request))
+        if response is not None:
+            return response
         raise SummarizerError(
             f"the stream from {self.provider.name}:{self.model} ended without a final message"
         )
