@@ -154,7 +154,10 @@ async def compact(run: Run) -> AsyncIterator[Event]:
             f"{state.context_tokens} tokens: the token counter is wrong; emergency compaction",
         )
         budget = params.context_budget or (state.context_tokens or local)
-        target = int(budget * policy.overflow_compact_target * scale) - static
+        # the provider's limit is below our count: shrink to the fraction of the budget, and
+        # never less than that fraction of what we sent (else a bad counter loops forever)
+        fraction = policy.overflow_compact_target
+        target = int(min(budget * fraction * scale, local * fraction)) - static
     elif reason == "max_tokens":
         # calls started eagerly from the truncated turn were discarded with it
         await run.tool_runner.cancel_all()
