@@ -184,7 +184,8 @@ class TestAbort:
 
     @staticmethod
     def _abort_when(run: Any, path: Path, after: float = 0.0) -> None:
-        while not path.exists():
+        # wait for the pid itself: the shell creates the file before it writes to it
+        while not (path.exists() and path.read_text().strip()):
             time.sleep(0.01)
         time.sleep(after)
         run.abort("stop")

@@ -1,0 +1,29 @@
+"""The README's code examples run as written."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from innerloop.testing import AnthropicServer, reply, tool_call
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_using_it_example_runs(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The 'Using it' example completes against an Anthropic-compatible server."""
+    code = re.search(r"## Using it\n\n```python\n(.*?)```", README.read_text(), re.S)
+    assert code is not None
+    script = [reply(tool_call("weather", {"city": "Lisbon"})), reply("It is sunny in Lisbon.")]
+    with AnthropicServer(script) as server:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-readme")
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-readme")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
+        exec(compile(code.group(1), "README.md", "exec"), {})
+        tool_result = server.requests[1].body["messages"][-1]["content"][0]
+    assert capsys.readouterr().out == "model_complete It is sunny in Lisbon.\n"
+    assert tool_result["content"] == "sunny in Lisbon"
