@@ -10,10 +10,12 @@ in (the ``tool_executed`` events), for
 * sequential: ``eager_tools=False``, ``max_parallel_tools=1``: the tools run one after the
   other once the message is complete.
 
-The model is an in-process paced stream (real sleeps, real event loop, real tools; no
-network). Expected: about 1.75 s against 4.0 s. Target: ratio at most 0.5.
-Usage: ``python bench/dispatch.py [--repeat 3] [--scale 1.0]`` (``--scale`` shrinks every
-duration, e.g. 0.2 for a quick check).
+By default the model is the loopback Anthropic server streaming its SSE frames evenly over
+one second, read by the real anthropic SDK through ``AnthropicProvider``; ``--paced`` uses
+an in-process paced stream instead (real sleeps, real event loop, real tools; no HTTP).
+Expected: about 1.75 s against 4.0 s. Target: ratio at most 0.5.
+Usage: ``python bench/dispatch.py [--repeat 3] [--scale 1.0] [--paced]`` (``--scale``
+shrinks every duration, e.g. 0.2 for a quick check).
 """
 
 from __future__ import annotations
@@ -116,13 +118,46 @@ async def measure(eager: bool, scale: float) -> float:
     return done_at - model.requests[0]
 
 
+async def measure_loopback(eager: bool, scale: float) -> float:
+    """The same turn over HTTP: the server spreads the message's frames over ``scale`` s."""
+    from innerloop.providers import AnthropicProvider
+    from innerloop.testing import AnthropicServer, SlowReply, reply, tool_call
+
+    calls = [tool_call("nap", {"tag": f"call {i}"}, id=f"toolu_{i}") for i in range(3)]
+    turn = reply(*calls, usage=Usage(10, 60))
+    server = AnthropicServer([])
+    frames = len(server.frames(turn, "m"))
+    server.push(SlowReply(turn, tokens_per_second=frames / scale), reply("done"))
+    params = HarnessParams(
+        model="anthropic:m-20250101",
+        tools=[_nap_tool(1.0 * scale)],
+        eager_tools=eager,
+        max_parallel_tools=3 if eager else 1,
+    )
+    async with server:
+        provider = AnthropicProvider(api_key="bench-key", base_url=server.base_url)
+        start = done_at = None
+        async for event in Harness(params, [provider]).start("go").events():
+            if event.type == "transition" and event.target == "call" and start is None:  # type: ignore[attr-defined]
+                start = time.monotonic()
+            if isinstance(event, ToolExecuted) and done_at is None:
+                done_at = time.monotonic()
+        await provider.aclose()
+    assert start is not None and done_at is not None
+    return done_at - start
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--paced", action="store_true", help="in-process stream instead of HTTP")
     args = ap.parse_args()
-    eager = min(asyncio.run(measure(True, args.scale)) for _ in range(args.repeat))
-    sequential = min(asyncio.run(measure(False, args.scale)) for _ in range(args.repeat))
+    fn = measure if args.paced else measure_loopback
+    eager = min(asyncio.run(fn(True, args.scale)) for _ in range(args.repeat))
+    sequential = min(asyncio.run(fn(False, args.scale)) for _ in range(args.repeat))
+    model = "in-process paced stream" if args.paced else "loopback Anthropic server, real SDK"
+    print(f"model: {model}")
     print(f"3 tool calls streamed over {args.scale:g} s, each tool sleeping {args.scale:g} s;")
     print(f"request -> all results, best of {args.repeat}:")
     print(f"  eager + parallel           {eager:7.3f} s")
