@@ -1,8 +1,23 @@
 """Many concurrent loops in one process: throughput, memory per idle loop, event-loop stalls.
 
 Each loop streams its model turns at a realistic rate (a 16-character delta, about four
-tokens, every 80 ms: about 50 tokens/s, 100 tokens a turn) from an in-process provider and
-makes ``--tool-turns`` tool calls. The run has two phases:
+tokens, every 80 ms: about 50 tokens/s, 400 characters of text a turn) and makes
+``--tool-turns`` tool calls before a final answer. By default the model is the loopback
+Anthropic server read by the real anthropic SDK through ``AnthropicProvider``: one
+provider (one ``AsyncAnthropic``, one httpx client with a pool larger than the number of
+loops) shared by every loop, as a host would. ``--provider fake`` streams the same turns
+from an in-process provider instead (no HTTP, no SDK), for comparison.
+
+The server runs in a child process (this script with ``--serve``): a server thread in the
+measured process would share its GIL and its two-thousand-odd sockets' worth of work with
+the loops, and its own memory and pauses would count against them. The measured process
+holds only the loops, the SDK client and its connections. The server answers by the
+request, not by arrival order: a request with fewer than ``--tool-turns`` tool results
+gets text and a tool call, otherwise text only (end_turn). The server closes each
+connection after its response (``connection: close``), so an idle loop holds no socket.
+
+The run has two phases, after a warm-up loop (one-time imports and caches are not counted
+against the loops):
 
 1. every loop streams its first turn and parks in its first tool call (waiting on a shared
    gate): the resident memory added divided by the number of loops is the memory of an
@@ -10,31 +25,38 @@ makes ``--tool-turns`` tool calls. The run has two phases:
 2. the gate opens and every loop runs to the end: loops per second over the whole run.
 
 A ticker task wakes every 5 ms throughout; its worst lateness is the longest stall of the
-event loop. Targets: no stall over 50 ms, under 1 MB per idle loop.
+event loop. The garbage collector's pauses are timed too (``gc_*``). Targets: no stall over
+50 ms, under 1 MB per idle loop.
 
-With a thousand live loops the heap holds a few million objects and CPython's automatic
-full (generation 2) collections become the longest stalls (hundreds of ms); the loops
-themselves never block. ``--gc young-only`` (``gc.set_threshold(700, 3, 10**9)``) keeps the young
-collections, small and frequent, which free the short-lived cycles of tasks and
-exceptions, and turns off the automatic full ones, which a long-running host can run at a
-quiet moment instead.
+With a thousand live loops the heap holds millions of objects and CPython's automatic full
+(generation 2) collections become the longest stalls; the loops themselves never block.
+``--gc young-only`` (``gc.set_threshold(700, 3, 10**9)``) keeps the young collections,
+small and frequent, which free the short-lived cycles of tasks and exceptions, and turns
+off the automatic full ones, which a long-running host can run at a quiet moment instead.
+``--freeze`` calls ``gc.freeze()`` after setup: the objects of the imported modules (the
+SDK, httpx, pydantic) move to the permanent generation, so a full collection no longer
+walks them.
 
     python bench/concurrency.py --loops 1000 --gc young-only
 
-    python bench/concurrency.py --loops 1000
+    python bench/concurrency.py --loops 1000 [--freeze] [--provider fake]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import gc
 import json
 import os
 import random
 import resource
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from innerloop import Harness, HarnessParams, ToolSpec
@@ -44,11 +66,101 @@ from innerloop.testing import FakeProvider, Reply, reply, tool_call
 from innerloop.tools import ToolContext, ToolOutput
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
+TICKS = os.sysconf("SC_CLK_TCK")
+CLAUDE = "anthropic:claude-sonnet-4-5-20250929"
+WARMUP = "warm-up"  # the system prompt of the warm-up loop: the server answers it unpaced
 
 
 def rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * PAGE
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    if pid is None:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def _turn(messages: list[Any]) -> int:
+    """The number of tool results so far: which turn of its loop a request is."""
+    return sum(
+        1
+        for m in messages
+        if isinstance(m.get("content"), list)
+        for b in m["content"]
+        if b.get("type") == "tool_result"
+    )
+
+
+def _words(args: argparse.Namespace) -> str:
+    return ("lorem ipsum dolor sit amet " * (args.text_chars // 27 + 1))[: args.text_chars]
+
+
+def _reply(args: argparse.Namespace, turn: int) -> Reply:
+    if turn < args.tool_turns:
+        return reply(_words(args), tool_call("work", {"n": turn}, id=f"toolu_{turn:04d}"))
+    return reply(_words(args))
+
+
+# -- the loopback server (child process) ---------------------------------------------------
+
+
+def serve(args: argparse.Namespace) -> None:
+    """Run the loopback server, print its base URL, serve until stdin closes."""
+    from innerloop.testing import AnthropicServer, SlowReply
+
+    tokens_per_second = 1.0 / args.chunk_interval
+
+    class TurnServer(AnthropicServer):
+        """Chooses each reply from the request (its turn), whatever the arrival order."""
+
+        def _plan(self, path: str, body: Any) -> Any:
+            if path != self.path or not isinstance(body, dict):
+                return super()._plan(path, body)
+            self.played += 1
+            step: Any = _reply(args, _turn(body.get("messages") or []))
+            if WARMUP not in json.dumps(body.get("system")):
+                step = SlowReply(step, tokens_per_second)
+            return self._render(step, bool(body.get("stream")), str(body.get("model")))
+
+    server = TurnServer(chunk_size=args.chunk_size)
+    server.requests = collections.deque(maxlen=8)  # type: ignore[assignment]
+    with server:
+        print(server.base_url, flush=True)
+        sys.stdin.read()  # until the parent closes the pipe (or dies)
+
+
+def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]:
+    argv = [sys.executable, __file__, "--serve"]
+    for flag in ("tool_turns", "chunk_interval", "chunk_size", "text_chars"):
+        argv += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    assert child.stdout is not None
+    url = child.stdout.readline().strip()
+    if not url.startswith("http"):
+        child.kill()
+        child.wait()
+        raise RuntimeError(f"the loopback server did not start: {url!r}")
+    return child, url
+
+
+def stop_server(child: subprocess.Popen[str]) -> None:
+    assert child.stdin is not None
+    child.stdin.close()
+    try:
+        child.wait(10)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+
+
+# -- the in-process provider (--provider fake) -----------------------------------------------
 
 
 class PacedStream:
@@ -60,7 +172,8 @@ class PacedStream:
 
     async def __aiter__(self) -> AsyncIterator[StreamEvent]:
         async for event in self._inner:
-            await asyncio.sleep(self._interval)
+            if self._interval:
+                await asyncio.sleep(self._interval)
             yield event
 
     async def aclose(self) -> None:
@@ -68,7 +181,8 @@ class PacedStream:
 
 
 class PacedProvider:
-    """A provider streaming the replies of ``handler`` at one event per ``interval``."""
+    """A provider streaming the replies of ``handler`` at one event per ``interval``
+    (none for the warm-up loop)."""
 
     def __init__(self, inner: FakeProvider, interval: float) -> None:
         self._inner = inner
@@ -77,52 +191,62 @@ class PacedProvider:
         self.dialect = inner.dialect
 
     async def open(self, request: WireRequest) -> PacedStream:
-        return PacedStream(await self._inner.open(request), self._interval)
+        warm = WARMUP in json.dumps(request.payload.get("system"))
+        return PacedStream(await self._inner.open(request), 0.0 if warm else self._interval)
 
     async def aclose(self) -> None:
         return None
 
 
-def _turn(request: WireRequest) -> int:
-    return sum(
-        1
-        for m in request.payload["messages"]
-        if isinstance(m.get("content"), list)
-        for b in m["content"]
-        if b.get("type") == "tool_result"
+# -- the loops ----------------------------------------------------------------------------
+
+
+def providers(args: argparse.Namespace, url: str | None) -> tuple[list[Any], str]:
+    """The provider every loop shares, and the model name to give it."""
+    if url is None:
+        fake = FakeProvider(lambda r: _reply(args, _turn(r.payload["messages"])), chunk_size=args.chunk_size)
+        return [PacedProvider(fake, args.chunk_interval)], "scripted:bench-20250101"
+    import anthropic
+    import httpx
+
+    from innerloop.providers import AnthropicProvider
+
+    # a pool for every loop's stream at once (the SDK's default allows 1,000 connections)
+    limits = httpx.Limits(max_connections=args.loops + 64, max_keepalive_connections=100)
+    client = anthropic.AsyncAnthropic(
+        api_key="sk-ant-bench-0123456789abcdef",
+        base_url=url,
+        max_retries=0,
+        timeout=600.0,
+        http_client=anthropic.DefaultAsyncHttpxClient(limits=limits),
     )
+    return [AnthropicProvider(client=client)], CLAUDE
 
 
-def build(args: argparse.Namespace, gates: list[asyncio.Event], parked: list[int]) -> Harness:
-    words = ("lorem ipsum dolor sit amet " * (args.text_chars // 27 + 1))[: args.text_chars]
-
-    def model(request: WireRequest) -> Reply:
-        turn = _turn(request)
-        if turn < args.tool_turns:
-            return reply(words, tool_call("work", {"n": turn}, id=f"call_{turn}"))
-        return reply(words)
-
+def harnesses(
+    args: argparse.Namespace, url: str | None, gates: list[asyncio.Event], parked: list[int]
+) -> tuple[Harness, Harness, Any]:
     async def work(arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
-        if arguments["n"] == 0:
+        if arguments["n"] == 0 and not warming[0]:
             gate = asyncio.Event()
             gates.append(gate)
             parked[0] += 1
             await gate.wait()
         # tools take different times, so loops do not move in lockstep
-        await asyncio.sleep(args.tool_seconds * random.uniform(0.5, 1.5))
+        await asyncio.sleep(args.tool_seconds * random.uniform(0.5, 1.5) * (not warming[0]))
         return ToolOutput(f"done {arguments['n']}")
 
+    warming = [True]
     tool = ToolSpec(
         "work",
         "Do unit n.",
         {"type": "object", "properties": {"n": {"type": "integer"}}},
         work,
     )
-    params = HarnessParams(
-        model="scripted:bench-20250101", system="bench", tools=[tool], max_turns=50
-    )
-    fake = FakeProvider(model, chunk_size=args.chunk_size)
-    return Harness(params, [PacedProvider(fake, args.chunk_interval)])
+    shared, model = providers(args, url)
+    params = HarnessParams(model=model, system="bench", tools=[tool], max_turns=50)
+    warm = HarnessParams(model=model, system=WARMUP, tools=[tool], max_turns=50)
+    return Harness(params, shared), Harness(warm, shared), (warming, shared)
 
 
 async def ticker(stop: asyncio.Event, worst: list[float], period: float = 0.005) -> None:
@@ -133,22 +257,51 @@ async def ticker(stop: asyncio.Event, worst: list[float], period: float = 0.005)
         worst[0] = max(worst[0], loop.time() - before - period)
 
 
-async def bench(args: argparse.Namespace) -> dict[str, Any]:
+class GCTimer:
+    """Counts the collections of each generation and times the longest."""
+
+    def __init__(self) -> None:
+        self.count = [0, 0, 0]
+        self.longest = [0.0, 0.0, 0.0]
+        self._t = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t = time.perf_counter()
+            return
+        g = info["generation"]
+        self.count[g] += 1
+        self.longest[g] = max(self.longest[g], time.perf_counter() - self._t)
+
+
+async def bench(args: argparse.Namespace, url: str | None) -> dict[str, Any]:
     gates: list[asyncio.Event] = []
     parked = [0]
     random.seed(args.seed)
-    harness = build(args, gates, parked)
+    harness, warm_harness, (warming, shared) = harnesses(args, url, gates, parked)
+    warm_state = await warm_harness.run("go")  # one-time imports, caches, the first connection
+    if warm_state.exit_reason != "model_complete":
+        raise RuntimeError(f"warm-up loop ended {warm_state.exit_reason!r}")
+    warming[0] = False
     gc.collect()
+    if args.freeze:
+        gc.freeze()
+    timer = GCTimer()
+    gc.callbacks.append(timer)
     base_rss = rss_bytes()
+    base_cpu = cpu_seconds()
     stop = asyncio.Event()
     worst = [0.0]
     tick = asyncio.create_task(ticker(stop, worst))
     start = time.perf_counter()
     runs = []
     for _ in range(args.loops):  # a host starts loops one by one, yielding in between
-        runs.append(asyncio.create_task(harness.start("go").run()))
+        runs.append(asyncio.create_task(harness.run("go")))
         await asyncio.sleep(0)
     while parked[0] < args.loops:
+        if any(r.done() for r in runs):
+            failed = next(r for r in runs if r.done())
+            raise RuntimeError(f"a loop ended before parking: {failed.result().exit_reason!r}")
         await asyncio.sleep(0.05)
     parked_at = time.perf_counter() - start
     idle_rss = rss_bytes()
@@ -160,20 +313,30 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     wall = time.perf_counter() - start
     stop.set()
     await tick
+    gc.callbacks.remove(timer)
+    cpu = cpu_seconds() - base_cpu
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    for p in shared:
+        await p.aclose()
     reasons = {s.exit_reason for s in states}
-    events_per_loop = args.tool_turns + 1
     return {
+        "provider": "fake (in-process)" if url is None else "anthropic SDK, loopback server",
         "loops": args.loops,
-        "gc": args.gc,
+        "gc": args.gc + (" + freeze" if args.freeze else ""),
         "exit_reasons": sorted(r or "" for r in reasons),
         "wall_s": round(wall, 2),
         "loops_per_s": round(args.loops / wall, 1),
-        "model_turns_per_loop": events_per_loop,
+        "model_turns_per_loop": args.tool_turns + 1,
         "seconds_to_park_all": round(parked_at, 2),
+        "cpu_s_measured_process": round(cpu, 1),
         "idle_rss_per_loop_kb": round((idle_rss - base_rss) / args.loops / 1024, 1),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "peak_rss_per_loop_kb": round((peak - base_rss) / args.loops / 1024, 1),
+        "base_rss_mb": round(base_rss / 2**20, 1),
+        "peak_rss_mb": round(peak / 2**20, 1),
         "longest_stall_ms": round(worst[0] * 1000, 1),
         "longest_stall_until_parked_ms": round(stall_to_parked * 1000, 1),
+        "gc_collections": timer.count,
+        "gc_longest_ms": [round(t * 1000, 1) for t in timer.longest],
     }
 
 
@@ -187,15 +350,34 @@ def main() -> None:
     parser.add_argument("--tool-seconds", type=float, default=0.5, help="mean per tool call")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
+        "--provider",
+        choices=("loopback", "fake"),
+        default="loopback",
+        help="loopback: real SDK against a loopback server in a child process; "
+        "fake: paced in-process provider",
+    )
+    parser.add_argument(
         "--gc",
         choices=("default", "young-only"),
         default="default",
         help="young-only: no automatic full collections (young ones still free cycles)",
     )
+    parser.add_argument("--freeze", action="store_true", help="gc.freeze() after setup")
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve:
+        serve(args)
+        return
     if args.gc == "young-only":
         gc.set_threshold(700, 3, 1_000_000_000)
-    result = asyncio.run(bench(args))
+    child, url = start_server(args) if args.provider == "loopback" else (None, None)
+    try:
+        result = asyncio.run(bench(args, url))
+        if child is not None:
+            result["cpu_s_server_process"] = round(cpu_seconds(child.pid), 1)
+    finally:
+        if child is not None:
+            stop_server(child)
     print(json.dumps(result, indent=2))
     ok = result["longest_stall_ms"] <= 50 and result["idle_rss_per_loop_kb"] < 1024
     print("targets (stall <= 50 ms, < 1 MB per idle loop):", "met" if ok else "NOT met")

@@ -110,11 +110,12 @@ class TestTiktokenCounter:
 
 class TestMessageTokenCache:
     def test_message_count_covers_every_block(self) -> None:
-        """Text, tool calls (name and JSON input), results and images are all counted."""
+        """Text, tool calls (name and JSON input), results and images are all counted, with
+        one counter call per message."""
         spy = SpyCounter()
         message = Message.assistant([ToolUseBlock("t1", "grep", {"q": "x"})])
-        assert count_message(spy, message) == 4 + 1 + 3
-        assert spy.texts == ["grep", '{"q":"x"}']
+        assert count_message(spy, message) == 4 + 4
+        assert spy.texts == ['grep\n{"q":"x"}']
         result = Message.user([ToolResultBlock("t1", "abcd"), ImageBlock("image/png", "AA==")])
         assert count_message(spy, result) == 4 + 1600 + 1
 
