@@ -55,6 +55,9 @@ def describe(event: Event) -> str | None:
     return f"  * {kind}: {body}"
 
 
+_NOTED_GUARDS = frozenset({"transient_retry", "context_overflow", "cannot_shrink", "failed"})
+
+
 @attrs.define
 class PlainView:
     """Prints one line per interesting event."""
@@ -94,6 +97,7 @@ class LiveView:
         self.tools: dict[str, _ToolRow] = {}
         self.started = time.monotonic()
         self.notes: list[str] = []
+        self.path: list[str] = ["idle"]
         self._live = Live(self, console=self.console, refresh_per_second=12, transient=False)
 
     def __enter__(self) -> LiveView:
@@ -108,6 +112,9 @@ class LiveView:
         kind = data["type"]
         if kind == "transition":
             self.current = data["target"]
+            self.path.append(data["target"])
+            if data["guard"] in _NOTED_GUARDS:
+                self.notes.append(f"* {data['source']} -> {data['target']} [{data['guard']}]")
         elif kind == "text_delta":
             self.text += data["text"]
         elif kind == "model_response":
@@ -150,5 +157,6 @@ class LiveView:
                 took = f"{(row.end - row.start) * 1000:.0f} ms {row.status}"
             tools.add_row(icon, Text(row.name, "bold"), Text(row.args, "dim"), Text(took))
         tail = "\n".join(self.text.splitlines()[-10:])
-        notes = Text("\n".join(self.notes[-5:]), "yellow")
-        return Group(header, Text(tail), tools, notes)
+        notes = Text("\n".join(self.notes[-10:]), "yellow")
+        trail = Text("path: … → " + " → ".join(self.path[-12:]), "cyan")
+        return Group(header, trail, Text(tail), tools, notes)
