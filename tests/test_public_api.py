@@ -17,6 +17,8 @@ PACKAGES = [
     "innerloop.recovery",
     "innerloop.diagrams",
     "innerloop.testing",
+    "innerloop.durable",
+    "innerloop.examples",
 ]
 
 
