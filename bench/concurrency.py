@@ -9,9 +9,9 @@ loops) shared by every loop, as a host would. ``--provider fake`` streams the sa
 from an in-process provider instead (no HTTP, no SDK), for comparison.
 
 The server runs in a child process (this script with ``--serve``): a server thread in the
-measured process would share its GIL and its two-thousand-odd sockets' worth of work with
-the loops, and its own memory and pauses would count against them. The measured process
-holds only the loops, the SDK client and its connections. The server answers by the
+measured process would share its GIL, and the server's side of a thousand streams (its
+CPU, memory and collections) would count against the loops. The measured process holds
+only the loops, the SDK client and its connections. The server answers by the
 request, not by arrival order: a request with fewer than ``--tool-turns`` tool results
 gets text and a tool call, otherwise text only (end_turn). The server closes each
 connection after its response (``connection: close``), so an idle loop holds no socket.
@@ -29,7 +29,8 @@ event loop. The garbage collector's pauses are timed too (``gc_*``). Targets: no
 50 ms, under 1 MB per idle loop.
 
 With a thousand live loops the heap holds millions of objects and CPython's automatic full
-(generation 2) collections become the longest stalls; the loops themselves never block.
+(generation 2) collections become the longest stalls of the in-process mode; nothing in
+the loops blocks.
 ``--gc young-only`` (``gc.set_threshold(700, 3, 10**9)``) keeps the young collections,
 small and frequent, which free the short-lived cycles of tasks and exceptions, and turns
 off the automatic full ones, which a long-running host can run at a quiet moment instead.
@@ -37,9 +38,16 @@ off the automatic full ones, which a long-running host can run at a quiet moment
 SDK, httpx, pydantic) move to the permanent generation, so a full collection no longer
 walks them.
 
+Over the SDK the process is CPU bound well before a thousand loops: each model turn costs
+about 10 ms of CPU in the SDK and its HTTP stack (request build, connect, httpcore's pool
+scan, which grows with the open connections, and h11/anyio per SSE frame) against about
+1.5 ms in the loop itself. Once the event loop cannot keep up, ready work piles into
+long iterations: those are the stalls then, not the collector. ``--clients N`` spreads
+the loops over N SDK clients (smaller pools to scan), for comparison.
+
     python bench/concurrency.py --loops 1000 --gc young-only
 
-    python bench/concurrency.py --loops 1000 [--freeze] [--provider fake]
+    python bench/concurrency.py --loops 1000 [--freeze] [--provider fake] [--clients 8]
 """
 
 from __future__ import annotations
@@ -97,7 +105,8 @@ def _turn(messages: list[Any]) -> int:
 
 
 def _words(args: argparse.Namespace) -> str:
-    return ("lorem ipsum dolor sit amet " * (args.text_chars // 27 + 1))[: args.text_chars]
+    chars: int = args.text_chars
+    return ("lorem ipsum dolor sit amet " * (chars // 27 + 1))[:chars]
 
 
 def _reply(args: argparse.Namespace, turn: int) -> Reply:
@@ -140,9 +149,11 @@ def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]:
         argv += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
     root = str(Path(__file__).resolve().parent.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    child = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+    )
     assert child.stdout is not None
-    url = child.stdout.readline().strip()
+    url: str = child.stdout.readline().strip()
     if not url.startswith("http"):
         child.kill()
         child.wait()
@@ -181,8 +192,8 @@ class PacedStream:
 
 
 class PacedProvider:
-    """A provider streaming the replies of ``handler`` at one event per ``interval``
-    (none for the warm-up loop)."""
+    """The inner provider's replies at one event per ``interval`` (unpaced for the
+    warm-up loop)."""
 
     def __init__(self, inner: FakeProvider, interval: float) -> None:
         self._inner = inner
@@ -202,38 +213,44 @@ class PacedProvider:
 
 
 def providers(args: argparse.Namespace, url: str | None) -> tuple[list[Any], str]:
-    """The provider every loop shares, and the model name to give it."""
+    """The providers the loops share (one unless ``--clients``), and the model name."""
     if url is None:
-        fake = FakeProvider(lambda r: _reply(args, _turn(r.payload["messages"])), chunk_size=args.chunk_size)
+        fake = FakeProvider(
+            lambda r: _reply(args, _turn(r.payload["messages"])), chunk_size=args.chunk_size
+        )
         return [PacedProvider(fake, args.chunk_interval)], "scripted:bench-20250101"
     import anthropic
-    import httpx
+    import httpx2  # the anthropic SDK's httpx
 
     from innerloop.providers import AnthropicProvider
 
     # a pool for every loop's stream at once (the SDK's default allows 1,000 connections)
-    limits = httpx.Limits(max_connections=args.loops + 64, max_keepalive_connections=100)
-    client = anthropic.AsyncAnthropic(
-        api_key="sk-ant-bench-0123456789abcdef",
-        base_url=url,
-        max_retries=0,
-        timeout=600.0,
-        http_client=anthropic.DefaultAsyncHttpxClient(limits=limits),
-    )
-    return [AnthropicProvider(client=client)], CLAUDE
+    per_client = -(-args.loops // args.clients)
+    limits = httpx2.Limits(max_connections=per_client + 64, max_keepalive_connections=100)
+    shared = []
+    for _ in range(args.clients):
+        client = anthropic.AsyncAnthropic(
+            api_key="sk-ant-bench-0123456789abcdef",
+            base_url=url,
+            max_retries=0,
+            timeout=600.0,
+            http_client=anthropic.DefaultAsyncHttpxClient(limits=limits),
+        )
+        shared.append(AnthropicProvider(client=client))
+    return shared, CLAUDE
 
 
 def harnesses(
     args: argparse.Namespace, url: str | None, gates: list[asyncio.Event], parked: list[int]
-) -> tuple[Harness, Harness, Any]:
+) -> tuple[list[Harness], list[Harness], Any]:
     async def work(arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
         if arguments["n"] == 0 and not warming[0]:
             gate = asyncio.Event()
             gates.append(gate)
             parked[0] += 1
             await gate.wait()
-        # tools take different times, so loops do not move in lockstep
-        await asyncio.sleep(args.tool_seconds * random.uniform(0.5, 1.5) * (not warming[0]))
+        if not warming[0]:  # tools take different times, so loops do not move in lockstep
+            await asyncio.sleep(args.tool_seconds * random.uniform(0.5, 1.5))
         return ToolOutput(f"done {arguments['n']}")
 
     warming = [True]
@@ -246,7 +263,8 @@ def harnesses(
     shared, model = providers(args, url)
     params = HarnessParams(model=model, system="bench", tools=[tool], max_turns=50)
     warm = HarnessParams(model=model, system=WARMUP, tools=[tool], max_turns=50)
-    return Harness(params, shared), Harness(warm, shared), (warming, shared)
+    loops = [Harness(params, [p]) for p in shared]
+    return loops, [Harness(warm, [p]) for p in shared], (warming, shared)
 
 
 async def ticker(stop: asyncio.Event, worst: list[float], period: float = 0.005) -> None:
@@ -278,10 +296,11 @@ async def bench(args: argparse.Namespace, url: str | None) -> dict[str, Any]:
     gates: list[asyncio.Event] = []
     parked = [0]
     random.seed(args.seed)
-    harness, warm_harness, (warming, shared) = harnesses(args, url, gates, parked)
-    warm_state = await warm_harness.run("go")  # one-time imports, caches, the first connection
-    if warm_state.exit_reason != "model_complete":
-        raise RuntimeError(f"warm-up loop ended {warm_state.exit_reason!r}")
+    loops, warm_loops, (warming, shared) = harnesses(args, url, gates, parked)
+    for warm in warm_loops:  # one-time imports and caches, each client's first connection
+        warm_state = await warm.run("go")
+        if warm_state.exit_reason != "model_complete":
+            raise RuntimeError(f"warm-up loop ended {warm_state.exit_reason!r}")
     warming[0] = False
     gc.collect()
     if args.freeze:
@@ -295,8 +314,8 @@ async def bench(args: argparse.Namespace, url: str | None) -> dict[str, Any]:
     tick = asyncio.create_task(ticker(stop, worst))
     start = time.perf_counter()
     runs = []
-    for _ in range(args.loops):  # a host starts loops one by one, yielding in between
-        runs.append(asyncio.create_task(harness.run("go")))
+    for i in range(args.loops):  # a host starts loops one by one, yielding in between
+        runs.append(asyncio.create_task(loops[i % len(loops)].run("go")))
         await asyncio.sleep(0)
     while parked[0] < args.loops:
         if any(r.done() for r in runs):
@@ -322,6 +341,7 @@ async def bench(args: argparse.Namespace, url: str | None) -> dict[str, Any]:
     return {
         "provider": "fake (in-process)" if url is None else "anthropic SDK, loopback server",
         "loops": args.loops,
+        "sdk_clients": len(shared) if url is not None else 0,
         "gc": args.gc + (" + freeze" if args.freeze else ""),
         "exit_reasons": sorted(r or "" for r in reasons),
         "wall_s": round(wall, 2),
@@ -361,6 +381,12 @@ def main() -> None:
         choices=("default", "young-only"),
         default="default",
         help="young-only: no automatic full collections (young ones still free cycles)",
+    )
+    parser.add_argument(
+        "--clients",
+        type=int,
+        default=1,
+        help="loopback: spread the loops over this many SDK clients (default one, shared)",
     )
     parser.add_argument("--freeze", action="store_true", help="gc.freeze() after setup")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
