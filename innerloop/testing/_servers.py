@@ -247,9 +247,16 @@ class LoopbackServer:
     # -- one request ----------------------------------------------------------------------
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Serve requests on one connection until the client or a plan closes it
+        (HTTP/1.1 keep-alive: a client's pooled connection is reused, as with a real API)."""
+        while await self._request(reader, writer):
+            pass
+
+    async def _request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """Serve one request; True when the connection stays open for the next one."""
         line = await reader.readline()
         if not line:
-            return
+            return False
         method, target, _ = line.decode("latin-1").split(" ", 2)
         headers: dict[str, str] = {}
         while True:
@@ -269,7 +276,9 @@ class LoopbackServer:
             plan = self._plan(path, body)
         except Exception as exc:  # a bad script step: tell the client, keep serving
             plan = self._error(500, "api_error", f"loopback server cannot play the step: {exc!r}")
-        await self._send(writer, plan)
+        keep = not plan.drop and headers.get("connection", "").lower() != "close"
+        await self._send(writer, plan, keep)
+        return keep
 
     def _plan(self, path: str, body: Any) -> _Plan:
         if path != self.path:
@@ -368,11 +377,12 @@ class LoopbackServer:
     def _error(self, status: int, error_type: str, message: str) -> _Plan:
         return self._json(status, self.error_json(error_type, message))
 
-    async def _send(self, writer: asyncio.StreamWriter, plan: _Plan) -> None:
+    async def _send(self, writer: asyncio.StreamWriter, plan: _Plan, keep: bool) -> None:
         if plan.hang:
             await asyncio.Event().wait()
         reason = _REASONS.get(plan.status, "Status")
-        head = [f"HTTP/1.1 {plan.status} {reason}", "connection: close"]
+        connection = "keep-alive" if keep else "close"
+        head = [f"HTTP/1.1 {plan.status} {reason}", f"connection: {connection}"]
         head += [f"{k}: {v}" for k, v in plan.headers]
         if plan.stream:
             head.append("transfer-encoding: chunked")
