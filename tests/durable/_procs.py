@@ -6,6 +6,7 @@ whatever is still running when the test ends.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -132,6 +133,21 @@ class TemporalServer:
         ]
         self.proc = self.procs.spawn("temporal", argv)
         wait_for(lambda: port_open(self.port), 30, "the Temporal dev server")
+        # an open port is not a healthy frontend (after a restart it answers "not healthy
+        # yet" for a while): wait until a client can connect
+        wait_for(self._accepts_clients, 30, "the Temporal frontend to be healthy")
+
+    def _accepts_clients(self) -> bool:
+        from temporalio.client import Client
+
+        async def probe() -> bool:
+            try:
+                await asyncio.wait_for(Client.connect(self.address), 5)
+            except (RuntimeError, TimeoutError):
+                return False
+            return True
+
+        return asyncio.run(probe())
 
     def kill9(self) -> None:
         assert self.proc is not None
