@@ -211,3 +211,42 @@ def test_sigint_aborts_cleanly(tmp_path: Path) -> None:
     events = read_event_log(log)
     assert any(e["type"] == "abort" and "SIGINT" in e["reason"] for e in events)
     assert events[-1]["type"] == "finished" and events[-1]["exit_reason"] == "aborted"
+
+
+def test_run_with_builtin_tools(tmp_path: Path) -> None:
+    """--tools offers the named built-in sets, confined to --workspace."""
+    from innerloop.testing import AnthropicServer, reply, tool_call
+
+    (tmp_path / "notes.txt").write_text("hello")
+    script = [
+        reply(tool_call("read_file", {"path": "notes.txt"}, id="r1")),
+        reply("It says hello."),
+    ]
+    with AnthropicServer(script) as server:
+        proc = cli(
+            "run",
+            "read my notes",
+            "--base-url",
+            server.base_url,
+            "--no-live",
+            "--tools",
+            "files,tasks",
+            "--workspace",
+            str(tmp_path),
+            env={"ANTHROPIC_API_KEY": "sk-ant-test"},
+        )
+        offered = [t["name"] for t in server.requests[0].body["tools"]]
+        result = server.requests[1].body["messages"][-1]["content"][0]
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert offered == ["read_file", "write_file", "edit_file", "list_dir", "search", "tasks"]
+    assert (result["tool_use_id"], result["content"]) == ("r1", "hello")
+
+
+def test_unknown_tool_set() -> None:
+    """An unknown --tools set is a usage error listing the sets."""
+    proc = cli("run", "x", "--tools", "nope", env={"ANTHROPIC_API_KEY": "sk-ant-test"})
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "innerloop run: error: --tools: unknown built-in tool set 'nope'; "
+        "choose from files, shell, python, tasks"
+    )
