@@ -132,8 +132,15 @@ def run_demo(out: Path = Path("runs/demo"), *, live: bool = False) -> HarnessSta
         run = harness.start(TASK)
         log_path = out / "events.jsonl"
         view: Any = LiveView(run.state) if live else PlainView()
+        async def play() -> None:
+            try:
+                await drive(run, view, log)
+            finally:
+                for provider in providers.values():
+                    await provider.aclose()
+
         with EventLog(log_path, {"command": "demo", "model": PRIMARY}) as log, view:
-            asyncio.run(drive(run, view, log))
+            asyncio.run(play())
         requests = (len(a_srv.requests), len(o_srv.requests))
     state = run.state
     svg_path = out / "trace.svg"

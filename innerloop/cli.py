@@ -248,9 +248,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     harness = Harness(params, providers)
     run = harness.start(args.task)
     log = EventLog(args.log, {"command": "run", "model": str(params.model)}) if args.log else None
+
+    async def play(view: Any) -> None:
+        try:
+            await drive(run, view, log)
+        finally:
+            for provider in providers.values():
+                await provider.aclose()
+
     try:
         with _view(run.state, args.no_live) as view:
-            asyncio.run(drive(run, view, log))
+            asyncio.run(play(view))
     finally:
         if log is not None:
             log.close()

@@ -39,6 +39,7 @@ def test_demo_runs_offline_and_shows_every_recovery_branch(tmp_path: Path) -> No
     proc = cli("demo", "--out", str(tmp_path), env={"NO_COLOR": "1"})
     assert time.monotonic() - started < 60
     assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
     assert "exit_reason=model_complete" in proc.stdout
     assert "backoff waits are scaled by 0.01" in proc.stdout
     events = read_event_log(tmp_path / "events.jsonl")

@@ -230,6 +230,10 @@ class LoopbackServer:
                 await self._connection(reader, writer)
             except (ConnectionError, asyncio.IncompleteReadError):
                 pass
+            except asyncio.CancelledError:
+                # the server's own shutdown cancels idle keep-alive connections; ending
+                # the task quietly keeps asyncio from logging each one
+                return
             finally:
                 tasks.discard(task)
                 writer.close()
