@@ -30,9 +30,8 @@ from typing import Any, TypedDict
 import attrs
 
 from innerloop import Harness, HarnessParams, Message, ToolResultBlock, ToolSpec
-from innerloop._events import MessageComplete
 from innerloop.fsm import DEFAULT_SPEC, compile_spec
-from innerloop.providers import build_request
+from innerloop.providers import build_request, final_response
 from innerloop.recovery import TiktokenCounter
 from innerloop.testing import FakeProvider, Reply, reply, tool_call
 from innerloop.tools import ToolContext, ToolOutput
@@ -70,11 +69,7 @@ def params(turns: int) -> HarnessParams:
 async def model_turn(p: HarnessParams, provider: FakeProvider, history: list[Message]) -> bool:
     """Shared work of one turn: request, stream, append. True when tools were called."""
     request = build_request(p, history, "anthropic", p.model.model)
-    stream = await provider.open(request)
-    response = None
-    async for event in stream:
-        if isinstance(event, MessageComplete):
-            response = event.response
+    response = await final_response(await provider.open(request))
     assert response is not None
     history.append(response.message)
     return bool(response.message.tool_uses)

@@ -19,6 +19,7 @@ from innerloop.fsm._state import HarnessState
 from innerloop.recovery._clock import ScaledClock
 from innerloop.testing._scripted import Fault, reply, tool_call
 from innerloop.testing._servers import AnthropicServer, OpenAIServer, RateLimit
+from innerloop.tools._process import run_process
 from innerloop.tools._spec import ToolContext, ToolOutput, ToolSpec
 
 __all__ = ["demo_scenario", "run_demo"]
@@ -38,13 +39,8 @@ async def _weather(args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
 
 
 async def _lookup(args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", "import time; time.sleep(30)")
-    try:
-        await proc.wait()
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+    # a real child process that outlives the timeout; run_process kills its group
+    await run_process([sys.executable, "-c", "import time; time.sleep(30)"])
     return ToolOutput("never reached")
 
 
@@ -110,8 +106,7 @@ def run_demo(out: Path = Path("runs/demo"), *, live: bool = False) -> HarnessSta
     """Play the scenario over real HTTP, show it, and write the event log and the trace
     diagram under ``out``."""
     from innerloop._eventlog import EventLog, read_event_log
-    from innerloop._live import LiveView, PlainView
-    from innerloop.cli import drive
+    from innerloop.cli import drive, format_cost, view_for
     from innerloop.providers import AnthropicProvider, OpenAIProvider
 
     anthropic_script, openai_script = demo_scenario()
@@ -131,7 +126,8 @@ def run_demo(out: Path = Path("runs/demo"), *, live: bool = False) -> HarnessSta
         )
         run = harness.start(TASK)
         log_path = out / "events.jsonl"
-        view: Any = LiveView(run.state) if live else PlainView()
+        view = view_for(run.state, no_live=not live)
+
         async def play() -> None:
             try:
                 await drive(run, view, log)
@@ -152,7 +148,7 @@ def run_demo(out: Path = Path("runs/demo"), *, live: bool = False) -> HarnessSta
     except Exception as exc:  # the diagram is a bonus; the run's outcome stands
         print(f"trace diagram not written: {exc}")
         svg_path = Path("-")
-    cost = f"${state.cost_usd:.6f}" if state.cost_usd is not None else "unknown"
+    cost = format_cost(state.cost_usd)
     print(
         f"exit_reason={state.exit_reason} turns={state.turns} "
         f"http_requests=anthropic:{requests[0]} openai:{requests[1]} "

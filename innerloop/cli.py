@@ -213,7 +213,8 @@ async def drive(run: Any, view: Any, log: Any) -> None:
             loop.remove_signal_handler(signal.SIGINT)
 
 
-def _view(state: Any, no_live: bool) -> Any:
+def view_for(state: Any, no_live: bool) -> Any:
+    """The live view in a terminal, plain lines otherwise (or with ``no_live``)."""
     from innerloop._live import LiveView, PlainView
 
     if no_live or not sys.stdout.isatty():
@@ -221,8 +222,13 @@ def _view(state: Any, no_live: bool) -> Any:
     return LiveView(state)
 
 
+def format_cost(cost_usd: float | None) -> str:
+    """A run's cost for the screen; unknown when a model had no price."""
+    return f"${cost_usd:.6f}" if cost_usd is not None else "unknown (no price)"
+
+
 def _summary(state: Any, log_path: Path | None) -> None:
-    cost = f"${state.cost_usd:.6f}" if state.cost_usd is not None else "unknown (no price)"
+    cost = format_cost(state.cost_usd)
     print(
         f"exit_reason={state.exit_reason} turns={state.turns} "
         f"tokens_in={state.usage.input_tokens} tokens_out={state.usage.output_tokens} "
@@ -257,7 +263,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 await provider.aclose()
 
     try:
-        with _view(run.state, args.no_live) as view:
+        with view_for(run.state, args.no_live) as view:
             asyncio.run(play(view))
     finally:
         if log is not None:

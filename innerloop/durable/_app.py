@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, cast
 import attrs
 
 from innerloop._errors import ErrorCategory, ProviderError
-from innerloop._events import MessageComplete
 from innerloop._harness import Harness
 from innerloop._messages import ToolUseBlock, block_from_dict, message_from_dict
 from innerloop.durable._codec import error_to_dict, state_from_dict, tool_result_to_dict
@@ -34,7 +33,7 @@ from innerloop.fsm._default import DEFAULT_SPEC
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._spec import MachineSpec
 from innerloop.fsm._state import HarnessState
-from innerloop.providers._base import Provider
+from innerloop.providers._base import Provider, final_response
 from innerloop.providers._normalize import WireRequest
 from innerloop.recovery._clock import Clock
 from innerloop.recovery._compaction import CompactionRequest, Compactor
@@ -177,16 +176,14 @@ async def _model_call(definition: LoopDefinition, args: Mapping[str, Any]) -> di
     except Exception as exc:
         return {"phase": "open", "error": error_to_dict(ProviderError.wrap(exc, name))}
     try:
-        async for event in stream:
-            if isinstance(event, MessageComplete):
-                return {"phase": "stream", "response": event.response.to_dict()}
-        raise ProviderError(
-            ErrorCategory.TRANSIENT, "the stream ended without a final message", provider=name
-        )
+        response = await final_response(stream)
+        if response is None:
+            raise ProviderError(
+                ErrorCategory.TRANSIENT, "the stream ended without a final message", provider=name
+            )
     except Exception as exc:
         return {"phase": "stream", "error": error_to_dict(ProviderError.wrap(exc, name))}
-    finally:
-        await stream.aclose()
+    return {"phase": "stream", "response": response.to_dict()}
 
 
 async def _tool_call(definition: LoopDefinition, call: Any) -> dict[str, Any]:

@@ -39,7 +39,7 @@ from innerloop.providers._normalize import build_request
 from innerloop.recovery._compaction import CompactionRequest, CompactionResult
 from innerloop.recovery._diagnostic import build_diagnostic
 from innerloop.recovery._policy import backoff_delay
-from innerloop.recovery._pricing import add_cost, cost_usd, price_for
+from innerloop.recovery._pricing import add_cost, price_for
 
 __all__ = [
     "abort",
@@ -230,11 +230,7 @@ def _accept(run: Run, response: ModelResponse) -> ModelResponse:
     state.usage = state.usage + response.usage
     model = response.model or run.choice.model
     state.resolved_models.append(model)
-    turn_cost = cost_usd(response.usage, model, params.prices)
-    if turn_cost is None or state.cost_usd is None:
-        state.cost_usd = None
-    else:
-        state.cost_usd += turn_cost
+    state.cost_usd = add_cost(state.cost_usd, response.usage, model, params.prices)
     state.rate_limit_failures = 0
     state.transient_failures = 0
     state.error = None

@@ -26,6 +26,7 @@ __all__ = [
     "SSESplitter",
     "loads",
     "parse_tool_input",
+    "sdk_options",
 ]
 
 
@@ -167,6 +168,20 @@ class HTTPModelStream:
         if not self.closed:
             self.closed = True
             await self._manager.__aexit__(None, None, None)
+
+
+def sdk_options(
+    api_key: str | None, base_url: str | None, timeout: float, headers: dict[str, str] | None
+) -> dict[str, Any]:
+    """Keyword arguments for either SDK's async client. ``max_retries=0``: retries belong
+    to the machine (backoff, fallback), never to the SDK."""
+    return {
+        "api_key": api_key,
+        "base_url": base_url,
+        "max_retries": 0,
+        "timeout": timeout,
+        "default_headers": headers,
+    }
 
 
 class HTTPProvider:

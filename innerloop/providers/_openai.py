@@ -32,7 +32,7 @@ from innerloop._messages import (
     Usage,
 )
 from innerloop.providers._errors import error_from_body
-from innerloop.providers._http import HTTPProvider, loads, parse_tool_input
+from innerloop.providers._http import HTTPProvider, loads, parse_tool_input, sdk_options
 from innerloop.providers._normalize import WireRequest
 
 __all__ = ["FINISH_REASONS", "OpenAIAssembler", "OpenAIProvider"]
@@ -215,11 +215,7 @@ class OpenAIProvider(HTTPProvider):
         if api_key is None:
             api_key = os.environ.get("OPENAI_API_KEY") or ("unused" if base_url else None)
         self.client = client or openai.AsyncOpenAI(
-            api_key=api_key,
-            base_url=base_url,
-            max_retries=0,
-            timeout=timeout,
-            default_headers=default_headers,
+            **sdk_options(api_key, base_url, timeout, default_headers)
         )
 
     def _send(self, payload: dict[str, Any]) -> AbstractAsyncContextManager[Any]:

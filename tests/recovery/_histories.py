@@ -17,6 +17,7 @@ from innerloop._messages import (
     ToolUseBlock,
 )
 from innerloop.providers import normalize
+from innerloop.testing import assert_valid_history
 
 WORDS = st.text(alphabet="abcdefghij klmnop,.\n", min_size=0, max_size=120)
 IMAGE = ImageBlock("image/png", "iVBORw0KGgo=")
@@ -67,20 +68,7 @@ def _user_blocks(draw: st.DrawFn) -> list[Block]:
 def assert_valid(history: Sequence[Message]) -> None:
     """The history is valid for both providers (raises AssertionError naming the rule)."""
     assert history, "empty history"
-    assert history[0].role == "user", "does not start with user"
-    for before, after in itertools.pairwise(history):
-        assert before.role != after.role, "roles do not alternate"
-    for i, message in enumerate(history):
-        if message.role == "assistant" and message.tool_uses:
-            assert i + 1 < len(history), f"tool calls of message {i} have no results"
-            answered = [r.tool_use_id for r in history[i + 1].tool_results]
-            calls = [c.id for c in message.tool_uses]
-            assert sorted(answered) == sorted(calls), f"calls {calls} answered by {answered}"
-        if message.tool_results:
-            assert i > 0, "tool_result in the first message"
-            calls = {c.id for c in history[i - 1].tool_uses}
-            for r in message.tool_results:
-                assert r.tool_use_id in calls, f"orphan tool_result {r.tool_use_id}"
+    assert_valid_history(history)  # canonical rules: user first, alternation, pairs
     anthropic = normalize(history, "anthropic")
     assert anthropic[0]["role"] == "user"
     for before, after in itertools.pairwise(anthropic):
