@@ -76,6 +76,7 @@ from innerloop.tools import ToolContext, ToolOutput
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TICKS = os.sysconf("SC_CLK_TCK")
 CLAUDE = "anthropic:claude-sonnet-4-5-20250929"
+KEY = "sk-ant-bench-0123456789abcdef"
 WARMUP = "warm-up"  # the system prompt of the warm-up loop: the server answers it unpaced
 
 
@@ -222,19 +223,29 @@ def providers(args: argparse.Namespace, url: str | None) -> tuple[list[Any], str
     import anthropic
     import httpx2  # the anthropic SDK's httpx
 
-    from innerloop.providers import AnthropicProvider
+    from innerloop.providers import AnthropicProvider, AsyncioTransport
 
     # a pool for every loop's stream at once (the SDK's default allows 1,000 connections)
     per_client = -(-args.loops // args.clients)
-    limits = httpx2.Limits(max_connections=per_client + 64, max_keepalive_connections=100)
     shared = []
     for _ in range(args.clients):
+        if args.transport == "wire":
+            transport = AsyncioTransport(max_connections=per_client + 64)
+            shared.append(AnthropicProvider(KEY, base_url=url, transport=transport))
+            continue
+        if args.transport == "asyncio":
+            http_client = httpx2.AsyncClient(
+                transport=AsyncioTransport(max_connections=per_client + 64)
+            )
+        else:
+            limits = httpx2.Limits(max_connections=per_client + 64, max_keepalive_connections=100)
+            http_client = anthropic.DefaultAsyncHttpxClient(limits=limits)
         client = anthropic.AsyncAnthropic(
-            api_key="sk-ant-bench-0123456789abcdef",
+            api_key=KEY,
             base_url=url,
             max_retries=0,
             timeout=600.0,
-            http_client=anthropic.DefaultAsyncHttpxClient(limits=limits),
+            http_client=http_client,
         )
         shared.append(AnthropicProvider(client=client))
     return shared, CLAUDE
@@ -267,12 +278,25 @@ def harnesses(
     return loops, [Harness(warm, [p]) for p in shared], (warming, shared)
 
 
-async def ticker(stop: asyncio.Event, worst: list[float], period: float = 0.005) -> None:
+async def ticker(stop: asyncio.Event, lateness: list[float], period: float = 0.005) -> None:
+    """Wakes every ``period`` seconds and records how late each wake-up was."""
     loop = asyncio.get_running_loop()
     while not stop.is_set():
         before = loop.time()
         await asyncio.sleep(period)
-        worst[0] = max(worst[0], loop.time() - before - period)
+        lateness.append(loop.time() - before - period)
+
+
+async def paced(count: int, rate: float) -> AsyncIterator[int]:
+    """0 .. count-1, the i-th at ``i / rate`` seconds from now (0 rate: all at once)."""
+    loop = asyncio.get_running_loop()
+    begin = loop.time()
+    for i in range(count):
+        if rate > 0:
+            await asyncio.sleep(max(0.0, begin + i / rate - loop.time()))
+        else:
+            await asyncio.sleep(0)
+        yield i
 
 
 class GCTimer:
@@ -310,13 +334,12 @@ async def bench(args: argparse.Namespace, url: str | None) -> dict[str, Any]:
     base_rss = rss_bytes()
     base_cpu = cpu_seconds()
     stop = asyncio.Event()
-    worst = [0.0]
-    tick = asyncio.create_task(ticker(stop, worst))
+    lateness: list[float] = []
+    tick = asyncio.create_task(ticker(stop, lateness))
     start = time.perf_counter()
     runs = []
-    for i in range(args.loops):  # a host starts loops one by one, yielding in between
+    async for i in paced(args.loops, args.arrival_rate):  # loops arrive at a steady rate
         runs.append(asyncio.create_task(loops[i % len(loops)].run("go")))
-        await asyncio.sleep(0)
     while parked[0] < args.loops:
         if any(r.done() for r in runs):
             failed = next(r for r in runs if r.done())
@@ -324,10 +347,9 @@ async def bench(args: argparse.Namespace, url: str | None) -> dict[str, Any]:
         await asyncio.sleep(0.05)
     parked_at = time.perf_counter() - start
     idle_rss = rss_bytes()
-    stall_to_parked = worst[0]
-    for g in gates:  # the parked loops resume one by one, as independent events would
-        g.set()
-        await asyncio.sleep(0)
+    stall_to_parked = max(lateness, default=0.0)
+    async for i in paced(len(gates), args.arrival_rate):  # and resume at the same rate
+        gates[i].set()
     states = await asyncio.gather(*runs)
     wall = time.perf_counter() - start
     stop.set()
@@ -342,6 +364,7 @@ async def bench(args: argparse.Namespace, url: str | None) -> dict[str, Any]:
         "provider": "fake (in-process)" if url is None else "anthropic SDK, loopback server",
         "loops": args.loops,
         "sdk_clients": len(shared) if url is not None else 0,
+        "transport": args.transport if url is not None else "",
         "gc": args.gc + (" + freeze" if args.freeze else ""),
         "exit_reasons": sorted(r or "" for r in reasons),
         "wall_s": round(wall, 2),
@@ -353,7 +376,11 @@ async def bench(args: argparse.Namespace, url: str | None) -> dict[str, Any]:
         "peak_rss_per_loop_kb": round((peak - base_rss) / args.loops / 1024, 1),
         "base_rss_mb": round(base_rss / 2**20, 1),
         "peak_rss_mb": round(peak / 2**20, 1),
-        "longest_stall_ms": round(worst[0] * 1000, 1),
+        "arrival_rate_per_s": args.arrival_rate,
+        "longest_stall_ms": round(max(lateness, default=0.0) * 1000, 1),
+        "p99_stall_ms": round(sorted(lateness)[int(len(lateness) * 0.99)] * 1000, 1),
+        "ticks_late_over_50ms": sum(1 for x in lateness if x > 0.05),
+        "ticks": len(lateness),
         "longest_stall_until_parked_ms": round(stall_to_parked * 1000, 1),
         "gc_collections": timer.count,
         "gc_longest_ms": [round(t * 1000, 1) for t in timer.longest],
@@ -370,6 +397,12 @@ def main() -> None:
     parser.add_argument("--tool-seconds", type=float, default=0.5, help="mean per tool call")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
+        "--arrival-rate",
+        type=float,
+        default=500.0,
+        help="loops started per second, and parked loops resumed per second (0: all at once)",
+    )
+    parser.add_argument(
         "--provider",
         choices=("loopback", "fake"),
         default="loopback",
@@ -378,7 +411,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--gc",
-        choices=("default", "young-only"),
+        choices=("default", "young-only", "off"),
         default="default",
         help="young-only: no automatic full collections (young ones still free cycles)",
     )
@@ -388,6 +421,14 @@ def main() -> None:
         default=1,
         help="loopback: spread the loops over this many SDK clients (default one, shared)",
     )
+    parser.add_argument(
+        "--transport",
+        choices=("sdk", "asyncio", "wire"),
+        default="sdk",
+        help="loopback: sdk = the SDK's request builder and connection pool; asyncio = the "
+        "SDK's request builder on innerloop's AsyncioTransport; wire = requests written by "
+        "the provider on AsyncioTransport (AnthropicProvider(transport=AsyncioTransport()))",
+    )
     parser.add_argument("--freeze", action="store_true", help="gc.freeze() after setup")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -396,6 +437,8 @@ def main() -> None:
         return
     if args.gc == "young-only":
         gc.set_threshold(700, 3, 1_000_000_000)
+    elif args.gc == "off":
+        gc.disable()
     child, url = start_server(args) if args.provider == "loopback" else (None, None)
     try:
         result = asyncio.run(bench(args, url))

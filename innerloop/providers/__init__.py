@@ -11,9 +11,11 @@ from innerloop.providers._errors import (
 )
 from innerloop.providers._normalize import Dialect, WireRequest, build_request, normalize
 from innerloop.providers._openai import OpenAIProvider
+from innerloop.providers._transport import AsyncioTransport
 
 __all__ = [
     "AnthropicProvider",
+    "AsyncioTransport",
     "Dialect",
     "ModelStream",
     "OpenAIProvider",

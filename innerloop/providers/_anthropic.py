@@ -11,6 +11,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import anthropic
+import httpx2
 
 from innerloop._errors import ErrorCategory, ProviderError
 from innerloop._events import (
@@ -32,8 +33,9 @@ from innerloop._messages import (
     Usage,
 )
 from innerloop.providers._errors import error_from_body
-from innerloop.providers._http import HTTPProvider, loads, parse_tool_input, sdk_options
+from innerloop.providers._http import HTTPProvider, WireRoute, loads, parse_tool_input, sdk_options
 from innerloop.providers._normalize import WireRequest
+from innerloop.providers._transport import AsyncioTransport
 
 __all__ = ["AnthropicAssembler", "AnthropicProvider"]
 
@@ -222,11 +224,14 @@ class AnthropicProvider(HTTPProvider):
         timeout: float = 600.0,
         default_headers: dict[str, str] | None = None,
         client: anthropic.AsyncAnthropic | None = None,
+        transport: httpx2.AsyncBaseTransport | None = None,
     ) -> None:
         self.name = name
         self.client = client or anthropic.AsyncAnthropic(
-            **sdk_options(api_key, base_url, timeout, default_headers)
+            **sdk_options(api_key, base_url, timeout, default_headers, transport)
         )
+        if isinstance(transport, AsyncioTransport):
+            self.route = WireRoute.of(self.client, transport, "v1/messages")
 
     def _send(self, payload: dict[str, Any]) -> AbstractAsyncContextManager[Any]:
         return self.client.messages.with_streaming_response.create(**payload)  # type: ignore[no-any-return]

@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import httpx2
+
 from innerloop._errors import ErrorCategory, ProviderError
 from innerloop.recovery._diagnostic import scrub_secrets
 
@@ -165,7 +167,7 @@ def error_from_exception(provider: str, exc: BaseException, during: str = "") ->
         or "Protocol" in name
         or "Read" in name
         or "Network" in name
-        or isinstance(exc, ConnectionError | TimeoutError)
+        or isinstance(exc, ConnectionError | TimeoutError | httpx2.TransportError)
     )
     category = ErrorCategory.TRANSIENT if transient else ErrorCategory.FATAL
     where = f"{during}: " if during else ""

@@ -8,22 +8,27 @@ are read raw and parsed here, which costs a fraction of the SDKs' own event obje
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
+
+import attrs
+import httpx2
 
 from innerloop._errors import ErrorCategory, ProviderError
 from innerloop._events import MessageComplete, StreamEvent
 from innerloop._messages import ModelResponse
 from innerloop.providers._base import final_response
-from innerloop.providers._errors import error_from_exception
+from innerloop.providers._errors import error_from_exception, error_from_status
 from innerloop.providers._normalize import WireRequest
+from innerloop.providers._transport import AsyncioTransport, RawResponse
 
 __all__ = [
     "Assembler",
     "HTTPModelStream",
     "HTTPProvider",
     "SSESplitter",
+    "WireRoute",
     "loads",
     "parse_tool_input",
     "sdk_options",
@@ -126,27 +131,28 @@ class HTTPModelStream:
     def __init__(
         self,
         provider: str,
-        manager: AbstractAsyncContextManager[Any],
-        response: Any,
+        chunks: AsyncIterable[bytes],
+        content_type: str,
+        close: Callable[[], Awaitable[object]],
         assembler: Assembler,
     ) -> None:
         self._provider = provider
-        self._manager = manager
-        self._http = response.http_response
+        self._chunks = chunks
+        self._content_type = content_type
+        self._close = close
         self._assembler = assembler
         self.closed = False
 
     async def __aiter__(self) -> AsyncIterator[StreamEvent]:
         assembler, out = self._assembler, list[StreamEvent]()
         try:
-            content_type = self._http.headers.get("content-type", "")
-            if "json" in content_type:
-                body = await self._http.aread()
+            if "json" in self._content_type:
+                body = b"".join([chunk async for chunk in self._chunks])
                 assembler.feed_json(loads(self._provider, body) if body.strip() else None, out)
             else:
                 splitter = SSESplitter()
                 feed = assembler.feed
-                async for chunk in self._http.aiter_bytes():
+                async for chunk in self._chunks:
                     for data in splitter.feed(chunk):
                         feed(data, out)
                     if out:
@@ -167,21 +173,79 @@ class HTTPModelStream:
     async def aclose(self) -> None:
         if not self.closed:
             self.closed = True
-            await self._manager.__aexit__(None, None, None)
+            await self._close()
+
+
+@attrs.frozen
+class WireRoute:
+    """Requests written by innerloop itself onto an ``AsyncioTransport``, skipping the SDK's
+    per-request builder: the SDK client still supplies the base URL, the headers (API
+    version and credentials included) and the timeout, read once at construction."""
+
+    transport: AsyncioTransport
+    url: httpx2.URL
+    headers: tuple[tuple[bytes, bytes], ...]
+    timeout: httpx2.Timeout
+
+    @classmethod
+    def of(cls, client: Any, transport: AsyncioTransport, path: str) -> WireRoute:
+        """The route for ``path`` under ``client``'s base URL. Credentials must be static
+        (an API key or token); a client that signs or refreshes each request keeps the
+        SDK's own route: pass no transport then."""
+        every = {**client.default_headers, **client.auth_headers}
+        headers = {k: v for k, v in every.items() if isinstance(v, str)}  # not the SDK's Omit
+        static = any(k.lower() in ("x-api-key", "authorization") for k in headers)
+        dynamic = client.custom_auth is not None or getattr(client, "workload_identity", None)
+        if not static or dynamic:
+            raise ValueError(
+                f"{type(client).__name__} has no static API key or token, so innerloop "
+                "cannot write its requests on an AsyncioTransport; give the provider an "
+                "api_key, or drop the transport argument to keep the SDK's own route"
+            )
+        base: httpx2.URL = client.base_url
+        url = base.copy_with(raw_path=base.raw_path.rstrip(b"/") + b"/" + path.encode("ascii"))
+        timeout = client.timeout
+        if not isinstance(timeout, httpx2.Timeout):
+            timeout = httpx2.Timeout(timeout)
+        wire = [(b"Host", url.netloc)]
+        wire += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+        return cls(transport, url, tuple(wire), timeout)
+
+    async def send(self, provider: str, payload: dict[str, Any]) -> RawResponse:
+        """POST ``payload``; a status of 400 and above raises its ``ProviderError``."""
+        body = json.dumps(payload, separators=(",", ":")).encode()
+        headers = [*self.headers, (b"Content-Length", b"%d" % len(body))]
+        try:
+            raw = await self.transport.send("POST", self.url, headers, body, self.timeout)
+            if raw.status < 400:
+                return raw
+            text = (await raw.aread()).decode("utf-8", "replace")
+        except Exception as exc:
+            raise error_from_exception(provider, exc) from exc
+        fields = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in raw.headers}
+        raise error_from_status(provider, raw.status, fields, text)
 
 
 def sdk_options(
-    api_key: str | None, base_url: str | None, timeout: float, headers: dict[str, str] | None
+    api_key: str | None,
+    base_url: str | None,
+    timeout: float,
+    headers: dict[str, str] | None,
+    transport: httpx2.AsyncBaseTransport | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments for either SDK's async client. ``max_retries=0``: retries belong
-    to the machine (backoff, fallback), never to the SDK."""
-    return {
+    to the machine (backoff, fallback), never to the SDK. A ``transport`` (such as
+    ``AsyncioTransport``) replaces the SDK's connection pool."""
+    options: dict[str, Any] = {
         "api_key": api_key,
         "base_url": base_url,
         "max_retries": 0,
         "timeout": timeout,
         "default_headers": headers,
     }
+    if transport is not None:
+        options["http_client"] = httpx2.AsyncClient(transport=transport, follow_redirects=True)
+    return options
 
 
 class HTTPProvider:
@@ -190,6 +254,7 @@ class HTTPProvider:
     name: str
     dialect: str
     client: Any
+    route: WireRoute | None = None
 
     def _send(self, payload: dict[str, Any]) -> AbstractAsyncContextManager[Any]:
         raise NotImplementedError
@@ -199,12 +264,23 @@ class HTTPProvider:
 
     async def open(self, request: WireRequest) -> HTTPModelStream:
         """Send ``request``; returns once the response status is known."""
+        assembler = self._assembler(request)
+        if self.route is not None:
+            raw = await self.route.send(self.name, request.payload)
+            content_type = raw.header("content-type") or ""
+            return HTTPModelStream(self.name, raw.decoded(), content_type, raw.aclose, assembler)
         manager = self._send(request.payload)
         try:
             response = await manager.__aenter__()
         except Exception as exc:
             raise error_from_exception(self.name, exc) from exc
-        return HTTPModelStream(self.name, manager, response, self._assembler(request))
+        http = response.http_response
+
+        async def close() -> None:
+            await manager.__aexit__(None, None, None)
+
+        content_type = http.headers.get("content-type", "")
+        return HTTPModelStream(self.name, http.aiter_bytes(), content_type, close, assembler)
 
     async def complete(self, request: WireRequest) -> ModelResponse:
         """One call, the assembled response (no machine, no retries)."""

@@ -11,6 +11,7 @@ import os
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+import httpx2
 import openai
 
 from innerloop._errors import ErrorCategory, ProviderError
@@ -32,8 +33,9 @@ from innerloop._messages import (
     Usage,
 )
 from innerloop.providers._errors import error_from_body
-from innerloop.providers._http import HTTPProvider, loads, parse_tool_input, sdk_options
+from innerloop.providers._http import HTTPProvider, WireRoute, loads, parse_tool_input, sdk_options
 from innerloop.providers._normalize import WireRequest
+from innerloop.providers._transport import AsyncioTransport
 
 __all__ = ["FINISH_REASONS", "OpenAIAssembler", "OpenAIProvider"]
 
@@ -210,13 +212,16 @@ class OpenAIProvider(HTTPProvider):
         timeout: float = 600.0,
         default_headers: dict[str, str] | None = None,
         client: openai.AsyncOpenAI | None = None,
+        transport: httpx2.AsyncBaseTransport | None = None,
     ) -> None:
         self.name = name
         if api_key is None:
             api_key = os.environ.get("OPENAI_API_KEY") or ("unused" if base_url else None)
         self.client = client or openai.AsyncOpenAI(
-            **sdk_options(api_key, base_url, timeout, default_headers)
+            **sdk_options(api_key, base_url, timeout, default_headers, transport)
         )
+        if isinstance(transport, AsyncioTransport):
+            self.route = WireRoute.of(self.client, transport, "chat/completions")
 
     def _send(self, payload: dict[str, Any]) -> AbstractAsyncContextManager[Any]:
         return self.client.chat.completions.with_streaming_response.create(**payload)  # type: ignore[no-any-return]

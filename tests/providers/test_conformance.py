@@ -17,7 +17,7 @@ import pytest
 
 from innerloop import ProviderError
 from innerloop._messages import ModelResponse
-from innerloop.providers import AnthropicProvider, OpenAIProvider, WireRequest
+from innerloop.providers import AnthropicProvider, AsyncioTransport, OpenAIProvider, WireRequest
 from innerloop.testing import AnthropicServer, OpenAIServer, Raw
 from tests.providers._corpus import Case, load_cases
 
@@ -173,15 +173,18 @@ def servers() -> Iterator[dict[str, Any]]:
         yield {"anthropic": anthropic_server, "openai": openai_server}
 
 
-def _replay(servers: dict[str, Any], case: Case) -> ModelResponse:
+def _replay(servers: dict[str, Any], case: Case, route: str) -> ModelResponse:
+    """``case`` through its provider: over the SDK's request builder and connection pool
+    (``sdk``), or written by the provider on an ``AsyncioTransport`` (``wire``)."""
     server = servers[case.provider]
     server.push(Raw(case.status, case.headers, case.body))
 
     async def go() -> ModelResponse:
+        transport = AsyncioTransport() if route == "wire" else None
         if case.provider == "anthropic":
-            provider: Any = AnthropicProvider(KEY, base_url=server.base_url)
+            provider: Any = AnthropicProvider(KEY, base_url=server.base_url, transport=transport)
         else:
-            provider = OpenAIProvider(KEY, base_url=server.base_url)
+            provider = OpenAIProvider(KEY, base_url=server.base_url, transport=transport)
         payload = {"model": "recorded-model", "max_tokens": 64, "stream": True, "messages": []}
         try:
             return await provider.complete(WireRequest(case.provider, "recorded-model", payload))  # type: ignore[no-any-return]
@@ -203,19 +206,28 @@ def test_corpus_covers_both_providers_both_formats() -> None:
     assert len(CASES) == 92
 
 
+ROUTES = ("sdk", "wire")
+
+
+@pytest.mark.parametrize("route", ROUTES)
 @pytest.mark.parametrize("case", OK, ids=[c.id for c in OK])
-def test_recorded_response_assembles_to_the_recording(servers: dict[str, Any], case: Case) -> None:
+def test_recorded_response_assembles_to_the_recording(
+    servers: dict[str, Any], case: Case, route: str
+) -> None:
     """Text, thinking, tool names and inputs, stop reason, usage and model match."""
     expected = (_expect_anthropic if case.provider == "anthropic" else _expect_openai)(case)
     expected["usage"] = _canonical_usage(case, expected["usage"])
-    assert _observed(_replay(servers, case)) == expected
+    assert _observed(_replay(servers, case, route)) == expected
 
 
+@pytest.mark.parametrize("route", ROUTES)
 @pytest.mark.parametrize("case", ERRORS, ids=[c.id for c in ERRORS])
-def test_recorded_error_maps_to_its_category(servers: dict[str, Any], case: Case) -> None:
+def test_recorded_error_maps_to_its_category(
+    servers: dict[str, Any], case: Case, route: str
+) -> None:
     """Recorded 4xx bodies become the right category with the provider's message."""
     with pytest.raises(ProviderError) as caught:
-        _replay(servers, case)
+        _replay(servers, case, route)
     error = caught.value
     body = json.loads(case.decoded())
     assert error.category.value == STATUS_CATEGORY[case.status]

@@ -12,6 +12,7 @@ import pytest
 from innerloop import ProviderError
 from innerloop.providers import (
     AnthropicProvider,
+    AsyncioTransport,
     OpenAIProvider,
     WireRequest,
     error_from_exception,
@@ -123,10 +124,17 @@ class TestExceptions:
         assert error.message == "KeyError: 'boom'"
 
 
-def _open(server: AnthropicServer | OpenAIServer) -> ProviderError:
+ROUTES = ("sdk", "wire")  # the SDK's request builder, or requests written on AsyncioTransport
+
+
+def _transport(route: str) -> AsyncioTransport | None:
+    return AsyncioTransport() if route == "wire" else None
+
+
+def _open(server: AnthropicServer | OpenAIServer, route: str = "sdk") -> ProviderError:
     async def go() -> ProviderError:
         cls = AnthropicProvider if isinstance(server, AnthropicServer) else OpenAIProvider
-        provider = cls(KEY, base_url=server.base_url)
+        provider = cls(KEY, base_url=server.base_url, transport=_transport(route))
         payload = {"model": "m", "max_tokens": 5, "messages": [], "stream": True}
         request = WireRequest(provider.dialect, "m", payload)
         try:
@@ -160,28 +168,39 @@ class TestThroughTheSDKs:
             (Raw(200, JSON, b'{"unexpected": true}'), "transient", None),
         ],
     )
+    @pytest.mark.parametrize("route", ROUTES)
     @pytest.mark.parametrize("server_cls", [AnthropicServer, OpenAIServer])
     def test_each_fault_over_http(
-        self, server_cls: type, step: object, category: str, retry_after: float | None
+        self,
+        server_cls: type,
+        step: object,
+        category: str,
+        retry_after: float | None,
+        route: str,
     ) -> None:
         """Each scripted fault, through the real SDK client, lands in its category."""
         with server_cls([step]) as server:
-            error = _open(server)
+            error = _open(server, route)
         assert error.category == category
         assert error.retry_after == retry_after
         assert KEY not in str(error) and KEY not in (error.raw or "")
 
-    def test_connection_refused_is_transient(self) -> None:
-        """No server listening: the SDK's connection error is transient."""
+    @pytest.mark.parametrize("route", ROUTES)
+    def test_connection_refused_is_transient(self, route: str) -> None:
+        """No server listening: the connection error is transient."""
         server = AnthropicServer().start()
         server.stop()
-        assert _open(server).category == "transient"
+        error = _open(server, route)
+        assert error.category == "transient"
+        assert ("ConnectError" if route == "wire" else "APIConnectionError") in error.message
 
 
 class TestTimeouts:
-    def _complete(self, server: AnthropicServer, timeout: float) -> ProviderError:
+    def _complete(self, server: AnthropicServer, timeout: float, route: str) -> ProviderError:
         async def go() -> ProviderError:
-            provider = AnthropicProvider(KEY, base_url=server.base_url, timeout=timeout)
+            provider = AnthropicProvider(
+                KEY, base_url=server.base_url, timeout=timeout, transport=_transport(route)
+            )
             payload = {"model": "m", "max_tokens": 5, "messages": [], "stream": True}
             try:
                 await provider.complete(WireRequest("anthropic", "m", payload))
@@ -193,17 +212,24 @@ class TestTimeouts:
 
         return asyncio.run(go())
 
-    def test_no_answer_times_out_transient(self) -> None:
-        """A server that never answers: the SDK's timeout is transient."""
+    @pytest.mark.parametrize("route", ROUTES)
+    def test_no_answer_times_out_transient(self, route: str) -> None:
+        """A server that never answers: the timeout is transient."""
         with AnthropicServer([Fault.hang()]) as server:
-            error = self._complete(server, 0.2)
+            error = self._complete(server, 0.2, route)
         assert error.category == "transient"
-        assert error.message.startswith("APITimeoutError")
+        expected = (
+            "ReadTimeout: no data from the server for 0.2 s"
+            if route == "wire"
+            else "APITimeoutError"
+        )
+        assert error.message.startswith(expected)
 
-    def test_stalled_stream_times_out_transient(self) -> None:
+    @pytest.mark.parametrize("route", ROUTES)
+    def test_stalled_stream_times_out_transient(self, route: str) -> None:
         """A stream that stalls mid-body times out, transient, said to be mid-stream."""
         slow = SlowReply(reply("x" * 64), tokens_per_second=2.0)
         with AnthropicServer([slow], chunk_size=4) as server:
-            error = self._complete(server, 0.2)
+            error = self._complete(server, 0.2, route)
         assert error.category == "transient"
         assert error.message.startswith("mid-stream: ReadTimeout")

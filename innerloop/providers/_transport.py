@@ -1,0 +1,710 @@
+"""``AsyncioTransport``: a lean HTTP/1.1 transport for the SDKs' httpx client.
+
+The SDKs keep doing what they do (auth, headers, request building, their error types);
+only the bytes on the wire go through this transport instead of the default connection
+pool. It exists for hosts that run many loops in one process: the default pool scans every
+pooled connection on each request and each response close, and reads each streamed chunk
+through several layers, which costs milliseconds per model turn once a thousand streams are
+open. Here a connection is an asyncio protocol, the idle ones of an origin sit in a deque,
+and a streamed chunk costs one wake-up and one parse.
+
+Scope: HTTP/1.1 over TCP or TLS, keep-alive, ``content-length``, chunked and read-to-close
+bodies; connect, read, write and pool timeouts from the request; ``max_connections``.
+Not handled: HTTP/2, proxies (give the client a proxy mount of its own), ``Expect``.
+A request is never re-sent: a connection lost before the response raises, and the
+machine's recovery decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import socket
+import ssl
+import zlib
+from collections.abc import AsyncIterator
+from typing import cast
+
+import attrs
+import httpx2
+
+__all__ = ["AsyncioTransport", "RawResponse"]
+
+_MAX_HEAD = 64 * 1024  # bytes of status line and headers
+_HIGH_WATER = 256 * 1024  # buffered body bytes before reading pauses
+_NO_BODY = frozenset({204, 304})
+_SWEEP_BATCH = 32  # idle connections closed per event-loop turn
+_Origin = tuple[str, str, int]
+
+
+class _Connection(asyncio.Protocol):
+    """One TCP (or TLS) connection: buffers what arrives and wakes the one reader."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.eof = False
+        self.lost: BaseException | None = None
+        self.idle_since = 0.0
+        self._waiter: asyncio.Future[None] | None = None
+        self._writable: asyncio.Future[None] | None = None
+        self._paused = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._timeout: float | None = None
+        self._wait_started = 0.0
+
+    # -- asyncio.Protocol ------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, but behave as one
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        if len(self.buffer) > _HIGH_WATER and self.transport is not None:
+            self.transport.pause_reading()
+            self._paused = True
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        self._wake()
+        return False  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.eof = True
+        self.lost = exc or ConnectionResetError("connection closed")
+        self._wake()
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._writable = self._loop.create_future()
+
+    def resume_writing(self) -> None:
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+        self._writable = None
+
+    # -- the reader's side -----------------------------------------------------------------
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    @property
+    def usable(self) -> bool:
+        """Open, with nothing unread: fit to carry another request."""
+        return not self.eof and not self.buffer and self.transport is not None
+
+    def take(self, n: int | None = None) -> bytes:
+        """Up to ``n`` buffered bytes (all of them when ``n`` is None)."""
+        buffer = self.buffer
+        if n is None or n >= len(buffer):
+            data = bytes(buffer)
+            buffer.clear()
+        else:
+            data = bytes(buffer[:n])
+            del buffer[:n]
+        if self._paused and len(buffer) < _HIGH_WATER // 2 and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+        return data
+
+    async def more(self, timeout: float | None, request: httpx2.Request | None) -> None:
+        """Wait until more bytes arrive or the peer closes; ``ReadTimeout`` after
+        ``timeout`` seconds of silence. One timer serves many waits: it is re-armed only
+        when it fires early or a shorter timeout asks for it."""
+        if self.eof:
+            raise httpx2.RemoteProtocolError(
+                "the server closed the connection in the middle of a response", request=request
+            )
+        loop = self._loop
+        waiter = self._waiter = loop.create_future()
+        if timeout is not None:
+            self._wait_started = now = loop.time()
+            self._timeout = timeout
+            timer = self._timer
+            if timer is None or timer.when() > now + timeout:
+                if timer is not None:
+                    timer.cancel()
+                self._timer = loop.call_at(now + timeout, self._check_timeout)
+        else:
+            self._timeout = None
+        try:
+            await waiter
+        except TimeoutError:
+            raise httpx2.ReadTimeout(
+                f"no data from the server for {timeout:g} s", request=request
+            ) from None
+        finally:
+            self._waiter = None
+
+    def _check_timeout(self) -> None:
+        self._timer = None
+        waiter, timeout = self._waiter, self._timeout
+        if waiter is None or waiter.done() or timeout is None:
+            return  # not waiting now: the next wait arms a timer again
+        due = self._wait_started + timeout
+        if self._loop.time() >= due:
+            waiter.set_exception(TimeoutError())
+        else:
+            self._timer = self._loop.call_at(due, self._check_timeout)
+
+    async def write(
+        self, data: bytes, timeout: float | None, request: httpx2.Request | None
+    ) -> None:
+        if self.transport is None or self.transport.is_closing():
+            raise httpx2.WriteError("the connection is closed", request=request)
+        self.transport.write(data)
+        writable = self._writable
+        if writable is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(writable), timeout)
+            except TimeoutError:
+                raise httpx2.WriteTimeout(
+                    f"the request was not sent within {timeout:g} s", request=request
+                ) from None
+        if self.lost is not None:
+            raise httpx2.WriteError(f"the connection was lost: {self.lost}", request=request)
+
+    def close(self) -> None:
+        self.eof = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.transport is not None:
+            self.transport.abort()
+
+
+class _Body(httpx2.AsyncByteStream):
+    """A response body read off its connection; at the end the connection goes back to
+    the pool (or is closed)."""
+
+    def __init__(
+        self,
+        pool: AsyncioTransport,
+        origin: _Origin,
+        conn: _Connection,
+        request: httpx2.Request | None,
+        framing: str,
+        length: int,
+        keep: bool,
+        timeout: float | None,
+    ) -> None:
+        self._pool = pool
+        self._origin = origin
+        self._conn: _Connection | None = conn
+        self._request = request
+        self._framing = framing
+        self._length = length
+        self._keep = keep
+        self._timeout = timeout
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        conn = self._conn
+        if conn is None:
+            return
+        try:
+            if self._framing == "length":
+                parts = self._by_length(conn, self._length)
+            elif self._framing == "chunked":
+                parts = self._chunked(conn)
+            else:
+                parts = self._to_close(conn)
+            async for data in parts:
+                yield data
+        except BaseException:
+            self._finish(reuse=False)
+            raise
+        self._finish(reuse=self._keep and self._framing != "close")
+
+    async def _by_length(self, conn: _Connection, left: int) -> AsyncIterator[bytes]:
+        while left > 0:
+            if not conn.buffer:
+                await conn.more(self._timeout, self._request)
+                if not conn.buffer:
+                    continue
+            data = conn.take(left)
+            left -= len(data)
+            yield data
+
+    async def _to_close(self, conn: _Connection) -> AsyncIterator[bytes]:
+        while True:
+            if conn.buffer:
+                yield conn.take()
+            elif conn.eof:
+                return
+            else:
+                await conn.more(self._timeout, self._request)
+
+    async def _chunked(self, conn: _Connection) -> AsyncIterator[bytes]:
+        """Chunked transfer coding. What has arrived of a chunk is passed on at once, and
+        chunks that arrived together are passed on as one piece."""
+        request, timeout = self._request, self._timeout
+        state, left = "size", 0  # size line, chunk data, the CRLF after it, or trailers
+        while True:
+            out = bytearray()
+            buffer = conn.buffer
+            while buffer:
+                if state == "data":
+                    data = conn.take(left)
+                    left -= len(data)
+                    out += data
+                    if left:
+                        break
+                    state = "crlf"
+                elif state == "crlf":
+                    if len(buffer) < 2:
+                        break
+                    if buffer[:2] != b"\r\n":
+                        raise httpx2.RemoteProtocolError(
+                            "a chunk is longer than its size line says", request=request
+                        )
+                    del buffer[:2]
+                    state = "size"
+                elif state == "size":
+                    end = buffer.find(b"\r\n")
+                    if end < 0:
+                        if len(buffer) > _MAX_HEAD:
+                            raise httpx2.RemoteProtocolError(
+                                "a chunk size line is too long", request=request
+                            )
+                        break
+                    left = _chunk_size(bytes(buffer[:end]), request)
+                    del buffer[: end + 2]
+                    state = "data" if left else "trailers"
+                else:  # trailers: none (a bare CRLF), or header lines up to a blank line
+                    end = 0 if buffer[:2] == b"\r\n" else buffer.find(b"\r\n\r\n")
+                    if end < 0:
+                        break
+                    del buffer[: end + (2 if end == 0 else 4)]
+                    if out:
+                        yield bytes(out)
+                    return
+            if out:
+                yield bytes(out)
+            else:
+                await conn.more(timeout, request)
+
+    def _finish(self, *, reuse: bool) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            self._pool._release(self._origin, conn, reuse=reuse)
+
+    async def aclose(self) -> None:
+        self._finish(reuse=False)
+
+
+def _chunk_size(line: bytes, request: httpx2.Request | None) -> int:
+    try:
+        size = int(line.split(b";", 1)[0].strip(), 16)
+    except ValueError:
+        size = -1
+    if size < 0:
+        raise httpx2.RemoteProtocolError(f"bad chunk size line {line[:40]!r}", request=request)
+    return size
+
+
+class AsyncioTransport(httpx2.AsyncBaseTransport):
+    """An HTTP/1.1 transport on asyncio protocols, for an SDK's ``http_client``.
+
+    ``max_connections`` bounds the open connections (a request waits for a free one up to
+    the pool timeout); at most ``max_idle`` idle connections are kept, each for
+    ``keepalive_expiry`` seconds. ``ssl_context`` is used for https origins (default: the
+    system's trust store via ``ssl.create_default_context()``).
+    """
+
+    def __init__(
+        self,
+        *,
+        max_connections: int = 1000,
+        max_idle: int = 1000,
+        keepalive_expiry: float = 5.0,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        if max_connections < 1:
+            raise ValueError(f"max_connections must be at least 1, got {max_connections}")
+        if max_idle < 0:
+            raise ValueError(f"max_idle must not be negative, got {max_idle}")
+        if keepalive_expiry < 0:
+            raise ValueError(f"keepalive_expiry must not be negative, got {keepalive_expiry}")
+        self.max_connections = max_connections
+        self.max_idle = max_idle
+        self.keepalive_expiry = keepalive_expiry
+        self._ssl = ssl_context
+        self._idle: dict[_Origin, collections.deque[_Connection]] = {}
+        self._idle_count = 0
+        self._open = 0
+        self._slots: asyncio.Semaphore | None = None
+        self._sweep: asyncio.TimerHandle | None = None
+        self._closed = False
+
+    @property
+    def open_connections(self) -> int:
+        return self._open
+
+    @property
+    def idle_connections(self) -> int:
+        return self._idle_count
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        """The httpx entry point: what an SDK client calls."""
+        url = request.url
+        timeouts = request.extensions.get("timeout") or {}
+        body = await request.aread()
+        close = request.headers.get("connection", "").lower() == "close"
+        raw = await self._exchange(
+            _origin(url, request),
+            _request_head(request.method, url.raw_path, request.headers.raw),
+            body,
+            _Timeouts.of(timeouts),
+            head_only=request.method == "HEAD",
+            close=close,
+            request=request,
+        )
+        return httpx2.Response(
+            raw.status,
+            headers=raw.headers,
+            stream=raw.body,
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": raw.reason},
+        )
+
+    async def send(
+        self,
+        method: str,
+        url: httpx2.URL,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        timeout: httpx2.Timeout,
+    ) -> RawResponse:
+        """Send one request written by the caller (``headers`` must include ``Host`` and
+        ``Content-Length``); returns once the response head has arrived. The body is read
+        by iterating the response, which must then be closed (``aclose``)."""
+        return await self._exchange(
+            _origin(url, None),
+            _request_head(method, url.raw_path, headers),
+            body,
+            _Timeouts.of(timeout.as_dict()),
+            head_only=method == "HEAD",
+            close=False,
+            request=None,
+        )
+
+    async def _exchange(
+        self,
+        origin: _Origin,
+        head: bytes,
+        body: bytes,
+        timeouts: _Timeouts,
+        *,
+        head_only: bool,
+        close: bool,
+        request: httpx2.Request | None,
+    ) -> RawResponse:
+        if self._closed:
+            raise RuntimeError("the transport is closed")
+        await self._acquire(timeouts.pool, request)
+        conn: _Connection | None = None
+        try:
+            conn = self._checkout(origin) or await self._connect(origin, timeouts.connect, request)
+            await conn.write(head + body, timeouts.write, request)
+            status, reason, headers = await _read_head(conn, timeouts.read, request)
+            framing, length, keep = _framing(status, headers, head_only, request)
+        except BaseException:
+            if conn is not None:
+                conn.close()
+                self._open -= 1
+            self._free()
+            raise
+        stream = _Body(
+            self, origin, conn, request, framing, length, keep and not close, timeouts.read
+        )
+        if framing == "length" and length == 0:
+            stream._finish(reuse=keep and not close)
+        return RawResponse(status, reason, headers, stream)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
+        for idle in self._idle.values():
+            for conn in idle:
+                conn.close()
+                self._open -= 1
+        self._idle.clear()
+        self._idle_count = 0
+
+    # -- the pool ----------------------------------------------------------------------------
+
+    async def _acquire(self, timeout: float | None, request: httpx2.Request | None) -> None:
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.max_connections)
+        if not self._slots.locked():
+            await self._slots.acquire()
+            return
+        try:
+            await asyncio.wait_for(self._slots.acquire(), timeout)
+        except TimeoutError:
+            raise httpx2.PoolTimeout(
+                f"all {self.max_connections} connections stayed busy for {timeout:g} s",
+                request=request,
+            ) from None
+
+    def _free(self) -> None:
+        assert self._slots is not None
+        self._slots.release()
+
+    def _checkout(self, origin: _Origin) -> _Connection | None:
+        idle = self._idle.get(origin)
+        if not idle:
+            return None
+        oldest = asyncio.get_running_loop().time() - self.keepalive_expiry
+        while idle:
+            conn = idle.pop()  # the most recently used: the likeliest to be alive
+            self._idle_count -= 1
+            if conn.usable and conn.idle_since >= oldest:
+                return conn
+            conn.close()
+            self._open -= 1
+        return None
+
+    async def _connect(
+        self, origin: _Origin, timeout: float | None, request: httpx2.Request | None
+    ) -> _Connection:
+        scheme, host, port = origin
+        loop = asyncio.get_running_loop()
+        context = None
+        if scheme == "https":
+            if self._ssl is None:
+                self._ssl = ssl.create_default_context()
+            context = self._ssl
+        try:
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: _Connection(loop),
+                    host,
+                    port,
+                    ssl=context,
+                    server_hostname=host if context is not None else None,
+                ),
+                timeout,
+            )
+        except TimeoutError:
+            raise httpx2.ConnectTimeout(
+                f"could not connect to {host}:{port} within {timeout:g} s", request=request
+            ) from None
+        except OSError as exc:
+            raise httpx2.ConnectError(
+                f"could not connect to {host}:{port}: {exc}", request=request
+            ) from exc
+        _keepalive(conn)
+        self._open += 1
+        return conn
+
+    def _release(self, origin: _Origin, conn: _Connection, *, reuse: bool) -> None:
+        self._free()
+        if reuse and conn.usable and not self._closed and self._idle_count < self.max_idle:
+            conn.idle_since = asyncio.get_running_loop().time()
+            self._idle.setdefault(origin, collections.deque()).append(conn)
+            self._idle_count += 1
+            if self._sweep is None:
+                self._schedule_sweep()
+            return
+        conn.close()
+        self._open -= 1
+
+    def _schedule_sweep(self, delay: float | None = None) -> None:
+        if delay is None:
+            delay = min(max(self.keepalive_expiry, 0.1), 1.0)
+        self._sweep = asyncio.get_running_loop().call_later(delay, self._sweep_idle)
+
+    def _sweep_idle(self) -> None:
+        """Close idle connections past their expiry (the oldest sit on the left), a batch
+        at a time, so a thousand expiring together do not hold up the event loop."""
+        self._sweep = None
+        oldest = asyncio.get_running_loop().time() - self.keepalive_expiry
+        budget = _SWEEP_BATCH
+        for origin, idle in list(self._idle.items()):
+            while budget and idle and (idle[0].idle_since < oldest or not idle[0].usable):
+                idle.popleft().close()
+                self._idle_count -= 1
+                self._open -= 1
+                budget -= 1
+            if not idle:
+                del self._idle[origin]
+        if self._idle_count:
+            self._schedule_sweep(0.0 if not budget else None)
+
+
+def _keepalive(conn: _Connection) -> None:
+    """TCP keep-alive probes, as the SDKs' own clients set, so a long quiet stream through
+    a NAT or load balancer is not dropped silently."""
+    sock = conn.transport.get_extra_info("socket") if conn.transport is not None else None
+    if sock is None:
+        return
+    options = [
+        (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),
+        (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPIDLE", None), 60),
+        (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPINTVL", None), 60),
+        (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPCNT", None), 5),
+    ]
+    for level, option, value in options:
+        if option is not None:
+            with contextlib.suppress(OSError):  # not every platform takes every option
+                sock.setsockopt(level, option, value)
+
+
+def _request_head(method: str, target: bytes, headers: list[tuple[bytes, bytes]]) -> bytes:
+    lines = [b"%s %s HTTP/1.1" % (method.encode("ascii"), target)]
+    lines += [b"%s: %s" % (name, value) for name, value in headers]
+    lines.append(b"\r\n")
+    return b"\r\n".join(lines)
+
+
+def _origin(url: httpx2.URL, request: httpx2.Request | None) -> _Origin:
+    scheme = url.scheme
+    if scheme not in ("http", "https"):
+        raise httpx2.UnsupportedProtocol(
+            f"AsyncioTransport speaks http and https, not {scheme!r}", request=request
+        )
+    return scheme, url.host, url.port or (443 if scheme == "https" else 80)
+
+
+@attrs.frozen
+class _Timeouts:
+    connect: float | None
+    read: float | None
+    write: float | None
+    pool: float | None
+
+    @classmethod
+    def of(cls, timeouts: dict[str, float | None]) -> _Timeouts:
+        get = timeouts.get
+        return cls(get("connect"), get("read"), get("write"), get("pool"))
+
+
+class RawResponse:
+    """A response as read off the wire: status, reason, headers (as sent), and the body,
+    read by iterating. Close it (``aclose``) when done, read to the end or not."""
+
+    __slots__ = ("body", "headers", "reason", "status")
+
+    def __init__(
+        self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]], body: _Body
+    ) -> None:
+        self.status = status
+        self.reason = reason
+        self.headers = headers
+        self.body = body
+
+    def header(self, name: str) -> str | None:
+        """The first value of header ``name`` (any case), or None."""
+        key = name.lower().encode("ascii")
+        for k, v in self.headers:
+            if k.lower() == key:
+                return v.decode("latin-1")
+        return None
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self.body.__aiter__()
+
+    async def decoded(self) -> AsyncIterator[bytes]:
+        """The body with its ``content-encoding`` (gzip or deflate) undone."""
+        encoding = (self.header("content-encoding") or "identity").strip().lower()
+        if encoding in ("", "identity"):
+            async for chunk in self.body:
+                yield chunk
+            return
+        if encoding not in ("gzip", "deflate"):
+            raise httpx2.DecodingError(f"the response is {encoding}-encoded; not supported")
+        decoder = zlib.decompressobj(wbits=zlib.MAX_WBITS | (16 if encoding == "gzip" else 0))
+        try:
+            async for chunk in self.body:
+                data = decoder.decompress(chunk)
+                if data:
+                    yield data
+            rest = decoder.flush()
+        except zlib.error as exc:
+            raise httpx2.DecodingError(f"bad {encoding} data: {exc}") from None
+        if rest:
+            yield rest
+
+    async def aread(self) -> bytes:
+        """The whole (rest of the) body, decoded; the response is closed afterwards."""
+        try:
+            return b"".join([chunk async for chunk in self.decoded()])
+        finally:
+            await self.body.aclose()
+
+    async def aclose(self) -> None:
+        await self.body.aclose()
+
+
+async def _read_head(
+    conn: _Connection, timeout: float | None, request: httpx2.Request | None
+) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+    """Status, reason and headers of the response (interim 1xx responses skipped)."""
+    while True:
+        end = conn.buffer.find(b"\r\n\r\n")
+        while end < 0:
+            if len(conn.buffer) > _MAX_HEAD:
+                raise httpx2.RemoteProtocolError("the response head is too long", request=request)
+            if conn.eof:
+                raise httpx2.RemoteProtocolError(
+                    "the server closed the connection without sending a response",
+                    request=request,
+                )
+            await conn.more(timeout, request)
+            end = conn.buffer.find(b"\r\n\r\n")
+        lines = conn.take(end + 4)[:-4].split(b"\r\n")
+        parts = lines[0].split(b" ", 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+            raise httpx2.RemoteProtocolError(f"bad status line {lines[0][:80]!r}", request=request)
+        status = int(parts[1])
+        headers = []
+        for line in lines[1:]:
+            name, sep, value = line.partition(b":")
+            if not sep or not name or name != name.strip():
+                raise httpx2.RemoteProtocolError(f"bad header line {line[:80]!r}", request=request)
+            headers.append((name, value.strip()))
+        if 100 <= status < 200 and status != 101:
+            continue
+        return status, parts[2] if len(parts) > 2 else b"", headers
+
+
+def _framing(
+    status: int,
+    headers: list[tuple[bytes, bytes]],
+    head_only: bool,
+    request: httpx2.Request | None,
+) -> tuple[str, int, bool]:
+    """How the body is delimited ("length", "chunked" or "close"), its length, and whether
+    the connection may carry another request afterwards."""
+    keep = True
+    chunked = False
+    length = -1
+    for name, value in headers:
+        lower = name.lower()
+        if lower == b"connection" and b"close" in value.lower():
+            keep = False
+        elif lower == b"transfer-encoding":
+            chunked = value.lower().rsplit(b",", 1)[-1].strip() == b"chunked"
+        elif lower == b"content-length":
+            try:
+                length = int(value)
+            except ValueError:
+                raise httpx2.RemoteProtocolError(
+                    f"bad content-length {value[:40]!r}", request=request
+                ) from None
+    if head_only or status in _NO_BODY:
+        return "length", 0, keep
+    if chunked:
+        return "chunked", 0, keep
+    if length >= 0:
+        return "length", length, keep
+    return "close", 0, False
