@@ -128,14 +128,22 @@ def serve(args: argparse.Namespace) -> None:
     class TurnServer(AnthropicServer):
         """Chooses each reply from the request (its turn), whatever the arrival order."""
 
+        rendered: dict[tuple[int, bool, bool, str], Any] = {}
+
         def _plan(self, path: str, body: Any) -> Any:
             if path != self.path or not isinstance(body, dict):
                 return super()._plan(path, body)
             self.played += 1
-            step: Any = _reply(args, _turn(body.get("messages") or []))
-            if WARMUP not in json.dumps(body.get("system")):
-                step = SlowReply(step, tokens_per_second)
-            return self._render(step, bool(body.get("stream")), str(body.get("model")))
+            turn = _turn(body.get("messages") or [])
+            paced = WARMUP not in json.dumps(body.get("system"))
+            stream, model = bool(body.get("stream")), str(body.get("model"))
+            key = (turn, paced, stream, model)
+            if key not in self.rendered:  # every loop's n-th turn is the same reply
+                step: Any = _reply(args, turn)
+                if paced:
+                    step = SlowReply(step, tokens_per_second)
+                self.rendered[key] = self._render(step, stream, model)
+            return self.rendered[key]
 
     server = TurnServer(chunk_size=args.chunk_size)
     server.requests = collections.deque(maxlen=8)  # type: ignore[assignment]
@@ -278,13 +286,23 @@ def harnesses(
     return loops, [Harness(warm, [p]) for p in shared], (warming, shared)
 
 
-async def ticker(stop: asyncio.Event, lateness: list[float], period: float = 0.005) -> None:
+async def ticker(
+    stop: asyncio.Event,
+    lateness: list[float],
+    moments: list[float],
+    waited: list[float],
+    period: float = 0.005,
+) -> None:
     """Wakes every ``period`` seconds and records how late each wake-up was."""
     loop = asyncio.get_running_loop()
     while not stop.is_set():
-        before = loop.time()
+        before, cpu_before = loop.time(), time.thread_time()
         await asyncio.sleep(period)
-        lateness.append(loop.time() - before - period)
+        late = loop.time() - before - period
+        lateness.append(late)
+        moments.append(loop.time())
+        if late > 0.05:  # how much of the interval this thread had a CPU for
+            waited.append(loop.time() - before - (time.thread_time() - cpu_before))
 
 
 async def paced(count: int, rate: float) -> AsyncIterator[int]:
@@ -297,6 +315,18 @@ async def paced(count: int, rate: float) -> AsyncIterator[int]:
         else:
             await asyncio.sleep(0)
         yield i
+
+
+def by_second(lateness: list[float], moments: list[float]) -> list[float]:
+    """The worst lateness (ms) in each second of the run: where the stalls were."""
+    if not moments:
+        return []
+    first = moments[0]
+    worst = [0.0] * (int(moments[-1] - first) + 1)
+    for late, when in zip(lateness, moments, strict=True):
+        i = int(when - first)
+        worst[i] = max(worst[i], round(late * 1000, 1))
+    return worst
 
 
 class GCTimer:
@@ -335,7 +365,9 @@ async def bench(args: argparse.Namespace, url: str | None) -> dict[str, Any]:
     base_cpu = cpu_seconds()
     stop = asyncio.Event()
     lateness: list[float] = []
-    tick = asyncio.create_task(ticker(stop, lateness))
+    moments: list[float] = []
+    waited: list[float] = []
+    tick = asyncio.create_task(ticker(stop, lateness, moments, waited))
     start = time.perf_counter()
     runs = []
     async for i in paced(args.loops, args.arrival_rate):  # loops arrive at a steady rate
@@ -381,6 +413,8 @@ async def bench(args: argparse.Namespace, url: str | None) -> dict[str, Any]:
         "p99_stall_ms": round(sorted(lateness)[int(len(lateness) * 0.99)] * 1000, 1),
         "ticks_late_over_50ms": sum(1 for x in lateness if x > 0.05),
         "ticks": len(lateness),
+        "worst_stall_ms_by_second": by_second(lateness, moments),
+        "off_cpu_ms_in_stalls_over_50ms": [round(w * 1000, 1) for w in waited],
         "longest_stall_until_parked_ms": round(stall_to_parked * 1000, 1),
         "gc_collections": timer.count,
         "gc_longest_ms": [round(t * 1000, 1) for t in timer.longest],

@@ -35,11 +35,14 @@ __all__ = [
 ]
 
 
+_decode = json.JSONDecoder().decode  # str only: skips json.loads' encoding sniffing
+
+
 def loads(provider: str, data: bytes | str) -> Any:
     """Parse one SSE data payload; bad JSON is a transient provider failure."""
     try:
-        return json.loads(data)
-    except ValueError as exc:
+        return _decode(data.decode() if isinstance(data, bytes) else data)
+    except ValueError as exc:  # UnicodeDecodeError included
         text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
         raise ProviderError(
             ErrorCategory.TRANSIENT,

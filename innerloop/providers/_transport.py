@@ -34,6 +34,7 @@ __all__ = ["AsyncioTransport", "RawResponse"]
 _MAX_HEAD = 64 * 1024  # bytes of status line and headers
 _HIGH_WATER = 256 * 1024  # buffered body bytes before reading pauses
 _NO_BODY = frozenset({204, 304})
+_SIZE, _DATA, _CRLF, _TRAILERS = "size", "data", "crlf", "trailers"  # chunked states
 _SWEEP_BATCH = 32  # idle connections closed per event-loop turn
 _Origin = tuple[str, str, int]
 
@@ -52,6 +53,7 @@ class _Connection(asyncio.Protocol):
         self._writable: asyncio.Future[None] | None = None
         self._paused = False
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_due = 0.0
         self._timeout: float | None = None
         self._wait_started = 0.0
 
@@ -128,10 +130,11 @@ class _Connection(asyncio.Protocol):
             self._wait_started = now = loop.time()
             self._timeout = timeout
             timer = self._timer
-            if timer is None or timer.when() > now + timeout:
+            if timer is None or self._timer_due > now + timeout:
                 if timer is not None:
                     timer.cancel()
-                self._timer = loop.call_at(now + timeout, self._check_timeout)
+                self._timer_due = now + timeout
+                self._timer = loop.call_at(self._timer_due, self._check_timeout)
         else:
             self._timeout = None
         try:
@@ -152,6 +155,7 @@ class _Connection(asyncio.Protocol):
         if self._loop.time() >= due:
             waiter.set_exception(TimeoutError())
         else:
+            self._timer_due = due
             self._timer = self._loop.call_at(due, self._check_timeout)
 
     async def write(
@@ -245,48 +249,67 @@ class _Body(httpx2.AsyncByteStream):
         """Chunked transfer coding. What has arrived of a chunk is passed on at once, and
         chunks that arrived together are passed on as one piece."""
         request, timeout = self._request, self._timeout
-        state, left = "size", 0  # size line, chunk data, the CRLF after it, or trailers
+        state, left = _SIZE, 0  # size line, chunk data, the CRLF after it, or trailers
         while True:
-            out = bytearray()
-            buffer = conn.buffer
-            while buffer:
-                if state == "data":
-                    data = conn.take(left)
-                    left -= len(data)
-                    out += data
-                    if left:
+            if not conn.buffer:
+                await conn.more(timeout, request)
+                continue
+            data = conn.take()
+            if state is _SIZE:  # the common case: exactly one whole chunk arrived
+                end = data.find(b"\r\n")
+                if 0 < end < 9 and data.endswith(b"\r\n"):
+                    try:
+                        length = int(data[:end], 16)
+                    except ValueError:
+                        length = -1
+                    if length > 0 and len(data) == end + length + 4:
+                        yield data[end + 2 : -2]
+                        continue
+            pos, size, out = 0, len(data), []
+            while pos < size:
+                if state is _DATA:
+                    end = min(size, pos + left)
+                    out.append(data[pos:end])
+                    left -= end - pos
+                    pos = end
+                    if not left:
+                        state = _CRLF
+                elif state is _CRLF:
+                    if size - pos < 2:
                         break
-                    state = "crlf"
-                elif state == "crlf":
-                    if len(buffer) < 2:
-                        break
-                    if buffer[:2] != b"\r\n":
+                    if data[pos : pos + 2] != b"\r\n":
                         raise httpx2.RemoteProtocolError(
                             "a chunk is longer than its size line says", request=request
                         )
-                    del buffer[:2]
-                    state = "size"
-                elif state == "size":
-                    end = buffer.find(b"\r\n")
+                    pos += 2
+                    state = _SIZE
+                elif state is _SIZE:
+                    end = data.find(b"\r\n", pos)
                     if end < 0:
-                        if len(buffer) > _MAX_HEAD:
+                        if size - pos > _MAX_HEAD:
                             raise httpx2.RemoteProtocolError(
                                 "a chunk size line is too long", request=request
                             )
                         break
-                    left = _chunk_size(bytes(buffer[:end]), request)
-                    del buffer[: end + 2]
-                    state = "data" if left else "trailers"
+                    left = _chunk_size(data[pos:end], request)
+                    pos = end + 2
+                    state = _DATA if left else _TRAILERS
                 else:  # trailers: none (a bare CRLF), or header lines up to a blank line
-                    end = 0 if buffer[:2] == b"\r\n" else buffer.find(b"\r\n\r\n")
-                    if end < 0:
-                        break
-                    del buffer[: end + (2 if end == 0 else 4)]
+                    if data.startswith(b"\r\n", pos):
+                        pos += 2
+                    else:
+                        end = data.find(b"\r\n\r\n", pos)
+                        if end < 0:
+                            break
+                        pos = end + 4
+                    conn.buffer[:0] = data[pos:]
                     if out:
-                        yield bytes(out)
+                        yield b"".join(out)
                     return
+            if pos < size:
+                conn.buffer[:0] = data[pos:]  # a partial line: wait for the rest
             if out:
-                yield bytes(out)
+                yield out[0] if len(out) == 1 else b"".join(out)
             else:
                 await conn.more(timeout, request)
 
@@ -613,13 +636,14 @@ class RawResponse:
     def __aiter__(self) -> AsyncIterator[bytes]:
         return self.body.__aiter__()
 
-    async def decoded(self) -> AsyncIterator[bytes]:
+    def decoded(self) -> AsyncIterator[bytes]:
         """The body with its ``content-encoding`` (gzip or deflate) undone."""
         encoding = (self.header("content-encoding") or "identity").strip().lower()
         if encoding in ("", "identity"):
-            async for chunk in self.body:
-                yield chunk
-            return
+            return self.body.__aiter__()
+        return self._decode(encoding)
+
+    async def _decode(self, encoding: str) -> AsyncIterator[bytes]:
         if encoding not in ("gzip", "deflate"):
             raise httpx2.DecodingError(f"the response is {encoding}-encoded; not supported")
         decoder = zlib.decompressobj(wbits=zlib.MAX_WBITS | (16 if encoding == "gzip" else 0))

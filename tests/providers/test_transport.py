@@ -138,6 +138,16 @@ class TestFraming:
 
         run(go())
 
+    def test_one_whole_chunk_per_read_even_with_crlf_inside(self) -> None:
+        async def go() -> None:
+            pieces: Pieces = [OK_CHUNKED, 0.01, b"5\r\na\r\nbc\r\n", 0.01]
+            pieces += [b"1\r\nd\r\n", 0.01, b"0\r\n\r\n"]
+            async with RawServer(pieces) as server:
+                _, chunks = await _get(AsyncioTransport(), server.url)
+            assert chunks == [b"a\r\nbc", b"d"]
+
+        run(go())
+
     def test_content_length_body(self) -> None:
         async def go() -> None:
             head = b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\n"
