@@ -211,7 +211,12 @@ class AnthropicAssembler:
 
 
 class AnthropicProvider(HTTPProvider):
-    """Claude over the Messages API. ``api_key`` defaults to ``ANTHROPIC_API_KEY``."""
+    """Claude over the Messages API. ``api_key`` defaults to ``ANTHROPIC_API_KEY``.
+
+    With ``transport=AsyncioTransport()`` the provider writes each request itself on that
+    transport (the SDK client still supplies base URL, headers and credentials), which
+    skips the SDK's per-request builder and connection pool: the route for many loops in
+    one process. Any other httpx transport goes to the SDK client as its transport."""
 
     dialect = "anthropic"
 

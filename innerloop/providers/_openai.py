@@ -199,7 +199,12 @@ class OpenAIAssembler:
 
 class OpenAIProvider(HTTPProvider):
     """Chat Completions. ``api_key`` defaults to ``OPENAI_API_KEY``; with a ``base_url``
-    (a local OpenAI-compatible server) no key is needed."""
+    (a local OpenAI-compatible server) no key is needed.
+
+    With ``transport=AsyncioTransport()`` the provider writes each request itself on that
+    transport (the SDK client still supplies base URL, headers and credentials), which
+    skips the SDK's per-request builder and connection pool: the route for many loops in
+    one process. Any other httpx transport goes to the SDK client as its transport."""
 
     dialect = "openai"
 

@@ -208,110 +208,115 @@ class _Body(httpx2.AsyncByteStream):
         self._keep = keep
         self._timeout = timeout
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
+    def __aiter__(self) -> AsyncIterator[bytes]:
         conn = self._conn
         if conn is None:
-            return
+            return _nothing()
+        if self._framing == "length":
+            return self._by_length(conn, self._length)
+        if self._framing == "chunked":
+            return self._chunked(conn)
+        return self._to_close(conn)
+
+    async def _by_length(self, conn: _Connection, left: int) -> AsyncIterator[bytes]:
         try:
-            if self._framing == "length":
-                parts = self._by_length(conn, self._length)
-            elif self._framing == "chunked":
-                parts = self._chunked(conn)
-            else:
-                parts = self._to_close(conn)
-            async for data in parts:
+            while left > 0:
+                if not conn.buffer:
+                    await conn.more(self._timeout, self._request)
+                    if not conn.buffer:
+                        continue
+                data = conn.take(left)
+                left -= len(data)
                 yield data
         except BaseException:
             self._finish(reuse=False)
             raise
-        self._finish(reuse=self._keep and self._framing != "close")
-
-    async def _by_length(self, conn: _Connection, left: int) -> AsyncIterator[bytes]:
-        while left > 0:
-            if not conn.buffer:
-                await conn.more(self._timeout, self._request)
-                if not conn.buffer:
-                    continue
-            data = conn.take(left)
-            left -= len(data)
-            yield data
+        self._finish(reuse=self._keep)
 
     async def _to_close(self, conn: _Connection) -> AsyncIterator[bytes]:
-        while True:
-            if conn.buffer:
-                yield conn.take()
-            elif conn.eof:
-                return
-            else:
-                await conn.more(self._timeout, self._request)
+        try:
+            while True:
+                if conn.buffer:
+                    yield conn.take()
+                elif conn.eof:
+                    return
+                else:
+                    await conn.more(self._timeout, self._request)
+        finally:
+            self._finish(reuse=False)
 
     async def _chunked(self, conn: _Connection) -> AsyncIterator[bytes]:
         """Chunked transfer coding. What has arrived of a chunk is passed on at once, and
         chunks that arrived together are passed on as one piece."""
-        request, timeout = self._request, self._timeout
-        state, left = _SIZE, 0  # size line, chunk data, the CRLF after it, or trailers
-        while True:
-            if not conn.buffer:
-                await conn.more(timeout, request)
-                continue
-            data = conn.take()
-            if state is _SIZE:  # the common case: exactly one whole chunk arrived
-                end = data.find(b"\r\n")
-                if 0 < end < 9 and data.endswith(b"\r\n"):
-                    try:
-                        length = int(data[:end], 16)
-                    except ValueError:
-                        length = -1
-                    if length > 0 and len(data) == end + length + 4:
-                        yield data[end + 2 : -2]
-                        continue
-            pos, size, out = 0, len(data), []
-            while pos < size:
-                if state is _DATA:
-                    end = min(size, pos + left)
-                    out.append(data[pos:end])
-                    left -= end - pos
-                    pos = end
-                    if not left:
-                        state = _CRLF
-                elif state is _CRLF:
-                    if size - pos < 2:
-                        break
-                    if data[pos : pos + 2] != b"\r\n":
-                        raise httpx2.RemoteProtocolError(
-                            "a chunk is longer than its size line says", request=request
-                        )
-                    pos += 2
-                    state = _SIZE
-                elif state is _SIZE:
-                    end = data.find(b"\r\n", pos)
-                    if end < 0:
-                        if size - pos > _MAX_HEAD:
-                            raise httpx2.RemoteProtocolError(
-                                "a chunk size line is too long", request=request
-                            )
-                        break
-                    left = _chunk_size(data[pos:end], request)
-                    pos = end + 2
-                    state = _DATA if left else _TRAILERS
-                else:  # trailers: none (a bare CRLF), or header lines up to a blank line
-                    if data.startswith(b"\r\n", pos):
-                        pos += 2
-                    else:
-                        end = data.find(b"\r\n\r\n", pos)
-                        if end < 0:
+        try:
+            request, timeout = self._request, self._timeout
+            state, left = _SIZE, 0  # size line, chunk data, the CRLF after it, or trailers
+            while True:
+                if not conn.buffer:
+                    await conn.more(timeout, request)
+                    continue
+                data = conn.take()
+                if state is _SIZE:  # the common case: exactly one whole chunk arrived
+                    end = data.find(b"\r\n")
+                    if 0 < end < 9 and data.endswith(b"\r\n"):
+                        try:
+                            length = int(data[:end], 16)
+                        except ValueError:
+                            length = -1
+                        if length > 0 and len(data) == end + length + 4:
+                            yield data[end + 2 : -2]
+                            continue
+                pos, size, out = 0, len(data), []
+                while pos < size:
+                    if state is _DATA:
+                        end = min(size, pos + left)
+                        out.append(data[pos:end])
+                        left -= end - pos
+                        pos = end
+                        if not left:
+                            state = _CRLF
+                    elif state is _CRLF:
+                        if size - pos < 2:
                             break
-                        pos = end + 4
-                    conn.buffer[:0] = data[pos:]
-                    if out:
-                        yield b"".join(out)
-                    return
-            if pos < size:
-                conn.buffer[:0] = data[pos:]  # a partial line: wait for the rest
-            if out:
-                yield out[0] if len(out) == 1 else b"".join(out)
-            else:
-                await conn.more(timeout, request)
+                        if data[pos : pos + 2] != b"\r\n":
+                            raise httpx2.RemoteProtocolError(
+                                "a chunk is longer than its size line says", request=request
+                            )
+                        pos += 2
+                        state = _SIZE
+                    elif state is _SIZE:
+                        end = data.find(b"\r\n", pos)
+                        if end < 0:
+                            if size - pos > _MAX_HEAD:
+                                raise httpx2.RemoteProtocolError(
+                                    "a chunk size line is too long", request=request
+                                )
+                            break
+                        left = _chunk_size(data[pos:end], request)
+                        pos = end + 2
+                        state = _DATA if left else _TRAILERS
+                    else:  # trailers: none (a bare CRLF), or header lines up to a blank line
+                        if data.startswith(b"\r\n", pos):
+                            pos += 2
+                        else:
+                            end = data.find(b"\r\n\r\n", pos)
+                            if end < 0:
+                                break
+                            pos = end + 4
+                        conn.buffer[:0] = data[pos:]
+                        if out:
+                            yield b"".join(out)
+                        self._finish(reuse=self._keep)
+                        return
+                if pos < size:
+                    conn.buffer[:0] = data[pos:]  # a partial line: wait for the rest
+                if out:
+                    yield out[0] if len(out) == 1 else b"".join(out)
+                else:
+                    await conn.more(timeout, request)
+        except BaseException:
+            self._finish(reuse=False)
+            raise
 
     def _finish(self, *, reuse: bool) -> None:
         conn, self._conn = self._conn, None
@@ -320,6 +325,11 @@ class _Body(httpx2.AsyncByteStream):
 
     async def aclose(self) -> None:
         self._finish(reuse=False)
+
+
+async def _nothing() -> AsyncIterator[bytes]:
+    return
+    yield b""  # an async generator that yields nothing
 
 
 def _chunk_size(line: bytes, request: httpx2.Request | None) -> int:
