@@ -162,6 +162,8 @@ class Run:
         agen = handler(self)
         try:
             while True:
+                if self.state.abort.requested and self.current not in self._abort_safe:
+                    return  # asked for between two events, e.g. by the host consuming them
                 self._in_phase = True
                 try:
                     ev = await agen.__anext__()

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import json
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
 import httpx2
 
 from innerloop._errors import ErrorCategory, ProviderError
@@ -38,6 +37,9 @@ from innerloop.providers._normalize import WireRequest
 from innerloop.providers._transport import AsyncioTransport
 
 __all__ = ["AnthropicAssembler", "AnthropicProvider"]
+
+if TYPE_CHECKING:  # the SDK is imported when a provider is built: it takes seconds
+    import anthropic
 
 
 class _Open:
@@ -232,9 +234,13 @@ class AnthropicProvider(HTTPProvider):
         transport: httpx2.AsyncBaseTransport | None = None,
     ) -> None:
         self.name = name
-        self.client = client or anthropic.AsyncAnthropic(
-            **sdk_options(api_key, base_url, timeout, default_headers, transport)
-        )
+        if client is None:
+            import anthropic  # seconds of import: only when a provider is built
+
+            client = anthropic.AsyncAnthropic(
+                **sdk_options(api_key, base_url, timeout, default_headers, transport)
+            )
+        self.client = client
         if isinstance(transport, AsyncioTransport):
             self.route = WireRoute.of(self.client, transport, "v1/messages")
 

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import os
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx2
-import openai
 
 from innerloop._errors import ErrorCategory, ProviderError
 from innerloop._events import (
@@ -47,6 +46,9 @@ FINISH_REASONS = {
     "content_filter": "refusal",
 }
 _DONE = b"[DONE]"
+
+if TYPE_CHECKING:  # the SDK is imported when a provider is built: it takes seconds
+    import openai
 
 
 class _Call:
@@ -222,9 +224,13 @@ class OpenAIProvider(HTTPProvider):
         self.name = name
         if api_key is None:
             api_key = os.environ.get("OPENAI_API_KEY") or ("unused" if base_url else None)
-        self.client = client or openai.AsyncOpenAI(
-            **sdk_options(api_key, base_url, timeout, default_headers, transport)
-        )
+        if client is None:
+            import openai  # seconds of import: only when a provider is built
+
+            client = openai.AsyncOpenAI(
+                **sdk_options(api_key, base_url, timeout, default_headers, transport)
+            )
+        self.client = client
         if isinstance(transport, AsyncioTransport):
             self.route = WireRoute.of(self.client, transport, "chat/completions")
 

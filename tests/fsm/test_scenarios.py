@@ -351,6 +351,27 @@ def test_abort_cancels_a_hanging_call(make_harness: Any) -> None:
     assert state.history == [Message.user("go")]
 
 
+def test_abort_from_the_event_consumer_stops_the_stream(make_harness: Any) -> None:
+    """An abort asked for by the host between two stream events (the stop button while it
+    shows the deltas) ends the stream there: no more deltas, no partial message kept."""
+    harness = make_harness(params(), ScriptedProvider([reply("x" * 400)], chunk_size=4))
+
+    async def main() -> tuple[Any, list[str]]:
+        run = harness.start("go")
+        seen = []
+        async for event in run.events():
+            seen.append(event.type)
+            if seen.count("text_delta") == 2:
+                run.abort("operator pressed stop")
+        return run.state, seen
+
+    state, seen = asyncio.run(main())
+    assert state.exit_reason == "aborted"
+    assert seen.count("text_delta") == 2
+    assert "message_complete" not in seen
+    assert state.history == [Message.user("go")]
+
+
 def test_abort_during_backoff(make_harness: Any) -> None:
     """A long backoff sleep is abortable."""
     from innerloop.recovery import SystemClock

@@ -9,6 +9,7 @@ import json
 import shutil
 import ssl
 import subprocess
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,15 @@ from innerloop.providers import (
     OpenAIProvider,
     WireRequest,
 )
-from innerloop.testing import AnthropicServer, OpenAIServer, RateLimit, reply, tool_call
+from innerloop.testing import (
+    AnthropicServer,
+    OpenAIServer,
+    RateLimit,
+    SlowReply,
+    assert_valid_history,
+    reply,
+    tool_call,
+)
 from innerloop.tools import ToolOutput, ToolSpec
 
 KEY = "sk-ant-api03-transport-0123456789abcdef"
@@ -496,5 +505,35 @@ class TestWireRoute:
                     await provider.complete(WireRequest("anthropic", "m", payload))
                 assert caught.value.status == 400
                 assert caught.value.category == "fatal"
+
+        run(go())
+
+
+class TestAbortOnTheWireRoute:
+    def test_abort_mid_stream_closes_the_connection_and_frees_its_slot(self) -> None:
+        """An abort while the model streams (5 s of deltas): the run ends at once, aborted,
+        with a valid history; the connection is closed, and the transport's only slot
+        serves the next call."""
+
+        async def go() -> None:
+            slow = SlowReply(reply("x" * 400), tokens_per_second=20.0)
+            with AnthropicServer([slow, reply("after")], chunk_size=4) as server:
+                transport = AsyncioTransport(max_connections=1)
+                provider = AnthropicProvider(KEY, base_url=server.base_url, transport=transport)
+                harness = Harness(HarnessParams(model="anthropic:m-1"), [provider])
+                run = harness.start("go")
+                deltas, started = 0, time.monotonic()
+                async for event in run.events():
+                    if event.type == "text_delta":
+                        deltas += 1
+                        if deltas == 2:
+                            run.abort()
+                assert time.monotonic() - started < 2.0
+                assert (run.state.exit_reason, deltas) == ("aborted", 2)
+                assert_valid_history(run.state.history)
+                assert (transport.open_connections, transport.idle_connections) == (0, 0)
+                state = await Harness(HarnessParams(model="anthropic:m-1"), [provider]).run("again")
+                assert state.history[-1].text == "after"
+                await provider.aclose()
 
         run(go())
