@@ -392,6 +392,7 @@ async def bench(args: argparse.Namespace, url: str | None) -> dict[str, Any]:
         "loops": args.loops,
         "sdk_clients": len(shared) if url is not None else 0,
         "transport": args.transport if url is not None else "",
+        "event_loop": args.loop,
         "gc": args.gc + (" + freeze" if args.freeze else ""),
         "exit_reasons": sorted(r or "" for r in reasons),
         "wall_s": round(wall, 2),
@@ -459,6 +460,12 @@ def main() -> None:
         "SDK's request builder on innerloop's AsyncioTransport; wire = requests written by "
         "the provider on AsyncioTransport (AnthropicProvider(transport=AsyncioTransport()))",
     )
+    parser.add_argument(
+        "--loop",
+        choices=("asyncio", "uvloop"),
+        default="asyncio",
+        help="the measured process's event loop (uvloop comes with the bench extra)",
+    )
     parser.add_argument("--freeze", action="store_true", help="gc.freeze() after setup")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -471,7 +478,12 @@ def main() -> None:
         gc.disable()
     child, url = start_server(args) if args.provider == "loopback" else (None, None)
     try:
-        result = asyncio.run(bench(args, url))
+        if args.loop == "uvloop":
+            import uvloop
+
+            result = uvloop.run(bench(args, url))
+        else:
+            result = asyncio.run(bench(args, url))
         if child is not None:
             result["cpu_s_server_process"] = round(cpu_seconds(child.pid), 1)
     finally:

@@ -255,6 +255,7 @@ async def stream(run: Run) -> AsyncIterator[Event]:
     state = run.state
     model_stream = state.stream
     eager = run.params.eager_tools
+    quiet = run.quiet
     completed = False
     try:
         async for event in model_stream:
@@ -266,7 +267,8 @@ async def stream(run: Run) -> AsyncIterator[Event]:
                 break
             if eager and isinstance(event, ToolUseComplete):
                 run.tool_runner.prestart(run, event.tool_use)
-            yield event
+            if not quiet:
+                yield event
         if not completed:
             raise ProviderError(
                 ErrorCategory.TRANSIENT,

@@ -372,6 +372,34 @@ def test_abort_from_the_event_consumer_stops_the_stream(make_harness: Any) -> No
     assert state.history == [Message.user("go")]
 
 
+def test_run_makes_no_stream_events_and_ends_the_same(make_harness: Any) -> None:
+    """``Run.run()`` passes no deltas up (nobody reads them) and reaches the same end as
+    iterating the events; ``quiet`` holds only while it runs."""
+    script = [reply("x" * 64, tool_call("echo", {"x": "a"}, id="t1")), reply("done")]
+    loud = make_harness(params(), ScriptedProvider(list(script), chunk_size=4)).start("go")
+    seen = asyncio.run(_collect(loud))
+    quiet = make_harness(params(), ScriptedProvider(list(script), chunk_size=4)).start("go")
+    yielded: list[str] = []
+    original = quiet.events
+
+    async def spy() -> Any:
+        async for event in original():
+            yielded.append(event.type)
+            yield event
+
+    quiet.events = spy  # type: ignore[method-assign]
+    state = asyncio.run(quiet.run())
+    assert "text_delta" in seen and "text_delta" not in yielded
+    assert "model_response" in yielded and yielded[-1] == "finished"
+    assert (state.exit_reason, state.history) == (loud.state.exit_reason, loud.state.history)
+    assert (state.usage, state.turns) == (loud.state.usage, loud.state.turns)
+    assert quiet.quiet is False
+
+
+async def _collect(run: Any) -> list[str]:
+    return [event.type async for event in run.events()]
+
+
 def test_abort_during_backoff(make_harness: Any) -> None:
     """A long backoff sleep is abortable."""
     from innerloop.recovery import SystemClock
