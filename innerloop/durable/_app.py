@@ -9,9 +9,8 @@ stand-ins (:func:`LoopApp.start_run`) and the worker side executes the steps
 
 from __future__ import annotations
 
-import types
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -186,6 +185,15 @@ async def _model_call(definition: LoopDefinition, args: Mapping[str, Any]) -> di
     return {"phase": "stream", "response": response.to_dict()}
 
 
+@attrs.frozen
+class WorkerToolScope:
+    """The ``ToolScope`` of a tool call in a worker."""
+
+    params: HarnessParams
+    state: HarnessState
+    tokens: MessageTokenCache
+
+
 async def _tool_call(definition: LoopDefinition, call: Any) -> dict[str, Any]:
     """One tool call through the ordinary runner: timeouts and errors become results.
 
@@ -193,12 +201,10 @@ async def _tool_call(definition: LoopDefinition, call: Any) -> dict[str, Any]:
     from the run's state.
     """
     assert isinstance(call, ToolUseBlock)
-    scope = types.SimpleNamespace(
-        params=definition.params,
-        state=HarnessState(),
-        tokens=MessageTokenCache(definition.token_counter),
+    scope = WorkerToolScope(
+        definition.params, HarnessState(), MessageTokenCache(definition.token_counter)
     )
-    [result] = await ToolRunner().run_calls(cast("Run", scope), [call])
+    [result] = await ToolRunner().run_calls(scope, [call])
     return tool_result_to_dict(result)
 
 

@@ -28,7 +28,7 @@ from innerloop.fsm._default import DEFAULT_SPEC
 from innerloop.fsm._driver import Run
 from innerloop.fsm._spec import MachineSpec, StateSpec, TransitionSpec
 from innerloop.fsm._state import HarnessState
-from innerloop.tools._runner import ToolRunner
+from innerloop.tools._runner import ToolRunner, ToolScope
 from innerloop.tools._spec import ToolCallResult
 
 __all__ = ["DENIED", "Approver", "approve_handler", "execute_approved", "with_approval"]
@@ -50,7 +50,9 @@ class _DenyingRunner(ToolRunner):
         self.inner = inner
         self.denied = denied
 
-    async def run_calls(self, run: Run, calls: Sequence[ToolUseBlock]) -> list[ToolCallResult]:
+    async def run_calls(
+        self, run: ToolScope, calls: Sequence[ToolUseBlock]
+    ) -> list[ToolCallResult]:
         allowed = [c for c in calls if c.id not in self.denied]
         ran = iter(await self.inner.run_calls(run, allowed))
         return [

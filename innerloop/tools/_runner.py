@@ -20,7 +20,7 @@ import inspect
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
@@ -31,9 +31,26 @@ from innerloop.tools._schema import validate
 from innerloop.tools._spec import ToolCallResult, ToolContext, ToolError, ToolOutput, ToolSpec
 
 if TYPE_CHECKING:
-    from innerloop.fsm._driver import Run
+    from innerloop.fsm._params import HarnessParams
+    from innerloop.fsm._state import HarnessState
+    from innerloop.recovery._tokens import MessageTokenCache
 
-__all__ = ["ToolRunner"]
+__all__ = ["ToolRunner", "ToolScope"]
+
+
+class ToolScope(Protocol):
+    """What the runner reads of a run: its params (the tools, limits, timeouts), its state
+    (handed to tools) and its token cache (for capping output). A ``Run`` is one; a
+    durable worker builds one of its own."""
+
+    @property
+    def params(self) -> HarnessParams: ...
+
+    @property
+    def state(self) -> HarnessState: ...
+
+    @property
+    def tokens(self) -> MessageTokenCache: ...
 
 
 class ToolRunner:
@@ -59,12 +76,14 @@ class ToolRunner:
         self.finished_results: list[ToolCallResult] = []
         """After :meth:`run_calls` was cancelled: the results of the calls that finished."""
 
-    def prestart(self, run: Run, call: ToolUseBlock) -> None:
+    def prestart(self, run: ToolScope, call: ToolUseBlock) -> None:
         """Start ``call`` now (eager dispatch, while the message still streams)."""
         if call.id not in self._eager:
             self._eager[call.id] = self._start(run, call)
 
-    async def run_calls(self, run: Run, calls: Sequence[ToolUseBlock]) -> list[ToolCallResult]:
+    async def run_calls(
+        self, run: ToolScope, calls: Sequence[ToolUseBlock]
+    ) -> list[ToolCallResult]:
         """Run ``calls`` (or collect their eager starts); results in the order of ``calls``.
 
         Eager starts that are not among ``calls`` (their message was cut off by max_tokens
@@ -98,10 +117,10 @@ class ToolRunner:
             raise
         return [t.result() for t in tasks]
 
-    def _start(self, run: Run, call: ToolUseBlock) -> asyncio.Task[ToolCallResult]:
+    def _start(self, run: ToolScope, call: ToolUseBlock) -> asyncio.Task[ToolCallResult]:
         return asyncio.ensure_future(self._guarded(run, call))
 
-    async def _guarded(self, run: Run, call: ToolUseBlock) -> ToolCallResult:
+    async def _guarded(self, run: ToolScope, call: ToolUseBlock) -> ToolCallResult:
         try:
             return await self._run_one(run, call)
         except Exception as exc:  # a bad schema or limit must not crash the loop either
@@ -117,7 +136,7 @@ class ToolRunner:
         self._eager.clear()
         await _cancel(tasks)
 
-    async def _run_one(self, run: Run, call: ToolUseBlock) -> ToolCallResult:
+    async def _run_one(self, run: ToolScope, call: ToolUseBlock) -> ToolCallResult:
         if self._semaphore is None:
             self._semaphore = asyncio.Semaphore(run.params.max_parallel_tools)
         spec = run.params.tool(call.name)
@@ -140,12 +159,12 @@ class ToolRunner:
     def _failed(self, call: ToolUseBlock, message: str, error: str) -> ToolCallResult:
         return ToolCallResult(call.id, call.name, message, is_error=True, error=error)
 
-    def _capped(self, run: Run, result: ToolCallResult) -> ToolCallResult:
-        counter = self.token_counter or getattr(run.tokens, "counter", None)
+    def _capped(self, run: ToolScope, result: ToolCallResult) -> ToolCallResult:
+        counter = self.token_counter or run.tokens.counter
         output = cap_output(result.output, counter or ApproxTokenCounter(), self.limits)
         return result if output is result.output else attrs.evolve(result, output=output)
 
-    async def execute(self, run: Run, spec: ToolSpec, call: ToolUseBlock) -> ToolCallResult:
+    async def execute(self, run: ToolScope, spec: ToolSpec, call: ToolUseBlock) -> ToolCallResult:
         """Run one validated call under its timeout; every outcome becomes a result."""
         limit = run.params.timeout_for(spec)
         ctx = ToolContext(run.params, run.state, call.id, self.workspace, limit)
