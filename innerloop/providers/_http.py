@@ -190,7 +190,7 @@ class WireRoute:
 
     transport: AsyncioTransport
     url: httpx2.URL
-    headers: tuple[tuple[bytes, bytes], ...]
+    headers: tuple[tuple[bytes, bytes], ...] = attrs.field(repr=False)  # credentials
     timeout: httpx2.Timeout
 
     @classmethod

@@ -478,6 +478,14 @@ class TestWireRoute:
         assert seen["wire"] == seen["sdk"]
         assert seen["wire"][0][-1].text == "all done"
 
+    def test_the_route_never_shows_the_key(self) -> None:
+        provider = AnthropicProvider(
+            KEY, base_url="http://127.0.0.1:9", transport=AsyncioTransport()
+        )
+        assert provider.route is not None
+        assert KEY not in repr(provider.route) and KEY not in repr(provider)
+        assert "http://127.0.0.1:9/v1/messages" in repr(provider.route)
+
     def test_a_client_without_static_credentials_is_refused_at_construction(
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
