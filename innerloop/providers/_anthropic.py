@@ -237,9 +237,9 @@ class AnthropicProvider(HTTPProvider):
         if client is None:
             import anthropic  # seconds of import: only when a provider is built
 
-            client = anthropic.AsyncAnthropic(
-                **sdk_options(api_key, base_url, timeout, default_headers, transport)
-            )
+            options = sdk_options(api_key, base_url, timeout, default_headers, transport)
+            self._rebuild = lambda: anthropic.AsyncAnthropic(**options)
+            client = self._rebuild()
         self.client = client
         if isinstance(transport, AsyncioTransport):
             self.route = WireRoute.of(self.client, transport, "v1/messages")

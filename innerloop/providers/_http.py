@@ -7,6 +7,7 @@ are read raw and parsed here, which costs a fraction of the SDKs' own event obje
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
@@ -261,6 +262,8 @@ class HTTPProvider:
     dialect: str
     client: Any
     route: WireRoute | None = None
+    _rebuild: Callable[[], Any] | None = None  # a fresh SDK client, when the provider built it
+    _loop: asyncio.AbstractEventLoop | None = None
 
     def _send(self, payload: dict[str, Any]) -> AbstractAsyncContextManager[Any]:
         raise NotImplementedError
@@ -275,6 +278,13 @@ class HTTPProvider:
             raw = await self.route.send(self.name, request.payload)
             content_type = raw.header("content-type") or ""
             return HTTPModelStream(self.name, raw.decoded(), content_type, raw.aclose, assembler)
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            if self._loop is not None and self._rebuild is not None:
+                # the SDK client's pool belongs to the old loop (run_sync runs each call on
+                # a loop of its own): its connections cannot carry this loop's requests
+                self.client = self._rebuild()
+            self._loop = loop
         manager = self._send(request.payload)
         try:
             response = await manager.__aenter__()

@@ -227,9 +227,9 @@ class OpenAIProvider(HTTPProvider):
         if client is None:
             import openai  # seconds of import: only when a provider is built
 
-            client = openai.AsyncOpenAI(
-                **sdk_options(api_key, base_url, timeout, default_headers, transport)
-            )
+            options = sdk_options(api_key, base_url, timeout, default_headers, transport)
+            self._rebuild = lambda: openai.AsyncOpenAI(**options)
+            client = self._rebuild()
         self.client = client
         if isinstance(transport, AsyncioTransport):
             self.route = WireRoute.of(self.client, transport, "chat/completions")

@@ -345,6 +345,8 @@ def _chunk_size(line: bytes, request: httpx2.Request | None) -> int:
 class AsyncioTransport(httpx2.AsyncBaseTransport):
     """An HTTP/1.1 transport on asyncio protocols, for an SDK's ``http_client``.
 
+    It serves one event loop at a time; moving to another (``run_sync`` runs each call on
+    a loop of its own) drops the idle connections of the old one.
     ``max_connections`` bounds the open connections (a request waits for a free one up to
     the pool timeout); at most ``max_idle`` idle connections are kept, each for
     ``keepalive_expiry`` seconds. ``ssl_context`` is used for https origins (default: the
@@ -374,6 +376,7 @@ class AsyncioTransport(httpx2.AsyncBaseTransport):
         self._open = 0
         self._slots: asyncio.Semaphore | None = None
         self._sweep: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
 
     @property
@@ -440,6 +443,9 @@ class AsyncioTransport(httpx2.AsyncBaseTransport):
     ) -> RawResponse:
         if self._closed:
             raise RuntimeError("the transport is closed")
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._adopt(loop)
         await self._acquire(timeouts.pool, request)
         conn: _Connection | None = None
         try:
@@ -473,6 +479,22 @@ class AsyncioTransport(httpx2.AsyncBaseTransport):
         self._idle_count = 0
 
     # -- the pool ----------------------------------------------------------------------------
+
+    def _adopt(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Serve a new event loop (``run_sync`` runs each call on a loop of its own): the
+        idle connections belong to the old loop and cannot be used from this one."""
+        for idle in self._idle.values():
+            for conn in idle:
+                with contextlib.suppress(RuntimeError):  # the old loop is closed
+                    conn.close()
+        self._open -= self._idle_count
+        self._idle.clear()
+        self._idle_count = 0
+        self._slots = None
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
+        self._loop = loop
 
     async def _acquire(self, timeout: float | None, request: httpx2.Request | None) -> None:
         if self._slots is None:

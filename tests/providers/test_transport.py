@@ -545,3 +545,22 @@ class TestAbortOnTheWireRoute:
                 await provider.aclose()
 
         run(go())
+
+
+@pytest.mark.parametrize("route", ["sdk", "wire"])
+@pytest.mark.parametrize(
+    ("server_cls", "provider_cls"),
+    [(AnthropicServer, AnthropicProvider), (OpenAIServer, OpenAIProvider)],
+)
+def test_run_sync_twice_with_one_provider(server_cls: type, provider_cls: type, route: str) -> None:
+    """Each ``run_sync`` runs on an event loop of its own; the second must not use the
+    first loop's connections, and no request may be sent twice."""
+    with server_cls([reply("one"), reply("two")]) as server:
+        transport = AsyncioTransport() if route == "wire" else None
+        provider = provider_cls(KEY, base_url=server.base_url, transport=transport)
+        harness = Harness(HarnessParams(model=f"{provider.name}:m-1"), [provider])
+        first, second = harness.run_sync("go"), harness.run_sync("go")
+        requests = len(server.requests)
+    assert [s.exit_reason for s in (first, second)] == ["model_complete"] * 2
+    assert [s.history[-1].text for s in (first, second)] == ["one", "two"]
+    assert requests == 2
