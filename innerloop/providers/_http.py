@@ -83,8 +83,9 @@ class SSESplitter:
         self._buffer = b""
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        if not self._buffer and chunk.find(b"\n\n") == len(chunk) - 2 and b"\r" not in chunk:
-            data = _frame_data(chunk[:-2])  # the common case: one whole frame per read
+        end = len(chunk) - 2
+        if end >= 0 and not self._buffer and chunk.find(b"\n\n") == end and b"\r" not in chunk:
+            data = _frame_data(chunk[:end])  # the common case: one whole frame per read
             return [] if data is None else [data]
         buffer = self._buffer + chunk if self._buffer else chunk
         if b"\r" in buffer:

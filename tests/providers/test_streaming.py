@@ -371,6 +371,22 @@ class TestSSESplitter:
             {},
         ]
 
+    @pytest.mark.parametrize(
+        ("pieces", "payloads"),
+        [
+            ([b"data: 1\n\n", b"d", b"ata: 2\n\n"], [b" 1", b" 2"]),  # a 1-byte piece
+            ([b"data: 1\n\n", b"", b"data: 2\n\n"], [b" 1", b" 2"]),  # an empty one
+            ([b"data: 1\n\ndata: 2\n\n"], [b" 1", b" 2"]),  # two frames in one piece
+            ([b"data: 1\n", b"\n"], [b" 1"]),  # the blank line in a piece of its own
+        ],
+    )
+    def test_one_frame_per_piece_and_the_cases_around_it(
+        self, pieces: list[bytes], payloads: list[bytes]
+    ) -> None:
+        splitter = SSESplitter()
+        got = [data for piece in pieces for data in splitter.feed(piece)]
+        assert got + splitter.finish() == payloads
+
 
 class TestOverHTTP:
     def test_gzip_body_and_crlf_frames(self) -> None:

@@ -18,6 +18,8 @@ import anthropic
 import httpx2
 import openai
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from innerloop import Harness, HarnessParams, ProviderError
 from innerloop.providers import (
@@ -135,6 +137,34 @@ class TestFraming:
                 assert status == 200
                 assert b"".join(chunks) == b"hello world"
                 assert transport.idle_connections == 1  # read to the end: reusable
+
+        run(go())
+
+    @settings(max_examples=40, deadline=None)
+    @given(
+        st.lists(st.binary(min_size=1, max_size=24), min_size=1, max_size=8),
+        st.lists(st.integers(min_value=1, max_value=12), max_size=12),
+    )
+    def test_any_chunks_split_anywhere_come_out_whole(
+        self, chunks: list[bytes], cuts: list[int]
+    ) -> None:
+        """Random chunk data (CRLFs inside too), the wire bytes cut at random places and
+        written as separate packets: the body is the chunks' data, byte for byte."""
+        wire = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks) + b"0\r\n\r\n"
+        pieces: Pieces = [OK_CHUNKED]
+        pos = 0
+        for cut in cuts:
+            if pos < len(wire):
+                pieces += [0.001, wire[pos : pos + cut]]
+                pos += cut
+        pieces += [0.001, wire[pos:]]
+
+        async def go() -> None:
+            async with RawServer(pieces) as server:
+                transport = AsyncioTransport()
+                _, got = await _get(transport, server.url)
+                assert transport.idle_connections == 1
+            assert b"".join(got) == b"".join(chunks)
 
         run(go())
 
