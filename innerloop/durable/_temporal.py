@@ -19,6 +19,7 @@ handlers do no I/O except through the step stand-ins, and the clock is the workf
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -28,6 +29,7 @@ from temporalio import activity, workflow
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
+from temporalio.service import RPCError
 from temporalio.worker import (
     ExecuteWorkflowInput,
     Interceptor,
@@ -75,6 +77,9 @@ class TemporalOptions:
     (or when the server suggests it)."""
     continue_at: tuple[str, ...] = ("assemble",)
     """States at whose entry a run may continue as new (nothing is in flight there)."""
+    carry_events: int = 1_000
+    """At most this many events the host has not acknowledged yet move on to the next run
+    at a continue-as-new, so a host that polls ``events`` loses none of them."""
 
 
 class WorkflowClock:
@@ -130,11 +135,13 @@ def _activity_caller(params: HarnessParams, options: TemporalOptions) -> StepCal
 
 @workflow.defn(name=WORKFLOW_NAME, sandboxed=False)
 class LoopWorkflow:
-    """One loop. Input: :func:`loop_input`. Query ``events(since)``; signal ``abort``."""
+    """One loop. Input: :func:`loop_input`. Query ``events(since)``; signals ``abort`` and
+    ``ack_events(next)`` (the host has read the events before ``next``)."""
 
     def __init__(self) -> None:
         self._events: list[dict[str, Any]] = []
         self._base = 0
+        self._acked = 0
         self._run: Run | None = None
         self._abort: str | None = None
         self._binding: tuple[LoopApp, TemporalOptions] | None = None
@@ -150,7 +157,10 @@ class LoopWorkflow:
                 "it the worker's LoopApp"
             )
         app, options = self._binding
-        self._base = start.get("events_base", 0)
+        carried = start.get("carried_events") or []
+        self._events = list(carried)
+        self._base = start.get("events_base", 0) - len(carried)
+        self._acked = self._base
         call = _activity_caller(app.get(start["loop"]).params, options)
         run = app.start_run(start, call, WorkflowClock())
         self._run = run
@@ -170,10 +180,12 @@ class LoopWorkflow:
                 return state_to_dict(run.state)
         finally:
             await events.aclose()
+        unread = self._events[max(self._acked - self._base, 0) :][-options.carry_events :]
         workflow.continue_as_new(
             {
                 **loop_input(start["loop"], state=state_to_dict(run.state), start_at=run.current),
                 "events_base": self._base + len(self._events),
+                "carried_events": unread,
             }
         )
 
@@ -194,6 +206,10 @@ class LoopWorkflow:
             "next": self._base + len(self._events),
             "state": self._run.current if self._run is not None else None,
         }
+
+    @workflow.signal(name="ack_events")
+    def ack_events(self, next_index: int) -> None:
+        self._acked = max(self._acked, next_index)
 
     @workflow.signal(name="abort")
     def abort(self, reason: str = "abort requested by the host") -> None:
@@ -296,6 +312,9 @@ class TemporalLoopHandle:
                 yield event
                 if event["type"] == "finished":
                     return
+            if page["next"] > since:  # so a continue-as-new carries only what is unread
+                with contextlib.suppress(RPCError):  # ended meanwhile: nothing to carry
+                    await self.handle.signal(LoopWorkflow.ack_events, page["next"])
             since = page["next"]
             await asyncio.sleep(poll)
 

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 from temporalio.client import Client
 
 from innerloop.durable.temporal import TemporalLoops, TemporalOptions, temporal_worker
@@ -59,22 +60,32 @@ def test_loop_runs_as_workflow_with_the_in_process_history(
     assert events[-1]["exit_reason"] == "model_complete"
 
 
+@pytest.mark.parametrize("poll", [0.05, 1.0])
 def test_continue_as_new_carries_the_state(
-    temporal_server: TemporalServer, log_dir: Path, expected_history: list[dict[str, Any]]
+    temporal_server: TemporalServer,
+    log_dir: Path,
+    expected_history: list[dict[str, Any]],
+    poll: float,
 ) -> None:
-    """With a tiny history limit the loop continues as new each turn and ends the same."""
+    """With a tiny history limit the loop continues as new each turn and ends the same;
+    a host that polls less often than the loop continues as new still gets every event
+    (the events it has not acknowledged move on to the next run)."""
 
     async def body(loops: TemporalLoops) -> tuple[Any, list[dict[str, Any]], int]:
-        handle = await loops.start("tools", "go", id="can")
-        events = [e async for e in handle.events(poll=0.05)]
+        handle = await loops.start("tools", "go", id=f"can-{poll}")
+        events = [e async for e in handle.events(poll=poll)]
         state = await handle.result()
-        desc = await loops.client.get_workflow_handle("can").describe()
+        desc = await loops.client.get_workflow_handle(f"can-{poll}").describe()
         return state, events, desc.raw_description.workflow_execution_info.history_length
 
-    state, events, length = in_process_worker(temporal_server, "can", body, max_history_events=10)
+    state, events, length = in_process_worker(
+        temporal_server, f"can-{poll}", body, max_history_events=10
+    )
     assert [m.to_dict() for m in state.history] == expected_history
     assert model_turns(log_dir) == Counter({"0": 1, "1": 1, "2": 1, "3": 1})
-    assert [e["type"] for e in events].count("model_response") == 4
+    types = [e["type"] for e in events]
+    assert types.count("model_response") == 4
+    assert types.count("tool_executed") == 3 and types[-1] == "finished"
     assert length < 40
 
 
