@@ -32,9 +32,8 @@ from innerloop._messages import (
     Usage,
 )
 from innerloop.providers._errors import error_from_body
-from innerloop.providers._http import HTTPProvider, WireRoute, loads, parse_tool_input, sdk_options
+from innerloop.providers._http import HTTPProvider, loads, parse_tool_input
 from innerloop.providers._normalize import WireRequest
-from innerloop.providers._transport import AsyncioTransport
 
 __all__ = ["AnthropicAssembler", "AnthropicProvider"]
 
@@ -212,6 +211,12 @@ class AnthropicAssembler:
         )
 
 
+def _sdk_client(**options: Any) -> anthropic.AsyncAnthropic:
+    import anthropic  # seconds of import: only when a provider is built
+
+    return anthropic.AsyncAnthropic(**options)
+
+
 class AnthropicProvider(HTTPProvider):
     """Claude over the Messages API. ``api_key`` defaults to ``ANTHROPIC_API_KEY``.
 
@@ -234,15 +239,16 @@ class AnthropicProvider(HTTPProvider):
         transport: httpx2.AsyncBaseTransport | None = None,
     ) -> None:
         self.name = name
-        if client is None:
-            import anthropic  # seconds of import: only when a provider is built
-
-            options = sdk_options(api_key, base_url, timeout, default_headers, transport)
-            self._rebuild = lambda: anthropic.AsyncAnthropic(**options)
-            client = self._rebuild()
-        self.client = client
-        if isinstance(transport, AsyncioTransport):
-            self.route = WireRoute.of(self.client, transport, "v1/messages")
+        self._connect(
+            _sdk_client,
+            client,
+            transport,
+            "v1/messages",
+            api_key=api_key,
+            base_url=base_url,
+            timeout=timeout,
+            headers=default_headers,
+        )
 
     def _send(self, payload: dict[str, Any]) -> AbstractAsyncContextManager[Any]:
         return self.client.messages.with_streaming_response.create(**payload)  # type: ignore[no-any-return]

@@ -8,6 +8,7 @@ are read raw and parsed here, which costs a fraction of the SDKs' own event obje
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
@@ -265,6 +266,24 @@ class HTTPProvider:
     route: WireRoute | None = None
     _rebuild: Callable[[], Any] | None = None  # a fresh SDK client, when the provider built it
     _loop: asyncio.AbstractEventLoop | None = None
+
+    def _connect(
+        self,
+        make: Callable[..., Any],
+        client: Any,
+        transport: httpx2.AsyncBaseTransport | None,
+        path: str,
+        **settings: Any,
+    ) -> None:
+        """Take ``client``, or build one with ``make(**sdk_options(**settings))`` (and keep
+        the recipe, to build a fresh one for a new event loop); with an
+        ``AsyncioTransport``, requests to ``path`` go on the wire route."""
+        if client is None:
+            self._rebuild = functools.partial(make, **sdk_options(transport=transport, **settings))
+            client = self._rebuild()
+        self.client = client
+        if isinstance(transport, AsyncioTransport):
+            self.route = WireRoute.of(client, transport, path)
 
     def _send(self, payload: dict[str, Any]) -> AbstractAsyncContextManager[Any]:
         raise NotImplementedError

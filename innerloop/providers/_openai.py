@@ -32,9 +32,8 @@ from innerloop._messages import (
     Usage,
 )
 from innerloop.providers._errors import error_from_body
-from innerloop.providers._http import HTTPProvider, WireRoute, loads, parse_tool_input, sdk_options
+from innerloop.providers._http import HTTPProvider, loads, parse_tool_input
 from innerloop.providers._normalize import WireRequest
-from innerloop.providers._transport import AsyncioTransport
 
 __all__ = ["FINISH_REASONS", "OpenAIAssembler", "OpenAIProvider"]
 
@@ -199,6 +198,12 @@ class OpenAIAssembler:
         )
 
 
+def _sdk_client(**options: Any) -> openai.AsyncOpenAI:
+    import openai  # seconds of import: only when a provider is built
+
+    return openai.AsyncOpenAI(**options)
+
+
 class OpenAIProvider(HTTPProvider):
     """Chat Completions. ``api_key`` defaults to ``OPENAI_API_KEY``; with a ``base_url``
     (a local OpenAI-compatible server) no key is needed.
@@ -224,15 +229,16 @@ class OpenAIProvider(HTTPProvider):
         self.name = name
         if api_key is None:
             api_key = os.environ.get("OPENAI_API_KEY") or ("unused" if base_url else None)
-        if client is None:
-            import openai  # seconds of import: only when a provider is built
-
-            options = sdk_options(api_key, base_url, timeout, default_headers, transport)
-            self._rebuild = lambda: openai.AsyncOpenAI(**options)
-            client = self._rebuild()
-        self.client = client
-        if isinstance(transport, AsyncioTransport):
-            self.route = WireRoute.of(self.client, transport, "chat/completions")
+        self._connect(
+            _sdk_client,
+            client,
+            transport,
+            "chat/completions",
+            api_key=api_key,
+            base_url=base_url,
+            timeout=timeout,
+            headers=default_headers,
+        )
 
     def _send(self, payload: dict[str, Any]) -> AbstractAsyncContextManager[Any]:
         return self.client.chat.completions.with_streaming_response.create(**payload)  # type: ignore[no-any-return]

@@ -40,17 +40,25 @@ def in_process_worker(
     return asyncio.run(main())
 
 
+def follow(
+    server: TemporalServer, workflow_id: str, **opts: Any
+) -> tuple[Any, list[dict[str, Any]]]:
+    """Start the ``tools`` loop as ``workflow_id`` with an in-process worker, read all its
+    events, return its final state and the events."""
+
+    async def body(loops: TemporalLoops) -> tuple[Any, list[dict[str, Any]]]:
+        handle = await loops.start("tools", "go", id=workflow_id)
+        events = [e async for e in handle.events(poll=0.05)]
+        return await handle.result(), events
+
+    return in_process_worker(server, workflow_id, body, **opts)
+
+
 def test_loop_runs_as_workflow_with_the_in_process_history(
     temporal_server: TemporalServer, log_dir: Path, expected_history: list[dict[str, Any]]
 ) -> None:
     """A workflow run gives the in-process history; each step runs once; events arrive."""
-
-    async def body(loops: TemporalLoops) -> tuple[Any, list[dict[str, Any]]]:
-        handle = await loops.start("tools", "go", id="happy")
-        events = [e async for e in handle.events(poll=0.05)]
-        return await handle.result(), events
-
-    state, events = in_process_worker(temporal_server, "happy", body)
+    state, events = follow(temporal_server, "happy")
     assert [m.to_dict() for m in state.history] == expected_history
     assert state.exit_reason == "model_complete"
     assert model_turns(log_dir) == Counter({"0": 1, "1": 1, "2": 1, "3": 1})
@@ -98,13 +106,7 @@ def test_rate_limit_backoff_is_a_durable_timer(
     """A 429 is a step result: the machine backs off (Retry-After 0.5 s) and retries once;
     Temporal does not retry it on its own."""
     monkeypatch.setenv("INNERLOOP_TEST_429_AT", "1")
-
-    async def body(loops: TemporalLoops) -> tuple[Any, list[dict[str, Any]]]:
-        handle = await loops.start("tools", "go", id="backoff")
-        events = [e async for e in handle.events(poll=0.05)]
-        return await handle.result(), events
-
-    state, events = in_process_worker(temporal_server, "backoff", body)
+    state, events = follow(temporal_server, "backoff")
     assert [m.to_dict() for m in state.history] == expected_history
     assert model_turns(log_dir) == Counter({"0": 1, "1": 2, "2": 1, "3": 1})
     backoffs = [e for e in events if e["type"] == "backoff"]
