@@ -30,7 +30,7 @@ from typing import Any, TypedDict
 import attrs
 
 from innerloop import Harness, HarnessParams, Message, ToolResultBlock, ToolSpec
-from innerloop.fsm import DEFAULT_SPEC, compile_spec
+from innerloop.fsm import DEFAULT_SPEC, compile_spec, request_settings
 from innerloop.providers import build_request, final_response
 from innerloop.recovery import TiktokenCounter
 from innerloop.testing import FakeProvider, Reply, reply, tool_call
@@ -68,7 +68,7 @@ def params(turns: int) -> HarnessParams:
 
 async def model_turn(p: HarnessParams, provider: FakeProvider, history: list[Message]) -> bool:
     """Shared work of one turn: request, stream, append. True when tools were called."""
-    request = build_request(p, history, "anthropic", p.model.model)
+    request = build_request(request_settings(p), history, "anthropic", p.model.model)
     response = await final_response(await provider.open(request))
     assert response is not None
     history.append(response.message)

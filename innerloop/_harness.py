@@ -7,17 +7,19 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from innerloop._events import Event
 from innerloop._messages import Message
+from innerloop._tasks import Task
 from innerloop.fsm._compile import CompiledMachine, compile_spec
+from innerloop.fsm._context import Deps
 from innerloop.fsm._default import DEFAULT_SPEC
 from innerloop.fsm._driver import Engine, Run, TransitionObserver
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._spec import MachineSpec
-from innerloop.fsm._state import HarnessState, Task
+from innerloop.fsm._state import HarnessState
 from innerloop.providers._base import Provider
 from innerloop.recovery._clock import Clock, SystemClock
 from innerloop.recovery._compaction import Compactor, TruncatingCompactor
 from innerloop.recovery._tokens import MessageTokenCache, TiktokenCounter, TokenCounter
-from innerloop.tools._runner import ToolRunner
+from innerloop.tools._runner import ToolExecutor, ToolRunner
 
 __all__ = ["Harness"]
 
@@ -43,7 +45,7 @@ class Harness:
         compactor: Compactor | None = None,
         observers: Sequence[TransitionObserver] = (),
         engine: Engine = "table",
-        tool_runner_factory: Callable[[], ToolRunner] = ToolRunner,
+        tool_runner_factory: Callable[[], ToolExecutor] = ToolRunner,
     ) -> None:
         self.params = params
         self.providers = _provider_map(providers)
@@ -81,15 +83,21 @@ class Harness:
             self.machine,
             self.params,
             state,
+            self.deps(),
+            observers=self.observers,
+            engine=self.engine,
+            start_at=start_at,
+        )
+
+    def deps(self) -> Deps:
+        """The services of a new run (its own token cache and tool executor)."""
+        return Deps(
             providers=self.providers,
             clock=self.clock,
             tokens=MessageTokenCache(self.token_counter),
             compactor=self.compactor,
             fallback_compactor=self.fallback_compactor,
-            tool_runner=self.tool_runner_factory(),
-            observers=self.observers,
-            engine=self.engine,
-            start_at=start_at,
+            tools=self.tool_runner_factory(),
         )
 
     async def run(self, prompt: str | Message | None = None, **kwargs: object) -> HarnessState:

@@ -9,7 +9,7 @@ stand-ins (:func:`LoopApp.start_run`) and the worker side executes the steps
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -135,7 +135,7 @@ class LoopApp:
             clock=clock,
             token_counter=d.token_counter,
             compactor=StepCompactor(name, call) if d.compactor is not None else None,
-            tool_runner_factory=lambda: StepToolRunner(name, call),  # type: ignore[arg-type,return-value]
+            tool_runner_factory=lambda: StepToolRunner(name, call),
         )
 
     def start_run(self, start: Mapping[str, Any], call: StepCall, clock: Clock) -> Run:
@@ -185,6 +185,13 @@ async def _model_call(definition: LoopDefinition, args: Mapping[str, Any]) -> di
     return {"phase": "stream", "response": response.to_dict()}
 
 
+def _no_abort(reason: str) -> None:
+    raise RuntimeError(
+        "a tool running as a durable step cannot abort its run; abort it from the host "
+        "(the workflow's abort signal)"
+    )
+
+
 @attrs.frozen
 class WorkerToolScope:
     """The ``ToolScope`` of a tool call in a worker."""
@@ -192,6 +199,7 @@ class WorkerToolScope:
     params: HarnessParams
     state: HarnessState
     tokens: MessageTokenCache
+    request_abort: Callable[[str], None] = _no_abort
 
 
 async def _tool_call(definition: LoopDefinition, call: Any) -> dict[str, Any]:
@@ -204,7 +212,7 @@ async def _tool_call(definition: LoopDefinition, call: Any) -> dict[str, Any]:
     scope = WorkerToolScope(
         definition.params, HarnessState(), MessageTokenCache(definition.token_counter)
     )
-    [result] = await ToolRunner().run_calls(scope, [call])
+    [result] = (await ToolRunner().run_calls(scope, [call])).results
     return tool_result_to_dict(result)
 
 

@@ -16,7 +16,7 @@ import attrs
 
 from innerloop._errors import ErrorCategory, ProviderError
 from innerloop._messages import ModelResponse, Usage, message_from_dict
-from innerloop.fsm._state import HarnessState, Task
+from innerloop.fsm._state import AbortRequest, HarnessState, OutcomeEnum, Task
 from innerloop.tools._spec import ToolCallResult
 
 __all__ = [
@@ -110,7 +110,7 @@ def state_to_dict(state: HarnessState) -> dict[str, Any]:
     data["last_response"] = (
         state.last_response.to_dict() if state.last_response is not None else None
     )
-    data["abort"] = state.abort.reason if state.abort.requested else None
+    data["abort"] = attrs.asdict(state.abort) if state.abort is not None else None
     data["notes"] = {k: v for k, v in state.notes.items() if _is_json(v)}
     return data
 
@@ -134,5 +134,6 @@ def state_from_dict(data: Mapping[str, Any]) -> HarnessState:
     if data.get("last_response") is not None:
         state.last_response = response_from_dict(data["last_response"])
     if data.get("abort") is not None:
-        state.abort.request(data["abort"])
+        state.abort = AbortRequest(**data["abort"])
+    state.outcome = OutcomeEnum.lookup(data.get("outcome", "started"))
     return state

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from innerloop._errors import ErrorCategory, InnerloopError, ProviderError
 from innerloop._events import MessageComplete, StreamEvent
@@ -29,10 +29,8 @@ from innerloop.durable._codec import (
 from innerloop.providers._normalize import WireRequest
 from innerloop.recovery._compaction import CompactionRequest, CompactionResult
 from innerloop.recovery._tokens import MessageTokenCache
+from innerloop.tools._runner import ToolBatch, ToolScope, aborted_result
 from innerloop.tools._spec import ToolCallResult
-
-if TYPE_CHECKING:
-    from innerloop.fsm._driver import Run
 
 __all__ = [
     "COMPACTION",
@@ -119,11 +117,11 @@ class StepToolRunner:
         self._loop = loop
         self._call = call
 
-    def prestart(self, run: Run, call: ToolUseBlock) -> None:
+    def prestart(self, scope: ToolScope, call: ToolUseBlock) -> None:
         return None
 
-    async def run_calls(self, run: Run, calls: Sequence[ToolUseBlock]) -> list[ToolCallResult]:
-        semaphore = asyncio.Semaphore(run.params.max_parallel_tools)
+    async def run_calls(self, scope: ToolScope, calls: Sequence[ToolUseBlock]) -> ToolBatch:
+        semaphore = asyncio.Semaphore(scope.params.max_parallel_tools)
 
         async def one(block: ToolUseBlock) -> ToolCallResult:
             async with semaphore:
@@ -137,7 +135,21 @@ class StepToolRunner:
                     )
             return tool_result_from_dict(result)
 
-        return list(await asyncio.gather(*(one(c) for c in calls)))
+        tasks = [asyncio.ensure_future(one(c)) for c in calls]
+        try:
+            await asyncio.wait(tasks)
+        except asyncio.CancelledError:  # an abort: the finished steps keep their results
+            for t in tasks:
+                t.cancel()
+            await asyncio.wait(tasks)
+            return ToolBatch(
+                tuple(
+                    t.result() if t.done() and not t.cancelled() else aborted_result(c)
+                    for t, c in zip(tasks, calls, strict=True)
+                ),
+                cancelled=True,
+            )
+        return ToolBatch(tuple(t.result() for t in tasks))
 
     async def cancel_all(self) -> None:
         return None

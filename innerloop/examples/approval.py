@@ -18,84 +18,82 @@ them, so this machine refuses to run with ``eager_tools=True``.
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from innerloop._errors import ParamsError
 from innerloop._events import Event
 from innerloop._messages import ToolUseBlock
 from innerloop.fsm import _phases as phases
+from innerloop.fsm._context import PhaseContext
 from innerloop.fsm._default import DEFAULT_SPEC
-from innerloop.fsm._driver import Run
 from innerloop.fsm._spec import MachineSpec, StateSpec, TransitionSpec
-from innerloop.fsm._state import HarnessState
-from innerloop.tools._runner import ToolRunner, ToolScope
+from innerloop.fsm._state import HarnessState, OutcomeEnum
+from innerloop.tools._runner import ToolBatch
 from innerloop.tools._spec import ToolCallResult
 
-__all__ = ["DENIED", "Approver", "approve_handler", "execute_approved", "with_approval"]
+__all__ = [
+    "DENIED",
+    "ApprovalOutcome",
+    "Approver",
+    "approve_handler",
+    "execute_approved",
+    "with_approval",
+]
 
 DENIED = "denied by the user"
 """The tool result a denied call gets (``is_error=True``)."""
 NOTE = "approval.denied"
-"""``state.notes`` key: ids of the calls denied for the current turn."""
+"""``state.notes`` key: ids of the calls denied for the current turn (a sorted list)."""
 
 Approver = Callable[[ToolUseBlock, HarnessState], bool | Awaitable[bool]]
 """``ask(call, state) -> bool``, sync or async: True runs the call, False denies it."""
 
 
-class _DenyingRunner(ToolRunner):
-    """Runs the allowed calls with the run's own runner; denied ones get ``DENIED``."""
-
-    def __init__(self, inner: ToolRunner, denied: frozenset[str]) -> None:
-        super().__init__()
-        self.inner = inner
-        self.denied = denied
-
-    async def run_calls(
-        self, run: ToolScope, calls: Sequence[ToolUseBlock]
-    ) -> list[ToolCallResult]:
-        allowed = [c for c in calls if c.id not in self.denied]
-        ran = iter(await self.inner.run_calls(run, allowed))
-        return [
-            ToolCallResult(c.id, c.name, DENIED, is_error=True)
-            if c.id in self.denied
-            else next(ran)
-            for c in calls
-        ]
+class ApprovalOutcome(OutcomeEnum):
+    APPROVED = "approved"
+    DENIED = "denied"
 
 
-def approve_handler(ask: Approver) -> Callable[[Run], Awaitable[None]]:
+def approve_handler(ask: Approver) -> Callable[[PhaseContext], Awaitable[None]]:
     """The ``approve`` phase: ask about each pending call, remember the denied ones."""
 
-    async def approve(run: Run) -> None:
-        if run.params.eager_tools:
+    async def approve(ctx: PhaseContext) -> None:
+        state = ctx.state
+        if ctx.params.eager_tools:
             raise ParamsError(
                 "eager_tools",
                 "the approval machine needs eager_tools=False: eager dispatch starts tool "
                 "calls while the answer streams, before they can be approved",
             )
-        denied = set()
-        for call in run.state.history[-1].tool_uses:
-            verdict = ask(call, run.state)
+        denied = []
+        for call in state.history[-1].tool_uses:
+            verdict = ask(call, state)
             if inspect.isawaitable(verdict):
                 verdict = await verdict
             if not verdict:
-                denied.add(call.id)
-        run.state.notes[NOTE] = frozenset(denied)
-        run.state.outcome = "approved" if not denied else "denied"
+                denied.append(call.id)
+            if state.abort is not None:
+                break  # the host (or the callback itself) asked to stop: ask no more
+        state.notes[NOTE] = sorted(denied)
+        state.outcome = ApprovalOutcome.DENIED if denied else ApprovalOutcome.APPROVED
 
     return approve
 
 
-async def execute_approved(run: Run) -> AsyncIterator[Event]:
-    """The default ``execute``, with the denied calls answered by ``DENIED``."""
-    denied: frozenset[str] = run.state.notes.pop(NOTE, frozenset())
-    inner = run.tool_runner
-    run.tool_runner = _DenyingRunner(inner, denied)
-    try:
-        async for event in phases.execute(run):
-            yield event
-    finally:
-        run.tool_runner = inner
+async def execute_approved(ctx: PhaseContext) -> AsyncIterator[Event]:
+    """The default ``execute``, with the denied calls answered by ``DENIED``: only the
+    allowed calls go to the run's tool executor."""
+    denied = set(ctx.state.notes.pop(NOTE, ()))
+    calls = ctx.state.history[-1].tool_uses
+    allowed = [c for c in calls if c.id not in denied]
+    ran = await ctx.deps.tools.run_calls(ctx, allowed) if allowed else ToolBatch(())
+    by_id = {r.tool_use_id: r for r in ran.results}
+    results = tuple(
+        by_id[c.id] if c.id in by_id else ToolCallResult(c.id, c.name, DENIED, is_error=True)
+        for c in calls
+    )
+    async for event in phases.execute_batch(ctx, ToolBatch(results, ran.cancelled)):
+        yield event
 
 
 def with_approval(ask: Approver, spec: MachineSpec = DEFAULT_SPEC) -> MachineSpec:

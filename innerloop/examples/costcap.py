@@ -22,16 +22,16 @@ from collections.abc import Awaitable, Callable
 import attrs
 
 from innerloop._errors import ParamsError
+from innerloop.fsm._context import PhaseContext
 from innerloop.fsm._default import DEFAULT_SPEC
-from innerloop.fsm._driver import Run
-from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._spec import MachineSpec, StateSpec, TransitionSpec
-from innerloop.fsm._state import HarnessState
+from innerloop.fsm._state import HarnessState, OutcomeEnum
 
 __all__ = [
     "EXIT_REASON",
     "Asker",
     "CostCap",
+    "CostCapOutcome",
     "Spending",
     "cost_cap_declined",
     "cost_cap_handler",
@@ -39,8 +39,6 @@ __all__ = [
 ]
 
 EXIT_REASON = "cost_cap_declined"
-DECLINED = "cost_cap.declined"
-"""``state.notes`` key: True once the host said no."""
 LEVEL = "cost_cap.level"
 """``state.notes`` key: the multiple of the threshold at which to ask next (1 at first)."""
 
@@ -84,29 +82,34 @@ Asker = Callable[[Spending, HarnessState], bool | Awaitable[bool]]
 """``ask(spending, state) -> bool``, sync or async: True goes on, False stops the run."""
 
 
-def cost_cap_declined(params: HarnessParams, state: HarnessState) -> bool:
+class CostCapOutcome(OutcomeEnum):
+    UNDER_CAP = "under_cap"
+    CAP_RAISED = "cap_raised"
+    CAP_DECLINED = "cap_declined"
+
+
+def cost_cap_declined(ctx: PhaseContext) -> bool:
     """The host said no to spending more."""
-    return bool(state.notes.get(DECLINED))
+    return ctx.state.outcome == CostCapOutcome.CAP_DECLINED
 
 
-def cost_cap_handler(cap: CostCap, ask: Asker) -> Callable[[Run], Awaitable[None]]:
+def cost_cap_handler(cap: CostCap, ask: Asker) -> Callable[[PhaseContext], Awaitable[None]]:
     """The ``cost_cap`` phase: ask when a new multiple of the threshold is passed."""
 
-    async def cost_cap(run: Run) -> None:
-        state = run.state
+    async def cost_cap(ctx: PhaseContext) -> None:
+        state = ctx.state
         level = cap.level(state)
         if level < state.notes.get(LEVEL, 1):
-            state.outcome = "under_cap"
+            state.outcome = CostCapOutcome.UNDER_CAP
             return
         verdict = ask(Spending(state.usage.total_tokens, state.cost_usd, level), state)
         if inspect.isawaitable(verdict):
             verdict = await verdict
         if verdict:
             state.notes[LEVEL] = level + 1
-            state.outcome = "cap_raised"
+            state.outcome = CostCapOutcome.CAP_RAISED
         else:
-            state.notes[DECLINED] = True
-            state.outcome = "cap_declined"
+            state.outcome = CostCapOutcome.CAP_DECLINED
 
     return cost_cap
 

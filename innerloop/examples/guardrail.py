@@ -21,11 +21,12 @@ import attrs
 
 from innerloop._events import Alert, Event
 from innerloop._messages import Block, Message, ToolResultBlock
+from innerloop.fsm._context import PhaseContext
 from innerloop.fsm._default import DEFAULT_SPEC
-from innerloop.fsm._driver import Run
 from innerloop.fsm._spec import MachineSpec, StateSpec, TransitionSpec
+from innerloop.fsm._state import OutcomeEnum
 
-__all__ = ["SECRET_PATTERNS", "redact", "redact_secrets", "with_guardrail"]
+__all__ = ["SECRET_PATTERNS", "RedactOutcome", "redact", "redact_secrets", "with_guardrail"]
 
 SECRET_PATTERNS: Mapping[str, re.Pattern[str]] = {
     "anthropic_key": re.compile(r"sk-ant-[A-Za-z0-9_\-]{20,}"),
@@ -47,9 +48,14 @@ def redact_secrets(
     return text, found
 
 
-async def redact(run: Run) -> AsyncIterator[Event]:
+class RedactOutcome(OutcomeEnum):
+    REDACTED = "redacted"
+    CLEAN = "clean"
+
+
+async def redact(ctx: PhaseContext) -> AsyncIterator[Event]:
     """The ``redact`` phase: clean the tool results of the last (user) message."""
-    state = run.state
+    state = ctx.state
     last = state.history[-1]
     found: list[str] = []
     blocks: list[Block] = []
@@ -59,10 +65,10 @@ async def redact(run: Run) -> AsyncIterator[Event]:
             found += kinds
             block = attrs.evolve(block, content=content)
         blocks.append(block)
-    state.outcome = "redacted" if found else "clean"
+    state.outcome = RedactOutcome.REDACTED if found else RedactOutcome.CLEAN
     if found:
         state.history[-1] = Message(last.role, tuple(blocks))
-        run.tokens.forget_missing(state.history)
+        ctx.deps.tokens.forget_missing(state.history)
         names = ", ".join(sorted(set(found)))
         yield Alert("secret_redacted", f"removed {len(found)} secret(s) from tool output: {names}")
 

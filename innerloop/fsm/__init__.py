@@ -1,24 +1,29 @@
 """The machine: spec, compiler, guards, phase handlers, driver, params and state."""
 
 from innerloop.fsm._compile import CompiledMachine, compile_spec
+from innerloop.fsm._context import Deps, PhaseContext, TurnScope, request_settings
 from innerloop.fsm._default import DEFAULT_SPEC
 from innerloop.fsm._driver import Run, TransitionObserver
 from innerloop.fsm._guards import DEFAULT_GUARDS
 from innerloop.fsm._params import HarnessParams, ModelChoice, SpendBudget, Thinking
 from innerloop.fsm._spec import Guard, Handler, MachineSpec, StateSpec, TransitionSpec
-from innerloop.fsm._state import AbortFlag, HarnessState, Task
+from innerloop.fsm._state import AbortRequest, HarnessState, Outcome, OutcomeEnum, Task
 
 __all__ = [
     "DEFAULT_GUARDS",
     "DEFAULT_SPEC",
-    "AbortFlag",
+    "AbortRequest",
     "CompiledMachine",
+    "Deps",
     "Guard",
     "Handler",
     "HarnessParams",
     "HarnessState",
     "MachineSpec",
     "ModelChoice",
+    "Outcome",
+    "OutcomeEnum",
+    "PhaseContext",
     "Run",
     "SpendBudget",
     "StateSpec",
@@ -26,5 +31,7 @@ __all__ = [
     "Thinking",
     "TransitionObserver",
     "TransitionSpec",
+    "TurnScope",
     "compile_spec",
+    "request_settings",
 ]

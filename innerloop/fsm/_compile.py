@@ -25,8 +25,7 @@ from innerloop._errors import SpecError
 from innerloop.fsm._spec import Guard, Handler, MachineSpec, TransitionSpec
 
 if TYPE_CHECKING:
-    from innerloop.fsm._params import HarnessParams
-    from innerloop.fsm._state import HarnessState
+    from innerloop.fsm._context import PhaseContext
 
 __all__ = ["CompiledMachine", "compile_spec"]
 
@@ -202,22 +201,19 @@ class Edge:
 
 
 class _MachineBase(StateMachine):
-    """Base of compiled classes; holds the run's params and state for the guards."""
+    """Base of compiled classes; holds the run's phase context for the guards."""
 
     _abstract = True
 
-    def __init__(
-        self, params: HarnessParams, state: HarnessState, start_value: str | None = None
-    ) -> None:
-        self._il_params = params
-        self._il_state = state
+    def __init__(self, ctx: PhaseContext, start_value: str | None = None) -> None:
+        self._il_ctx = ctx
         self._il_taken: TransitionSpec | None = None
         super().__init__(start_value=start_value)
 
 
 def _guard_method(name: str, fn: Guard) -> Callable[[Any], bool]:
     def method(self: Any) -> bool:
-        return bool(fn(self._il_params, self._il_state))
+        return bool(fn(self._il_ctx))
 
     method.__name__ = name
     return method
@@ -277,19 +273,17 @@ class CompiledMachine:
     def exit_reason(self, state: str) -> str:
         return self.spec.state(state).exit_reason or state
 
-    def select(self, state: str, params: HarnessParams, hstate: HarnessState) -> TransitionSpec:
+    def select(self, state: str, ctx: PhaseContext) -> TransitionSpec:
         """The first transition out of ``state`` whose guard holds (the lean path)."""
         for edge in self.table[state]:
-            if edge.guard is None or edge.guard(params, hstate):
+            if edge.guard is None or edge.guard(ctx):
                 return edge.spec
         raise AssertionError(f"no transition out of {state!r}; the compiler forbids this")
 
-    def instantiate(
-        self, params: HarnessParams, hstate: HarnessState, at: str | None = None
-    ) -> StateMachine:
-        """A python-statemachine instance over ``params``/``hstate``, in state ``at``."""
+    def instantiate(self, ctx: PhaseContext, at: str | None = None) -> StateMachine:
+        """A python-statemachine instance over ``ctx``, in state ``at``."""
         factory: Any = self.machine_class
-        return factory(params, hstate, start_value=at)  # type: ignore[no-any-return]
+        return factory(ctx, start_value=at)  # type: ignore[no-any-return]
 
     def send_step(self, machine: StateMachine) -> TransitionSpec:
         """Step a python-statemachine instance with ``send('step')``; returns the edge."""

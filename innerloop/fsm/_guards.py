@@ -1,13 +1,14 @@
-"""The default machine's guards: pure predicates over (params, state). No I/O, no clock."""
+"""The default machine's guards: pure predicates over a phase context's params and state.
+No I/O, no clock."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from innerloop._errors import ErrorCategory
-from innerloop.fsm._params import HarnessParams
+from innerloop.fsm._context import PhaseContext
 from innerloop.fsm._spec import Guard
-from innerloop.fsm._state import HarnessState
+from innerloop.fsm._state import Outcome
 
 __all__ = ["DEFAULT_GUARDS"]
 
@@ -15,33 +16,36 @@ _RATE = (ErrorCategory.RATE_LIMITED, ErrorCategory.OVERLOADED)
 FINISHING_STOPS = frozenset({"end_turn", "stop_sequence", "refusal"})
 
 
-def abort_requested(params: HarnessParams, state: HarnessState) -> bool:
+def abort_requested(ctx: PhaseContext) -> bool:
     """The host asked the run to stop."""
-    return state.abort.requested
+    return ctx.state.abort is not None
 
 
-def turn_limit(params: HarnessParams, state: HarnessState) -> bool:
+def turn_limit(ctx: PhaseContext) -> bool:
     """No model turn is left."""
+    params, state = ctx.params, ctx.state
     return state.turns >= params.max_turns
 
 
-def over_context_budget(params: HarnessParams, state: HarnessState) -> bool:
+def over_context_budget(ctx: PhaseContext) -> bool:
     """The assembled request is larger than the context budget."""
+    params, state = ctx.params, ctx.state
     return params.context_budget is not None and state.context_tokens > params.context_budget
 
 
-def cannot_shrink(params: HarnessParams, state: HarnessState) -> bool:
+def cannot_shrink(ctx: PhaseContext) -> bool:
     """Compaction could not remove anything."""
-    return state.outcome == "cannot_shrink"
+    return ctx.state.outcome == Outcome.CANNOT_SHRINK
 
 
-def call_opened(params: HarnessParams, state: HarnessState) -> bool:
+def call_opened(ctx: PhaseContext) -> bool:
     """The streaming request was accepted."""
-    return state.outcome == "opened"
+    return ctx.state.outcome == Outcome.OPENED
 
 
-def rate_limited_retry(params: HarnessParams, state: HarnessState) -> bool:
+def rate_limited_retry(ctx: PhaseContext) -> bool:
     """Rate limited or overloaded, with backoff retries left on this model."""
+    params, state = ctx.params, ctx.state
     return (
         state.error is not None
         and state.error.category in _RATE
@@ -49,8 +53,9 @@ def rate_limited_retry(params: HarnessParams, state: HarnessState) -> bool:
     )
 
 
-def rate_limited_fallback(params: HarnessParams, state: HarnessState) -> bool:
+def rate_limited_fallback(ctx: PhaseContext) -> bool:
     """Rate limited with retries exhausted, and a fallback model left in the chain."""
+    params, state = ctx.params, ctx.state
     return (
         state.error is not None
         and state.error.category in _RATE
@@ -58,8 +63,9 @@ def rate_limited_fallback(params: HarnessParams, state: HarnessState) -> bool:
     )
 
 
-def transient_retry(params: HarnessParams, state: HarnessState) -> bool:
+def transient_retry(ctx: PhaseContext) -> bool:
     """A transient failure (5xx, malformed, empty, dropped) with an immediate retry left."""
+    params, state = ctx.params, ctx.state
     return (
         state.error is not None
         and state.error.category is ErrorCategory.TRANSIENT
@@ -67,43 +73,49 @@ def transient_retry(params: HarnessParams, state: HarnessState) -> bool:
     )
 
 
-def context_overflow(params: HarnessParams, state: HarnessState) -> bool:
+def context_overflow(ctx: PhaseContext) -> bool:
     """The provider said the prompt is too long: our count was wrong."""
+    state = ctx.state
     return state.error is not None and state.error.category is ErrorCategory.CONTEXT_OVERFLOW
 
 
-def failed(params: HarnessParams, state: HarnessState) -> bool:
+def failed(ctx: PhaseContext) -> bool:
     """The call or stream failed (and no recovery branch above took it)."""
+    state = ctx.state
     return state.error is not None
 
 
-def truncated(params: HarnessParams, state: HarnessState) -> bool:
+def truncated(ctx: PhaseContext) -> bool:
     """The model hit max_tokens: compact, then ask it to continue."""
+    state = ctx.state
     return (
-        state.outcome == "response"
+        state.outcome == Outcome.RESPONSE
         and state.last_response is not None
         and state.last_response.stop_reason == "max_tokens"
     )
 
 
-def has_tool_calls(params: HarnessParams, state: HarnessState) -> bool:
+def has_tool_calls(ctx: PhaseContext) -> bool:
     """The last assistant message asks for tools."""
+    state = ctx.state
     return bool(state.pending_tool_uses)
 
 
-def model_finished(params: HarnessParams, state: HarnessState) -> bool:
+def model_finished(ctx: PhaseContext) -> bool:
     """The model ended its turn without asking for tools."""
+    state = ctx.state
     r = state.last_response
     return r is not None and r.stop_reason in FINISHING_STOPS and not r.tool_uses
 
 
-def turn_limit_continuing(params: HarnessParams, state: HarnessState) -> bool:
+def turn_limit_continuing(ctx: PhaseContext) -> bool:
     """The turn limit is reached while the model still wants to go on."""
-    return turn_limit(params, state) and not model_finished(params, state)
+    return turn_limit(ctx) and not model_finished(ctx)
 
 
-def spend_exceeded(params: HarnessParams, state: HarnessState) -> bool:
+def spend_exceeded(ctx: PhaseContext) -> bool:
     """The run has spent its token or dollar budget."""
+    params, state = ctx.params, ctx.state
     budget = params.spend_budget
     if budget is None:
         return False
@@ -116,8 +128,9 @@ def spend_exceeded(params: HarnessParams, state: HarnessState) -> bool:
     )
 
 
-def tasks_complete(params: HarnessParams, state: HarnessState) -> bool:
+def tasks_complete(ctx: PhaseContext) -> bool:
     """There are tasks and every one is done."""
+    state = ctx.state
     return bool(state.tasks) and all(t.done for t in state.tasks)
 
 

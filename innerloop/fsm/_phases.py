@@ -1,7 +1,8 @@
 """Phase handlers of the default machine, one function per state (same name).
 
-A handler does the phase's work and records its outcome in ``run.state``; it never picks
-the next state (the guards do). Handlers return a list of events or yield them.
+A handler receives the run's :class:`PhaseContext`, does the phase's work and records its
+:class:`Outcome` in ``ctx.state``; it never picks the next state (the guards do). Handlers
+return a list of events or yield them.
 """
 
 from __future__ import annotations
@@ -33,13 +34,16 @@ from innerloop._messages import (
     ToolUseBlock,
     Usage,
 )
-from innerloop.fsm._driver import Run
+from innerloop.fsm._context import PhaseContext
 from innerloop.fsm._params import HarnessParams
+from innerloop.fsm._state import Outcome
 from innerloop.providers._normalize import build_request
 from innerloop.recovery._compaction import CompactionRequest, CompactionResult
 from innerloop.recovery._diagnostic import build_diagnostic
 from innerloop.recovery._policy import backoff_delay
 from innerloop.recovery._pricing import add_cost, price_for
+from innerloop.tools._runner import ABORTED_TOOL, ToolBatch
+from innerloop.tools._spec import ToolCallResult
 
 __all__ = [
     "abort",
@@ -55,11 +59,9 @@ __all__ = [
     "stream",
 ]
 
-ABORTED_TOOL = "not run: the run was aborted before this tool call completed"
 
-
-async def idle(run: Run) -> None:
-    run.state.outcome = "started"
+async def idle(ctx: PhaseContext) -> None:
+    ctx.state.outcome = Outcome.STARTED
 
 
 def _unpriced_alert(params: HarnessParams, models: Sequence[str]) -> list[Event]:
@@ -81,48 +83,50 @@ def _unpriced_alert(params: HarnessParams, models: Sequence[str]) -> list[Event]
     ]
 
 
-async def assemble(run: Run) -> list[Event]:
+async def assemble(ctx: PhaseContext) -> list[Event]:
     """Count the request: system prompt and tools once per run, history incrementally."""
     events: list[Event] = []
-    if run.static_tokens is None:
-        run.static_tokens = run.tokens.count_static(run.params.system, run.params.tool_definitions)
-        events += _unpriced_alert(run.params, [c.model for c in run.params.model_chain])
-    state = run.state
-    if run.params.context_budget is None:
+    scope, tokens, params = ctx.scope, ctx.deps.tokens, ctx.params
+    if scope.static_tokens is None:
+        scope.static_tokens = tokens.count_static(params.system, params.tool_definitions)
+        events += _unpriced_alert(params, [c.model for c in params.model_chain])
+    state = ctx.state
+    if params.context_budget is None:
         # nothing to compare against: skip tokenizing (compaction counts what it needs)
-        state.outcome = "assembled"
+        state.outcome = Outcome.ASSEMBLED
         return events
-    state.context_tokens = run.static_tokens + run.tokens.count_history(state.history)
-    # an exact counter (RequestTokenCounter) also counts the whole wire request; looked up
-    # by attribute, as a runtime Protocol check costs tens of microseconds per turn
-    count_request = getattr(run.tokens.counter, "count_request", None)
-    if count_request is not None:
-        request = build_request(run.params, state.history, run.provider.dialect, run.choice.model)
-        exact = await count_request(request)
+    state.context_tokens = scope.static_tokens + tokens.count_history(state.history)
+    exact_counter = tokens.exact
+    if exact_counter is not None:  # an exact counter also counts the whole wire request
+        request = build_request(
+            scope.settings, state.history, ctx.provider.dialect, ctx.choice.model
+        )
+        exact = await exact_counter.count_request(request)
         if exact is not None:
             state.context_tokens = exact
-    state.outcome = "assembled"
+    state.outcome = Outcome.ASSEMBLED
     return events
 
 
-def _compaction_reason(run: Run) -> str:
-    state = run.state
+def _compaction_reason(ctx: PhaseContext) -> str:
+    state = ctx.state
     if state.error is not None and state.error.category is ErrorCategory.CONTEXT_OVERFLOW:
         return "overflow"
-    if state.outcome == "response" and state.last_response is not None:
+    if state.outcome == Outcome.RESPONSE and state.last_response is not None:
         if state.last_response.stop_reason == "max_tokens":
             return "max_tokens"
     return "budget"
 
 
 async def _run_compactor(
-    run: Run, request: CompactionRequest
+    ctx: PhaseContext, request: CompactionRequest
 ) -> tuple[CompactionResult, Exception | None]:
     """The run's compactor; if it fails, the deterministic fallback and the failure."""
+    deps = ctx.deps
     try:
-        return await run.compactor.compact(request, run.tokens), None
+        return await deps.compactor.compact(request, deps.tokens), None
     except Exception as exc:  # a failing summarizer must not lose the run: fall back
-        return await run.fallback_compactor.compact(request, run.tokens), exc
+        return await deps.fallback_compactor.compact(request, deps.tokens), exc
 
 
 def _append_user_text(history: list[Message], text: str) -> None:
@@ -134,13 +138,13 @@ def _append_user_text(history: list[Message], text: str) -> None:
         history.append(Message.user(text))
 
 
-async def compact(run: Run) -> AsyncIterator[Event]:
+async def compact(ctx: PhaseContext) -> AsyncIterator[Event]:
     """Shrink history for one of three reasons: budget, max_tokens or overflow."""
-    state, params, policy = run.state, run.params, run.params.recovery
-    reason = _compaction_reason(run)
+    state, params, policy, tokens = ctx.state, ctx.params, ctx.params.recovery, ctx.deps.tokens
+    reason = _compaction_reason(ctx)
     history = tuple(state.history)
-    before = run.tokens.count_history(history)
-    static = run.static_tokens or 0
+    before = tokens.count_history(history)
+    static = ctx.scope.static_tokens or 0
     # an exact count (see RequestTokenCounter) may disagree with the local one that plans
     # the cut: budget targets are scaled by how far the local count is off
     local = before + static
@@ -160,13 +164,13 @@ async def compact(run: Run) -> AsyncIterator[Event]:
         target = int(min(budget * fraction * scale, local * fraction)) - static
     elif reason == "max_tokens":
         # calls started eagerly from the truncated turn were discarded with it
-        await run.tool_runner.cancel_all()
+        await ctx.deps.tools.cancel_all()
         target = int(before * (1 - policy.max_tokens_compact_fraction))
     else:
         assert params.context_budget is not None
         target = int(params.context_budget * policy.budget_compact_target * scale) - static
     request = CompactionRequest(history, max(target, 0), reason, policy.keep_recent_messages)
-    result, failure = await _run_compactor(run, request)
+    result, failure = await _run_compactor(ctx, request)
     if failure is not None:
         yield Alert(
             "compactor_failed",
@@ -182,53 +186,54 @@ async def compact(run: Run) -> AsyncIterator[Event]:
     state.history = list(result.history)
     if reason == "max_tokens":
         _append_user_text(state.history, policy.continuation_message)
-    run.tokens.forget_missing(state.history)
-    after = run.tokens.count_history(state.history)
+    tokens.forget_missing(state.history)
+    after = tokens.count_history(state.history)
     shrank = result.removed > 0 and after < before
     state.error = None
     state.compaction_reason = reason
-    state.outcome = "compacted" if shrank or reason == "max_tokens" else "cannot_shrink"
+    state.outcome = Outcome.COMPACTED if shrank or reason == "max_tokens" else Outcome.CANNOT_SHRINK
     yield Compacted(reason, before + static, after + static, result.removed)
 
 
-async def normalize(run: Run) -> None:
+async def normalize(ctx: PhaseContext) -> None:
     """Pure ``build_request`` for the active provider's wire format."""
-    choice = run.choice
-    run.state.request = build_request(
-        run.params, run.state.history, run.provider.dialect, choice.model
+    scope = ctx.scope
+    scope.request = build_request(
+        scope.settings, ctx.state.history, ctx.provider.dialect, ctx.choice.model
     )
-    run.state.outcome = "normalized"
+    ctx.state.outcome = Outcome.NORMALIZED
 
 
-def _record_failure(run: Run, error: ProviderError) -> None:
-    state = run.state
+def _record_failure(ctx: PhaseContext, error: ProviderError) -> None:
+    state = ctx.state
     state.error = error
     state.count_error(error.category.value)
     if error.category in (ErrorCategory.RATE_LIMITED, ErrorCategory.OVERLOADED):
         state.rate_limit_failures += 1
     elif error.category is ErrorCategory.TRANSIENT:
         state.transient_failures += 1
-    state.outcome = "failed"
+    state.outcome = Outcome.FAILED
 
 
-async def call(run: Run) -> None:
+async def call(ctx: PhaseContext) -> None:
     """Open the streaming request."""
-    state = run.state
+    state, scope = ctx.state, ctx.scope
     state.error = None
+    assert scope.request is not None, "call runs after normalize"
     try:
-        state.stream = await run.provider.open(state.request)
+        scope.stream = await ctx.provider.open(scope.request)
     except Exception as exc:
-        _record_failure(run, ProviderError.wrap(exc, run.choice.provider))
+        _record_failure(ctx, ProviderError.wrap(exc, ctx.choice.provider))
         return
-    state.outcome = "opened"
+    state.outcome = Outcome.OPENED
 
 
-def _accept(run: Run, response: ModelResponse) -> ModelResponse:
+def _accept(ctx: PhaseContext, response: ModelResponse) -> ModelResponse:
     """Book a complete response: counters, cost, and the assistant message in history."""
-    state, params = run.state, run.params
+    state, params = ctx.state, ctx.params
     state.turns += 1
     state.usage = state.usage + response.usage
-    model = response.model or run.choice.model
+    model = response.model or ctx.choice.model
     state.resolved_models.append(model)
     state.cost_usd = add_cost(state.cost_usd, response.usage, model, params.prices)
     state.rate_limit_failures = 0
@@ -246,121 +251,128 @@ def _accept(run: Run, response: ModelResponse) -> ModelResponse:
     if message.content:
         state.history.append(message)
     state.last_response = response
-    state.outcome = "response"
+    state.outcome = Outcome.RESPONSE
     return response
 
 
-async def stream(run: Run) -> AsyncIterator[Event]:
+async def stream(ctx: PhaseContext) -> AsyncIterator[Event]:
     """Consume the stream: forward its events, start eager tools, book the response."""
-    state = run.state
-    model_stream = state.stream
-    eager = run.params.eager_tools
-    quiet = run.quiet
+    state, scope, tools = ctx.state, ctx.scope, ctx.deps.tools
+    model_stream = scope.stream
+    assert model_stream is not None, "stream runs after call opened one"
+    eager = ctx.params.eager_tools
+    quiet = scope.quiet
     completed = False
     try:
         async for event in model_stream:
             if isinstance(event, MessageComplete):
-                response = _accept(run, event.response)
+                response = _accept(ctx, event.response)
                 completed = True
                 yield event
                 yield ModelResponseEvent(response, state.turns)
                 break
             if eager and isinstance(event, ToolUseComplete):
-                run.tool_runner.prestart(run, event.tool_use)
+                tools.prestart(ctx, event.tool_use)
             if not quiet:
                 yield event
         if not completed:
             raise ProviderError(
                 ErrorCategory.TRANSIENT,
                 "the stream ended without a final message",
-                provider=run.choice.provider,
+                provider=ctx.choice.provider,
             )
     except Exception as exc:
-        await run.tool_runner.cancel_all()
-        _record_failure(run, ProviderError.wrap(exc, run.choice.provider))
+        await tools.cancel_all()
+        _record_failure(ctx, ProviderError.wrap(exc, ctx.choice.provider))
     finally:
-        state.stream = None
+        scope.stream = None
         await model_stream.aclose()
 
 
 def _results_message(
-    run: Run, calls: Sequence[ToolUseBlock], results: Sequence[ToolResultBlock]
+    ctx: PhaseContext, calls: Sequence[ToolUseBlock], results: Sequence[ToolCallResult]
 ) -> Message:
     """Tool results in call order, then any repeated-failure notices."""
-    policy = run.params.recovery
-    blocks: list[Block] = list(results)
+    policy, failures = ctx.params.recovery, ctx.state.tool_failures
+    blocks: list[Block] = [ToolResultBlock(r.tool_use_id, r.output, r.is_error) for r in results]
     for call_block, result in zip(calls, results, strict=True):
         name = call_block.name
         if result.is_error:
-            count = run.state.tool_failures.get(name, 0) + 1
-            run.state.tool_failures[name] = count
+            count = failures.get(name, 0) + 1
+            failures[name] = count
             if policy.tool_failure_threshold and count == policy.tool_failure_threshold:
                 notice = policy.tool_failure_notice.format(name=name, count=count)
                 blocks.append(TextBlock(notice))
         else:
-            run.state.tool_failures[name] = 0
+            failures[name] = 0
     return Message("user", tuple(blocks))
 
 
-async def execute(run: Run) -> AsyncIterator[Event]:
-    """Run the last assistant message's tool calls and append their results."""
-    state = run.state
+def _aborted_message(results: Sequence[ToolCallResult]) -> Message:
+    """The results of an aborted batch: the finished calls keep theirs."""
+    return Message(
+        "user", tuple(ToolResultBlock(r.tool_use_id, r.output, r.is_error) for r in results)
+    )
+
+
+async def execute_batch(ctx: PhaseContext, batch: ToolBatch) -> AsyncIterator[Event]:
+    """Append a finished batch's results (and any repeated-failure notices) to the history.
+
+    A cancelled batch (an abort) is appended as it is, so the history stays valid, and the
+    cancellation goes on."""
+    state = ctx.state
     calls = state.history[-1].tool_uses
-    try:
-        outcomes = await run.tool_runner.run_calls(run, calls)
-    except asyncio.CancelledError:
-        # an abort: calls that finished keep their results, the others say they were aborted
-        done = {o.tool_use_id: o for o in getattr(run.tool_runner, "finished_results", ())}
-        if done:
-            blocks = tuple(
-                ToolResultBlock(c.id, done[c.id].output, done[c.id].is_error)
-                if c.id in done
-                else ToolResultBlock(c.id, ABORTED_TOOL, True)
-                for c in calls
-            )
-            state.history.append(Message("user", blocks))
-        raise
-    results = [ToolResultBlock(o.tool_use_id, o.output, o.is_error) for o in outcomes]
-    message = _results_message(run, calls, results)
+    if batch.cancelled:
+        state.history.append(_aborted_message(batch.results))
+        raise asyncio.CancelledError
+    message = _results_message(ctx, calls, batch.results)
     state.history.append(message)
-    state.outcome = "executed"
-    for o in outcomes:
+    state.outcome = Outcome.EXECUTED
+    for o in batch.results:
         yield ToolExecuted(o.tool_use_id, o.name, o.is_error, o.timed_out, o.duration, o.output)
-    for notice in message.content[len(results) :]:
+    for notice in message.content[len(batch.results) :]:
         assert isinstance(notice, TextBlock)
         yield Alert("tool_failing", notice.text)
 
 
-async def check(run: Run) -> None:
+async def execute(ctx: PhaseContext) -> AsyncIterator[Event]:
+    """Run the last assistant message's tool calls and append their results."""
+    calls = ctx.state.history[-1].tool_uses
+    batch = await ctx.deps.tools.run_calls(ctx, calls)
+    async for event in execute_batch(ctx, batch):
+        yield event
+
+
+async def check(ctx: PhaseContext) -> None:
     """Nothing to do: the exit checks are the guards on this state's transitions."""
-    run.state.outcome = "checked"
+    ctx.state.outcome = Outcome.CHECKED
 
 
-async def backoff(run: Run) -> AsyncIterator[Event]:
+async def backoff(ctx: PhaseContext) -> AsyncIterator[Event]:
     """Wait before retrying a rate-limited call; Retry-After overrides the schedule."""
-    state = run.state
+    state = ctx.state
     error = state.error
     retry_after = error.retry_after if error is not None else None
     state.backoff_attempts += 1
-    delay = backoff_delay(run.params.recovery, state.rate_limit_failures, retry_after)
+    delay = backoff_delay(ctx.params.recovery, state.rate_limit_failures, retry_after)
     yield Backoff(state.rate_limit_failures, delay, retry_after, state.total_wait + delay)
-    await run.clock.sleep(delay)
+    await ctx.deps.clock.sleep(delay)
     state.total_wait += delay
-    state.outcome = "waited"
+    state.outcome = Outcome.WAITED
 
 
-async def fallback(run: Run) -> AsyncIterator[Event]:
+async def fallback(ctx: PhaseContext) -> AsyncIterator[Event]:
     """Switch to the next model in the chain; the history is re-normalized for it."""
-    state = run.state
-    before = run.choice
+    state = ctx.state
+    before = ctx.choice
     reason = state.error.category.value if state.error is not None else "unknown"
     state.active += 1
     state.degraded = True
     state.rate_limit_failures = 0
     state.transient_failures = 0
     state.error = None
-    after = run.choice
-    state.outcome = "switched"
+    after = ctx.choice
+    state.outcome = Outcome.SWITCHED
     yield Fallback(before.provider, before.model, after.provider, after.model, reason)
 
 
@@ -375,29 +387,29 @@ def _close_history(state_history: list[Message]) -> None:
         )
 
 
-async def abort(run: Run) -> AsyncIterator[Event]:
+async def abort(ctx: PhaseContext) -> AsyncIterator[Event]:
     """Cancel in-flight work, close the history validly, record the diagnostic."""
-    state = run.state
-    await run.tool_runner.cancel_all()
-    if state.stream is not None:
-        s, state.stream = state.stream, None
+    state, scope = ctx.state, ctx.scope
+    await ctx.deps.tools.cancel_all()
+    if scope.stream is not None:
+        s, scope.stream = scope.stream, None
         await s.aclose()
     _close_history(state.history)
-    if state.abort.requested:
+    if state.abort is not None:
         reason = state.abort.reason
         state.diagnostic = None
     else:
         error = state.error
         reason = str(error) if error is not None else "compaction could not shrink the history"
-        payload = state.request.payload if state.request is not None else None
+        payload = scope.request.payload if scope.request is not None else None
         state.diagnostic = build_diagnostic(
             error,
             payload,
-            phase=state.outcome,
-            provider=run.choice.provider,
-            model=run.choice.model,
+            phase=str(state.outcome),
+            provider=ctx.choice.provider,
+            model=ctx.choice.model,
         )
         if error is None:
             state.diagnostic["reason"] = reason
-    state.outcome = "aborted"
+    state.outcome = Outcome.ABORTED
     yield Abort(reason, state.diagnostic)

@@ -9,7 +9,7 @@ Plugging in a custom state, for example a human approval step before tools run::
     spec = DEFAULT_SPEC.insert_between(
         "stream", "execute",
         StateSpec("approve", doc="ask the host"),
-        approve_handler,                      # async def approve_handler(run): ...
+        approve_handler,                      # async def approve_handler(ctx): ...
         transitions=(
             TransitionSpec("approve", "abort", "abort_requested", "recovery"),
             TransitionSpec("approve", "execute"),
@@ -36,17 +36,15 @@ from innerloop._errors import SpecError
 
 if TYPE_CHECKING:
     from innerloop._events import Event
-    from innerloop.fsm._driver import Run
-    from innerloop.fsm._params import HarnessParams
-    from innerloop.fsm._state import HarnessState
+    from innerloop.fsm._context import PhaseContext
 
 __all__ = ["Guard", "Handler", "MachineSpec", "StateSpec", "TransitionSpec"]
 
-Handler: TypeAlias = Callable[["Run"], Any]
-"""A phase handler: ``async def h(run)`` returning None or a list of events, or an async
-generator function yielding events."""
-Guard: TypeAlias = Callable[["HarnessParams", "HarnessState"], bool]
-"""A pure predicate over params and state."""
+Handler: TypeAlias = Callable[["PhaseContext"], Any]
+"""A phase handler: ``async def h(ctx)`` returning None or a list of events, or an async
+generator function yielding events. It records what it did in ``ctx.state.outcome``."""
+Guard: TypeAlias = Callable[["PhaseContext"], bool]
+"""A pure predicate over ``ctx.params`` and ``ctx.state``."""
 StateKind: TypeAlias = Literal["phase", "recovery", "final"]
 EdgeKind: TypeAlias = Literal["happy", "recovery", "exit"]
 

@@ -1,71 +1,90 @@
-"""HarnessState: everything that evolves while the loop runs."""
+"""HarnessState: everything that evolves while the loop runs, as plain data.
+
+Nothing here is a live object: the request being built, the open stream and the abort
+signal's lock belong to the driver (``innerloop.fsm._context``). So a state can be
+copied, compared, written to JSON and read back at any transition.
+"""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
+import time
+from enum import StrEnum
 from typing import Any
 
 import attrs
 
 from innerloop._errors import ProviderError
 from innerloop._messages import Message, ModelResponse, Usage
+from innerloop._tasks import Task
 
-__all__ = ["AbortFlag", "HarnessState", "Task"]
-
-
-class AbortFlag:
-    """A thread-safe abort request. ``request()`` may be called from any thread or task;
-    the driver registers a waker so that whatever the run is waiting on is cancelled."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-        self._lock = threading.Lock()
-        self.reason: str = ""
-        self._wakers: list[Callable[[], None]] = []
-
-    def request(self, reason: str = "abort requested by the host") -> None:
-        with self._lock:
-            if self._event.is_set():
-                return
-            self.reason = reason
-            self._event.set()
-            wakers = list(self._wakers)
-        for wake in wakers:
-            wake()
-
-    @property
-    def requested(self) -> bool:
-        return self._event.is_set()
-
-    def add_waker(self, wake: Callable[[], None]) -> None:
-        with self._lock:
-            self._wakers.append(wake)
-            fire = self._event.is_set()
-        if fire:
-            wake()
-
-    def remove_waker(self, wake: Callable[[], None]) -> None:
-        with self._lock:
-            if wake in self._wakers:
-                self._wakers.remove(wake)
-
-    def __repr__(self) -> str:
-        return f"AbortFlag(requested={self.requested}, reason={self.reason!r})"
+__all__ = ["AbortRequest", "HarnessState", "Outcome", "OutcomeEnum", "Task"]
 
 
-@attrs.define
-class Task:
-    """A pending task: seeded by the host or kept by the model through the task tool."""
+class OutcomeEnum(StrEnum):
+    """Base of every outcome enum. A custom state declares its own subclass::
 
-    id: str
-    text: str
-    done: bool = False
+        class ApprovalOutcome(OutcomeEnum):
+            APPROVED = "approved"
+            DENIED = "denied"
+
+    Guards compare with ``==`` (an outcome read back from JSON is found again by value).
+    """
+
+    @classmethod
+    def lookup(cls, value: str) -> OutcomeEnum:
+        """The member whose value is ``value``, among ``Outcome`` and every subclass of
+        ``OutcomeEnum`` defined so far (a custom state's outcomes included)."""
+        pending: list[type[OutcomeEnum]] = [Outcome, *cls.__subclasses__()]
+        seen: set[type[OutcomeEnum]] = set()
+        while pending:
+            enum = pending.pop(0)
+            if enum in seen:
+                continue
+            seen.add(enum)
+            member = enum._value2member_map_.get(value)
+            if member is not None:
+                return member  # type: ignore[return-value]
+            pending.extend(enum.__subclasses__())
+        raise ValueError(
+            f"{value!r} is no outcome of Outcome or of any OutcomeEnum subclass defined; "
+            "import the module that declares the custom state's outcomes first"
+        )
+
+
+class Outcome(OutcomeEnum):
+    """What the last phase of the default machine did; the guards read it."""
+
+    STARTED = "started"
+    ASSEMBLED = "assembled"
+    COMPACTED = "compacted"
+    CANNOT_SHRINK = "cannot_shrink"
+    NORMALIZED = "normalized"
+    OPENED = "opened"
+    FAILED = "failed"
+    RESPONSE = "response"
+    EXECUTED = "executed"
+    CHECKED = "checked"
+    WAITED = "waited"
+    SWITCHED = "switched"
+    ABORTED = "aborted"
+
+
+@attrs.frozen
+class AbortRequest:
+    """An abort asked for: why, and when (seconds since the epoch)."""
+
+    reason: str = "abort requested by the host"
+    at: float = attrs.Factory(time.time)
 
 
 @attrs.define(eq=False)
 class HarnessState:
-    """Mutable state of one run. Phase handlers write it; guards only read it."""
+    """Mutable state of one run. Phase handlers write it; guards only read it.
+
+    To stop a run from another thread or task, call ``Run.abort()``: it also wakes whatever
+    the run is waiting on. ``request_abort`` only records the request; the run sees it at
+    its next phase or stream event.
+    """
 
     history: list[Message] = attrs.Factory(list)
     tasks: list[Task] = attrs.Factory(list)
@@ -76,9 +95,10 @@ class HarnessState:
     """Index of the active model in ``params.model_chain``."""
     degraded: bool = False
     """True once the run has fallen back from its primary model."""
-    abort: AbortFlag = attrs.Factory(AbortFlag)
-    outcome: str = ""
-    """What the last phase did (``opened``, ``failed``, ``response``, ``compacted``...)."""
+    abort: AbortRequest | None = None
+    """The pending abort request, if any (the first one wins)."""
+    outcome: OutcomeEnum = Outcome.STARTED
+    """What the last phase did; the guards read it."""
     exit_reason: str | None = None
     final_state: str | None = None
 
@@ -100,15 +120,22 @@ class HarnessState:
     context_tokens: int = 0
     error: ProviderError | None = None
     """The failure of the last call or stream, if it failed."""
-    request: Any = None
-    """The normalized wire request of the current turn."""
-    stream: Any = None
-    """The open model stream between ``call`` and ``stream``."""
     last_response: ModelResponse | None = None
     compaction_reason: str | None = None
     diagnostic: dict[str, Any] | None = None
     notes: dict[str, Any] = attrs.Factory(dict)
-    """Free space for custom states and hosts."""
+    """Free space for custom states and hosts (JSON values, so the state stays data)."""
+
+    @property
+    def abort_requested(self) -> bool:
+        return self.abort is not None
+
+    def request_abort(self, reason: str = "abort requested by the host") -> bool:
+        """Record an abort request; False if one was already pending (it is kept)."""
+        if self.abort is not None:
+            return False
+        self.abort = AbortRequest(reason)
+        return True
 
     def count_error(self, category: str) -> None:
         self.errors[category] = self.errors.get(category, 0) + 1

@@ -10,7 +10,7 @@ import hashlib
 import json
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 import attrs
 
@@ -25,10 +25,7 @@ from innerloop._messages import (
     ToolUseBlock,
 )
 
-if TYPE_CHECKING:
-    from innerloop.fsm._params import HarnessParams
-
-__all__ = ["Dialect", "WireRequest", "build_request", "normalize"]
+__all__ = ["Dialect", "RequestSettings", "WireRequest", "build_request", "normalize"]
 
 Dialect: TypeAlias = Literal["anthropic", "openai"]
 ERROR_PREFIX = "[tool error] "
@@ -52,6 +49,35 @@ class WireRequest:
     dialect: str
     model: str
     payload: dict[str, Any]
+
+
+def _definitions(value: Sequence[Any]) -> tuple[dict[str, Any], ...]:
+    return tuple(dict(d) for d in value)
+
+
+def _strings(value: Sequence[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
+@attrs.frozen
+class RequestSettings:
+    """What a request carries besides the history: the run's fixed settings.
+
+    The machine makes one per run from its ``HarnessParams``
+    (``innerloop.fsm.request_settings``); a provider never sees the params themselves.
+    """
+
+    max_output_tokens: int
+    system: str = ""
+    tools: tuple[dict[str, Any], ...] = attrs.field(default=(), converter=_definitions)
+    """Provider-neutral tool definitions: name, description, input_schema."""
+    tool_choice: str = "auto"
+    thinking_budget: int | None = None
+    stop_sequences: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    temperature: float | None = None
+    top_p: float | None = None
+    cache_tools: bool = False
+    cache_last_user_turn: bool = False
 
 
 def normalize(messages: Sequence[Message], dialect: Dialect | str) -> list[dict[str, Any]]:
@@ -185,10 +211,10 @@ def _openai_tool_choice(choice: str) -> Any:
 
 
 def build_request(
-    params: HarnessParams, history: Sequence[Message], dialect: Dialect | str, model: str
+    params: RequestSettings, history: Sequence[Message], dialect: Dialect | str, model: str
 ) -> WireRequest:
     """The full streaming request body for ``dialect``: system, tools, settings, messages."""
-    tools = params.tool_definitions
+    tools = params.tools
     payload: dict[str, Any] = {"model": model, "stream": True}
     if dialect == "anthropic":
         messages = _anthropic_messages(history)
@@ -201,9 +227,8 @@ def build_request(
                 defs[-1]["cache_control"] = CACHE
             payload["tools"] = defs
             payload["tool_choice"] = _anthropic_tool_choice(params.tool_choice)
-        if params.thinking is not None:
-            budget = params.thinking.budget_tokens
-            payload["thinking"] = {"type": "enabled", "budget_tokens": budget}
+        if params.thinking_budget is not None:
+            payload["thinking"] = {"type": "enabled", "budget_tokens": params.thinking_budget}
         if params.stop_sequences:
             payload["stop_sequences"] = list(params.stop_sequences)
         if params.cache_last_user_turn and messages and messages[-1]["role"] == "user":

@@ -39,6 +39,7 @@ from innerloop._messages import (
     Usage,
 )
 from innerloop.providers._base import final_response
+from innerloop.providers._normalize import RequestSettings, build_request
 from innerloop.recovery._tokens import (
     MESSAGE_OVERHEAD,
     MessageTokenCache,
@@ -306,15 +307,8 @@ class SummarizingCompactor:
 
     async def summarize(self, part: Sequence[Message]) -> ModelResponse:
         """One streamed request to the summarizer; the assembled final response."""
-        from innerloop.fsm._params import HarnessParams, ModelChoice
-        from innerloop.providers._normalize import build_request
-
         dialect = self.provider.dialect
-        params = HarnessParams(
-            model=ModelChoice(dialect, self.model),
-            system=self.instructions,
-            max_output_tokens=self.summary_tokens,
-        )
+        params = RequestSettings(self.summary_tokens, self.instructions)
         prompt = "<transcript>\n" + render_transcript(part, self.result_chars) + "\n</transcript>"
         request = build_request(params, (Message.user(prompt),), dialect, self.model)
         response = await final_response(await self.provider.open(request))

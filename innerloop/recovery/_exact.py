@@ -8,10 +8,10 @@ failure of the endpoint falls back to the local count.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 from innerloop.providers._normalize import WireRequest
-from innerloop.recovery._tokens import TiktokenCounter, TokenCounter
+from innerloop.recovery._tokens import RequestTokenCounter, TiktokenCounter, TokenCounter
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
@@ -20,17 +20,6 @@ __all__ = ["AnthropicTokenCounter", "RequestTokenCounter"]
 
 COUNTED_FIELDS = ("model", "messages", "system", "tools", "tool_choice", "thinking")
 """The parts of a Messages request the count-tokens endpoint accepts."""
-
-
-@runtime_checkable
-class RequestTokenCounter(Protocol):
-    """A token counter that can also count a whole wire request exactly."""
-
-    def count_text(self, text: str) -> int: ...
-
-    async def count_request(self, request: WireRequest) -> int | None:
-        """Input tokens of ``request``; None when this counter cannot tell."""
-        ...
 
 
 class AnthropicTokenCounter:

@@ -18,7 +18,7 @@ import importlib.resources
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from innerloop._errors import InnerloopError
 from innerloop._messages import (
@@ -33,6 +33,8 @@ from innerloop._messages import (
 
 if TYPE_CHECKING:
     import tiktoken
+
+    from innerloop.providers._normalize import WireRequest
 
 __all__ = [
     "CL100K_SHA256",
@@ -84,6 +86,18 @@ class TokenizerDataError(InnerloopError, FileNotFoundError):
 
 class TokenCounter(Protocol):
     def count_text(self, text: str) -> int: ...
+
+
+@runtime_checkable
+class RequestTokenCounter(Protocol):
+    """A token counter that can also count a whole wire request exactly
+    (``innerloop.recovery.AnthropicTokenCounter`` is one)."""
+
+    def count_text(self, text: str) -> int: ...
+
+    async def count_request(self, request: WireRequest) -> int | None:
+        """Input tokens of ``request``; None when this counter cannot tell."""
+        ...
 
 
 class ApproxTokenCounter:
@@ -206,6 +220,8 @@ class MessageTokenCache:
 
     def __init__(self, counter: TokenCounter) -> None:
         self.counter = counter
+        self.exact = counter if isinstance(counter, RequestTokenCounter) else None
+        """The counter again when it can count a whole request exactly, else None."""
         self._counts: dict[int, tuple[Message, int]] = {}
         self._seen: list[Message] = []
         self._totals: list[int] = []

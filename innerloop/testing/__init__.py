@@ -3,7 +3,12 @@ transition coverage."""
 
 from innerloop.testing._clock import FakeClock
 from innerloop.testing._history import assert_valid_history, history_problems
-from innerloop.testing._machine import MachineProbe, TransitionCoverage, machine_at
+from innerloop.testing._machine import (
+    MachineProbe,
+    TransitionCoverage,
+    machine_at,
+    phase_context,
+)
 from innerloop.testing._scripted import (
     FakeProvider,
     Fault,
@@ -46,6 +51,7 @@ __all__ = [
     "assert_valid_history",
     "history_problems",
     "machine_at",
+    "phase_context",
     "reply",
     "text",
     "thinking",

@@ -7,12 +7,38 @@ from collections.abc import Iterable
 import attrs
 
 from innerloop.fsm._compile import CompiledMachine, compile_spec
+from innerloop.fsm._context import AbortSignal, Deps, PhaseContext, TurnScope, request_settings
 from innerloop.fsm._driver import TransitionObserver
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._spec import MachineSpec, TransitionSpec
 from innerloop.fsm._state import HarnessState
+from innerloop.recovery._clock import SystemClock
+from innerloop.recovery._compaction import TruncatingCompactor
+from innerloop.recovery._tokens import ApproxTokenCounter, MessageTokenCache
+from innerloop.tools._runner import ToolRunner
 
-__all__ = ["MachineProbe", "TransitionCoverage", "machine_at"]
+__all__ = ["MachineProbe", "TransitionCoverage", "machine_at", "phase_context"]
+
+
+def phase_context(
+    params: HarnessParams, state: HarnessState, deps: Deps | None = None
+) -> PhaseContext:
+    """A phase context over ``params`` and ``state``, for calling a guard or a handler
+    directly in a test. Without ``deps``: no providers, the system clock, an approximate
+    token counter, truncation and the default tool runner."""
+    if deps is None:
+        truncate = TruncatingCompactor()
+        deps = Deps(
+            providers={},
+            clock=SystemClock(),
+            tokens=MessageTokenCache(ApproxTokenCounter()),
+            compactor=truncate,
+            fallback_compactor=truncate,
+            tools=ToolRunner(),
+        )
+    return PhaseContext(
+        params, state, deps, TurnScope(request_settings(params)), AbortSignal(state)
+    )
 
 
 @attrs.define
@@ -30,9 +56,10 @@ class MachineProbe:
 
         Also checks that the driver's lean table lookup picks the same transition.
         """
-        sm = self.machine.instantiate(self.params, self.state, at=self.current)
+        ctx = phase_context(self.params, self.state)
+        sm = self.machine.instantiate(ctx, at=self.current)
         taken = self.machine.send_step(sm)
-        lean = self.machine.select(self.current, self.params, self.state)
+        lean = self.machine.select(self.current, ctx)
         if lean.key != taken.key:
             raise AssertionError(f"engines disagree: statemachine took {taken}, table {lean}")
         for observer in self.observers:
@@ -42,7 +69,7 @@ class MachineProbe:
 
     def transition(self) -> TransitionSpec:
         """The transition ``step`` would take, without taking it."""
-        return self.machine.select(self.current, self.params, self.state)
+        return self.machine.select(self.current, phase_context(self.params, self.state))
 
 
 def machine_at(

@@ -225,7 +225,7 @@ def _task_tool() -> ToolSpec:
             text: the new task, for 'add'
             id: the task id (e.g. 't1'), for 'complete'
         """
-        from innerloop.fsm._state import Task
+        from innerloop._tasks import Task
 
         pending = ctx.state.tasks
         if action == "add":

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -28,33 +28,77 @@ from innerloop._messages import ToolUseBlock
 from innerloop.recovery._tokens import ApproxTokenCounter, TokenCounter
 from innerloop.tools._output import OutputLimits, cap_output
 from innerloop.tools._schema import validate
-from innerloop.tools._spec import ToolCallResult, ToolContext, ToolError, ToolOutput, ToolSpec
+from innerloop.tools._spec import (
+    ToolCallResult,
+    ToolContext,
+    ToolError,
+    ToolOutput,
+    ToolParams,
+    ToolSpec,
+    ToolState,
+)
 
 if TYPE_CHECKING:
-    from innerloop.fsm._params import HarnessParams
-    from innerloop.fsm._state import HarnessState
     from innerloop.recovery._tokens import MessageTokenCache
 
-__all__ = ["ToolRunner", "ToolScope"]
+__all__ = ["ABORTED_TOOL", "ToolBatch", "ToolExecutor", "ToolRunner", "ToolScope"]
+
+ABORTED_TOOL = "not run: the run was aborted before this tool call completed"
+"""The result of a call that had not finished when its run was aborted."""
 
 
 class ToolScope(Protocol):
-    """What the runner reads of a run: its params (the tools, limits, timeouts), its state
-    (handed to tools) and its token cache (for capping output). A ``Run`` is one; a
-    durable worker builds one of its own."""
+    """What an executor reads of a run: its params (the tools, limits, timeouts), its state
+    (handed to tools), its token cache (for capping output) and a way for a tool to abort
+    the run. A machine's ``PhaseContext`` is one; a durable worker builds one of its own."""
 
     @property
-    def params(self) -> HarnessParams: ...
+    def params(self) -> ToolParams: ...
 
     @property
-    def state(self) -> HarnessState: ...
+    def state(self) -> ToolState: ...
 
     @property
     def tokens(self) -> MessageTokenCache: ...
 
+    @property
+    def request_abort(self) -> Callable[[str], None]: ...
+
+
+@attrs.frozen
+class ToolBatch:
+    """The results of one turn's tool calls, in the order of the calls.
+
+    ``cancelled`` is True when the batch was cancelled (an abort) before every call had
+    finished: the calls that had finished keep their real results, the others have an
+    ``is_error`` result ``ABORTED_TOOL`` (``error="aborted"``)."""
+
+    results: tuple[ToolCallResult, ...]
+    cancelled: bool = False
+
+
+class ToolExecutor(Protocol):
+    """Runs a run's tool calls. One instance per run (it may hold eagerly started calls).
+
+    ``run_calls`` never raises for a failing tool and never loses a finished result: when
+    it is cancelled it stops the running calls and returns a cancelled :class:`ToolBatch`
+    (the caller re-raises the cancellation)."""
+
+    def prestart(self, scope: ToolScope, call: ToolUseBlock) -> None:
+        """Start ``call`` now, while the message still streams (eager dispatch)."""
+
+    async def run_calls(self, scope: ToolScope, calls: Sequence[ToolUseBlock]) -> ToolBatch: ...
+
+    async def cancel_all(self) -> None:
+        """Cancel every eagerly started call (and kill its processes)."""
+
+
+def aborted_result(call: ToolUseBlock) -> ToolCallResult:
+    return ToolCallResult(call.id, call.name, ABORTED_TOOL, is_error=True, error="aborted")
+
 
 class ToolRunner:
-    """Executes tool calls for a run. One instance per run (it holds eager tasks).
+    """The default :class:`ToolExecutor`. One instance per run (it holds eager tasks).
 
     ``limits`` caps each result; ``token_counter`` counts its tokens (default: the run's
     counter); ``workspace`` is handed to tools as ``ctx.workspace``. Pass a configured
@@ -73,52 +117,49 @@ class ToolRunner:
         self.workspace = Path(workspace) if workspace is not None else None
         self._eager: dict[str, asyncio.Task[ToolCallResult]] = {}
         self._semaphore: asyncio.Semaphore | None = None
-        self.finished_results: list[ToolCallResult] = []
-        """After :meth:`run_calls` was cancelled: the results of the calls that finished."""
 
-    def prestart(self, run: ToolScope, call: ToolUseBlock) -> None:
+    def prestart(self, scope: ToolScope, call: ToolUseBlock) -> None:
         """Start ``call`` now (eager dispatch, while the message still streams)."""
         if call.id not in self._eager:
-            self._eager[call.id] = self._start(run, call)
+            self._eager[call.id] = self._start(scope, call)
 
-    async def run_calls(
-        self, run: ToolScope, calls: Sequence[ToolUseBlock]
-    ) -> list[ToolCallResult]:
+    async def run_calls(self, scope: ToolScope, calls: Sequence[ToolUseBlock]) -> ToolBatch:
         """Run ``calls`` (or collect their eager starts); results in the order of ``calls``.
 
         Eager starts that are not among ``calls`` (their message was cut off by max_tokens
         and dropped) are cancelled. If this is cancelled (an abort), the running calls are
-        cancelled and :attr:`finished_results` holds the results of the calls that had
-        finished."""
+        cancelled (their processes killed) and the batch comes back ``cancelled``."""
         if len(calls) == 1 and not self._eager:
             # one call, nothing started early: run it in this task (no task, no extra
             # event-loop round trips); an abort cancels it right here
-            self.finished_results = []
-            return [await self._guarded(run, calls[0])]
+            try:
+                return ToolBatch((await self._guarded(scope, calls[0]),))
+            except asyncio.CancelledError:
+                return ToolBatch((aborted_result(calls[0]),), cancelled=True)
         wanted = {c.id for c in calls}
         stale = [t for i, t in self._eager.items() if i not in wanted]
         tasks = [
-            self._eager.pop(c.id) if c.id in self._eager else self._start(run, c) for c in calls
+            self._eager.pop(c.id) if c.id in self._eager else self._start(scope, c) for c in calls
         ]
         self._eager.clear()
         await _cancel(stale)
         if not tasks:
-            return []
+            return ToolBatch(())
         try:
             # wait() rather than gather(): a cancelled gather cancels its tasks itself,
             # and a second cancel() would cut short their cleanup (killing processes)
             await asyncio.wait(tasks)
-        except BaseException:
-            self.finished_results = []
-            try:
-                await _cancel(tasks)
-            finally:
-                self.finished_results = [r for r in map(_outcome, tasks) if r is not None]
-            raise
-        return [t.result() for t in tasks]
+        except asyncio.CancelledError:
+            await _cancel(tasks)
+            finished = (_outcome(t) for t in tasks)
+            return ToolBatch(
+                tuple(r or aborted_result(c) for r, c in zip(finished, calls, strict=True)),
+                cancelled=True,
+            )
+        return ToolBatch(tuple(t.result() for t in tasks))
 
-    def _start(self, run: ToolScope, call: ToolUseBlock) -> asyncio.Task[ToolCallResult]:
-        return asyncio.ensure_future(self._guarded(run, call))
+    def _start(self, scope: ToolScope, call: ToolUseBlock) -> asyncio.Task[ToolCallResult]:
+        return asyncio.ensure_future(self._guarded(scope, call))
 
     async def _guarded(self, run: ToolScope, call: ToolUseBlock) -> ToolCallResult:
         try:
@@ -167,7 +208,9 @@ class ToolRunner:
     async def execute(self, run: ToolScope, spec: ToolSpec, call: ToolUseBlock) -> ToolCallResult:
         """Run one validated call under its timeout; every outcome becomes a result."""
         limit = run.params.timeout_for(spec)
-        ctx = ToolContext(run.params, run.state, call.id, self.workspace, limit)
+        ctx = ToolContext(
+            run.params, run.state, call.id, self.workspace, limit, request_abort=run.request_abort
+        )
         start = time.monotonic()
 
         def result(output: str, error: str | None = None, **kw: object) -> ToolCallResult:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import attrs
 
-if TYPE_CHECKING:
-    from innerloop.fsm._params import HarnessParams
-    from innerloop.fsm._state import HarnessState
+from innerloop._messages import Message
+from innerloop._tasks import Task
 
 __all__ = [
     "DEFAULT_TIMEOUTS",
@@ -19,7 +18,9 @@ __all__ = [
     "ToolError",
     "ToolHandler",
     "ToolOutput",
+    "ToolParams",
     "ToolSpec",
+    "ToolState",
 ]
 
 DEFAULT_TIMEOUTS: Mapping[str, float] = {"file": 5.0, "shell": 30.0, "network": 15.0, "code": 60.0}
@@ -43,12 +44,46 @@ class ToolOutput:
     value: Any = None
 
 
+class ToolParams(Protocol):
+    """What the tool layer reads of a run's params (``HarnessParams`` is one)."""
+
+    @property
+    def tools(self) -> tuple[ToolSpec, ...]: ...
+
+    @property
+    def max_parallel_tools(self) -> int: ...
+
+    def tool(self, name: str) -> ToolSpec | None: ...
+
+    def timeout_for(self, tool: ToolSpec) -> float: ...
+
+
+class ToolState(Protocol):
+    """What a tool may read and change of the run's state (``HarnessState`` is one)."""
+
+    @property
+    def history(self) -> list[Message]: ...
+
+    @property
+    def tasks(self) -> list[Task]: ...
+
+    @property
+    def turns(self) -> int: ...
+
+    @property
+    def notes(self) -> dict[str, Any]: ...
+
+
+def _no_abort(reason: str) -> None:
+    raise RuntimeError("this tool context belongs to no run, so it cannot abort one")
+
+
 @attrs.define
 class ToolContext:
     """Passed to every tool handler: the run it belongs to and where it may work."""
 
-    params: HarnessParams
-    state: HarnessState
+    params: ToolParams
+    state: ToolState
     tool_use_id: str
     workspace: Path | None = None
     timeout: float | None = None
@@ -56,6 +91,13 @@ class ToolContext:
     partial: ToolOutput | None = None
     """What a cancelled or timed-out call produced before it was stopped (set by the
     process helpers, so a timed-out result still shows the output so far)."""
+    request_abort: Callable[[str], None] = attrs.field(default=_no_abort, repr=False)
+    """Set by the runner: see :meth:`abort`."""
+
+    def abort(self, reason: str = "abort requested by a tool") -> None:
+        """Abort the whole run: this call and the other running ones are cancelled, the
+        history is closed validly, and the run ends in ``aborted``."""
+        self.request_abort(reason)
 
     def keep_partial(self, result: Any) -> None:
         """Record the ``stdout``/``stderr`` of ``result`` (anything with those attributes)

@@ -125,7 +125,7 @@ def test_state_round_trips_through_json() -> None:
         last_response=ModelResponse(Message.assistant("yo"), "end_turn", Usage(1, 2), "m", "p"),
         notes={"k": [1, 2], "dropped": object()},
     )
-    state.abort.request("stop")
+    state.request_abort("stop")
     back = state_from_dict(json.loads(json.dumps(state_to_dict(state))))
     assert state_to_dict(back) == state_to_dict(state)
     assert back.abort.reason == "stop"

@@ -35,7 +35,7 @@ class TestTransitions:
     def test_approve_abort(self, transition_coverage: TransitionCoverage) -> None:
         """An abort requested while waiting for approval goes to abort."""
         state = tool_turn()
-        state.abort.request()
+        state.request_abort()
         probe = machine_at(APPROVAL, "approve", state, PARAMS, observers=[transition_coverage])
         assert probe.step() == "abort"
 

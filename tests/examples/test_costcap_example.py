@@ -6,7 +6,7 @@ import pytest
 
 from innerloop import HarnessParams, HarnessState, ParamsError, Usage
 from innerloop.examples import CostCap, Spending, with_cost_cap
-from innerloop.examples.costcap import DECLINED
+from innerloop.examples.costcap import CostCapOutcome
 from innerloop.fsm import compile_spec
 from innerloop.testing import ScriptedProvider, TransitionCoverage, machine_at, reply, tool_call
 from innerloop.tools import ToolOutput, ToolSpec
@@ -32,15 +32,15 @@ class TestTransitions:
 
     def test_declined(self, transition_coverage: TransitionCoverage) -> None:
         """After a no, cost_cap ends the run in stopped_at_cost_cap."""
-        state = HarnessState(notes={DECLINED: True})
+        state = HarnessState(outcome=CostCapOutcome.CAP_DECLINED)
         probe = machine_at(COSTCAP, "cost_cap", state, PARAMS, observers=[transition_coverage])
         assert probe.step() == "stopped_at_cost_cap"
         assert COSTCAP.exit_reason("stopped_at_cost_cap") == "cost_cap_declined"
 
     def test_abort(self, transition_coverage: TransitionCoverage) -> None:
         """An abort requested while asking goes to abort, before the host's answer counts."""
-        state = HarnessState(notes={DECLINED: True})
-        state.abort.request()
+        state = HarnessState(outcome=CostCapOutcome.CAP_DECLINED)
+        state.request_abort()
         probe = machine_at(COSTCAP, "cost_cap", state, PARAMS, observers=[transition_coverage])
         assert probe.step() == "abort"
 

@@ -43,7 +43,7 @@ class TestTransitions:
     def test_redact_abort(self, transition_coverage: TransitionCoverage) -> None:
         """An abort requested during redaction goes to abort."""
         state = after_tools()
-        state.abort.request()
+        state.request_abort()
         probe = machine_at(GUARDRAIL, "redact", state, PARAMS, observers=[transition_coverage])
         assert probe.step() == "abort"
 

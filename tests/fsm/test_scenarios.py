@@ -393,7 +393,7 @@ def test_run_makes_no_stream_events_and_ends_the_same(make_harness: Any) -> None
     assert "model_response" in yielded and yielded[-1] == "finished"
     assert (state.exit_reason, state.history) == (loud.state.exit_reason, loud.state.history)
     assert (state.usage, state.turns) == (loud.state.usage, loud.state.turns)
-    assert quiet.quiet is False
+    assert quiet.scope.quiet is False
 
 
 async def _collect(run: Any) -> list[str]:

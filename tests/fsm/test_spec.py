@@ -16,14 +16,14 @@ from innerloop import (
     TransitionSpec,
     compile_spec,
 )
-from innerloop.fsm import Run
+from innerloop.fsm import Outcome, PhaseContext
 from innerloop.testing import ScriptedProvider, machine_at, reply, tool_call
 from innerloop.tools import ToolContext, ToolOutput, ToolSpec
 
 T = TransitionSpec
 
 
-async def _noop(run: Run) -> None:
+async def _noop(ctx: PhaseContext) -> None:
     return None
 
 
@@ -123,7 +123,7 @@ def test_editing_never_mutates_the_default() -> None:
     before = (DEFAULT_SPEC.states, DEFAULT_SPEC.transitions, dict(DEFAULT_SPEC.handlers))
     DEFAULT_SPEC.insert_between("stream", "execute", StateSpec("approve"), _noop)
     DEFAULT_SPEC.replace_handler("check", _noop)
-    DEFAULT_SPEC.with_guard("x", lambda p, s: True)
+    DEFAULT_SPEC.with_guard("x", lambda ctx: True)
     DEFAULT_SPEC.replace_transition(T("fallback", "normalize"), T("fallback", "assemble"))
     assert (DEFAULT_SPEC.states, DEFAULT_SPEC.transitions, dict(DEFAULT_SPEC.handlers)) == before
     with pytest.raises(TypeError):
@@ -140,7 +140,7 @@ def test_insert_between_reroutes_edges() -> None:
 
 def test_add_transition_before_sets_priority() -> None:
     """``before`` places a new edge ahead of an existing one."""
-    spec = DEFAULT_SPEC.with_guard("always", lambda p, s: True).add_transition(
+    spec = DEFAULT_SPEC.with_guard("always", lambda ctx: True).add_transition(
         T("check", "model_complete", "always"), before=T("check", "abort", "abort_requested")
     )
     assert spec.transitions_from("check")[0] == T("check", "model_complete", "always")
@@ -151,9 +151,9 @@ def test_custom_state_runs_like_a_builtin() -> None:
     """A host-defined state between execute and check runs its handler and its guards."""
     seen: list[int] = []
 
-    async def audit(run: Run) -> None:
-        seen.append(len(run.state.history))
-        run.state.notes["audited"] = True
+    async def audit(ctx: PhaseContext) -> None:
+        seen.append(len(ctx.state.history))
+        ctx.state.notes["audited"] = True
 
     spec = DEFAULT_SPEC.insert_between("execute", "check", StateSpec("audit"), audit).renamed(
         "audited"
@@ -181,9 +181,9 @@ def test_replace_handler() -> None:
     """A replaced handler runs instead of the built-in one."""
     calls: list[str] = []
 
-    async def my_check(run: Run) -> None:
-        calls.append(run.current)
-        run.state.outcome = "checked"
+    async def my_check(ctx: PhaseContext) -> None:
+        calls.append("check")
+        ctx.state.outcome = Outcome.CHECKED
 
     spec = DEFAULT_SPEC.replace_handler("check", my_check)
     from innerloop import Harness

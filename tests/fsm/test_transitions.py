@@ -19,7 +19,7 @@ from innerloop import (
     compile_spec,
 )
 from innerloop._errors import ErrorCategory, ProviderError
-from innerloop.fsm import Task
+from innerloop.fsm import Outcome, Task
 from innerloop.testing import TransitionCoverage, machine_at
 
 MACHINE = compile_spec(DEFAULT_SPEC)
@@ -45,7 +45,7 @@ def _response(stop: str, *, tools: bool = False) -> ModelResponse:
 
 
 def aborting(s: HarnessState) -> None:
-    s.abort.request("test abort")
+    s.request_abort("test abort")
 
 
 def turn_limit(s: HarnessState) -> None:
@@ -57,11 +57,11 @@ def over_budget(s: HarnessState) -> None:
 
 
 def cannot_shrink(s: HarnessState) -> None:
-    s.outcome = "cannot_shrink"
+    s.outcome = Outcome.CANNOT_SHRINK
 
 
 def opened(s: HarnessState) -> None:
-    s.outcome = "opened"
+    s.outcome = Outcome.OPENED
 
 
 def rate_limited(s: HarnessState) -> None:
@@ -88,18 +88,18 @@ def fatal(s: HarnessState) -> None:
 
 
 def truncated(s: HarnessState) -> None:
-    s.outcome = "response"
+    s.outcome = Outcome.RESPONSE
     s.last_response = _response("max_tokens")
 
 
 def tool_calls(s: HarnessState) -> None:
-    s.outcome = "response"
+    s.outcome = Outcome.RESPONSE
     s.last_response = _response("tool_use", tools=True)
     s.history = [Message.user("go"), s.last_response.message]
 
 
 def finished(s: HarnessState) -> None:
-    s.outcome = "response"
+    s.outcome = Outcome.RESPONSE
     s.last_response = _response("end_turn")
 
 

@@ -21,6 +21,7 @@ from innerloop._messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from innerloop.fsm import request_settings
 from innerloop.fsm._params import Thinking
 from innerloop.providers import build_request, normalize
 from innerloop.tools import ToolOutput, ToolSpec
@@ -174,7 +175,7 @@ def test_switching_dialect_mid_history(history: list[Message], cut: int) -> None
     if head[-1].role == "assistant" and head[-1].tool_uses:
         head = head[:-1] or history[:1]
     for dialect in ("anthropic", "openai"):
-        payload = build_request(params, head, dialect, "m").payload
+        payload = build_request(request_settings(params), head, dialect, "m").payload
         (check_anthropic if dialect == "anthropic" else check_openai)(payload["messages"])
         assert payload["stream"] is True
 
@@ -270,7 +271,9 @@ def test_cache_breakpoints() -> None:
         cache_last_user_turn=True,
         thinking=Thinking(2048),
     )
-    payload = build_request(params, HISTORY, "anthropic", "claude-sonnet-4-5-20250929").payload
+    payload = build_request(
+        request_settings(params), HISTORY, "anthropic", "claude-sonnet-4-5-20250929"
+    ).payload
     cache = {"type": "ephemeral"}
     assert payload["system"] == [{"type": "text", "text": "sys", "cache_control": cache}]
     assert payload["tools"][-1]["cache_control"] == cache
@@ -281,7 +284,9 @@ def test_cache_breakpoints() -> None:
 def test_openai_request_shape() -> None:
     """OpenAI gets a system message, function tools and usage in the stream."""
     params = HarnessParams(model="openai:gpt-4o-2024-08-06", system="sys", tools=(ECHO,))
-    payload = build_request(params, HISTORY, "openai", "gpt-4o-2024-08-06").payload
+    payload = build_request(
+        request_settings(params), HISTORY, "openai", "gpt-4o-2024-08-06"
+    ).payload
     assert payload["messages"][0] == {"role": "system", "content": "sys"}
     assert payload["tools"] == [
         {

@@ -11,7 +11,7 @@ import anthropic
 from innerloop import HarnessParams
 from innerloop._events import Compacted, Event, Transition
 from innerloop._messages import Message
-from innerloop.fsm import HarnessState
+from innerloop.fsm import HarnessState, request_settings
 from innerloop.providers import WireRequest, build_request
 from innerloop.recovery import AnthropicTokenCounter, RecoveryPolicy, RequestTokenCounter
 from innerloop.testing import ScriptedProvider, reply
@@ -25,7 +25,9 @@ def client(url: str) -> anthropic.AsyncAnthropic:
 
 
 def request(dialect: str = "anthropic") -> WireRequest:
-    return build_request(PARAMS, [Message.user("hello")], dialect, PARAMS.model.model)
+    return build_request(
+        request_settings(PARAMS), [Message.user("hello")], dialect, PARAMS.model.model
+    )
 
 
 def count(counter: AnthropicTokenCounter, wire: WireRequest) -> int | None:

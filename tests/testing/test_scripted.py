@@ -16,6 +16,7 @@ from innerloop._events import (
     ToolUseComplete,
     ToolUseStart,
 )
+from innerloop.fsm import request_settings
 from innerloop.providers import build_request
 from innerloop.testing import (
     FakeClock,
@@ -33,7 +34,7 @@ PARAMS = HarnessParams(model="scripted:m-20250101")
 
 
 def request() -> Any:
-    return build_request(PARAMS, [Message.user("hi")], "anthropic", "m-20250101")
+    return build_request(request_settings(PARAMS), [Message.user("hi")], "anthropic", "m-20250101")
 
 
 async def drain(provider: Any) -> list[Any]:

@@ -7,7 +7,6 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -15,17 +14,15 @@ import pytest
 from innerloop import HarnessParams, HarnessState
 from innerloop._events import StreamEvent
 from innerloop._messages import ToolUseBlock
-from innerloop.recovery import ApproxTokenCounter, MessageTokenCache
-from innerloop.testing import FakeProvider
+from innerloop.fsm import PhaseContext
+from innerloop.testing import FakeProvider, phase_context
 from innerloop.tools import ToolCallResult, ToolRunner, ToolSpec
 
 
-def fake_run(tools: Iterable[ToolSpec], **params: Any) -> Any:
-    """Just enough of a Run for ToolRunner: params, state and the token cache."""
-    return SimpleNamespace(
-        params=HarnessParams(model="scripted:m", tools=tuple(tools), **params),
-        state=HarnessState(),
-        tokens=MessageTokenCache(ApproxTokenCounter()),
+def fake_run(tools: Iterable[ToolSpec], **params: Any) -> PhaseContext:
+    """A phase context over params with ``tools``, as the ``execute`` phase has one."""
+    return phase_context(
+        HarnessParams(model="scripted:m", tools=tuple(tools), **params), HarnessState()
     )
 
 
@@ -41,7 +38,7 @@ def call_tools() -> Callable[..., list[ToolCallResult]]:
     ) -> list[ToolCallResult]:
         run = fake_run(tools, **params)
         blocks = [ToolUseBlock(f"toolu_{i}", n, a) for i, (n, a) in enumerate(calls)]
-        return asyncio.run((runner or ToolRunner()).run_calls(run, blocks))
+        return list(asyncio.run((runner or ToolRunner()).run_calls(run, blocks)).results)
 
     return call
 

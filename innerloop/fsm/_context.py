@@ -1,0 +1,142 @@
+"""What every phase handler and guard receives: ``PhaseContext(params, state, deps, scope)``.
+
+- ``params``: the run's frozen :class:`~innerloop.HarnessParams`.
+- ``state``: the run's :class:`~innerloop.HarnessState`, plain data.
+- ``deps``: the run's services, frozen and typed by protocols: providers, clock, token
+  cache, compactors and the tool executor. Swap any of them without touching a handler.
+- ``scope``: the driver's live, per-run objects that are never persisted: the request of
+  the current turn, the open stream, the static token count, whether anyone reads the
+  stream events, and the abort signal.
+
+Guards read only ``params`` and ``state``; handlers may use everything.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+
+import attrs
+
+from innerloop.fsm._params import HarnessParams, ModelChoice
+from innerloop.fsm._state import HarnessState
+from innerloop.providers._base import ModelStream, Provider
+from innerloop.providers._normalize import RequestSettings, WireRequest
+from innerloop.recovery._clock import Clock
+from innerloop.recovery._compaction import Compactor
+from innerloop.recovery._tokens import MessageTokenCache
+from innerloop.tools._runner import ToolExecutor
+
+__all__ = ["AbortSignal", "Deps", "PhaseContext", "TurnScope", "request_settings"]
+
+
+def request_settings(params: HarnessParams) -> RequestSettings:
+    """The part of ``params`` a provider request carries."""
+    return RequestSettings(
+        max_output_tokens=params.max_output_tokens,
+        system=params.system,
+        tools=params.tool_definitions,
+        tool_choice=params.tool_choice,
+        thinking_budget=params.thinking.budget_tokens if params.thinking is not None else None,
+        stop_sequences=params.stop_sequences,
+        temperature=params.temperature,
+        top_p=params.top_p,
+        cache_tools=params.cache_tools,
+        cache_last_user_turn=params.cache_last_user_turn,
+    )
+
+
+class AbortSignal:
+    """Records an abort request in the state and wakes the run; safe from any thread.
+
+    The state keeps only the request (data); the lock and the waker live here, with the
+    driver."""
+
+    def __init__(self, state: HarnessState) -> None:
+        self._state = state
+        self._lock = threading.Lock()
+        self._waker: Callable[[], None] | None = None
+
+    def request(self, reason: str = "abort requested by the host") -> None:
+        with self._lock:
+            if not self._state.request_abort(reason):
+                return
+            waker = self._waker
+        if waker is not None:
+            waker()
+
+    def set_waker(self, wake: Callable[[], None] | None) -> None:
+        """Called (once) on every request from now on; fired at once if one is pending."""
+        with self._lock:
+            self._waker = wake
+            fire = wake is not None and self._state.abort_requested
+        if fire and wake is not None:
+            wake()
+
+
+@attrs.frozen
+class Deps:
+    """The run's services. One per run (the token cache and the executor hold run data)."""
+
+    providers: Mapping[str, Provider]
+    clock: Clock
+    tokens: MessageTokenCache
+    compactor: Compactor
+    """Shrinks the history (a summarizer, or truncation)."""
+    fallback_compactor: Compactor
+    """Takes over when ``compactor`` fails (deterministic truncation by default)."""
+    tools: ToolExecutor
+
+
+@attrs.define
+class TurnScope:
+    """The driver's live objects, never persisted."""
+
+    settings: RequestSettings
+    request: WireRequest | None = None
+    """The normalized wire request of the current turn."""
+    stream: ModelStream | None = None
+    """The open model stream between ``call`` and ``stream``."""
+    static_tokens: int | None = None
+    """Tokens of the system prompt and tool definitions (counted once per run)."""
+    quiet: bool = False
+    """Nobody reads the stream events (``Run.run()``), so none is made."""
+
+
+@attrs.frozen(eq=False)
+class PhaseContext:
+    """What a phase handler or a guard receives."""
+
+    params: HarnessParams
+    state: HarnessState
+    deps: Deps
+    scope: TurnScope
+    signal: AbortSignal = attrs.field(repr=False)
+
+    @property
+    def choice(self) -> ModelChoice:
+        """The active provider and model."""
+        return self.params.model_chain[self.state.active]
+
+    @property
+    def provider(self) -> Provider:
+        name = self.choice.provider
+        try:
+            return self.deps.providers[name]
+        except KeyError:
+            raise KeyError(
+                f"no provider named {name!r} was given to the harness; "
+                f"pass providers={{'{name}': ...}}"
+            ) from None
+
+    @property
+    def tokens(self) -> MessageTokenCache:
+        return self.deps.tokens
+
+    @property
+    def request_abort(self) -> Callable[[str], None]:
+        """Abort the run (cancelling what it waits on); what tools get as ``ctx.abort``."""
+        return self.signal.request
+
+    def abort(self, reason: str = "abort requested") -> None:
+        self.signal.request(reason)
