@@ -1,5 +1,7 @@
 """The offline demo: the real anthropic and openai SDK clients talk HTTP to loopback API
-servers that play a built-in scenario, driving the machine through every recovery branch.
+servers that play a built-in scenario, driving the machine through every recovery branch;
+then a second, short run that the host aborts mid-stream, so every phase (abort included)
+shows on the screen and in the event log.
 
 No network and no API key. Backoff waits go through a :class:`ScaledClock`, so a 16-second
 wait takes 0.16 s; the screen says so.
@@ -13,12 +15,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from innerloop._console import drive, format_cost, view_for
+from innerloop._eventlog import EventLog, read_event_log
+from innerloop._events import Event, TextDelta
 from innerloop._harness import Harness
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._state import HarnessState
+from innerloop.providers import AnthropicProvider, OpenAIProvider
 from innerloop.recovery._clock import ScaledClock
 from innerloop.testing._scripted import Fault, reply, tool_call
-from innerloop.testing._servers import AnthropicServer, OpenAIServer, RateLimit
+from innerloop.testing._servers import AnthropicServer, OpenAIServer, RateLimit, SlowReply
 from innerloop.tools._process import run_process
 from innerloop.tools._spec import ToolContext, ToolOutput, ToolSpec
 
@@ -102,13 +108,38 @@ def _params() -> HarnessParams:
     )
 
 
-def run_demo(out: Path = Path("runs/demo"), *, live: bool = False) -> HarnessState:
-    """Play the scenario over real HTTP, show it, and write the event log and the trace
-    diagram under ``out``."""
-    from innerloop._eventlog import EventLog, read_event_log
-    from innerloop.cli import drive, format_cost, view_for
-    from innerloop.providers import AnthropicProvider, OpenAIProvider
+ABORT_TASK = "Now write me a long essay on state machines."
+ABORT_AFTER_DELTAS = 5
+ABORT_REASON = f"host abort: mid-stream, after {ABORT_AFTER_DELTAS} text deltas"
+ESSAY = reply("State machines make every phase of a loop explicit. " * 40)
 
+
+class _AbortMidStream:
+    """Aborts ``run`` once it has streamed ``after`` text deltas, as a host would."""
+
+    def __init__(self, run: Any, after: int) -> None:
+        self.run = run
+        self.left = after
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, TextDelta):
+            self.left -= 1
+            if self.left == 0:
+                self.run.abort(ABORT_REASON)
+
+
+async def _play(
+    run: Any, providers: Mapping[str, Any], view: Any, log: EventLog, **kw: Any
+) -> None:
+    try:
+        await drive(run, view, log, **kw)
+    finally:
+        for provider in providers.values():
+            await provider.aclose()
+
+
+def _tour(log: EventLog, live: bool) -> tuple[Harness, HarnessState, tuple[int, int]]:
+    """The first run: every recovery branch, to a clean finish."""
     anthropic_script, openai_script = demo_scenario()
     with AnthropicServer(anthropic_script) as a_srv, OpenAIServer(openai_script) as o_srv:
         providers = {
@@ -125,35 +156,53 @@ def run_demo(out: Path = Path("runs/demo"), *, live: bool = False) -> HarnessSta
             f"{16 * CLOCK_FACTOR:g} s); tool timeouts are real"
         )
         run = harness.start(TASK)
-        log_path = out / "events.jsonl"
-        view = view_for(run.state, no_live=not live)
+        with view_for(run.state, no_live=not live) as view:
+            asyncio.run(_play(run, providers, view, log))
+        return harness, run.state, (len(a_srv.requests), len(o_srv.requests))
 
-        async def play() -> None:
-            try:
-                await drive(run, view, log)
-            finally:
-                for provider in providers.values():
-                    await provider.aclose()
 
-        with EventLog(log_path, {"command": "demo", "model": PRIMARY}) as log, view:
-            asyncio.run(play())
-        requests = (len(a_srv.requests), len(o_srv.requests))
-    state = run.state
+def _aborted_run(log: EventLog, live: bool) -> HarnessState:
+    """The second run: the host aborts it mid-stream, so the abort phase shows too."""
+    print(f"second run: {ABORT_TASK!r}; the host aborts it after {ABORT_AFTER_DELTAS} text deltas")
+    with AnthropicServer([SlowReply(ESSAY, tokens_per_second=50)]) as server:
+        providers = {"anthropic": AnthropicProvider(api_key="demo-key", base_url=server.base_url)}
+        params = HarnessParams(model=PRIMARY, max_turns=2, max_output_tokens=1024)
+        run = Harness(params, providers).start(ABORT_TASK)
+        with view_for(run.state, no_live=not live) as view:
+            asyncio.run(
+                _play(run, providers, view, log, on_event=_AbortMidStream(run, ABORT_AFTER_DELTAS))
+            )
+        return run.state
+
+
+def _first_run(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    ends = [i for i, e in enumerate(events) if e["type"] == "finished"]
+    return events[: ends[0] + 1] if ends else events
+
+
+def run_demo(out: Path = Path("runs/demo"), *, live: bool = False) -> HarnessState:
+    """Play the scenario over real HTTP, then a second run the host aborts mid-stream; show
+    both, write their event log and the first run's trace diagram under ``out``. Returns
+    the first run's final state."""
+    log_path = out / "events.jsonl"
+    with EventLog(log_path, {"command": "demo", "model": PRIMARY}) as log:
+        harness, state, requests = _tour(log, live)
+        aborted = _aborted_run(log, live)
     svg_path = out / "trace.svg"
     try:
         from innerloop.diagrams import build_diagram, render
 
-        diagram = build_diagram(harness.machine, trace=read_event_log(log_path))
-        svg_path.write_bytes(render(diagram, "svg"))
+        trace = _first_run(read_event_log(log_path))
+        svg_path.write_bytes(render(build_diagram(harness.machine, trace=trace), "svg"))
     except Exception as exc:  # the diagram is a bonus; the run's outcome stands
         print(f"trace diagram not written: {exc}")
         svg_path = Path("-")
-    cost = format_cost(state.cost_usd)
     print(
         f"exit_reason={state.exit_reason} turns={state.turns} "
         f"http_requests=anthropic:{requests[0]} openai:{requests[1]} "
-        f"total_backoff={state.total_wait:g}s (scaled) cost={cost}"
+        f"total_backoff={state.total_wait:g}s (scaled) cost={format_cost(state.cost_usd)}"
     )
-    print(f"event log: {log_path}")
-    print(f"trace diagram: {svg_path}")
+    print(f"second run: exit_reason={aborted.exit_reason} ({aborted.abort.reason})")
+    print(f"event log: {log_path} (both runs)")
+    print(f"trace diagram: {svg_path} (the first run)")
     return state

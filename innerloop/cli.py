@@ -17,11 +17,13 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import sys
-from collections.abc import Sequence
+import urllib.parse
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from innerloop._console import Interrupted, drive, format_cost, signals_interrupt, view_for
 
 __all__ = ["EXIT_CODES", "main"]
 
@@ -121,24 +123,74 @@ def _parser() -> argparse.ArgumentParser:
 def _load_prices(path: Path | None) -> dict[str, Any] | None:
     if path is None:
         return None
-    from innerloop.recovery import DEFAULT_PRICES, Price
+    from innerloop.recovery import DEFAULT_PRICES
 
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         raise UsageError(f"--prices: no such file {path}") from None
-    except json.JSONDecodeError as exc:
+    except OSError as exc:
+        raise UsageError(f"--prices: cannot read {path}: {exc.strerror or exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"--prices: {path} is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise UsageError(
+            f"--prices: {path} must hold a JSON object "
+            f'{{"model-prefix": {{"input": 3.0, "output": 15.0}}, ...}}, '
+            f"got a JSON {type(data).__name__}"
+        )
     table: dict[str, Any] = dict(DEFAULT_PRICES)
-    for model, entry in data.items():
-        try:
-            table[model] = Price(**entry)
-        except TypeError:
-            raise UsageError(
-                f"--prices: entry {model!r} must be an object with input, output and "
-                f"optionally cache_read, cache_write (US dollars per million tokens)"
-            ) from None
+    table.update((model, _price(model, entry)) for model, entry in data.items())
     return table
+
+
+def _price(model: str, entry: object) -> Any:
+    from innerloop._errors import ParamsError
+    from innerloop.recovery import Price
+
+    shape = UsageError(
+        f"--prices: entry {model!r} must be an object with input, output and "
+        f"optionally cache_read, cache_write (US dollars per million tokens)"
+    )
+    if not isinstance(entry, Mapping):
+        raise shape
+    try:
+        return Price(**entry)
+    except TypeError:
+        raise shape from None
+    except ParamsError as exc:
+        raise UsageError(f"--prices: entry {model!r}: {exc}") from None
+
+
+def _base_url(url: str | None) -> str | None:
+    """``url`` when it is an http(s) URL with a host (and a valid port), else a UsageError."""
+    if url is None:
+        return None
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - parsing the port is the check
+    except ValueError as exc:
+        raise UsageError(f"--base-url: {url!r} is not a valid URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(
+            f"--base-url: {url!r} is not a valid URL; give http(s)://HOST[:PORT][/PATH]"
+        )
+    return url
+
+
+def _open_log(path: Path | None, header: Mapping[str, Any]) -> Any:
+    """The event log at ``path`` (None without --log); a UsageError when it cannot be
+    written."""
+    if path is None:
+        return None
+    from innerloop._eventlog import EventLog
+
+    try:
+        return EventLog(path, header)
+    except FileExistsError as exc:  # a file where a parent directory should be
+        raise UsageError(f"--log: cannot write {path}: {exc.filename} is not a directory") from None
+    except OSError as exc:
+        raise UsageError(f"--log: cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _build_provider(provider: str, base_url: str | None) -> Any:
@@ -194,39 +246,6 @@ def _run_params(args: argparse.Namespace) -> Any:
         raise UsageError(str(exc)) from None
 
 
-async def drive(run: Any, view: Any, log: Any) -> None:
-    """Consume a run's events into a view and a log; SIGINT aborts the run cleanly."""
-    loop = asyncio.get_running_loop()
-    installed = False
-    try:
-        loop.add_signal_handler(signal.SIGINT, run.abort, "interrupted (SIGINT)")
-        installed = True
-    except (NotImplementedError, RuntimeError):  # not the main thread, or no signals
-        pass
-    try:
-        async for event in run.events():
-            if log is not None:
-                log.write(event)
-            view.handle(event)
-    finally:
-        if installed:
-            loop.remove_signal_handler(signal.SIGINT)
-
-
-def view_for(state: Any, no_live: bool) -> Any:
-    """The live view in a terminal, plain lines otherwise (or with ``no_live``)."""
-    from innerloop._live import LiveView, PlainView
-
-    if no_live or not sys.stdout.isatty():
-        return PlainView()
-    return LiveView(state)
-
-
-def format_cost(cost_usd: float | None) -> str:
-    """A run's cost for the screen; unknown when a model had no price."""
-    return f"${cost_usd:.6f}" if cost_usd is not None else "unknown (no price)"
-
-
 def _summary(state: Any, log_path: Path | None) -> None:
     cost = format_cost(state.cost_usd)
     print(
@@ -242,18 +261,18 @@ def _summary(state: Any, log_path: Path | None) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from innerloop import Harness
-    from innerloop._eventlog import EventLog
 
     params = _run_params(args)
+    base_url = _base_url(args.base_url)
     providers: dict[str, Any] = {}
     for i, choice in enumerate(params.model_chain):
         if choice.provider not in providers:
             providers[choice.provider] = _build_provider(
-                choice.provider, args.base_url if i == 0 else None
+                choice.provider, base_url if i == 0 else None
             )
     harness = Harness(params, providers)
+    log = _open_log(args.log, {"command": "run", "model": str(params.model)})
     run = harness.start(args.task)
-    log = EventLog(args.log, {"command": "run", "model": str(params.model)}) if args.log else None
 
     async def play(view: Any) -> None:
         try:
@@ -280,22 +299,28 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "run":
-            return cmd_run(args)
-        if args.command == "demo":
-            return cmd_demo(args)
-        if args.command == "diagram":
-            from innerloop.diagrams import _cli as diagram_cli
+    prog = "innerloop"
+    with signals_interrupt():
+        try:
+            args = _parser().parse_args(argv)
+            prog = f"innerloop {args.command}"
+            return _command(args)
+        except UsageError as exc:
+            print(f"{prog}: error: {exc}", file=sys.stderr)
+            return USAGE_ERROR
+        except Interrupted as exc:
+            print(f"{prog}: interrupted by {exc.signame}", file=sys.stderr)
+            return EXIT_CODES["aborted"]
 
-            return diagram_cli.run(args)
-    except UsageError as exc:
-        print(f"innerloop {args.command}: error: {exc}", file=sys.stderr)
-        return USAGE_ERROR
-    parser.error(f"unknown command {args.command!r}")
-    return USAGE_ERROR
+
+def _command(args: argparse.Namespace) -> int:
+    if args.command == "run":
+        return cmd_run(args)
+    if args.command == "demo":
+        return cmd_demo(args)
+    from innerloop.diagrams import _cli as diagram_cli
+
+    return diagram_cli.run(args)
 
 
 if __name__ == "__main__":

@@ -32,9 +32,16 @@ def cli(
     )
 
 
+PHASES = {
+    "assemble", "compact", "normalize", "call", "stream", "execute", "check", "backoff",
+    "fallback", "abort",
+}  # fmt: skip
+
+
 def test_demo_runs_offline_and_shows_every_recovery_branch(tmp_path: Path) -> None:
-    """The demo drives the real SDKs over loopback HTTP through every recovery branch, in
-    under a minute, and writes its event log and trace diagram."""
+    """The demo drives the real SDKs over loopback HTTP through every recovery branch, then
+    a second run the host aborts mid-stream, in under a minute: all ten phases show on the
+    screen and in the event log, and the trace diagram is written."""
     started = time.monotonic()
     proc = cli("demo", "--out", str(tmp_path), env={"NO_COLOR": "1"})
     assert time.monotonic() - started < 60
@@ -58,7 +65,21 @@ def test_demo_runs_offline_and_shows_every_recovery_branch(tmp_path: Path) -> No
     assert any(t["timed_out"] for t in tools)
     alerts = [e for e in events if e["type"] == "alert"]
     assert any(a["kind"] == "tool_failing" for a in alerts)
-    assert events[-1]["type"] == "finished" and events[-1]["exit_reason"] == "model_complete"
+    finished = [e["exit_reason"] for e in events if e["type"] == "finished"]
+    assert finished == ["model_complete", "aborted"]
+    assert events[-1]["type"] == "finished"
+    second = events[[e["type"] for e in events].index("finished") + 1 :]
+    assert [(e["source"], e["target"]) for e in second if e["type"] == "transition"][-2:] == [
+        ("stream", "abort"),
+        ("abort", "aborted"),
+    ]
+    assert sum(e["type"] == "text_delta" for e in second) >= 5
+    assert {e["target"] for e in events if e["type"] == "transition"} >= PHASES
+    shown = {line.split("->")[1].split()[0] for line in proc.stdout.splitlines() if " -> " in line}
+    assert shown >= PHASES
+    assert "second run: exit_reason=aborted (host abort: mid-stream, after 5 text deltas)" in (
+        proc.stdout
+    )
     svg = (tmp_path / "trace.svg").read_text()
     assert svg.startswith("<?xml") and "fallback" in svg
 
@@ -251,3 +272,194 @@ def test_unknown_tool_set() -> None:
         "innerloop run: error: --tools: unknown built-in tool set 'nope'; "
         "choose from files, shell, python, tasks"
     )
+
+
+def _fails(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """Run the command line in-process; it must fail with exit 2 and one stderr line."""
+    from innerloop.cli import main
+
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    return err.strip()
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("http://[::1", " (Invalid IPv6 URL)"),
+        ("http://localhost:99999", " (Port out of range 0-65535)"),
+        ("localhost:8080", "; give http(s)://HOST[:PORT][/PATH]"),
+        ("ftp://example.test", "; give http(s)://HOST[:PORT][/PATH]"),
+    ],
+)
+def test_bad_base_url(
+    url: str, problem: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A malformed --base-url is one line naming the option, exit 2 (was a traceback)."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    err = _fails(["run", "x", "--base-url", url, "--no-live"], capsys)
+    assert err == f"innerloop run: error: --base-url: {url!r} is not a valid URL{problem}"
+
+
+PRICE_SHAPE = (
+    "entry 'm' must be an object with input, output and optionally cache_read, cache_write "
+    "(US dollars per million tokens)"
+)
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (
+            "[1, 2]",
+            'must hold a JSON object {"model-prefix": {"input": 3.0, "output": 15.0}, ...}, '
+            "got a JSON list",
+        ),
+        ('{"m": 3.0}', PRICE_SHAPE),
+        ('{"m": {"input": 1}}', PRICE_SHAPE),
+        (
+            '{"m": {"input": NaN, "output": 1}}',
+            "entry 'm': price.input: must be a finite number >= 0, got nan",
+        ),
+        (
+            '{"m": {"input": "3", "output": 1}}',
+            "entry 'm': price.input: must be a finite number >= 0, got '3'",
+        ),
+    ],
+)
+def test_bad_prices_file(
+    content: str,
+    problem: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A --prices file that is not an object of prices is one line naming the option."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    prices = tmp_path / "prices.json"
+    prices.write_text(content)
+    err = _fails(["run", "x", "--prices", str(prices), "--no-live"], capsys)
+    problem = problem if problem.startswith("entry") else f"{prices} {problem}"
+    assert err == f"innerloop run: error: --prices: {problem}"
+
+
+def test_prices_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--prices naming a directory says it cannot be read."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    err = _fails(["run", "x", "--prices", str(tmp_path), "--no-live"], capsys)
+    assert err == f"innerloop run: error: --prices: cannot read {tmp_path}: Is a directory"
+
+
+def test_log_not_writable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--log naming a directory, a path under a file or an unwritable place is one line
+    naming the option and the problem, exit 2, before anything is sent (was a traceback)."""
+    from innerloop.testing import AnthropicServer, reply
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    (tmp_path / "file").write_text("")
+    if os.geteuid() == 0:  # root writes anywhere but in sysfs
+        unwritable = Path("/sys/innerloop-run.jsonl")
+    else:
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        unwritable = locked / "run.jsonl"
+    cases = {
+        tmp_path: "Is a directory",
+        tmp_path / "file" / "run.jsonl": f"{tmp_path / 'file'} is not a directory",
+        unwritable: "Permission denied",
+    }
+    with AnthropicServer([reply("never sent")] * 3) as server:
+        for log, problem in cases.items():
+            args = ["run", "x", "--base-url", server.base_url, "--log", str(log), "--no-live"]
+            err = _fails(args, capsys)
+            assert err == f"innerloop run: error: --log: cannot write {log}: {problem}"
+        assert server.requests == []
+
+
+def _gone(pid: int) -> bool:
+    """The process has exited (a zombie awaiting its reaper counts as exited)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_abort_like_sigint(sig: signal.Signals, tmp_path: Path) -> None:
+    """SIGTERM or SIGHUP during a shell tool's `sleep 60`: exit 4, the log ends with
+    `finished` (aborted, the signal named), and the sleep process is killed."""
+    from innerloop.testing import AnthropicServer, reply, tool_call
+
+    log = tmp_path / "run.jsonl"
+    command = "echo $$ > sleep.pid; exec sleep 60"
+    script = [reply(tool_call("run_shell", {"command": command}, id="s1")), reply("never")]
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env.update({"PYTHONPATH": str(ROOT), "ANTHROPIC_API_KEY": "sk-ant-test"})
+    pid_file = tmp_path / "sleep.pid"
+    with AnthropicServer(script) as server:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "innerloop", "run", "sleep", "--base-url", server.base_url,
+             "--tools", "shell", "--workspace", str(tmp_path), "--log", str(log), "--no-live"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        pid = 0
+        while time.monotonic() < deadline and proc.poll() is None:
+            text = pid_file.read_text().strip() if pid_file.exists() else ""
+            if text and Path(f"/proc/{text}/comm").read_text().strip() == "sleep":
+                pid = int(text)
+                break
+            time.sleep(0.05)
+        assert pid, "the shell tool never started sleep"
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 4, out + err
+    assert "Traceback" not in err
+    events = read_event_log(log)
+    assert any(e["type"] == "abort" and e["reason"] == f"interrupted ({sig.name})" for e in events)
+    assert events[-1]["type"] == "finished" and events[-1]["exit_reason"] == "aborted"
+    deadline = time.monotonic() + 10
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(pid)
+
+
+def test_signal_during_startup_is_one_line(tmp_path: Path) -> None:
+    """SIGTERM while start-up blocks (reading --system from a FIFO): one line, exit 4."""
+    fifo = tmp_path / "system.fifo"
+    os.mkfifo(fifo)
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env.update({"PYTHONPATH": str(ROOT), "ANTHROPIC_API_KEY": "sk-ant-test"})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "innerloop", "run", "x", "--system", str(fifo), "--no-live"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    deadline = time.monotonic() + 60
+    writer = -1
+    while writer < 0 and time.monotonic() < deadline and proc.poll() is None:
+        try:  # succeeds once the command line has opened the FIFO to read it
+            writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            time.sleep(0.05)
+    assert writer >= 0, "the command line never opened --system"
+    try:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        os.close(writer)
+    assert proc.returncode == 4, out + err
+    assert err == "innerloop run: interrupted by SIGTERM\n"

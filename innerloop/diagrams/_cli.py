@@ -11,8 +11,11 @@ examples (``DIR/examples/``); ``make diagrams`` runs it for the repository's ``d
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,12 +61,30 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
+@contextlib.contextmanager
+def _cwd_on_path() -> Iterator[None]:
+    """The current directory on ``sys.path`` for the block, as ``python -m`` would have it
+    (the ``innerloop`` script's own directory is there instead)."""
+    cwd = os.getcwd()
+    if any(os.path.abspath(entry or os.curdir) == cwd for entry in sys.path):
+        yield
+        return
+    sys.path.insert(0, cwd)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(cwd)
+
+
 def load_spec(target: str) -> MachineSpec | CompiledMachine:
-    """The MachineSpec or CompiledMachine named by ``module:attr`` (attr may be dotted)."""
+    """The MachineSpec or CompiledMachine named by ``module:attr`` (attr may be dotted); the
+    module may also sit in the current directory."""
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"--spec expects MODULE:ATTR (e.g. mypkg.machines:SPEC), got {target!r}")
-    obj: Any = importlib.import_module(module_name)
+    with _cwd_on_path():
+        obj: Any = importlib.import_module(module_name)
     for part in attr.split("."):
         obj = getattr(obj, part)
     if not isinstance(obj, MachineSpec | CompiledMachine):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
@@ -10,6 +11,16 @@ from typing import Any
 import attrs
 
 from innerloop._errors import ParamsError
+from innerloop._validators import (
+    boolean,
+    instance,
+    integer,
+    mapping_of,
+    number,
+    optional,
+    string,
+    tuple_of,
+)
 from innerloop.recovery._policy import RecoveryPolicy
 from innerloop.recovery._pricing import DEFAULT_PRICES, Price
 from innerloop.tools._spec import DEFAULT_TIMEOUTS, ToolSpec
@@ -26,17 +37,22 @@ class ModelChoice:
     ``ModelChoice.parse("openai:gpt-4o-mini-2024-07-18")`` reads the ``provider:model`` form.
     """
 
-    provider: str
-    model: str
+    provider: str = attrs.field(validator=string(non_empty=True, prefix="model."))
+    model: str = attrs.field(validator=string(non_empty=True, prefix="model."))
 
     @classmethod
-    def parse(cls, value: str | ModelChoice) -> ModelChoice:
+    def parse(cls, value: str | ModelChoice, field: str = "model") -> ModelChoice:
+        """``value`` as a ModelChoice; a ParamsError for ``field`` when it is not one."""
         if isinstance(value, ModelChoice):
             return value
-        provider, sep, model = str(value).partition(":")
+        if not isinstance(value, str):
+            raise ParamsError(
+                field, f"must be a 'provider:model' string or a ModelChoice, got {value!r}", value
+            )
+        provider, sep, model = value.partition(":")
         if not sep or not provider or not model:
             raise ParamsError(
-                "model", f"expected 'provider:model' (e.g. 'anthropic:claude-...'), got {value!r}"
+                field, f"expected 'provider:model' (e.g. 'anthropic:claude-...'), got {value!r}"
             )
         return cls(provider, model)
 
@@ -55,22 +71,21 @@ def _choice(value: str | ModelChoice) -> ModelChoice:
 def _choices(values: Iterable[str | ModelChoice]) -> tuple[ModelChoice, ...]:
     if isinstance(values, str | ModelChoice):
         values = (values,)
-    return tuple(ModelChoice.parse(v) for v in values)
+    if not isinstance(values, Iterable):
+        raise ParamsError(
+            "fallbacks", f"must be a list of 'provider:model' strings, got {values!r}", values
+        )
+    return tuple(ModelChoice.parse(v, f"fallbacks[{i}]") for i, v in enumerate(values))
 
 
 @attrs.frozen
 class Thinking:
     """Extended thinking with a token budget (Anthropic's minimum is 1024)."""
 
-    budget_tokens: int
+    budget_tokens: int = attrs.field(validator=integer(ge=1024, prefix="thinking."))
 
-    def __attrs_post_init__(self) -> None:
-        if not isinstance(self.budget_tokens, int) or self.budget_tokens < 1024:
-            raise ParamsError(
-                "thinking.budget_tokens",
-                f"must be an integer >= 1024, got {self.budget_tokens!r}",
-                self.budget_tokens,
-            )
+
+_SPEND = "spend_budget."
 
 
 @attrs.frozen
@@ -78,36 +93,55 @@ class SpendBudget:
     """What one run may spend: total tokens and/or US dollars. Reaching either ends the run
     with ``budget_exceeded``. This is not the context budget (which triggers compaction)."""
 
-    max_tokens: int | None = None
-    max_cost_usd: float | None = None
-
-    def __attrs_post_init__(self) -> None:
-        if self.max_tokens is not None and self.max_tokens < 1:
-            raise ParamsError("spend_budget.max_tokens", f"must be >= 1, got {self.max_tokens}")
-        if self.max_cost_usd is not None and self.max_cost_usd <= 0:
-            raise ParamsError("spend_budget.max_cost_usd", f"must be > 0, got {self.max_cost_usd}")
+    max_tokens: int | None = attrs.field(
+        default=None, validator=optional(integer(ge=1, prefix=_SPEND))
+    )
+    max_cost_usd: float | None = attrs.field(
+        default=None, validator=optional(number(gt=0, prefix=_SPEND))
+    )
 
 
-def _tool_tuple(value: Iterable[ToolSpec]) -> tuple[ToolSpec, ...]:
-    return tuple(value)
+def _as_tuple(value: Any) -> Any:
+    """Lists (any iterable but a string or mapping) become tuples; anything else is left for
+    the field's validator to name."""
+    if isinstance(value, Iterable) and not isinstance(value, str | bytes | Mapping):
+        return tuple(value)
+    return value
 
 
-def _str_tuple(value: Iterable[str]) -> tuple[str, ...]:
-    return (value,) if isinstance(value, str) else tuple(value)
+def _str_tuple(value: Any) -> Any:
+    return (value,) if isinstance(value, str) else _as_tuple(value)
 
 
 def _default_prices() -> Mapping[str, Price]:
     return DEFAULT_PRICES
 
 
-def _readonly(value: Mapping[str, Any]) -> Mapping[str, Any]:
-    return MappingProxyType(dict(value))
+def _readonly(value: Any) -> Any:
+    return MappingProxyType(dict(value)) if isinstance(value, Mapping) else value
 
 
-def _timeouts(value: Mapping[str, float]) -> Mapping[str, float]:
+def _timeouts(value: Any) -> Any:
+    if not isinstance(value, Mapping):
+        return value
     merged = dict(DEFAULT_TIMEOUTS)
     merged.update(value)
     return MappingProxyType(merged)
+
+
+def _unique_tools(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    names: set[str] = set()
+    for tool in value:
+        if tool.name in names:
+            raise ParamsError("tools", f"duplicate tool name {tool.name!r}", tool.name)
+        names.add(tool.name)
+
+
+_TOOLS = tuple_of(instance(ToolSpec, hint=" (define tools with @tool)"), "ToolSpec")
+_PRICE = instance(
+    Price, hint=" (US dollars per million tokens, e.g. Price(input=3.0, output=15.0))"
+)
+_FLAG = boolean()
 
 
 @attrs.frozen(kw_only=True)
@@ -119,81 +153,102 @@ class HarnessParams:
     """
 
     model: ModelChoice = attrs.field(converter=_choice)
-    system: str = ""
-    tools: tuple[ToolSpec, ...] = attrs.field(default=(), converter=_tool_tuple)
+    system: str = attrs.field(default="", validator=string())
+    tools: tuple[ToolSpec, ...] = attrs.field(
+        default=(), converter=_as_tuple, validator=[_TOOLS, _unique_tools]
+    )
     fallbacks: tuple[ModelChoice, ...] = attrs.field(default=(), converter=_choices)
-    temperature: float | None = None
-    top_p: float | None = None
-    max_output_tokens: int = 4096
-    max_turns: int = 20
-    context_budget: int | None = None
+    temperature: float | None = attrs.field(default=None, validator=optional(number(ge=0, le=2)))
+    top_p: float | None = attrs.field(default=None, validator=optional(number(gt=0, le=1)))
+    max_output_tokens: int = attrs.field(default=4096, validator=integer(ge=1))
+    max_turns: int = attrs.field(default=20, validator=integer(ge=1))
+    context_budget: int | None = attrs.field(default=None, validator=optional(integer(ge=1)))
     """Tokens one request may hold; over it, history is compacted before the call."""
-    spend_budget: SpendBudget | None = None
+    spend_budget: SpendBudget | None = attrs.field(
+        default=None, validator=optional(instance(SpendBudget))
+    )
     """What the whole run may spend; reaching it ends the run."""
-    tool_timeouts: Mapping[str, float] = attrs.field(factory=dict, converter=_timeouts)
-    tool_choice: str = "auto"
+    tool_timeouts: Mapping[str, float] = attrs.field(
+        factory=dict,
+        converter=_timeouts,
+        validator=mapping_of(number(gt=0), "tool category to seconds"),
+    )
+    """Seconds per tool category (``file``, ``shell``, ``network``, ``code`` and the
+    categories of ``tools``); a tool's own ``timeout`` wins."""
+    tool_choice: str = attrs.field(default="auto", validator=string())
     """``auto``, ``any``, ``none``, or ``tool:NAME`` to force one tool."""
-    thinking: Thinking | None = None
-    stop_sequences: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
-    recovery: RecoveryPolicy = RecoveryPolicy()
-    prices: Mapping[str, Price] = attrs.field(factory=_default_prices, converter=_readonly)
-    max_parallel_tools: int = 4
-    eager_tools: bool = False
-    strict_models: bool = False
+    thinking: Thinking | None = attrs.field(default=None, validator=optional(instance(Thinking)))
+    stop_sequences: tuple[str, ...] = attrs.field(
+        default=(), converter=_str_tuple, validator=tuple_of(string(non_empty=True), "strings")
+    )
+    recovery: RecoveryPolicy = attrs.field(
+        default=RecoveryPolicy(), validator=instance(RecoveryPolicy)
+    )
+    prices: Mapping[str, Price] = attrs.field(
+        factory=_default_prices,
+        converter=_readonly,
+        validator=mapping_of(_PRICE, "model id (or prefix) to Price"),
+    )
+    max_parallel_tools: int = attrs.field(default=4, validator=integer(ge=1))
+    eager_tools: bool = attrs.field(default=False, validator=_FLAG)
+    strict_models: bool = attrs.field(default=False, validator=_FLAG)
     """Refuse undated model aliases (pin a dated id so behaviour cannot change silently)."""
-    cache_tools: bool = False
-    cache_last_user_turn: bool = False
+    cache_tools: bool = attrs.field(default=False, validator=_FLAG)
+    cache_last_user_turn: bool = attrs.field(default=False, validator=_FLAG)
 
     def __attrs_post_init__(self) -> None:
-        chain = self.model_chain
-        for i, choice in enumerate(chain):
-            field = "model" if i == 0 else f"fallbacks[{i - 1}]"
-            if self.strict_models and choice.provider != "scripted" and not choice.dated:
+        """The checks that read more than one field, each a small method."""
+        self._check_strict_models()
+        self._check_repeated_models()
+        self._check_context_budget()
+        self._check_timeout_categories()
+        self._check_tool_choice()
+        self._check_thinking()
+
+    def _check_strict_models(self) -> None:
+        if not self.strict_models:
+            return
+        for i, choice in enumerate(self.model_chain):
+            if choice.provider != "scripted" and not choice.dated:
                 raise ParamsError(
-                    field,
+                    "model" if i == 0 else f"fallbacks[{i - 1}]",
                     f"strict_models refuses the undated alias {choice.model!r}; "
                     "pin a dated model id (e.g. 'claude-sonnet-4-5-20250929')",
                     choice,
                 )
+
+    def _check_repeated_models(self) -> None:
         seen: set[ModelChoice] = set()
-        for i, choice in enumerate(chain):
+        for i, choice in enumerate(self.model_chain):
             if choice in seen:
                 what = "repeats the primary model" if choice == self.model else "repeats a model"
                 raise ParamsError(f"fallbacks[{i - 1}]", f"{what} ({choice})", choice)
             seen.add(choice)
-        if not isinstance(self.max_turns, int) or self.max_turns < 1:
-            raise ParamsError("max_turns", f"must be an integer >= 1, got {self.max_turns!r}")
-        if not isinstance(self.max_output_tokens, int) or self.max_output_tokens < 1:
-            raise ParamsError(
-                "max_output_tokens", f"must be an integer >= 1, got {self.max_output_tokens!r}"
-            )
-        if self.temperature is not None and not 0 <= self.temperature <= 2:
-            raise ParamsError("temperature", f"must be between 0 and 2, got {self.temperature}")
-        if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise ParamsError("top_p", f"must be in (0, 1], got {self.top_p}")
+
+    def _check_context_budget(self) -> None:
         if self.context_budget is not None and self.context_budget <= self.max_output_tokens:
             raise ParamsError(
                 "context_budget",
                 f"must exceed max_output_tokens ({self.max_output_tokens}), "
                 f"got {self.context_budget}",
             )
-        if self.max_parallel_tools < 1:
-            raise ParamsError("max_parallel_tools", f"must be >= 1, got {self.max_parallel_tools}")
-        for category, seconds in self.tool_timeouts.items():
-            if seconds <= 0:
-                raise ParamsError(f"tool_timeouts[{category!r}]", f"must be > 0, got {seconds}")
-        names: set[str] = set()
-        for tool in self.tools:
-            if not isinstance(tool, ToolSpec):
-                raise ParamsError("tools", f"expected ToolSpec, got {type(tool).__name__}", tool)
-            if tool.name in names:
-                raise ParamsError("tools", f"duplicate tool name {tool.name!r}", tool.name)
-            names.add(tool.name)
-        self._check_tool_choice(names)
-        self._check_thinking()
 
-    def _check_tool_choice(self, names: set[str]) -> None:
+    def _check_timeout_categories(self) -> None:
+        known = {*DEFAULT_TIMEOUTS, *(t.category for t in self.tools)}
+        for category in self.tool_timeouts:
+            if category not in known:
+                close = difflib.get_close_matches(category, known, n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                raise ParamsError(
+                    f"tool_timeouts[{category!r}]",
+                    f"unknown tool category; {hint}known categories (the built-in ones and "
+                    f"those of params.tools): {', '.join(sorted(known))}",
+                    category,
+                )
+
+    def _check_tool_choice(self) -> None:
         choice = self.tool_choice
+        names = {t.name for t in self.tools}
         if choice in ("auto", "none"):
             return
         if choice == "any":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import attrs
 
 from innerloop._errors import ParamsError
+from innerloop._validators import integer, number, string
 
 __all__ = ["RecoveryPolicy", "backoff_delay"]
 
@@ -15,47 +16,57 @@ TOOL_FAILURE_NOTICE = (
 )
 
 
-def _positive(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
-    if value <= 0:
-        raise ParamsError(f"recovery.{attribute.name}", f"must be > 0, got {value!r}", value)
+_R = "recovery."
+_fraction = number(gt=0, lt=1, prefix=_R)
 
 
-def _fraction(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
-    if not 0 < value < 1:
+def _notice_template(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
+    string(prefix=_R).verify(_R + attribute.name, value)
+    try:
+        value.format(name="run_shell", count=3)
+    except (AttributeError, IndexError, KeyError, ValueError) as exc:
         raise ParamsError(
-            f"recovery.{attribute.name}", f"must be between 0 and 1, got {value!r}", value
-        )
-
-
-def _non_negative_int(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
-    if not isinstance(value, int) or value < 0:
-        raise ParamsError(
-            f"recovery.{attribute.name}", f"must be an integer >= 0, got {value!r}", value
-        )
+            _R + attribute.name,
+            f"must be a template with only {{name}} and {{count}} placeholders, got {value!r} "
+            f"({type(exc).__name__}: {exc}); double literal braces as {{{{ }}}}",
+            value,
+        ) from None
 
 
 @attrs.frozen
 class RecoveryPolicy:
     """Every number the recovery branches use. The defaults are the mission's."""
 
-    backoff_initial: float = attrs.field(default=1.0, validator=_positive)
-    backoff_factor: float = attrs.field(default=2.0, validator=_positive)
-    backoff_max: float = attrs.field(default=64.0, validator=_positive)
-    max_rate_limit_retries: int = attrs.field(default=5, validator=_non_negative_int)
+    backoff_initial: float = attrs.field(default=1.0, validator=number(gt=0, prefix=_R))
+    backoff_factor: float = attrs.field(default=2.0, validator=number(ge=1, prefix=_R))
+    """Each backoff wait is the previous one times this (1 keeps the wait constant)."""
+    backoff_max: float = attrs.field(default=64.0, validator=number(gt=0, prefix=_R))
+    max_rate_limit_retries: int = attrs.field(default=5, validator=integer(ge=0, prefix=_R))
     """Backoff retries on one provider before falling back to the next one."""
-    transient_retries: int = attrs.field(default=1, validator=_non_negative_int)
+    transient_retries: int = attrs.field(default=1, validator=integer(ge=0, prefix=_R))
     """Immediate retries after a transient failure before the run aborts."""
-    tool_failure_threshold: int = attrs.field(default=3, validator=_non_negative_int)
+    tool_failure_threshold: int = attrs.field(default=3, validator=integer(ge=0, prefix=_R))
     max_tokens_compact_fraction: float = attrs.field(default=0.6, validator=_fraction)
     """On max_tokens, this share of the oldest history is compacted."""
     budget_compact_target: float = attrs.field(default=0.7, validator=_fraction)
     """Over the context budget, history is compacted to this share of the budget."""
     overflow_compact_target: float = attrs.field(default=0.5, validator=_fraction)
     """On a provider's context overflow, emergency compaction to this share of the budget."""
-    keep_recent_messages: int = attrs.field(default=4, validator=_non_negative_int)
+    keep_recent_messages: int = attrs.field(default=4, validator=integer(ge=0, prefix=_R))
     """Compaction keeps at least this many of the newest messages verbatim."""
-    continuation_message: str = CONTINUATION_MESSAGE
-    tool_failure_notice: str = TOOL_FAILURE_NOTICE
+    continuation_message: str = attrs.field(
+        default=CONTINUATION_MESSAGE, validator=string(non_empty=True, prefix=_R)
+    )
+    tool_failure_notice: str = attrs.field(default=TOOL_FAILURE_NOTICE, validator=_notice_template)
+    """Formatted with ``name`` (the tool) and ``count`` (its consecutive failures)."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.backoff_max < self.backoff_initial:
+            raise ParamsError(
+                "recovery.backoff_max",
+                f"must be >= backoff_initial ({self.backoff_initial:g}), got {self.backoff_max:g}",
+                self.backoff_max,
+            )
 
 
 def backoff_delay(policy: RecoveryPolicy, attempt: int, retry_after: float | None) -> float:

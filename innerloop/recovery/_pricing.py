@@ -12,18 +12,21 @@ from types import MappingProxyType
 import attrs
 
 from innerloop._messages import Usage
+from innerloop._validators import number
 
 __all__ = ["DEFAULT_PRICES", "Price", "add_cost", "cost_usd", "merge_prices", "price_for"]
+
+_rate = number(ge=0, prefix="price.")
 
 
 @attrs.frozen
 class Price:
     """US dollars per million tokens. Thinking tokens are output tokens (``output``)."""
 
-    input: float
-    output: float
-    cache_read: float = 0.0
-    cache_write: float = 0.0
+    input: float = attrs.field(validator=_rate)
+    output: float = attrs.field(validator=_rate)
+    cache_read: float = attrs.field(default=0.0, validator=_rate)
+    cache_write: float = attrs.field(default=0.0, validator=_rate)
 
 
 DEFAULT_PRICES: Mapping[str, Price] = MappingProxyType(

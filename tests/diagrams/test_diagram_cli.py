@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -106,3 +108,23 @@ def test_readme_diagram_fresh() -> None:
     block = section[section.index("```mermaid\n") + len("```mermaid\n") :]
     fresh = to_mermaid(build_diagram(DEFAULT_SPEC))
     assert block[: block.index("```\n")] == fresh, "copy diagrams/innerloop.mmd into README"
+
+
+def test_spec_module_in_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--spec finds a module in the current directory even when it is not on sys.path (as
+    under the installed `innerloop` script), and leaves sys.path as it was."""
+    module = f"my_machines_{tmp_path.name}"
+    (tmp_path / f"{module}.py").write_text(
+        "from innerloop.fsm import DEFAULT_SPEC\nSPEC = DEFAULT_SPEC.renamed('mine')\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    here = [p for p in sys.path if os.path.abspath(p or os.curdir) == str(tmp_path)]
+    for entry in here:
+        monkeypatch.setattr(sys, "path", [p for p in sys.path if p != entry])
+    path_before = list(sys.path)
+    assert main(["diagram", "--spec", f"{module}:SPEC", "--format", "mermaid"]) == 0
+    assert capsys.readouterr().out.startswith("stateDiagram-v2\n    %% machine: mine\n")
+    assert sys.path == path_before
+    monkeypatch.delitem(sys.modules, module)

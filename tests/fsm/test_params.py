@@ -9,7 +9,7 @@ import attrs
 import pytest
 
 from innerloop import HarnessParams, ModelChoice, ParamsError, SpendBudget, Thinking, ToolSpec
-from innerloop.recovery import RecoveryPolicy
+from innerloop.recovery import Price, RecoveryPolicy
 from innerloop.tools import ToolContext, ToolOutput
 
 M = "anthropic:claude-sonnet-4-5-20250929"
@@ -64,7 +64,11 @@ def _tool(name: str) -> ToolSpec:
             "tool_choice",
             "tool_choice: forces unknown tool 'missing'; known tools: a",
         ),
-        ({"temperature": 3.0}, "temperature", "temperature: must be between 0 and 2, got 3.0"),
+        (
+            {"temperature": 3.0},
+            "temperature",
+            "temperature: must be None or a number between 0 and 2, got 3.0",
+        ),
         (
             {"context_budget": 1000, "max_output_tokens": 2000},
             "context_budget",
@@ -79,7 +83,7 @@ def _tool(name: str) -> ToolSpec:
         (
             {"tool_timeouts": {"shell": 0}},
             "tool_timeouts['shell']",
-            "tool_timeouts['shell']: must be > 0, got 0",
+            "tool_timeouts['shell']: must be a finite number > 0, got 0",
         ),
     ],
 )
@@ -96,9 +100,11 @@ def test_nested_values_validated() -> None:
     """Thinking, spend budget and recovery numbers validate themselves."""
     with pytest.raises(ParamsError, match=r"thinking.budget_tokens: must be an integer >= 1024"):
         Thinking(100)
-    with pytest.raises(ParamsError, match=r"spend_budget.max_cost_usd: must be > 0"):
+    with pytest.raises(ParamsError, match=r"spend_budget.max_cost_usd: must be None or a finite"):
         SpendBudget(max_cost_usd=0)
-    with pytest.raises(ParamsError, match=r"recovery.budget_compact_target: must be between"):
+    with pytest.raises(
+        ParamsError, match=r"recovery.budget_compact_target: must be a number between"
+    ):
         RecoveryPolicy(budget_compact_target=1.5)
 
 
@@ -131,3 +137,169 @@ def test_defaults() -> None:
     assert (r.max_rate_limit_retries, r.transient_retries, r.tool_failure_threshold) == (5, 1, 3)
     assert (r.max_tokens_compact_fraction, r.budget_compact_target) == (0.6, 0.7)
     assert r.overflow_compact_target == 0.5
+
+
+NAN = float("nan")
+INF = float("inf")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"context_budget": "big"}, "context_budget: must be None or an integer >= 1, got 'big'"),
+        ({"context_budget": NAN}, "context_budget: must be None or an integer >= 1, got nan"),
+        (
+            {"temperature": "hot"},
+            "temperature: must be None or a number between 0 and 2, got 'hot'",
+        ),
+        ({"temperature": NAN}, "temperature: must be None or a number between 0 and 2, got nan"),
+        ({"top_p": 0}, "top_p: must be None or a number > 0 and <= 1, got 0"),
+        ({"max_parallel_tools": "4"}, "max_parallel_tools: must be an integer >= 1, got '4'"),
+        ({"max_turns": True}, "max_turns: must be an integer >= 1, got True"),
+        ({"max_output_tokens": 10.0}, "max_output_tokens: must be an integer >= 1, got 10.0"),
+        (
+            {"tool_timeouts": {"shell": "x"}},
+            "tool_timeouts['shell']: must be a finite number > 0, got 'x'",
+        ),
+        (
+            {"tool_timeouts": {"shell": NAN}},
+            "tool_timeouts['shell']: must be a finite number > 0, got nan",
+        ),
+        (
+            {"tool_timeouts": {"code": INF}},
+            "tool_timeouts['code']: must be a finite number > 0, got inf",
+        ),
+        (
+            {"tool_timeouts": {"shel": 3}},
+            "tool_timeouts['shel']: unknown tool category; did you mean 'shell'? known categories "
+            "(the built-in ones and those of params.tools): code, file, network, shell",
+        ),
+        ({"tool_timeouts": {1: 3}}, "tool_timeouts key 1: must be a non-empty string, got 1"),
+        (
+            {"tool_timeouts": None},
+            "tool_timeouts: must be a mapping of tool category to seconds, got None",
+        ),
+        ({"tools": None}, "tools: must be a list or tuple of ToolSpec, got None"),
+        (
+            {"tools": [_noop]},
+            f"tools[0]: must be a ToolSpec (define tools with @tool), got {_noop!r}",
+        ),
+        ({"stop_sequences": ["END", 3]}, "stop_sequences[1]: must be a non-empty string, got 3"),
+        ({"stop_sequences": [""]}, "stop_sequences[0]: must be a non-empty string, got ''"),
+        ({"stop_sequences": None}, "stop_sequences: must be a list or tuple of strings, got None"),
+        ({"system": 123}, "system: must be a string, got 123"),
+        ({"tool_choice": None}, "tool_choice: must be a string, got None"),
+        (
+            {"prices": {"claude": 3.0}},
+            "prices['claude']: must be a Price (US dollars per million tokens, e.g. "
+            "Price(input=3.0, output=15.0)), got 3.0",
+        ),
+        ({"prices": None}, "prices: must be a mapping of model id (or prefix) to Price, got None"),
+        ({"spend_budget": 1000}, "spend_budget: must be None or a SpendBudget, got 1000"),
+        ({"thinking": 2048}, "thinking: must be None or a Thinking, got 2048"),
+        ({"recovery": None}, "recovery: must be a RecoveryPolicy, got None"),
+        ({"eager_tools": 1}, "eager_tools: must be True or False, got 1"),
+        ({"strict_models": "yes"}, "strict_models: must be True or False, got 'yes'"),
+        (
+            {"fallbacks": [123]},
+            "fallbacks[0]: must be a 'provider:model' string or a ModelChoice, got 123",
+        ),
+        (
+            {"fallbacks": ["gpt-4o"]},
+            "fallbacks[0]: expected 'provider:model' (e.g. 'anthropic:claude-...'), got 'gpt-4o'",
+        ),
+        ({"fallbacks": None}, "fallbacks: must be a list of 'provider:model' strings, got None"),
+        ({"model": None}, "model: must be a 'provider:model' string or a ModelChoice, got None"),
+    ],
+)
+def test_wrong_types_and_values_name_the_field(kwargs: dict[str, Any], message: str) -> None:
+    """A wrong type, NaN, infinity or unknown key is a ParamsError naming the field, never a
+    bare TypeError and never accepted."""
+    kwargs.setdefault("model", M)
+    with pytest.raises(ParamsError) as info:
+        HarnessParams(**kwargs)
+    assert str(info.value) == message
+    assert message.startswith(info.value.field + ": ")
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (
+            lambda: SpendBudget(max_cost_usd=NAN),
+            "spend_budget.max_cost_usd: must be None or a finite number > 0, got nan",
+        ),
+        (
+            lambda: SpendBudget(max_cost_usd=INF),
+            "spend_budget.max_cost_usd: must be None or a finite number > 0, got inf",
+        ),
+        (
+            lambda: SpendBudget(max_tokens=1.5),
+            "spend_budget.max_tokens: must be None or an integer >= 1, got 1.5",
+        ),
+        (lambda: Thinking(True), "thinking.budget_tokens: must be an integer >= 1024, got True"),
+        (
+            lambda: RecoveryPolicy(backoff_initial="1"),
+            "recovery.backoff_initial: must be a finite number > 0, got '1'",
+        ),
+        (
+            lambda: RecoveryPolicy(backoff_max=NAN),
+            "recovery.backoff_max: must be a finite number > 0, got nan",
+        ),
+        (
+            lambda: RecoveryPolicy(backoff_factor=0.5),
+            "recovery.backoff_factor: must be a finite number >= 1, got 0.5",
+        ),
+        (
+            lambda: RecoveryPolicy(backoff_max=0.5),
+            "recovery.backoff_max: must be >= backoff_initial (1), got 0.5",
+        ),
+        (
+            lambda: RecoveryPolicy(max_rate_limit_retries=True),
+            "recovery.max_rate_limit_retries: must be an integer >= 0, got True",
+        ),
+        (
+            lambda: RecoveryPolicy(budget_compact_target=NAN),
+            "recovery.budget_compact_target: must be a number between 0 and 1 (exclusive), got nan",
+        ),
+        (
+            lambda: RecoveryPolicy(continuation_message=""),
+            "recovery.continuation_message: must be a non-empty string, got ''",
+        ),
+        (
+            lambda: RecoveryPolicy(tool_failure_notice="Tool {tool} failed"),
+            "recovery.tool_failure_notice: must be a template with only {name} and {count} "
+            "placeholders, got 'Tool {tool} failed' (KeyError: 'tool'); "
+            "double literal braces as {{ }}",
+        ),
+        (lambda: Price("3", 1), "price.input: must be a finite number >= 0, got '3'"),
+        (lambda: Price(1, NAN), "price.output: must be a finite number >= 0, got nan"),
+        (lambda: Price(1, 2, -0.1), "price.cache_read: must be a finite number >= 0, got -0.1"),
+        (lambda: ModelChoice(123, "x"), "model.provider: must be a non-empty string, got 123"),
+        (lambda: ModelChoice("openai", ""), "model.model: must be a non-empty string, got ''"),
+    ],
+)
+def test_parts_validate_themselves(build: Any, message: str) -> None:
+    """SpendBudget, Thinking, RecoveryPolicy, Price and ModelChoice refuse wrong types, NaN
+    and infinity with a ParamsError naming the field."""
+    with pytest.raises(ParamsError) as info:
+        build()
+    assert str(info.value) == message
+
+
+def test_accepted_edge_values() -> None:
+    """Ints where floats are expected, a tool's own category in tool_timeouts and a single
+    stop sequence string are fine."""
+    db = attrs.evolve(_tool("query"), category="database")
+    p = HarnessParams(
+        model=M,
+        temperature=0,
+        tools=[db],
+        tool_timeouts={"database": 2, "shell": 1.5},
+        stop_sequences="END",
+        prices={"claude": Price(3, 15)},
+        recovery=RecoveryPolicy(backoff_factor=1, tool_failure_notice="{name} broke {count}x"),
+    )
+    assert p.timeout_for(db) == 2
+    assert p.stop_sequences == ("END",)
+    assert dict(p.tool_timeouts)["shell"] == 1.5

@@ -1,0 +1,167 @@
+"""attrs validators for params: each raises :class:`ParamsError` naming the field.
+
+A :class:`Check` is a predicate with the sentence that describes a good value; as an attrs
+validator it names the field ``prefix + attribute name``, and :meth:`Check.verify` names any
+other path (``tool_timeouts['shell']``, ``stop_sequences[1]``). The factories below build the
+few checks the params classes need::
+
+    max_turns: int = attrs.field(default=20, validator=integer(ge=1))
+    temperature: float | None = attrs.field(default=None, validator=optional(number(ge=0, le=2)))
+
+Numbers must be finite (NaN and infinity are refused) and ``bool`` is never a number.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from innerloop._errors import ParamsError
+
+__all__ = [
+    "Check",
+    "boolean",
+    "instance",
+    "integer",
+    "mapping_of",
+    "number",
+    "optional",
+    "string",
+    "tuple_of",
+]
+
+
+@attrs.frozen(repr=False)
+class Check:
+    """A validator: ``test(value)`` holds for good values, ``expect`` describes them."""
+
+    expect: str
+    test: Callable[[Any], bool]
+    prefix: str = ""
+    allow_none: bool = False
+
+    def verify(self, field: str, value: Any) -> None:
+        """Raise ParamsError for ``field`` unless ``value`` passes."""
+        if value is None and self.allow_none:
+            return
+        if not self.test(value):
+            expect = f"None or {self.expect}" if self.allow_none else self.expect
+            raise ParamsError(field, f"must be {expect}, got {value!r}", value)
+
+    def __call__(self, instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+        self.verify(self.prefix + attribute.name, value)
+
+    def __repr__(self) -> str:
+        return f"<Check must be {'None or ' if self.allow_none else ''}{self.expect}>"
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def integer(*, ge: int, prefix: str = "") -> Check:
+    """A whole number (not a bool) ``>= ge``."""
+    return Check(f"an integer >= {ge}", lambda v: _is_int(v) and v >= ge, prefix)
+
+
+def _bounds(ge: float | None, gt: float | None, le: float | None, lt: float | None) -> str:
+    low = f">= {ge:g}" if ge is not None else f"> {gt:g}" if gt is not None else ""
+    high = f"<= {le:g}" if le is not None else f"< {lt:g}" if lt is not None else ""
+    if ge is not None and le is not None:
+        return f" between {ge:g} and {le:g}"
+    if gt is not None and lt is not None:
+        return f" between {gt:g} and {lt:g} (exclusive)"
+    return " " + " and ".join(b for b in (low, high) if b) if low or high else ""
+
+
+def number(
+    *,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    prefix: str = "",
+) -> Check:
+    """A finite int or float within the given bounds (``ge``/``gt`` below, ``le``/``lt``
+    above); without an upper bound the message says "finite" (inf is refused too)."""
+
+    def test(v: Any) -> bool:
+        return (
+            _is_number(v)
+            and (ge is None or v >= ge)
+            and (gt is None or v > gt)
+            and (le is None or v <= le)
+            and (lt is None or v < lt)
+        )
+
+    finite = "" if le is not None or lt is not None else "finite "
+    return Check(f"a {finite}number{_bounds(ge, gt, le, lt)}", test, prefix)
+
+
+def string(*, non_empty: bool = False, prefix: str = "") -> Check:
+    """A ``str`` (with ``non_empty``, not ``''``)."""
+    if non_empty:
+        return Check("a non-empty string", lambda v: isinstance(v, str) and v != "", prefix)
+    return Check("a string", lambda v: isinstance(v, str), prefix)
+
+
+def boolean(*, prefix: str = "") -> Check:
+    """``True`` or ``False`` (not 0, 1 or a string)."""
+    return Check("True or False", lambda v: isinstance(v, bool), prefix)
+
+
+def instance(cls: type, *, hint: str = "", prefix: str = "") -> Check:
+    """An instance of ``cls``; ``hint`` (e.g. how to build one) follows the class name."""
+    return Check(f"a {cls.__name__}{hint}", lambda v: isinstance(v, cls), prefix)
+
+
+def optional(check: Check) -> Check:
+    """``check``, or ``None``."""
+    return attrs.evolve(check, allow_none=True)
+
+
+@attrs.frozen(repr=False)
+class _Each:
+    """Validates a container, then each item with ``item`` under ``field[i]`` or
+    ``field[key]``."""
+
+    container: Check
+    item: Check
+    keys: Check | None = None
+
+    def __call__(self, instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+        field = self.container.prefix + attribute.name
+        self.container.verify(field, value)
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                if self.keys is not None:
+                    self.keys.verify(f"{field} key {key!r}", key)
+                self.item.verify(f"{field}[{key!r}]", item)
+            return
+        for i, item in enumerate(value):
+            self.item.verify(f"{field}[{i}]", item)
+
+    def __repr__(self) -> str:
+        return f"<validator {self.container.expect}>"
+
+
+def tuple_of(item: Check, what: str, *, prefix: str = "") -> _Each:
+    """A tuple (what the field's converter makes of a list) of items passing ``item``;
+    ``what`` names the items in the message (``a list or tuple of {what}``)."""
+    return _Each(Check(f"a list or tuple of {what}", lambda v: isinstance(v, tuple), prefix), item)
+
+
+def mapping_of(item: Check, what: str, *, prefix: str = "") -> _Each:
+    """A mapping from strings to values passing ``item``; ``what`` describes it."""
+    return _Each(
+        Check(f"a mapping of {what}", lambda v: isinstance(v, Mapping), prefix),
+        item,
+        string(non_empty=True),
+    )
