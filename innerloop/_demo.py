@@ -202,7 +202,8 @@ def run_demo(out: Path = Path("runs/demo"), *, live: bool = False) -> HarnessSta
         f"http_requests=anthropic:{requests[0]} openai:{requests[1]} "
         f"total_backoff={state.total_wait:g}s (scaled) cost={format_cost(state.cost_usd)}"
     )
-    print(f"second run: exit_reason={aborted.exit_reason} ({aborted.abort.reason})")
+    why = aborted.abort.reason if aborted.abort is not None else "no abort"
+    print(f"second run: exit_reason={aborted.exit_reason} ({why})")
     print(f"event log: {log_path} (both runs)")
     print(f"trace diagram: {svg_path} (the first run)")
     return state
