@@ -19,6 +19,7 @@ PACKAGES = [
     "innerloop.testing",
     "innerloop.durable",
     "innerloop.examples",
+    "innerloop.lowlevel",
 ]
 
 

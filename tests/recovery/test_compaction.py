@@ -15,6 +15,7 @@ from innerloop._messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from innerloop.lowlevel import marker_text, plan_cut, render_transcript
 from innerloop.recovery import (
     ApproxTokenCounter,
     CompactionRequest,
@@ -23,9 +24,6 @@ from innerloop.recovery import (
     SummarizerError,
     SummarizingCompactor,
     TruncatingCompactor,
-    marker_text,
-    plan_cut,
-    render_transcript,
 )
 from innerloop.recovery._compaction import SUMMARY_HEADER
 from innerloop.testing import FakeProvider, Fault, ScriptedProvider, reply

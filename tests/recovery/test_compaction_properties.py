@@ -11,6 +11,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from innerloop._messages import Message
+from innerloop.lowlevel import apply_cut, marker_text
 from innerloop.recovery import (
     CompactionRequest,
     CompactionResult,
@@ -19,8 +20,6 @@ from innerloop.recovery import (
     SummarizingCompactor,
     TiktokenCounter,
     TruncatingCompactor,
-    apply_cut,
-    marker_text,
 )
 from innerloop.testing import FakeProvider, reply
 from tests.recovery._histories import assert_valid, histories

@@ -6,7 +6,8 @@ import pytest
 
 from innerloop import HarnessParams
 from innerloop._messages import Usage
-from innerloop.recovery import DEFAULT_PRICES, Price, add_cost, cost_usd, merge_prices, price_for
+from innerloop.lowlevel import add_cost
+from innerloop.recovery import DEFAULT_PRICES, Price, cost_usd, merge_prices, price_for
 
 
 class TestCost:

@@ -12,6 +12,7 @@ from innerloop._events import Alert, Compacted, Event, Transition
 from innerloop._messages import Message, TextBlock, Usage
 from innerloop.fsm import HarnessState
 from innerloop.fsm._params import SpendBudget
+from innerloop.lowlevel import marker_text
 from innerloop.providers import normalize
 from innerloop.recovery import (
     MessageTokenCache,
@@ -19,7 +20,6 @@ from innerloop.recovery import (
     RecoveryPolicy,
     SummarizingCompactor,
     TiktokenCounter,
-    marker_text,
 )
 from innerloop.recovery._compaction import SUMMARY_HEADER
 from innerloop.recovery._policy import CONTINUATION_MESSAGE

@@ -14,15 +14,12 @@ import tiktoken.load
 
 from innerloop import Harness, HarnessParams
 from innerloop._messages import ImageBlock, Message, ToolResultBlock, ToolUseBlock
+from innerloop.lowlevel import CL100K_SHA256, count_message, find_cl100k_data, load_cl100k
 from innerloop.recovery import (
-    CL100K_SHA256,
     ApproxTokenCounter,
     MessageTokenCache,
     TiktokenCounter,
     TokenizerDataError,
-    count_message,
-    find_cl100k_data,
-    load_cl100k,
 )
 from innerloop.testing import ScriptedProvider, reply, tool_call
 from innerloop.tools import ToolOutput, ToolSpec

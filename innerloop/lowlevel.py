@@ -1,0 +1,41 @@
+"""The building blocks under innerloop's friendly names, for hosts that assemble their own
+pieces: compaction planning, the tokenizer file, diagnostics, cost arithmetic, backoff
+arithmetic, and the pure request builders. The names in ``innerloop`` and its packages
+are the ones most code needs; these are stable too, but rarely needed.
+"""
+
+from innerloop.fsm._context import request_settings
+from innerloop.providers._normalize import RequestSettings, WireRequest, build_request, normalize
+from innerloop.recovery._compaction import (
+    SUMMARY_INSTRUCTIONS,
+    apply_cut,
+    marker_text,
+    plan_cut,
+    render_transcript,
+)
+from innerloop.recovery._diagnostic import build_diagnostic, hash_content, scrub_secrets
+from innerloop.recovery._policy import backoff_delay
+from innerloop.recovery._pricing import add_cost
+from innerloop.recovery._tokens import CL100K_SHA256, count_message, find_cl100k_data, load_cl100k
+
+__all__ = [
+    "CL100K_SHA256",
+    "SUMMARY_INSTRUCTIONS",
+    "RequestSettings",
+    "WireRequest",
+    "add_cost",
+    "apply_cut",
+    "backoff_delay",
+    "build_diagnostic",
+    "build_request",
+    "count_message",
+    "find_cl100k_data",
+    "hash_content",
+    "load_cl100k",
+    "marker_text",
+    "normalize",
+    "plan_cut",
+    "render_transcript",
+    "request_settings",
+    "scrub_secrets",
+]
