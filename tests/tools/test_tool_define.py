@@ -486,3 +486,18 @@ class TestModuleGraph:
 
         cycles = sorted(name for name in graph if reaches(name, name, {name}))
         assert cycles == []
+
+
+class TestReturnValues:
+    def test_dataclasses_and_models_render_as_json(self, call_tool: Any) -> None:
+        """A dataclass or pydantic model returned by a tool reaches the model as JSON."""
+
+        @tool
+        def both() -> list[Any]:
+            """Doc."""
+            return [Window(2), Filter(pattern="p"), Span(1), Color.BLUE]
+
+        assert call_tool(both, "both", {}).output == (
+            '[{"width": 2, "tags": []}, {"pattern": "p", "limit": 10}, '
+            '{"start": 1, "end": null}, "blue"]'
+        )
