@@ -368,6 +368,8 @@ class _JsonSchemaValidator:
         self._validator = jsonschema.Draft202012Validator(schema, format_checker=checker)
 
     def problems(self, args: Any) -> list[str]:
+        if self._validator.is_valid(args):
+            return []
         found: list[str] = []
         for error in sorted(self._validator.iter_errors(args), key=_error_order):
             for problem in _explain(error):
