@@ -6,7 +6,7 @@ from innerloop.tools._define import Toolset, tool
 from innerloop.tools._output import OutputLimits, cap_output
 from innerloop.tools._process import ProcessResult, run_process, scrub_env
 from innerloop.tools._runner import ToolRunner
-from innerloop.tools._schema import schema_for, validate
+from innerloop.tools._schema import schema_for
 from innerloop.tools._spec import (
     DEFAULT_TIMEOUTS,
     ToolCallResult,
@@ -16,6 +16,8 @@ from innerloop.tools._spec import (
     ToolOutput,
     ToolSpec,
 )
+from innerloop.tools._strict import openai_strict_schema
+from innerloop.tools._validate import ToolSchema, validate
 from innerloop.tools._workspace import Workspace
 
 __all__ = [
@@ -29,11 +31,13 @@ __all__ = [
     "ToolHandler",
     "ToolOutput",
     "ToolRunner",
+    "ToolSchema",
     "ToolSpec",
     "Toolset",
     "Workspace",
     "builtin_tools",
     "cap_output",
+    "openai_strict_schema",
     "run_process",
     "schema_for",
     "scrub_env",

@@ -17,134 +17,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import inspect
-import json
 import re
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar, overload
 
-import attrs
-
 from innerloop._errors import ToolDefinitionError
-from innerloop.tools._schema import convert, resolve_hints, schema_for
+from innerloop.tools._isolated import call_isolated
+from innerloop.tools._render import as_output
+from innerloop.tools._schema import Signature, signature_of
 from innerloop.tools._spec import ToolContext, ToolOutput, ToolSpec
 
-__all__ = ["Toolset", "render_value", "tool"]
+__all__ = ["Toolset", "tool"]
 
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-_SECTION = re.compile(r"^(Args|Arguments|Parameters|Params):\s*$")
-_ANY_SECTION = re.compile(r"^[A-Z][A-Za-z ]*:\s*$")
-_ARG_LINE = re.compile(r"^(\*{0,2}\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
-_SPHINX = re.compile(r"^:param\s+(?:[^:]*\s)?(\w+)\s*:\s*(.*)$")
 
 T = TypeVar("T")
-
-
-def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
-    """The description (the text before the first section such as ``Args:`` or
-    ``Returns:``) and per-parameter descriptions from Google style (``Args:`` with
-    ``name: text``) or Sphinx style (``:param name: text``)."""
-    lines = inspect.cleandoc(doc or "").splitlines()
-    first = next(
-        (i for i, ln in enumerate(lines) if _ANY_SECTION.match(ln) or ln.startswith(":")),
-        len(lines),
-    )
-    params: dict[str, str] = {}
-    current: str | None = None
-    in_args = False
-    for line in lines[first:]:
-        stripped = line.strip()
-        indented = line[:1] in (" ", "\t")
-        sphinx = _SPHINX.match(stripped)
-        if sphinx:
-            current = sphinx.group(1)
-            params[current] = sphinx.group(2)
-        elif _ANY_SECTION.match(line):
-            in_args, current = bool(_SECTION.match(line)), None
-        elif in_args and indented and (m := _ARG_LINE.match(stripped)) and _depth(line) <= 4:
-            current = m.group(1).lstrip("*")
-            params[current] = m.group(3)
-        elif current is not None and stripped and (indented or not in_args):
-            params[current] += " " + stripped
-    return "\n".join(lines[:first]).strip(), {k: v.strip() for k, v in params.items()}
-
-
-def _depth(line: str) -> int:
-    return len(line) - len(line.lstrip())
-
-
-def render_value(value: Any) -> str:
-    """The text the model sees for a tool's return value: strings as they are, anything
-    else as JSON (attrs instances as dicts, enums as their values)."""
-    if isinstance(value, str):
-        return value
-    if value is None:
-        return ""
-    return json.dumps(value, default=_json_default, ensure_ascii=False)
-
-
-def _json_default(value: Any) -> Any:
-    if attrs.has(type(value)):
-        return attrs.asdict(value)
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, set | frozenset | tuple):
-        return list(value)
-    return repr(value)
-
-
-def as_output(value: Any) -> ToolOutput:
-    if isinstance(value, ToolOutput):
-        return value
-    return ToolOutput(render_value(value), value=value)
-
-
-@attrs.frozen
-class _Signature:
-    schema: dict[str, Any]
-    annotations: dict[str, Any]
-    context_param: str | None
-
-
-def _signature(fn: Callable[..., Any], where: str, descriptions: Mapping[str, str]) -> _Signature:
-    hints = resolve_hints(fn, where)
-    properties: dict[str, Any] = {}
-    required: list[str] = []
-    annotations: dict[str, Any] = {}
-    context_param: str | None = None
-    for name, param in inspect.signature(fn).parameters.items():
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            stars = "*" if param.kind is param.VAR_POSITIONAL else "**"
-            raise ToolDefinitionError(
-                f"{where}: parameter {name!r} is variadic ({stars}{name}); tools take named "
-                "parameters only"
-            )
-        if param.kind is param.POSITIONAL_ONLY:
-            raise ToolDefinitionError(
-                f"{where}: parameter {name!r} is positional-only; tools are called with "
-                "keyword arguments"
-            )
-        if name not in hints:
-            raise ToolDefinitionError(
-                f"{where}: parameter {name!r} has no type annotation; annotate it (e.g. "
-                f"{name}: str)"
-            )
-        annotation = hints[name]
-        if annotation is ToolContext:
-            context_param = name
-            continue
-        schema = schema_for(annotation, f"{where}: parameter {name!r}")
-        if name in descriptions and "description" not in schema:
-            schema["description"] = descriptions[name]
-        properties[name] = schema
-        annotations[name] = annotation
-        if param.default is param.empty:
-            required.append(name)
-    schema = {"type": "object", "properties": properties, "required": required}
-    schema["additionalProperties"] = False
-    return _Signature(schema, annotations, context_param)
 
 
 async def _in_daemon_thread(fn: Callable[[], T]) -> T:
@@ -176,16 +65,11 @@ async def _in_daemon_thread(fn: Callable[[], T]) -> T:
 
 
 def _make_handler(
-    fn: Callable[..., Any], sig: _Signature, isolated: bool
+    fn: Callable[..., Any], sig: Signature, isolated: bool
 ) -> Callable[[Mapping[str, Any], ToolContext], Awaitable[ToolOutput]]:
-    def kwargs_for(args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
-        kwargs = {k: convert(sig.annotations[k], v) for k, v in args.items()}
-        if sig.context_param is not None:
-            kwargs[sig.context_param] = ctx
-        return kwargs
+    kwargs_for = sig.kwargs
 
     if isolated:
-        from innerloop.tools._isolated import call_isolated
 
         async def isolated_handler(args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
             return await call_isolated(fn, args, ctx)
@@ -228,8 +112,7 @@ def _define(
         raise ToolDefinitionError(f"{where}: category must be a non-empty string")
     if timeout is not None and not timeout > 0:
         raise ToolDefinitionError(f"{where}: timeout must be > 0 seconds, got {timeout!r}")
-    summary, descriptions = parse_docstring(fn.__doc__)
-    sig = _signature(fn, where, descriptions)
+    sig = signature_of(fn, where)
     if isolated:
         if inspect.iscoroutinefunction(fn):
             raise ToolDefinitionError(
@@ -246,7 +129,7 @@ def _define(
                 f"{where}: an isolated tool runs in another process and cannot take a "
                 f"ToolContext (parameter {sig.context_param!r}); drop it or isolated=True"
             )
-    text = description if description is not None else summary
+    text = description if description is not None else sig.description
     if not text:
         raise ToolDefinitionError(
             f"{where}: no description; write a docstring or pass description=..."

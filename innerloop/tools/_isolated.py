@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from innerloop.tools._process import run_process
+from innerloop.tools._render import render_value
+from innerloop.tools._schema import signature_of
 from innerloop.tools._spec import ToolContext, ToolError, ToolOutput
 
 __all__ = ["call_isolated"]
@@ -37,8 +39,6 @@ async def call_isolated(
     fn: Callable[..., Any], args: Mapping[str, Any], ctx: ToolContext
 ) -> ToolOutput:
     """Run ``fn(**args)`` in a child process; see the module docstring."""
-    from innerloop.tools._define import render_value
-
     with tempfile.TemporaryDirectory(prefix="innerloop-isolated-") as tmp:
         result_path = Path(tmp) / "result.pickle"
         proc = await run_process(
@@ -76,11 +76,8 @@ def _child_main(argv: list[str]) -> None:
     module, qualname, result_path = argv
     args = json.loads(sys.stdin.read() or "{}")
     try:
-        from innerloop.tools._schema import convert, resolve_hints
-
         fn = _resolve(module, qualname)
-        hints = resolve_hints(fn, qualname)
-        kwargs = {k: convert(hints[k], v) for k, v in args.items()}
+        kwargs = signature_of(fn, qualname).kwargs(args, None)
         value = fn(**kwargs)
         try:
             payload = pickle.dumps(("ok", value))

@@ -1,71 +1,56 @@
-"""JSON schemas from type hints, a validator for the schema subset innerloop generates, and
-the conversion of validated JSON arguments back into the annotated Python types.
+"""A function's parameters as a tool's JSON schema and argument validator, by pydantic.
 
-Supported annotations: ``str``, ``int``, ``float``, ``bool``, ``list[X]`` (and bare ``list``),
-``dict[str, X]`` (and bare ``dict``), ``Literal[...]``, ``X | None`` / ``Optional[X]``,
-``enum.Enum`` subclasses, attrs classes, ``Any`` and ``Annotated[X, "description"]``.
+The parameters become one ``TypedDict`` (required without a default, extra fields
+refused) that a pydantic ``TypeAdapter`` validates and converts; its JSON schema is what
+the model sees. Any type pydantic validates from JSON works: ``str``, ``int``, ``float``,
+``bool``, lists, dicts, tuples, sets, ``Literal``, ``Enum``, ``X | None``, unions,
+dataclasses, ``TypedDict``, pydantic models, ``datetime``..., with constraints as
+``Annotated[int, Field(ge=0)]``. attrs classes are translated to a ``TypedDict`` of their
+``__init__`` arguments and built after validation (so their own validators run, and what
+they raise is reported on the field). ``Annotated[X, "text"]`` describes ``X``.
 
-The validator understands ``type`` (one name or a list), ``enum``, ``const``, ``properties``,
-``required``, ``additionalProperties`` (``false`` or a schema), ``items``, ``anyOf`` and
-``oneOf``; other keywords of hand-written schemas are accepted and not checked.
+Validation is pydantic's strict mode on the arguments as JSON, so what passes is what the
+schema says: ``"3"`` is not an ``int`` and ``1`` not a ``bool``; an enum takes its value, a
+dataclass or model an object, a ``datetime`` an ISO 8601 string.
 """
 
 from __future__ import annotations
 
-import enum
+import inspect
+import re
 import types
 import typing
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, NotRequired, Required, final
 
 import attrs
+import docstring_parser
+import pydantic
+from pydantic.json_schema import GenerateJsonSchema
+from typing_extensions import TypedDict
 
 from innerloop._errors import ToolDefinitionError
+from innerloop.tools._spec import ToolContext
+from innerloop.tools._validate import ToolSchema, problems_from_pydantic, strict_json, validate
 
-__all__ = ["convert", "schema_for", "validate"]
+__all__ = [
+    "Signature",
+    "parse_docstring",
+    "resolve_hints",
+    "schema_for",
+    "signature_of",
+    "validate",
+]
 
-_SCALARS: Mapping[type, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
-
-
-def _enum_schema(cls: type[enum.Enum]) -> dict[str, Any]:
-    values = [m.value for m in cls]
-    schema: dict[str, Any] = {"enum": values}
-    kinds = {_json_type(v) for v in values}
-    if len(kinds) == 1 and None not in kinds:
-        schema["type"] = kinds.pop()
-    return schema
-
-
-def _json_type(value: Any) -> str | None:
-    if isinstance(value, bool):
-        return "boolean"
-    for py, name in _SCALARS.items():
-        if isinstance(value, py):
-            return name
-    return None
+_FORBID = pydantic.ConfigDict(extra="forbid")
+_SCALAR_DEFAULTS = (str, int, float, bool, type(None))
 
 
-def _attrs_schema(cls: type, where: str) -> dict[str, Any]:
-    hints = resolve_hints(cls, where)
-    properties: dict[str, Any] = {}
-    required: list[str] = []
-    for field in attrs.fields(cls):
-        if not field.init:
-            continue
-        name = field.alias or field.name
-        if field.name not in hints:
-            raise ToolDefinitionError(
-                f"{where}: field {field.name!r} of {cls.__name__} has no type annotation; "
-                "annotate it"
-            )
-        properties[name] = schema_for(hints[field.name], f"{where}.{name}")
-        if field.default is attrs.NOTHING:
-            required.append(name)
-    schema: dict[str, Any] = {"type": "object", "properties": properties}
-    if required:
-        schema["required"] = required
-    schema["additionalProperties"] = False
-    return schema
+class _Generate(GenerateJsonSchema):
+    """pydantic's generator without the titles it derives from field names."""
+
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False
 
 
 def resolve_hints(obj: Any, where: str) -> dict[str, Any]:
@@ -79,188 +64,258 @@ def resolve_hints(obj: Any, where: str) -> dict[str, Any]:
         ) from exc
 
 
-def _unsupported(annotation: Any, where: str) -> ToolDefinitionError:
-    return ToolDefinitionError(
-        f"{where}: unsupported annotation {_show(annotation)}; use str, int, float, bool, "
-        "list[X], dict[str, X], Literal[...], X | None, an Enum or an attrs class"
-    )
+def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
+    """The description (the text before the first section such as ``Args:``) and the
+    parameter descriptions (Google ``Args:``, Sphinx ``:param x:``, NumPy or Epydoc)."""
+    text = inspect.cleandoc(doc or "")
+    try:
+        parsed = docstring_parser.parse(text)
+    except docstring_parser.ParseError:
+        return text, {}
+    params = {
+        p.arg_name.lstrip("*"): " ".join(p.description.split())
+        for p in parsed.params
+        if p.description and p.args[0] in ("param", "attribute")
+    }
+    return (parsed.description or "").strip(), params
 
 
 def _show(annotation: Any) -> str:
     if isinstance(annotation, type):
         return annotation.__qualname__
-    return repr(annotation).replace("typing.", "")
+    return repr(annotation).replace("typing.", "").replace("typing_extensions.", "")
+
+
+def _described(annotation: Any, description: str) -> Any:
+    """``annotation`` described by ``description``, unless it carries its own."""
+    if typing.get_origin(annotation) is Annotated:
+        base, *meta = typing.get_args(annotation)
+        return Annotated[(base, pydantic.Field(description=description), *meta)]
+    return Annotated[annotation, pydantic.Field(description=description)]
+
+
+def _for_pydantic(annotation: Any, where: str, active: frozenset[type]) -> Any:
+    """``annotation`` with attrs classes replaced by validating ``TypedDict`` s and
+    ``Annotated`` strings by descriptions; anything else unchanged."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is Annotated:
+        base, *meta = args
+        notes = [m if not isinstance(m, str) else pydantic.Field(description=m) for m in meta]
+        return Annotated[(_for_pydantic(base, where, active), *notes)]
+    if isinstance(annotation, type) and attrs.has(annotation):
+        return _attrs_type(annotation, where, active)
+    if origin is None or origin is typing.Literal or not args:
+        return annotation
+    new = tuple(_for_pydantic(a, where, active) for a in args)
+    if all(a is b for a, b in zip(new, args, strict=True)):
+        return annotation
+    if origin is typing.Union or origin is types.UnionType:
+        return typing.Union[new]  # noqa: UP007 - built from a tuple
+    try:
+        return origin[new]
+    except TypeError:
+        return annotation
+
+
+def _attrs_type(cls: type, where: str, active: frozenset[type]) -> Any:
+    if cls in active:
+        raise ToolDefinitionError(
+            f"{where}: attrs class {cls.__qualname__} refers to itself; use a dataclass or a "
+            "pydantic model for recursive arguments"
+        )
+    hints = resolve_hints(cls, where)
+    summary, notes = parse_docstring(cls.__doc__)
+    fields: dict[str, Any] = {}
+    for field in attrs.fields(cls):
+        if not field.init:
+            continue
+        if field.name not in hints:
+            raise ToolDefinitionError(
+                f"{where}: field {field.name!r} of {cls.__name__} has no type annotation; "
+                "annotate it"
+            )
+        name = field.alias or field.name
+        annotation = _for_pydantic(hints[field.name], f"{where}.{name}", active | {cls})
+        if field.name in notes:
+            annotation = _described(annotation, notes[field.name])
+        wrap = Required if field.default is attrs.NOTHING else NotRequired
+        fields[name] = wrap[annotation]
+    shape = _typed_dict(cls.__name__, fields)
+    shape.__doc__ = summary or None
+
+    def build(values: dict[str, Any]) -> Any:
+        try:
+            return cls(**values)
+        except (TypeError, ValueError) as exc:  # attrs validators raise either
+            raise ValueError(f"{cls.__name__}: {exc}") from exc
+
+    return Annotated[shape, pydantic.AfterValidator(build)]
+
+
+def _typed_dict(name: str, fields: dict[str, Any]) -> Any:
+    """A ``TypedDict`` class built at run time, refusing extra keys."""
+    shape = typing.cast(Any, TypedDict)(name, fields)
+    shape.__pydantic_config__ = _FORBID
+    return shape
+
+
+def _adapter(annotation: Any) -> pydantic.TypeAdapter[Any]:
+    return pydantic.TypeAdapter(annotation)
+
+
+def _json_schema(adapter: pydantic.TypeAdapter[Any]) -> dict[str, Any]:
+    return _inline(adapter.json_schema(schema_generator=_Generate))
+
+
+def _unsupported(annotation: Any, where: str, exc: Exception) -> ToolDefinitionError:
+    reason = str(exc).split("\n")[0].split(". ")[0]
+    return ToolDefinitionError(
+        f"{where}: unsupported annotation {_show(annotation)} ({reason}); use types that "
+        "JSON can carry: str, int, float, bool, list[X], dict[str, X], Literal[...], "
+        "X | None, an Enum, a dataclass, a TypedDict, a pydantic model or an attrs class"
+    )
 
 
 def schema_for(annotation: Any, where: str) -> dict[str, Any]:
-    """The JSON schema of ``annotation``; ``where`` names it in errors (e.g. ``parameter 'x'``).
-
-    Raises :class:`ToolDefinitionError` naming ``where`` and the annotation when it is not
-    supported.
+    """The JSON schema of ``annotation``; ``where`` names it in errors (e.g. ``parameter
+    'x'``). Raises :class:`ToolDefinitionError` when pydantic cannot validate it from JSON.
     """
-    origin = typing.get_origin(annotation)
-    args = typing.get_args(annotation)
-    if origin is typing.Annotated:
-        schema = schema_for(args[0], where)
-        notes = [a for a in args[1:] if isinstance(a, str)]
-        if notes:
-            schema["description"] = " ".join(notes)
+    converted = _for_pydantic(annotation, where, frozenset())
+    try:
+        return _json_schema(_adapter(converted))
+    except pydantic.PydanticUserError as exc:
+        raise _unsupported(annotation, where, exc) from exc
+
+
+def _inline(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with each ``$ref`` into its ``$defs`` replaced by the definition (the
+    form every provider reads best); unchanged when a definition refers to itself."""
+    defs = schema.get("$defs")
+    if not defs:
         return schema
-    if annotation is Any:
-        return {}
-    if annotation in _SCALARS:
-        return {"type": _SCALARS[annotation]}
-    if annotation is list:
-        return {"type": "array"}
-    if annotation is dict:
-        return {"type": "object"}
-    if origin is list:
-        return {"type": "array", "items": schema_for(args[0], f"{where}[]")}
-    if origin is dict:
-        if args[0] is not str:
+
+    def expand(node: Any, stack: tuple[str, ...]) -> Any:
+        if isinstance(node, list):
+            return [expand(n, stack) for n in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            name = ref[len("#/$defs/") :]
+            if name in stack:
+                raise RecursionError(name)
+            target = expand(defs[name], (*stack, name))
+            siblings = {k: expand(v, stack) for k, v in node.items() if k != "$ref"}
+            return {**target, **siblings}
+        return {k: expand(v, stack) for k, v in node.items()}
+
+    try:
+        body = expand({k: v for k, v in schema.items() if k != "$defs"}, ())
+    except RecursionError:
+        return schema
+    return typing.cast(dict[str, Any], body)
+
+
+@final
+class _AdapterValidator:
+    """Validates and converts with a pydantic ``TypeAdapter``; ``schema`` (its JSON
+    schema) names the fields in the problems."""
+
+    __slots__ = ("_adapter", "_schema")
+
+    def __init__(self, adapter: pydantic.TypeAdapter[Any], schema: Mapping[str, Any]) -> None:
+        self._adapter = adapter
+        self._schema = schema
+
+    def problems(self, args: Any) -> list[str]:
+        try:
+            self.parse(args)
+        except pydantic.ValidationError as exc:
+            return problems_from_pydantic(exc, self._schema)
+        except ValueError as exc:
+            return [f"the arguments: {exc}"]
+        return []
+
+    def parse(self, args: Any) -> dict[str, Any]:
+        return typing.cast(dict[str, Any], strict_json(self._adapter, args))
+
+
+@attrs.frozen
+class Signature:
+    """What ``@tool`` reads from a function: its input schema (bound to the pydantic
+    validator), its description and the parameter that takes the ``ToolContext``."""
+
+    schema: ToolSchema
+    description: str
+    context_param: str | None
+
+    def kwargs(self, args: Mapping[str, Any], ctx: ToolContext | None) -> dict[str, Any]:
+        """The keyword arguments to call the function with."""
+        kwargs = self.schema.parse(args)
+        if self.context_param is not None:
+            kwargs[self.context_param] = ctx
+        return kwargs
+
+
+def signature_of(fn: Callable[..., Any], where: str) -> Signature:
+    """Read ``fn``'s parameters, hints and docstring (see the module docstring).
+
+    Raises :class:`ToolDefinitionError` naming ``where`` and the parameter for a variadic,
+    positional-only, unannotated or unsupported parameter.
+    """
+    hints = resolve_hints(fn, where)
+    summary, descriptions = parse_docstring(fn.__doc__)
+    fields: dict[str, Any] = {}
+    originals: dict[str, Any] = {}
+    defaults: dict[str, Any] = {}
+    context_param: str | None = None
+    for name, param in inspect.signature(fn).parameters.items():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            stars = "*" if param.kind is param.VAR_POSITIONAL else "**"
             raise ToolDefinitionError(
-                f"{where}: unsupported annotation {_show(annotation)}; JSON object keys are "
-                "strings, use dict[str, X]"
+                f"{where}: parameter {name!r} is variadic ({stars}{name}); tools take named "
+                "parameters only"
             )
-        return {"type": "object", "additionalProperties": schema_for(args[1], f"{where}{{}}")}
-    if origin is typing.Literal:
-        schema = {"enum": list(args)}
-        kinds = {_json_type(a) for a in args}
-        if len(kinds) == 1 and None not in kinds:
-            schema["type"] = kinds.pop()
-        return schema
-    if origin is typing.Union or origin is types.UnionType:
-        options = [a for a in args if a is not type(None)]
-        if len(options) != len(args) - 1 or len(options) != 1:
-            raise _unsupported(annotation, where)
-        return {"anyOf": [schema_for(options[0], where), {"type": "null"}]}
-    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
-        return _enum_schema(annotation)
-    if isinstance(annotation, type) and attrs.has(annotation):
-        return _attrs_schema(annotation, where)
-    raise _unsupported(annotation, where)
+        if param.kind is param.POSITIONAL_ONLY:
+            raise ToolDefinitionError(
+                f"{where}: parameter {name!r} is positional-only; tools are called with "
+                "keyword arguments"
+            )
+        if name not in hints:
+            raise ToolDefinitionError(
+                f"{where}: parameter {name!r} has no type annotation; annotate it (e.g. "
+                f"{name}: str)"
+            )
+        annotation = hints[name]
+        if annotation is ToolContext:
+            context_param = name
+            continue
+        converted = _for_pydantic(annotation, f"{where}: parameter {name!r}", frozenset())
+        if name in descriptions:
+            converted = _described(converted, descriptions[name])
+        if param.default is param.empty:
+            fields[name] = Required[converted]
+        else:
+            fields[name] = NotRequired[converted]
+            if isinstance(param.default, _SCALAR_DEFAULTS):
+                defaults[name] = param.default
+        originals[name] = annotation
+    shape = _typed_dict(_identifier(getattr(fn, "__name__", "tool")), fields)
+    try:
+        adapter = _adapter(shape)
+        schema = _json_schema(adapter)
+    except pydantic.PydanticUserError as exc:
+        for name, annotation in originals.items():  # which parameter? (only on this path)
+            schema_for(annotation, f"{where}: parameter {name!r}")
+        raise _unsupported(shape, where, exc) from exc
+    schema.pop("title", None)
+    schema.setdefault("properties", {})
+    schema.setdefault("required", [])
+    for name, value in defaults.items():
+        schema["properties"][name].setdefault("default", value)
+    return Signature(ToolSchema(schema, _AdapterValidator(adapter, schema)), summary, context_param)
 
 
-# -- validation ---------------------------------------------------------------------------
-
-_TYPE_CHECKS: Mapping[str, Any] = {
-    "string": lambda v: isinstance(v, str),
-    "integer": lambda v: (
-        (isinstance(v, int) and not isinstance(v, bool))
-        or (isinstance(v, float) and v.is_integer())
-    ),
-    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-    "boolean": lambda v: isinstance(v, bool),
-    "array": lambda v: isinstance(v, list | tuple),
-    "object": lambda v: isinstance(v, Mapping),
-    "null": lambda v: v is None,
-}
-
-
-def _describe(value: Any) -> str:
-    kind = {
-        bool: "boolean",
-        int: "integer",
-        float: "number",
-        str: "string",
-        type(None): "null",
-        list: "array",
-        tuple: "array",
-        dict: "object",
-    }.get(type(value), type(value).__name__)
-    text = repr(value)
-    if len(text) > 60:
-        text = text[:57] + "..."
-    return f"{kind} {text}"
-
-
-def _at(path: str) -> str:
-    return f"field {path!r}" if path else "the arguments"
-
-
-def validate(schema: Mapping[str, Any], value: Any, path: str = "") -> list[str]:
-    """Every way ``value`` breaks ``schema``, each naming the field path, what was expected
-    and what was given. An empty list means valid."""
-    for key in ("anyOf", "oneOf"):
-        if key in schema:
-            options = schema[key]
-            if any(not validate(option, value, path) for option in options):
-                break
-            if len(options) == 2 and {"type": "null"} in options:
-                inner = next(o for o in options if o != {"type": "null"})
-                return validate(inner, value, path)
-            return [f"{_at(path)}: {_describe(value)} matches none of the allowed forms"]
-    kinds = schema.get("type")
-    if kinds is not None:
-        names = [kinds] if isinstance(kinds, str) else list(kinds)
-        if not any(_TYPE_CHECKS.get(n, lambda v: True)(value) for n in names):
-            expected = " or ".join(names)
-            return [f"{_at(path)}: expected {expected}, got {_describe(value)}"]
-    if "enum" in schema and value not in schema["enum"]:
-        allowed = ", ".join(repr(v) for v in schema["enum"])
-        return [f"{_at(path)}: {value!r} is not one of {allowed}"]
-    if "const" in schema and value != schema["const"]:
-        return [f"{_at(path)}: must be {schema['const']!r}, got {value!r}"]
-    if isinstance(value, Mapping):
-        return _validate_object(schema, value, path)
-    if isinstance(value, list | tuple) and isinstance(schema.get("items"), Mapping):
-        errors: list[str] = []
-        for i, item in enumerate(value):
-            errors += validate(schema["items"], item, f"{path}[{i}]")
-        return errors
-    return []
-
-
-def _validate_object(schema: Mapping[str, Any], value: Mapping[str, Any], path: str) -> list[str]:
-    errors: list[str] = []
-    properties: Mapping[str, Any] = schema.get("properties", {})
-    prefix = f"{path}." if path else ""
-    for name in schema.get("required", ()):
-        if name not in value:
-            errors.append(f"missing required field {prefix + name!r}")
-    extra = schema.get("additionalProperties", True)
-    for name, item in value.items():
-        if name in properties:
-            errors += validate(properties[name], item, prefix + name)
-        elif extra is False:
-            allowed = ", ".join(properties) or "none"
-            errors.append(f"unexpected field {prefix + name!r} (allowed: {allowed})")
-        elif isinstance(extra, Mapping):
-            errors += validate(extra, item, prefix + name)
-    return errors
-
-
-# -- conversion ---------------------------------------------------------------------------
-
-
-def convert(annotation: Any, value: Any) -> Any:
-    """Turn a validated JSON value into ``annotation``'s Python type (enums, attrs classes,
-    floats given as integers); everything else passes through."""
-    origin = typing.get_origin(annotation)
-    args = typing.get_args(annotation)
-    if origin is typing.Annotated:
-        return convert(args[0], value)
-    if value is None:
-        return None
-    if origin is typing.Union or origin is types.UnionType:
-        inner = next(a for a in args if a is not type(None))
-        return convert(inner, value)
-    if annotation is float:
-        return float(value)
-    if annotation is int and isinstance(value, float):
-        return int(value)
-    if origin is list:
-        return [convert(args[0], v) for v in value]
-    if origin is dict:
-        return {k: convert(args[1], v) for k, v in value.items()}
-    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
-        return annotation(value)
-    if isinstance(annotation, type) and attrs.has(annotation):
-        hints = typing.get_type_hints(annotation, include_extras=True)
-        kwargs = {}
-        for field in attrs.fields(annotation):
-            name = field.alias or field.name
-            if field.init and name in value:
-                kwargs[name] = convert(hints[field.name], value[name])
-        return annotation(**kwargs)
-    return value
+def _identifier(name: str) -> str:
+    return re.sub(r"\W", "_", name) or "tool"

@@ -10,6 +10,7 @@ import attrs
 
 from innerloop._messages import Message
 from innerloop._tasks import Task
+from innerloop.tools._validate import tool_schema
 
 __all__ = [
     "DEFAULT_TIMEOUTS",
@@ -114,11 +115,15 @@ class ToolSpec:
 
     ``handler`` receives the validated arguments and a :class:`ToolContext`. ``category``
     picks the default timeout (file, shell, network, code); ``timeout`` overrides it.
+    ``input_schema`` (a Draft 2020-12 JSON schema) is checked here and calls are validated
+    against it; a keyword innerloop cannot enforce raises ``ToolDefinitionError``.
     """
 
     name: str
     description: str
-    input_schema: Mapping[str, Any]
+    input_schema: Mapping[str, Any] = attrs.field(
+        converter=attrs.Converter(tool_schema, takes_self=True)  # type: ignore[misc]
+    )
     handler: ToolHandler = attrs.field(eq=False, repr=False)
     category: str = "code"
     timeout: float | None = None

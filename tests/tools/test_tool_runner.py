@@ -277,7 +277,8 @@ class TestParallel:
         assert peak[0] == 2
 
     def test_handler_returning_garbage(self, call_tool: Any) -> None:
-        """A handler returning the wrong type, or a broken schema, is an error, not a crash."""
+        """A handler returning the wrong type is an error, not a crash (a broken schema is
+        refused when the tool is defined: tests/tools/test_tool_schema.py)."""
         from innerloop.tools import ToolSpec
 
         async def handler(args: Any, ctx: Any) -> Any:
@@ -286,10 +287,6 @@ class TestParallel:
         spec = ToolSpec("raw", "Raw.", {"type": "object"}, handler)
         result = call_tool(spec, "raw", {})
         assert result.output == "tool 'raw' handler returned int, not ToolOutput"
-        broken = ToolSpec("broken", "Broken.", {"anyOf": 3}, handler)
-        assert call_tool(broken, "broken", {}).output == (
-            "tool 'broken' could not be run: TypeError: 'int' object is not iterable"
-        )
         ok = ToolSpec("ok", "Ok.", {"type": "object"}, lambda a, c: _done(ToolOutput("fine")))
         assert call_tool(ok, "ok", {}).output == "fine"
 
