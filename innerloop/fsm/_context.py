@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import attrs
 
@@ -26,8 +27,22 @@ from innerloop.recovery._clock import Clock
 from innerloop.recovery._compaction import Compactor
 from innerloop.recovery._tokens import MessageTokenCache
 from innerloop.tools._runner import ToolExecutor
+from innerloop.tools._spec import ToolSpec
+from innerloop.tools._strict import openai_strict_schema
 
 __all__ = ["AbortSignal", "Deps", "PhaseContext", "TurnScope", "request_settings"]
+
+
+def _definition(tool: ToolSpec) -> dict[str, Any]:
+    """A tool's definition, with OpenAI's strict form of its schema when the tool was made
+    by ``@tool`` (its function then takes the defaults of the optional arguments strict
+    mode sends as null; a hand-written handler would see the nulls)."""
+    definition = tool.to_definition()
+    if tool.function is not None:
+        strict = openai_strict_schema(tool.input_schema)
+        if strict is not None:
+            definition["strict_schema"] = strict
+    return definition
 
 
 def request_settings(params: HarnessParams) -> RequestSettings:
@@ -35,7 +50,7 @@ def request_settings(params: HarnessParams) -> RequestSettings:
     return RequestSettings(
         max_output_tokens=params.max_output_tokens,
         system=params.system,
-        tools=params.tool_definitions,
+        tools=tuple(_definition(t) for t in params.tools),
         tool_choice=params.tool_choice,
         thinking_budget=params.thinking.budget_tokens if params.thinking is not None else None,
         stop_sequences=params.stop_sequences,

@@ -70,7 +70,9 @@ class RequestSettings:
     max_output_tokens: int
     system: str = ""
     tools: tuple[dict[str, Any], ...] = attrs.field(default=(), converter=_definitions)
-    """Provider-neutral tool definitions: name, description, input_schema."""
+    """Provider-neutral tool definitions: name, description, input_schema; a definition
+    may also carry ``strict_schema``, the form OpenAI's strict mode accepts (then sent
+    with ``strict: true``)."""
     tool_choice: str = "auto"
     thinking_budget: int | None = None
     stop_sequences: tuple[str, ...] = attrs.field(default=(), converter=_strings)
@@ -204,6 +206,16 @@ def _anthropic_tool_choice(choice: str) -> dict[str, Any]:
     return {"type": choice}
 
 
+def _openai_tool(definition: dict[str, Any]) -> dict[str, Any]:
+    function = {"name": definition["name"], "description": definition["description"]}
+    strict = definition.get("strict_schema")
+    if strict is not None:
+        function.update(parameters=strict, strict=True)
+    else:
+        function["parameters"] = definition["input_schema"]
+    return {"type": "function", "function": function}
+
+
 def _openai_tool_choice(choice: str) -> Any:
     if choice.startswith("tool:"):
         return {"type": "function", "function": {"name": choice[len("tool:") :]}}
@@ -222,7 +234,7 @@ def build_request(
         if params.system:
             payload["system"] = [{"type": "text", "text": params.system, "cache_control": CACHE}]
         if tools:
-            defs = [dict(t) for t in tools]
+            defs = [{k: v for k, v in t.items() if k != "strict_schema"} for t in tools]
             if params.cache_tools:
                 defs[-1]["cache_control"] = CACHE
             payload["tools"] = defs
@@ -241,17 +253,7 @@ def build_request(
         payload["max_completion_tokens"] = params.max_output_tokens
         payload["stream_options"] = {"include_usage": True}
         if tools:
-            payload["tools"] = [
-                {
-                    "type": "function",
-                    "function": {
-                        "name": t["name"],
-                        "description": t["description"],
-                        "parameters": t["input_schema"],
-                    },
-                }
-                for t in tools
-            ]
+            payload["tools"] = [_openai_tool(t) for t in tools]
             payload["tool_choice"] = _openai_tool_choice(params.tool_choice)
         if params.stop_sequences:
             payload["stop"] = list(params.stop_sequences)

@@ -24,7 +24,7 @@ from innerloop._messages import (
 from innerloop.fsm import request_settings
 from innerloop.fsm._params import Thinking
 from innerloop.providers import build_request, normalize
-from innerloop.tools import ToolOutput, ToolSpec
+from innerloop.tools import ToolOutput, ToolSpec, tool
 
 ANTHROPIC_ID = re.compile(r"^[A-Za-z0-9_-]+$")
 USER_TYPES = {"text", "image", "tool_result"}
@@ -299,3 +299,37 @@ def test_openai_request_shape() -> None:
         }
     ]
     assert payload["stream_options"] == {"include_usage": True}
+
+
+@tool
+def lookup(city: str, units: str = "metric") -> str:
+    """Weather for a city.
+
+    Args:
+        city: The city.
+        units: metric or imperial.
+    """
+    return city
+
+
+def test_openai_gets_the_strict_form_of_decorated_tools_only() -> None:
+    """A ``@tool`` schema goes to OpenAI in strict form (every property required, the
+    optional one nullable, no extra properties); a hand-written one as it was given.
+    Anthropic gets the plain schemas."""
+    params = HarnessParams(model="openai:gpt-4o-2024-08-06", tools=(lookup, ECHO))
+    settings = request_settings(params)
+    tools = build_request(settings, HISTORY, "openai", "gpt-4o-2024-08-06").payload["tools"]
+    strict = tools[0]["function"]
+    assert strict["strict"] is True
+    assert strict["parameters"]["required"] == ["city", "units"]
+    assert strict["parameters"]["additionalProperties"] is False
+    assert "null" in str(strict["parameters"]["properties"]["units"])
+    assert tools[1]["function"] == {
+        "name": "echo",
+        "description": "Echo",
+        "parameters": {"type": "object", "properties": {}},
+    }
+    anthropic = build_request(settings, HISTORY, "anthropic", "claude-sonnet-4-5-20250929")
+    assert [set(t) for t in anthropic.payload["tools"]] == [
+        {"name", "description", "input_schema"}
+    ] * 2
