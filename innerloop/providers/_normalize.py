@@ -222,46 +222,61 @@ def _openai_tool_choice(choice: str) -> Any:
     return {"any": "required"}.get(choice, choice)
 
 
+def _anthropic_payload(settings: RequestSettings, history: Sequence[Message]) -> dict[str, Any]:
+    messages = _anthropic_messages(history)
+    payload: dict[str, Any] = {"max_tokens": settings.max_output_tokens}
+    if settings.system:
+        payload["system"] = [{"type": "text", "text": settings.system, "cache_control": CACHE}]
+    if settings.tools:
+        defs = [{k: v for k, v in t.items() if k != "strict_schema"} for t in settings.tools]
+        if settings.cache_tools:
+            defs[-1]["cache_control"] = CACHE
+        payload["tools"] = defs
+        payload["tool_choice"] = _anthropic_tool_choice(settings.tool_choice)
+    if settings.thinking_budget is not None:
+        payload["thinking"] = {"type": "enabled", "budget_tokens": settings.thinking_budget}
+    if settings.stop_sequences:
+        payload["stop_sequences"] = list(settings.stop_sequences)
+    if settings.cache_last_user_turn and messages and messages[-1]["role"] == "user":
+        messages[-1]["content"][-1]["cache_control"] = CACHE
+    payload["messages"] = messages
+    return payload
+
+
+def _openai_payload(settings: RequestSettings, history: Sequence[Message]) -> dict[str, Any]:
+    messages = _openai_messages(history)
+    if settings.system:
+        messages.insert(0, {"role": "system", "content": settings.system})
+    payload: dict[str, Any] = {
+        "max_completion_tokens": settings.max_output_tokens,
+        "stream_options": {"include_usage": True},
+    }
+    if settings.tools:
+        payload["tools"] = [_openai_tool(t) for t in settings.tools]
+        payload["tool_choice"] = _openai_tool_choice(settings.tool_choice)
+    if settings.stop_sequences:
+        payload["stop"] = list(settings.stop_sequences)
+    payload["messages"] = messages
+    return payload
+
+
+_PAYLOADS = {"anthropic": _anthropic_payload, "openai": _openai_payload}
+
+
 def build_request(
-    params: RequestSettings, history: Sequence[Message], dialect: Dialect | str, model: str
+    settings: RequestSettings, history: Sequence[Message], dialect: Dialect | str, model: str
 ) -> WireRequest:
     """The full streaming request body for ``dialect``: system, tools, settings, messages."""
-    tools = params.tools
-    payload: dict[str, Any] = {"model": model, "stream": True}
-    if dialect == "anthropic":
-        messages = _anthropic_messages(history)
-        payload["max_tokens"] = params.max_output_tokens
-        if params.system:
-            payload["system"] = [{"type": "text", "text": params.system, "cache_control": CACHE}]
-        if tools:
-            defs = [{k: v for k, v in t.items() if k != "strict_schema"} for t in tools]
-            if params.cache_tools:
-                defs[-1]["cache_control"] = CACHE
-            payload["tools"] = defs
-            payload["tool_choice"] = _anthropic_tool_choice(params.tool_choice)
-        if params.thinking_budget is not None:
-            payload["thinking"] = {"type": "enabled", "budget_tokens": params.thinking_budget}
-        if params.stop_sequences:
-            payload["stop_sequences"] = list(params.stop_sequences)
-        if params.cache_last_user_turn and messages and messages[-1]["role"] == "user":
-            last = messages[-1]["content"][-1]
-            last["cache_control"] = CACHE
-    elif dialect == "openai":
-        messages = _openai_messages(history)
-        if params.system:
-            messages.insert(0, {"role": "system", "content": params.system})
-        payload["max_completion_tokens"] = params.max_output_tokens
-        payload["stream_options"] = {"include_usage": True}
-        if tools:
-            payload["tools"] = [_openai_tool(t) for t in tools]
-            payload["tool_choice"] = _openai_tool_choice(params.tool_choice)
-        if params.stop_sequences:
-            payload["stop"] = list(params.stop_sequences)
-    else:
+    make = _PAYLOADS.get(dialect)
+    if make is None:
         raise ValueError(f"unknown dialect {dialect!r}; expected 'anthropic' or 'openai'")
-    if params.temperature is not None:
-        payload["temperature"] = params.temperature
-    if params.top_p is not None:
-        payload["top_p"] = params.top_p
+    payload: dict[str, Any] = {"model": model, "stream": True}
+    body = make(settings, history)
+    messages = body.pop("messages")
+    payload.update(body)
+    if settings.temperature is not None:
+        payload["temperature"] = settings.temperature
+    if settings.top_p is not None:
+        payload["top_p"] = settings.top_p
     payload["messages"] = messages
     return WireRequest(str(dialect), model, payload)
