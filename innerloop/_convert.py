@@ -271,16 +271,19 @@ def _tagged(cls: type[Any], conv: cattrs.Converter) -> Callable[[Any], dict[str,
 def _block_structure(
     blocks: Mapping[str, type[Any]], conv: cattrs.Converter
 ) -> Callable[[Any, Any], Block]:
+    hooks = {tag: (cls, conv.get_structure_hook(cls)) for tag, cls in blocks.items()}
+
     def block(data: Any, _: Any) -> Block:
         kind = data.get("type") if isinstance(data, Mapping) else None
-        cls = blocks.get(kind) if isinstance(kind, str) else None
-        if cls is None:
+        found = hooks.get(kind) if isinstance(kind, str) else None
+        if found is None:
             raise ConversionError(
                 "Block",
                 f"unknown content block type {kind!r}; expected one of {', '.join(blocks)}",
                 data,
             )
-        return conv.structure(data, cls)  # type: ignore[no-any-return]
+        cls, hook = found
+        return hook(data, cls)  # type: ignore[no-any-return]
 
     return block
 
