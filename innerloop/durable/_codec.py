@@ -21,7 +21,8 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 from innerloop._convert import make_converter, structure, unstructure
 from innerloop._errors import ConversionError, ProviderError
 from innerloop._messages import ModelResponse
-from innerloop.fsm._state import AbortFlag, HarnessState
+from innerloop.fsm import _state as _state_module
+from innerloop.fsm._state import HarnessState
 from innerloop.tools._spec import ToolCallResult
 
 __all__ = [
@@ -78,28 +79,33 @@ def state_from_dict(data: Mapping[str, Any]) -> HarnessState:
 # abort a plain pending request or None; `request` and `stream` moved out of it), and use
 # `unstructure(state)` / `structure(data, HarnessState)` above: nothing else is special.
 # Until then the live AbortFlag crosses as its reason (or None), and the turn's wire request
-# and open stream, which are never live at a phase boundary, are not written.
+# and open stream, which are never live at a phase boundary, are not written. Each part
+# applies only while the state still has it, so the reshape alone does not break this.
 _STATE = make_converter()
+_AbortFlag: Any = getattr(_state_module, "AbortFlag", None)
+_LIVE = {
+    name: override(omit=True)
+    for name in ("request", "stream")
+    if name in attrs.fields_dict(HarnessState)
+}
 
 
-def _abort_from_json(reason: str | None, _: Any) -> AbortFlag:
-    flag = AbortFlag()
+def _abort_from_json(reason: str | None, _: Any) -> Any:
+    flag = _AbortFlag()
     if reason is not None:
         flag.request(reason)
     return flag
 
 
-_STATE.register_unstructure_hook(AbortFlag, lambda f: f.reason if f.requested else None)
-_STATE.register_structure_hook(AbortFlag, _abort_from_json)
-_STATE.register_unstructure_hook(
-    HarnessState,
-    make_dict_unstructure_fn(
-        HarnessState, _STATE, request=override(omit=True), stream=override(omit=True)
-    ),
-)
-_STATE.register_structure_hook(
-    HarnessState,
-    make_dict_structure_fn(
-        HarnessState, _STATE, request=override(omit=True), stream=override(omit=True)
-    ),
-)
+if _AbortFlag is not None and not attrs.has(_AbortFlag):
+    _STATE.register_unstructure_hook(_AbortFlag, lambda f: f.reason if f.requested else None)
+    _STATE.register_structure_hook(_AbortFlag, _abort_from_json)
+if _LIVE:
+    _STATE.register_unstructure_hook(
+        HarnessState,
+        make_dict_unstructure_fn(HarnessState, _STATE, **_LIVE),  # type: ignore[arg-type]
+    )
+    _STATE.register_structure_hook(
+        HarnessState,
+        make_dict_structure_fn(HarnessState, _STATE, **_LIVE),  # type: ignore[arg-type]
+    )
