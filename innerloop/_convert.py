@@ -87,7 +87,13 @@ def make_converter() -> cattrs.Converter:
     )
     c.register_unstructure_hook_factory(holds_code, _code_unstructure)
     c.register_structure_hook_factory(holds_code, _code_structure_refused)
-    c.register_unstructure_hook_factory(lambda t: t in blocks.values(), _tagged)
+    block_classes = tuple(blocks.values())
+    c.register_unstructure_hook_factory(
+        lambda t: isinstance(t, type) and issubclass(t, block_classes), _tagged
+    )
+    c.register_unstructure_hook_factory(
+        lambda t: t == tuple[Block, ...], lambda _, conv: _blocks_unstructure(blocks, conv)
+    )
     c.register_structure_hook_factory(
         lambda t: t == Block, lambda _, conv: _block_structure(blocks, conv)
     )
@@ -266,6 +272,14 @@ def _tagged(cls: type[Any], conv: cattrs.Converter) -> Callable[[Any], dict[str,
     tag = attrs.fields(cls).type.default
     fields = make_dict_unstructure_fn(cls, conv, type=override(omit=True))
     return lambda obj: {"type": tag, **fields(obj)}
+
+
+def _blocks_unstructure(
+    blocks: Mapping[str, type[Any]], conv: cattrs.Converter
+) -> Callable[[Any], list[Any]]:
+    """A message's content: each block through its own hook, found once (a hot path)."""
+    hooks = {cls: conv.get_unstructure_hook(cls) for cls in blocks.values()}
+    return lambda content: [hooks.get(type(b), conv.unstructure)(b) for b in content]
 
 
 def _block_structure(

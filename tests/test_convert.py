@@ -156,6 +156,11 @@ def through_json(data: Any) -> Any:
 # -- content blocks and messages ------------------------------------------------------------
 
 
+@attrs.frozen
+class NotedText(TextBlock):
+    """A host's own kind of text block."""
+
+
 class TestBlocks:
     @pytest.mark.parametrize("cls", BLOCKS, ids=lambda c: c.__name__)
     @given(data=st.data())
@@ -190,6 +195,13 @@ class TestBlocks:
             "name": "add",
             "input": {"a": 2, "b": [1, 2]},
         }
+
+    def test_a_subclass_of_a_block_keeps_its_tag(self) -> None:
+        """A host's subclass of a block is written with its base's ``type``, in a message
+        too, and reads back as the base block."""
+        message = Message.user([NotedText("hi")])
+        assert message.to_dict() == {"role": "user", "content": [{"type": "text", "text": "hi"}]}
+        assert message_from_dict(message.to_dict()) == Message.user("hi")
 
     def test_missing_optional_fields_take_their_defaults(self) -> None:
         """Older or sparser data (no signature, no is_error) still reads."""
