@@ -4,6 +4,7 @@
     ├── ParamsError (ValueError)      bad HarnessParams, raised at construction
     ├── SpecError (ValueError)        a machine spec that cannot run, raised at compile
     ├── ToolDefinitionError (ValueError)  a tool that cannot be defined
+    ├── ConversionError (ValueError)  data that cannot be written as, or read from, JSON
     └── ProviderError                 a model call failed; ``category`` drives recovery
 
 Only ``ParamsError``, ``SpecError`` and ``ToolDefinitionError`` (programmer errors) ever
@@ -16,6 +17,7 @@ import enum
 from typing import Any
 
 __all__ = [
+    "ConversionError",
     "ErrorCategory",
     "InnerloopError",
     "ParamsError",
@@ -50,6 +52,20 @@ class SpecError(InnerloopError, ValueError):
 
 class ToolDefinitionError(InnerloopError, ValueError):
     """A tool cannot be defined (bad annotation, duplicate name, ...)."""
+
+
+class ConversionError(InnerloopError, ValueError):
+    """A value has no JSON form, or JSON data does not read as the type asked for.
+
+    ``type_name`` is the type being converted, ``reason`` says what is wrong and how to fix
+    it, ``value`` is the offending value (or data).
+    """
+
+    def __init__(self, type_name: str, reason: str, value: Any = None) -> None:
+        self.type_name = type_name
+        self.reason = reason
+        self.value = value
+        super().__init__(reason)
 
 
 class ErrorCategory(enum.StrEnum):
@@ -108,10 +124,8 @@ class ProviderError(InnerloopError):
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "category": self.category.value,
-            "message": self.message,
-            "provider": self.provider,
-            "status": self.status,
-            "retry_after": self.retry_after,
-        }
+        """The JSON form without ``raw`` (a diagnostic carries the body scrubbed, apart);
+        ``innerloop._convert.unstructure(error)`` is the whole, lossless form."""
+        from innerloop._convert import unstructure
+
+        return {k: v for k, v in unstructure(self).items() if k != "raw"}

@@ -61,7 +61,8 @@ class EventLog:
 
 
 def read_event_log(path: str | Path) -> list[dict[str, Any]]:
-    """The events of a log (without the header). Raises ValueError for an unknown schema."""
+    """The events of a log (without the header), as the dicts of its lines; raises
+    ValueError for an unknown schema. ``Event.from_dict(line)`` makes a line its event."""
     events = list(_lines(Path(path)))
     if not events or events[0].get("type") != "log_header":
         raise ValueError(f"{path}: not an innerloop event log (no log_header line)")

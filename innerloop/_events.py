@@ -7,10 +7,12 @@ driver. A run yields both, in order, as one async stream. Each event has a ``typ
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar, Self
 
 import attrs
 
+from innerloop import _convert
 from innerloop._messages import ModelResponse, ToolUseBlock, Usage
 
 __all__ = [
@@ -35,32 +37,28 @@ __all__ = [
 ]
 
 
-def _jsonable(value: Any) -> Any:
-    to_dict = getattr(value, "to_dict", None)
-    if callable(to_dict):
-        return to_dict()
-    if isinstance(value, tuple | list):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    return value
-
-
 class Event:
     """Base of all events."""
 
     type: ClassVar[str] = "event"
 
     def to_dict(self) -> dict[str, Any]:
+        """``{"type": ..., **fields}``: one line of the event log (``docs/event-log.md``)."""
         return event_to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        """The event ``data`` (a ``to_dict()``, or a line of an event log) describes.
+
+        On ``Event`` it picks the class by ``type`` among every imported event class; on
+        a subclass, ``type`` must match it. Keys that are not fields (``seq``, ``t``) are
+        ignored."""
+        return _convert.structure(data, cls)
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": event.type}
-    cls: Any = type(event)
-    for field in attrs.fields(cls):
-        out[field.name] = _jsonable(getattr(event, field.name))
-    return out
+    data: dict[str, Any] = _convert.unstructure(event)
+    return data
 
 
 # -- stream events (emitted by providers) -------------------------------------------------

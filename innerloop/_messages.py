@@ -13,6 +13,8 @@ from typing import Any, Literal, TypeAlias
 
 import attrs
 
+from innerloop import _convert
+
 __all__ = [
     "STOP_REASONS",
     "Block",
@@ -34,6 +36,12 @@ __all__ = [
 Role: TypeAlias = Literal["user", "assistant"]
 
 
+def _unstructure(obj: Any) -> dict[str, Any]:
+    """``obj`` in the package's one JSON form (see ``innerloop._convert``)."""
+    data: dict[str, Any] = _convert.unstructure(obj)
+    return data
+
+
 def _frozen_mapping(value: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise TypeError(f"tool input must be a JSON object (a mapping), got {type(value).__name__}")
@@ -46,7 +54,7 @@ class TextBlock:
     type: Literal["text"] = attrs.field(default="text", init=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": "text", "text": self.text}
+        return _unstructure(self)
 
 
 @attrs.frozen
@@ -58,7 +66,7 @@ class ThinkingBlock:
     type: Literal["thinking"] = attrs.field(default="thinking", init=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": "thinking", "thinking": self.thinking, "signature": self.signature}
+        return _unstructure(self)
 
 
 @attrs.frozen
@@ -67,7 +75,7 @@ class RedactedThinkingBlock:
     type: Literal["redacted_thinking"] = attrs.field(default="redacted_thinking", init=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": "redacted_thinking", "data": self.data}
+        return _unstructure(self)
 
 
 @attrs.frozen
@@ -79,7 +87,7 @@ class ImageBlock:
     type: Literal["image"] = attrs.field(default="image", init=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": "image", "media_type": self.media_type, "data": self.data}
+        return _unstructure(self)
 
 
 @attrs.frozen(eq=False)
@@ -100,7 +108,7 @@ class ToolUseBlock:
         return hash((self.id, self.name))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": "tool_use", "id": self.id, "name": self.name, "input": dict(self.input)}
+        return _unstructure(self)
 
 
 @attrs.frozen
@@ -111,12 +119,7 @@ class ToolResultBlock:
     type: Literal["tool_result"] = attrs.field(default="tool_result", init=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "type": "tool_result",
-            "tool_use_id": self.tool_use_id,
-            "content": self.content,
-            "is_error": self.is_error,
-        }
+        return _unstructure(self)
 
 
 Block: TypeAlias = (
@@ -156,28 +159,17 @@ class Message:
         return tuple(b for b in self.content if isinstance(b, ToolResultBlock))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"role": self.role, "content": [b.to_dict() for b in self.content]}
+        return _unstructure(self)
 
 
 def block_from_dict(data: Mapping[str, Any]) -> Block:
-    kind = data.get("type")
-    if kind == "text":
-        return TextBlock(data["text"])
-    if kind == "thinking":
-        return ThinkingBlock(data["thinking"], data.get("signature", ""))
-    if kind == "redacted_thinking":
-        return RedactedThinkingBlock(data["data"])
-    if kind == "image":
-        return ImageBlock(data["media_type"], data["data"])
-    if kind == "tool_use":
-        return ToolUseBlock(data["id"], data["name"], data.get("input") or {})
-    if kind == "tool_result":
-        return ToolResultBlock(data["tool_use_id"], data["content"], bool(data.get("is_error")))
-    raise ValueError(f"unknown content block type {kind!r}")
+    """A content block from its JSON form (``block.to_dict()``)."""
+    return _convert.structure(data, Block)  # type: ignore[no-any-return]
 
 
 def message_from_dict(data: Mapping[str, Any]) -> Message:
-    return Message(data["role"], tuple(block_from_dict(b) for b in data["content"]))
+    """A message from its JSON form (``message.to_dict()``)."""
+    return _convert.structure(data, Message)
 
 
 @attrs.frozen
@@ -210,7 +202,7 @@ class Usage:
         )
 
     def to_dict(self) -> dict[str, int]:
-        return attrs.asdict(self)
+        return _unstructure(self)
 
 
 StopReason: TypeAlias = Literal[
@@ -248,11 +240,4 @@ class ModelResponse:
         return self.message.tool_uses
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "message": self.message.to_dict(),
-            "stop_reason": self.stop_reason,
-            "usage": self.usage.to_dict(),
-            "model": self.model,
-            "provider": self.provider,
-            "incomplete_tool_uses": list(self.incomplete_tool_uses),
-        }
+        return _unstructure(self)

@@ -27,28 +27,9 @@ class OutcomeEnum(StrEnum):
             APPROVED = "approved"
             DENIED = "denied"
 
-    Guards compare with ``==`` (an outcome read back from JSON is found again by value).
+    Guards compare with ``==``. Read back from JSON, an outcome is found by its value
+    among ``Outcome`` and every subclass defined so far.
     """
-
-    @classmethod
-    def lookup(cls, value: str) -> OutcomeEnum:
-        """The member whose value is ``value``, among ``Outcome`` and every subclass of
-        ``OutcomeEnum`` defined so far (a custom state's outcomes included)."""
-        pending: list[type[OutcomeEnum]] = [Outcome, *cls.__subclasses__()]
-        seen: set[type[OutcomeEnum]] = set()
-        while pending:
-            enum = pending.pop(0)
-            if enum in seen:
-                continue
-            seen.add(enum)
-            member = enum._value2member_map_.get(value)
-            if member is not None:
-                return member  # type: ignore[return-value]
-            pending.extend(enum.__subclasses__())
-        raise ValueError(
-            f"{value!r} is no outcome of Outcome or of any OutcomeEnum subclass defined; "
-            "import the module that declares the custom state's outcomes first"
-        )
 
 
 class Outcome(OutcomeEnum):

@@ -7,8 +7,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
+
 from innerloop import Harness, HarnessParams, ToolSpec
-from innerloop._errors import ErrorCategory, ProviderError
+from innerloop._errors import ConversionError, ErrorCategory, ProviderError
 from innerloop._messages import Message, ModelResponse, Usage
 from innerloop.durable import (
     LoopApp,
@@ -123,7 +125,7 @@ def test_state_round_trips_through_json() -> None:
         resolved_models=["m"],
         error=ProviderError(ErrorCategory.RATE_LIMITED, "slow", provider="p", retry_after=2),
         last_response=ModelResponse(Message.assistant("yo"), "end_turn", Usage(1, 2), "m", "p"),
-        notes={"k": [1, 2], "dropped": object()},
+        notes={"k": [1, 2]},
     )
     state.request_abort("stop")
     back = state_from_dict(json.loads(json.dumps(state_to_dict(state))))
@@ -131,3 +133,10 @@ def test_state_round_trips_through_json() -> None:
     assert back.abort.reason == "stop"
     assert back.error is not None and back.error.retry_after == 2
     assert back.notes == {"k": [1, 2]}
+
+
+def test_a_note_with_no_json_form_is_refused() -> None:
+    """A notes value JSON cannot carry is an error naming its type, never silently dropped."""
+    state = HarnessState(notes={"handle": object()})
+    with pytest.raises(ConversionError, match="a value of type object is not JSON data"):
+        state_to_dict(state)

@@ -1,0 +1,420 @@
+"""One JSON form for innerloop's data: messages, events, errors, params and state.
+
+A single cattrs converter turns the package's data into JSON data (dicts, lists, str, int,
+float, bool, None) and back; ``json.dumps`` of the result is the wire and log form. The
+rules are generic, so this bottom module never imports the layers above it:
+
+- an attrs class: its fields by name (a field with ``init=False`` is not written);
+  tuples and sets become lists, read-only mappings dicts, enums their values, datetimes
+  ISO 8601 text. Reading fills missing fields with their defaults and ignores unknown keys.
+- a content block: ``{"type": tag, ...fields}``; read back by its ``type``.
+- an event: ``{"type": tag, ...fields}`` (the shapes of ``docs/event-log.md``); read back
+  by ``type`` among every imported subclass of :class:`~innerloop.Event`, so the events of
+  custom states load too.
+- :class:`~innerloop.ProviderError`: ``category``, ``message``, ``provider``, ``status``,
+  ``retry_after``, ``raw``.
+- an attrs class that holds code (a field typed as a callable, like ``ToolSpec``): its
+  ``name``. Reading looks the name up among the objects passed as ``named=``.
+- a value of a field typed ``Any`` (``HarnessState.notes``, a diagnostic, a tool's value):
+  JSON data as it is, tuples and sets as lists, attrs instances as dicts; anything else is
+  refused with :class:`~innerloop._errors.ConversionError` rather than written half-way.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import enum
+import functools
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+import attrs
+import cattrs
+from cattrs.errors import BaseValidationError, CattrsError
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+from cattrs.preconf.json import make_converter as _json_converter
+from cattrs.v import transform_error
+
+from innerloop._errors import ConversionError, ErrorCategory, ProviderError
+
+if TYPE_CHECKING:
+    from innerloop._events import Event
+    from innerloop._messages import Block
+
+__all__ = ["holds_code", "make_converter", "member_by_value", "structure", "unstructure"]
+
+T = TypeVar("T")
+
+_PLAIN = (int, float, bool, type(None))
+_is_attrs: Callable[[Any], bool] = attrs.has  # without narrowing the class to AttrsInstance
+
+
+def member_by_value(base: type[enum.Enum], value: Any) -> enum.Enum:
+    """The member whose value is ``value`` among ``base`` and its subclasses, breadth
+    first in the order they were defined. A base enum without members (such as the
+    machine's ``OutcomeEnum``) is read back this way, so a custom state's members load."""
+    pending: list[type[enum.Enum]] = [base]
+    seen: set[type[enum.Enum]] = set()
+    while pending:
+        cls = pending.pop(0)
+        if cls in seen:
+            continue
+        seen.add(cls)
+        member = cls._value2member_map_.get(value)
+        if member is not None:
+            return member
+        pending.extend(cls.__subclasses__())
+    raise ValueError(
+        f"{value!r} is no member of {base.__name__} or of a subclass defined so far; "
+        "import the module that declares it first"
+    )
+
+
+def make_converter() -> cattrs.Converter:
+    """A new converter with every rule above. :func:`unstructure` and :func:`structure`
+    share one (made at first use, never changed); make your own only to add the hooks of
+    a higher layer."""
+    # imported here, not at the top: _messages and _events call this module at run time
+    from innerloop._events import Event
+    from innerloop._messages import (
+        Block,
+        ImageBlock,
+        RedactedThinkingBlock,
+        TextBlock,
+        ThinkingBlock,
+        ToolResultBlock,
+        ToolUseBlock,
+    )
+
+    blocks: dict[str, type[Any]] = {
+        attrs.fields(cls).type.default: cls
+        for cls in (
+            TextBlock,
+            ThinkingBlock,
+            RedactedThinkingBlock,
+            ImageBlock,
+            ToolUseBlock,
+            ToolResultBlock,
+        )
+    }
+
+    def is_event(cls: Any) -> bool:
+        return isinstance(cls, type) and issubclass(cls, Event)
+
+    c = _json_converter(
+        unstruct_collection_overrides={Sequence: list},
+        unstructure_fallback_factory=_refuse_unknown,
+    )
+    c.register_unstructure_hook_factory(holds_code, _code_unstructure)
+    c.register_structure_hook_factory(holds_code, _code_structure_refused)
+    block_classes = tuple(blocks.values())
+    c.register_unstructure_hook_factory(
+        lambda t: isinstance(t, type) and issubclass(t, block_classes), _tagged
+    )
+    c.register_unstructure_hook_factory(
+        lambda t: t == tuple[Block, ...], lambda _, conv: _blocks_unstructure(blocks, conv)
+    )
+    c.register_structure_hook_factory(
+        lambda t: t == Block, lambda _, conv: _block_structure(blocks, conv)
+    )
+    c.register_unstructure_hook_factory(is_event, _event_unstructure)
+    c.register_structure_hook_factory(is_event, _event_structure)
+    c.register_unstructure_hook_factory(_is_provider_error, lambda _: _error_unstructure)
+    c.register_structure_hook(ProviderError, _structure_error)
+    for base in (enum.Enum, enum.StrEnum, enum.IntEnum):  # str and int would win otherwise
+        c.register_structure_hook(base, lambda value, cls: member_by_value(cls, value))
+    return c
+
+
+def unstructure(obj: Any, as_type: Any = None, *, converter: cattrs.Converter | None = None) -> Any:
+    """``obj`` as JSON data (``as_type`` picks the declared type, e.g. a union)."""
+    return (converter or _shared()).unstructure(obj, unstructure_as=as_type)
+
+
+@overload
+def structure(
+    data: Any,
+    cls: type[T],
+    *,
+    named: Iterable[Any] = (),
+    converter: cattrs.Converter | None = None,
+) -> T: ...
+@overload
+def structure(
+    data: Any,
+    cls: Any,
+    *,
+    named: Iterable[Any] = (),
+    converter: cattrs.Converter | None = None,
+) -> Any: ...
+def structure(
+    data: Any,
+    cls: Any,
+    *,
+    named: Iterable[Any] = (),
+    converter: cattrs.Converter | None = None,
+) -> Any:
+    """``data`` (JSON data) read as a ``cls``.
+
+    ``named`` gives the objects that hold code (``ToolSpec``...): each is looked up by its
+    class and ``name``. Raises :class:`ConversionError` naming every bad path.
+    """
+    conv = converter or _shared()
+    registry = {(type(o), o.name): o for o in named}
+    if registry:
+        conv = conv.copy()
+        conv.register_structure_hook_factory(holds_code, _code_lookup(registry))
+    try:
+        return conv.structure(data, cls)
+    except BaseValidationError as exc:
+        problems = "; ".join(transform_error(exc, path="$", format_exception=_describe))
+    except ConversionError:
+        raise
+    except (ValueError, TypeError, KeyError) as exc:
+        problems = _describe(exc, None)
+    raise ConversionError(_name(cls), f"cannot read a {_name(cls)} from this data: {problems}")
+
+
+def _name(cls: Any) -> str:
+    return getattr(cls, "__name__", None) or str(cls)
+
+
+def _describe(exc: BaseException, tp: Any) -> str:
+    if isinstance(exc, KeyError):
+        return "required field missing"
+    if isinstance(exc, ConversionError):
+        return exc.reason
+    if isinstance(exc, cattrs.ForbiddenExtraKeysError):
+        return f"unknown keys {sorted(exc.extra_fields)}"
+    if isinstance(exc, ValueError | TypeError) and tp in (int, float, str, bool):
+        return f"expected {tp.__name__}, got {exc}"
+    if isinstance(exc, CattrsError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+# -- values of unknown classes --------------------------------------------------------------
+
+
+def _refuse_unknown(cls: Any) -> Callable[[Any], Any]:
+    if not isinstance(cls, type) or issubclass(cls, _PLAIN):
+        return _identity  # a typing construct (a Literal of str...) or plain JSON data
+    name = getattr(cls, "__qualname__", str(cls))
+
+    def refuse(value: Any) -> Any:
+        raise ConversionError(
+            name,
+            f"a value of type {name} is not JSON data and has no JSON form; keep JSON data "
+            "(str, int, float, bool, None, lists, dicts with str keys, attrs instances) in "
+            "fields typed Any (state notes, diagnostics, tool values), or convert it first",
+            value,
+        )
+
+    return refuse
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+# -- objects that hold code ------------------------------------------------------------------
+
+
+def holds_code(cls: Any) -> bool:
+    """True for an attrs class with a field typed as a callable: it crosses JSON by name."""
+    if not (isinstance(cls, type) and attrs.has(cls)):
+        return False
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # an annotation that names a type-checking-only import
+        return False
+    return any(_is_callable_type(hints.get(f.name)) for f in attrs.fields(cls))
+
+
+def _is_callable_type(tp: Any) -> bool:
+    if tp is collections.abc.Callable or typing.get_origin(tp) is collections.abc.Callable:
+        return True
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return any(_is_callable_type(a) for a in typing.get_args(tp))
+    return False
+
+
+def _check_named(cls: type[Any]) -> None:
+    if "name" not in attrs.fields_dict(cls):
+        raise ConversionError(
+            cls.__qualname__,
+            f"{cls.__qualname__} holds code and has no 'name' field, so JSON cannot refer "
+            "to it; give it a name field or keep it out of data that crosses JSON",
+        )
+
+
+def _code_unstructure(cls: type[Any], conv: cattrs.Converter) -> Callable[[Any], Any]:
+    _check_named(cls)
+    return lambda obj: obj.name
+
+
+def _code_structure_refused(cls: type[Any]) -> Callable[[Any, Any], Any]:
+    def refuse(data: Any, _: Any) -> Any:
+        raise ConversionError(
+            cls.__qualname__,
+            f"{cls.__qualname__} {data!r} holds code, which JSON does not carry; pass the "
+            f"{cls.__qualname__} objects to look names up in: structure(..., named=[...])",
+            data,
+        )
+
+    return refuse
+
+
+def _code_lookup(
+    registry: Mapping[tuple[type[Any], str], Any],
+) -> Callable[[Any], Callable[[Any, Any], Any]]:
+    def factory(cls: type[Any]) -> Callable[[Any, Any], Any]:
+        known = sorted(name for kind, name in registry if issubclass(kind, cls))
+
+        def look_up(data: Any, _: Any) -> Any:
+            for (kind, name), obj in registry.items():
+                if name == data and issubclass(kind, cls):
+                    return obj
+            raise ConversionError(
+                cls.__qualname__,
+                f"no {cls.__qualname__} named {data!r} among those passed in named= "
+                f"(known: {', '.join(known) or 'none'}); pass the one this data names",
+                data,
+            )
+
+        return look_up
+
+    return factory
+
+
+# -- content blocks ---------------------------------------------------------------------------
+
+
+def _tagged(cls: type[Any], conv: cattrs.Converter) -> Callable[[Any], dict[str, Any]]:
+    tag = attrs.fields(cls).type.default
+    fields = make_dict_unstructure_fn(cls, conv, type=override(omit=True))
+    return lambda obj: {"type": tag, **fields(obj)}
+
+
+def _blocks_unstructure(
+    blocks: Mapping[str, type[Any]], conv: cattrs.Converter
+) -> Callable[[Any], list[Any]]:
+    """A message's content: each block through its own hook, found once (a hot path)."""
+    hooks = {cls: conv.get_unstructure_hook(cls) for cls in blocks.values()}
+    return lambda content: [hooks.get(type(b), conv.unstructure)(b) for b in content]
+
+
+def _block_structure(
+    blocks: Mapping[str, type[Any]], conv: cattrs.Converter
+) -> Callable[[Any, Any], Block]:
+    hooks = {tag: (cls, conv.get_structure_hook(cls)) for tag, cls in blocks.items()}
+
+    def block(data: Any, _: Any) -> Block:
+        kind = data.get("type") if isinstance(data, Mapping) else None
+        found = hooks.get(kind) if isinstance(kind, str) else None
+        if found is None:
+            raise ConversionError(
+                "Block",
+                f"unknown content block type {kind!r}; expected one of {', '.join(blocks)}",
+                data,
+            )
+        cls, hook = found
+        return hook(data, cls)  # type: ignore[no-any-return]
+
+    return block
+
+
+# -- events -------------------------------------------------------------------------------------
+
+
+def _event_unstructure(cls: type[Event], conv: cattrs.Converter) -> Callable[[Any], Any]:
+    if not _is_attrs(cls):
+        return lambda obj: conv.unstructure(obj, unstructure_as=type(obj))
+    tag = cls.type
+    fields = make_dict_unstructure_fn(cls, conv)
+    return lambda obj: {"type": tag, **fields(obj)}
+
+
+def _event_classes(base: type[Event]) -> dict[str, type[Event]]:
+    found: dict[str, type[Event]] = {}
+    stack = [base]
+    while stack:
+        cls = stack.pop()
+        stack.extend(cls.__subclasses__())
+        if _is_attrs(cls):
+            other = found.setdefault(cls.type, cls)
+            if other is not cls:
+                raise ConversionError(
+                    base.__qualname__,
+                    f"event classes {other.__qualname__} and {cls.__qualname__} share the "
+                    f"type {cls.type!r}; give each event class its own type",
+                )
+    return found
+
+
+def _event_structure(cls: type[Event], conv: cattrs.Converter) -> Callable[[Any, Any], Any]:
+    if _is_attrs(cls):
+        fields = make_dict_structure_fn(cls, conv)
+
+        def one(data: Any, _: Any) -> Any:
+            tag = data.get("type", cls.type) if isinstance(data, Mapping) else cls.type
+            if tag != cls.type:
+                raise ConversionError(
+                    cls.__qualname__, f"a {tag!r} event is not a {cls.type!r} event", data
+                )
+            return fields(data, cls)
+
+        return one
+
+    def any_of(data: Any, _: Any) -> Any:
+        tag = data.get("type") if isinstance(data, Mapping) else None
+        # looked up at each call: events of custom states may be defined after first use
+        found = _event_classes(cls).get(tag) if isinstance(tag, str) else None
+        if found is None:
+            raise ConversionError(
+                cls.__qualname__,
+                f"unknown event type {tag!r}; import the module that defines it "
+                f"(known: {', '.join(sorted(_event_classes(cls)))})",
+                data,
+            )
+        return conv.structure(data, found)
+
+    return any_of
+
+
+# -- provider errors ----------------------------------------------------------------------------
+
+
+def _is_provider_error(cls: Any) -> bool:
+    return isinstance(cls, type) and issubclass(cls, ProviderError)
+
+
+def _error_unstructure(error: ProviderError) -> dict[str, Any]:
+    return {
+        "category": error.category.value,
+        "message": error.message,
+        "provider": error.provider,
+        "status": error.status,
+        "retry_after": error.retry_after,
+        "raw": error.raw,
+    }
+
+
+def _structure_error(data: Any, _: Any) -> ProviderError:
+    return ProviderError(
+        ErrorCategory(data["category"]),
+        data["message"],
+        provider=data.get("provider") or "",
+        status=data.get("status"),
+        retry_after=data.get("retry_after"),
+        raw=data.get("raw"),
+    )
+
+
+@functools.cache
+def _shared() -> cattrs.Converter:
+    """The converter :func:`unstructure` and :func:`structure` use: made once, never
+    changed (a layer that needs more hooks makes its own with :func:`make_converter`)."""
+    return make_converter()
