@@ -1,11 +1,13 @@
 """Tools: typed specs from Python functions, argument validation, the runner (timeouts
-that stop work, parallel and eager dispatch, output caps) and the built-in tool sets."""
+that stop work, parallel and eager dispatch, output caps) the built-in tool sets and
+their sandbox."""
 
 from innerloop.tools._builtins import BUILTIN_SETS, builtin_tools
 from innerloop.tools._define import Toolset, tool
 from innerloop.tools._output import OutputLimits, cap_output
-from innerloop.tools._process import ProcessResult, run_process, scrub_env
+from innerloop.tools._process import ProcessResult, run_process
 from innerloop.tools._runner import ToolRunner
+from innerloop.tools._sandbox import BASE_ENV, Sandbox, SandboxError, SandboxWarning
 from innerloop.tools._schema import schema_for, validate
 from innerloop.tools._spec import (
     DEFAULT_TIMEOUTS,
@@ -19,10 +21,14 @@ from innerloop.tools._spec import (
 from innerloop.tools._workspace import Workspace
 
 __all__ = [
+    "BASE_ENV",
     "BUILTIN_SETS",
     "DEFAULT_TIMEOUTS",
     "OutputLimits",
     "ProcessResult",
+    "Sandbox",
+    "SandboxError",
+    "SandboxWarning",
     "ToolCallResult",
     "ToolContext",
     "ToolError",
@@ -36,7 +42,6 @@ __all__ = [
     "cap_output",
     "run_process",
     "schema_for",
-    "scrub_env",
     "tool",
     "validate",
 ]
