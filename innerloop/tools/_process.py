@@ -159,13 +159,17 @@ class _Capture:
             if len(self.tail) > self.half:
                 del self.tail[: len(self.tail) - self.half]
 
-    def text(self) -> str:
+    def take_text(self) -> str:
+        """The kept bytes, decoded, with a notice of what was dropped; the bytes are freed
+        as they are decoded (so the peak is about twice the limit), so take it once."""
         dropped = self.total - len(self.head) - len(self.tail)
         head = self.head.decode("utf-8", "replace")
+        self.head = bytearray()
+        tail = self.tail.decode("utf-8", "replace")
+        self.tail = bytearray()
         if dropped <= 0:
-            return head + self.tail.decode("utf-8", "replace")
-        notice = f"\n[... {dropped:,} bytes of {self.total:,} not kept ...]\n"
-        return head + notice + self.tail.decode("utf-8", "replace")
+            return head + tail
+        return f"{head}\n[... {dropped:,} bytes of {self.total:,} not kept ...]\n{tail}"
 
 
 async def _pump(stream: asyncio.StreamReader | None, capture: _Capture) -> None:
@@ -216,9 +220,9 @@ async def run_process(
     ]
     timed_out = False
 
-    def result() -> ProcessResult:
+    def result() -> ProcessResult:  # called once: it takes the captured output
         return ProcessResult(
-            out.text(), err.text(), proc.returncode, timed_out, time.monotonic() - start
+            out.take_text(), err.take_text(), proc.returncode, timed_out, time.monotonic() - start
         )
 
     try:
