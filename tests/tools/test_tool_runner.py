@@ -399,16 +399,21 @@ class TestBaseExceptions:
 
 
 class TestSpawn:
-    def test_cancel_during_spawn(self, tmp_path: Path) -> None:
+    @pytest.mark.parametrize("reaper", [False, True])
+    def test_cancel_during_spawn(self, tmp_path: Path, reaper: bool) -> None:
         """A cancellation while the child starts raises CancelledError (not ValueError) and
-        leaves no process behind."""
+        leaves no process behind (without a reaper, none that stayed in the group)."""
         from tests.tools.test_sandbox import all_gone
 
         marker, line = naps()
+        if not reaper:  # a setsid grandchild leaves the group: only a reaper finds it
+            line = f"sleep {marker} & (sleep {marker} &)"
 
         async def main() -> None:
             task = asyncio.ensure_future(
-                run_process(["/bin/sh", "-c", f"{line}; sleep {marker}"], cwd=tmp_path)
+                run_process(
+                    ["/bin/sh", "-c", f"{line}; sleep {marker}"], cwd=tmp_path, reaper=reaper
+                )
             )
             await asyncio.sleep(0)
             await asyncio.sleep(0)
