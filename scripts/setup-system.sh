@@ -2,6 +2,7 @@
 # Installs the Debian packages innerloop needs when they are missing.
 # graphviz provides the `dot` binary used for SVG/PNG diagrams.
 # postgresql provides the server the durable (DBOS) tests start on a free port.
+# bubblewrap provides `bwrap`, the sandbox of the run_shell and run_python tools.
 set -eu
 MISSING=""
 if ! command -v dot >/dev/null 2>&1; then
@@ -9,6 +10,9 @@ if ! command -v dot >/dev/null 2>&1; then
 fi
 if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && ! command -v postgres >/dev/null 2>&1; then
     MISSING="$MISSING postgresql"
+fi
+if ! command -v bwrap >/dev/null 2>&1; then
+    MISSING="$MISSING bubblewrap"
 fi
 if [ -z "$MISSING" ]; then
     exit 0

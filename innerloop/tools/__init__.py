@@ -1,11 +1,13 @@
 """Tools: typed specs from Python functions, argument validation, the runner (timeouts
-that stop work, parallel and eager dispatch, output caps) and the built-in tool sets."""
+that stop work, parallel and eager dispatch, output caps) the built-in tool sets and
+their sandbox."""
 
 from innerloop.tools._builtins import BUILTIN_SETS, builtin_tools
 from innerloop.tools._define import Toolset, tool
 from innerloop.tools._output import OutputLimits, cap_output
-from innerloop.tools._process import ProcessResult, run_process, scrub_env
+from innerloop.tools._process import ProcessResult, run_process
 from innerloop.tools._runner import ToolRunner
+from innerloop.tools._sandbox import BASE_ENV, Sandbox, SandboxError, SandboxWarning
 from innerloop.tools._schema import schema_for
 from innerloop.tools._spec import (
     DEFAULT_TIMEOUTS,
@@ -21,10 +23,14 @@ from innerloop.tools._validate import ToolSchema, validate
 from innerloop.tools._workspace import Workspace
 
 __all__ = [
+    "BASE_ENV",
     "BUILTIN_SETS",
     "DEFAULT_TIMEOUTS",
     "OutputLimits",
     "ProcessResult",
+    "Sandbox",
+    "SandboxError",
+    "SandboxWarning",
     "ToolCallResult",
     "ToolContext",
     "ToolError",
@@ -40,7 +46,6 @@ __all__ = [
     "openai_strict_schema",
     "run_process",
     "schema_for",
-    "scrub_env",
     "tool",
     "validate",
 ]

@@ -5,23 +5,27 @@
 - ``python``: run_python (category ``code``)
 - ``tasks``: tasks, the model's pending-task list (``state.tasks``)
 
-File tools are confined to the workspace root (see :class:`Workspace`). ``run_shell`` and
-``run_python`` start in the root with an environment scrubbed of secrets and are killed,
-with every process they started, at their timeout; they are not a sandbox: a command can
-still name paths outside the root.
+File tools are confined to the workspace root (see :class:`Workspace`); ``search`` runs
+its pattern with a time limit. ``run_shell`` and ``run_python`` run in a
+:class:`~innerloop.tools.Sandbox` (bubblewrap when it works here, else a subreaper with an
+allowlisted environment) and are killed, with every process they started, at their
+timeout.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
 from innerloop.tools._define import tool
-from innerloop.tools._process import ProcessResult, run_process, scrub_env
+from innerloop.tools._process import ProcessResult
+from innerloop.tools._sandbox import Sandbox, _Prepared
 from innerloop.tools._spec import ToolContext, ToolError, ToolOutput, ToolSpec
 from innerloop.tools._workspace import Workspace
 
@@ -31,6 +35,13 @@ BUILTIN_SETS = ("files", "shell", "python", "tasks")
 
 READ_LIMIT = 4 << 20
 """read_file reads at most this many bytes (the runner caps the result further)."""
+
+SEARCH_SHARE = 0.6
+"""The share of its call's time limit a regular-expression ``search`` may spend matching.
+The pattern runs in a child process (``python -I -S``), killed at that point, so a
+catastrophic pattern such as ``(a|aa)+$`` really stops and never holds this process's
+GIL; the search then says where it was stuck. A plain-text search is a substring test,
+linear in the text, and runs in place."""
 
 
 def _file_tools(ws: Workspace) -> list[ToolSpec]:
@@ -117,7 +128,13 @@ def _file_tools(ws: Workspace) -> list[ToolSpec]:
         return "\n".join(names) or "(empty)"
 
     @tool(category="file")
-    def search(pattern: str, path: str = ".", regex: bool = False, max_results: int = 100) -> str:
+    def search(
+        pattern: str,
+        ctx: ToolContext,
+        path: str = ".",
+        regex: bool = False,
+        max_results: int = 100,
+    ) -> str:
         """Search text files of the workspace for a string; prints 'file:line: text'.
 
         Args:
@@ -126,22 +143,7 @@ def _file_tools(ws: Workspace) -> list[ToolSpec]:
             regex: treat pattern as a regular expression
             max_results: stop after this many matching lines
         """
-        try:
-            matcher = re.compile(pattern if regex else re.escape(pattern))
-        except re.error as exc:
-            raise ToolError(f"pattern is not a valid regular expression: {exc}") from None
-        hits: list[str] = []
-        for file in _walk(ws, ws.resolve(path)):
-            try:
-                with file.open(encoding="utf-8", errors="strict") as fh:
-                    for number, line in enumerate(fh, 1):
-                        if matcher.search(line):
-                            hits.append(f"{ws.relative(file)}:{number}: {line.rstrip()}")
-                            if len(hits) >= max_results:
-                                return "\n".join([*hits, f"[stopped at {max_results} results]"])
-            except (UnicodeDecodeError, OSError):
-                continue  # binary or unreadable
-        return "\n".join(hits) or "no matches"
+        return _search(ws, pattern, path, regex, max_results, ctx.timeout)
 
     return [read_file, write_file, edit_file, list_dir, search]
 
@@ -156,6 +158,106 @@ def _walk(ws: Workspace, top: Path) -> Iterator[Path]:
             file = Path(folder) / name
             if ws.contains(file):
                 yield file
+
+
+def _search(
+    ws: Workspace,
+    pattern: str,
+    path: str,
+    is_regex: bool,
+    max_results: int,
+    limit: float | None,
+) -> str:
+    files = list(_walk(ws, ws.resolve(path)))
+    if is_regex:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ToolError(f"pattern is not a valid regular expression: {exc}") from None
+        budget = None if limit is None else limit * SEARCH_SHARE
+        hits, stuck = _search_in_child(ws, pattern, files, max_results, budget)
+        if stuck is not None:
+            raise ToolError(
+                f"search stopped after {budget or 0:.1f} s, in {stuck}: the pattern "
+                "takes too long (nested repetition such as (a|aa)+ can take exponential "
+                "time); simplify the pattern or search a smaller path"
+            )
+    else:
+        hits = []
+        for file in files:
+            for number, line in _lines(file):
+                if pattern in line:
+                    hits.append((ws.relative(file), number, line))
+                    if len(hits) >= max_results:
+                        break
+            if len(hits) >= max_results:
+                break
+    shown = [f"{name}:{number}: {line.rstrip()}" for name, number, line in hits]
+    if len(hits) >= max_results:
+        shown.append(f"[stopped at {max_results} results]")
+    return "\n".join(shown) or "no matches"
+
+
+def _lines(file: Path) -> Iterator[tuple[int, str]]:
+    """The numbered lines of a UTF-8 text file; none for a binary or unreadable one."""
+    try:
+        with file.open(encoding="utf-8", errors="strict") as fh:
+            yield from enumerate(fh, 1)
+    except (UnicodeDecodeError, OSError):
+        return
+
+
+_SEARCH_CHILD = r"""
+import json, re, sys
+request = json.load(sys.stdin)
+pattern, found = re.compile(request["pattern"]), 0
+for name, path in request["files"]:
+    print(json.dumps(["file", name]), flush=True)
+    try:
+        with open(path, encoding="utf-8", errors="strict") as fh:
+            for number, line in enumerate(fh, 1):
+                if pattern.search(line):
+                    print(json.dumps(["hit", name, number, line]), flush=True)
+                    found += 1
+                    if found >= request["max"]:
+                        sys.exit(0)
+    except (UnicodeDecodeError, OSError):
+        continue
+"""
+
+
+def _search_in_child(
+    ws: Workspace, pattern: str, files: list[Path], max_results: int, budget: float | None
+) -> tuple[list[tuple[str, int, str]], str | None]:
+    """Match ``pattern`` in a child process killed after ``budget`` seconds: the hits,
+    and the file it was stuck in when it was killed (or None)."""
+    request = {
+        "pattern": pattern,
+        "files": [(ws.relative(f), str(f)) for f in files],
+        "max": max_results,
+    }
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", _SEARCH_CHILD],
+            input=json.dumps(request).encode(),
+            capture_output=True,
+            timeout=budget,
+            check=False,
+        )
+        printed, stuck = done.stdout, None
+    except subprocess.TimeoutExpired as exc:  # the child was killed
+        printed, stuck = exc.stdout or b"", "(nothing yet)"
+    hits: list[tuple[str, int, str]] = []
+    for raw in printed.decode("utf-8", "replace").splitlines():
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            break  # the last line, cut by the kill
+        if record[0] == "file":
+            stuck = record[1] if stuck is not None else None
+        else:
+            hits.append((record[1], record[2], record[3]))
+    return hits, stuck
 
 
 def _process_output(result: ProcessResult) -> ToolOutput:
@@ -173,12 +275,11 @@ def _process_output(result: ProcessResult) -> ToolOutput:
     )
 
 
-def _process_tools(ws: Workspace, env: Mapping[str, str], sets: tuple[str, ...]) -> list[ToolSpec]:
+def _process_tools(sandbox: _Prepared, sets: tuple[str, ...]) -> list[ToolSpec]:
     specs: list[ToolSpec] = []
 
     async def run(argv: list[str], ctx: ToolContext) -> ToolOutput:
-        result = await run_process(argv, cwd=ws.root, env=env, on_partial=ctx.keep_partial)
-        return _process_output(result)
+        return _process_output(await sandbox.run(argv, on_partial=ctx.keep_partial))
 
     if "shell" in sets:
 
@@ -249,13 +350,15 @@ def _task_tool() -> ToolSpec:
 def builtin_tools(
     *sets: str,
     workspace: str | os.PathLike[str] | Workspace | None = None,
-    env: Mapping[str, str] | None = None,
+    sandbox: Sandbox | None = None,
 ) -> tuple[ToolSpec, ...]:
     """The built-in tools of the named ``sets`` (``files``, ``shell``, ``python``,
     ``tasks``; none named means all), bound to ``workspace``.
 
-    ``env`` is the environment of shell and python tools; it defaults to this process's
-    environment with secrets removed (:func:`scrub_env`).
+    ``sandbox`` confines ``run_shell`` and ``run_python`` (default ``Sandbox()``:
+    bubblewrap when it works here, else the ``process`` fallback with a
+    :class:`~innerloop.tools.SandboxWarning`). It is resolved here, once: a sandbox that
+    cannot be set up as asked raises :class:`~innerloop.tools.SandboxError` now.
     """
     chosen = tuple(dict.fromkeys(sets or BUILTIN_SETS))
     unknown = [s for s in chosen if s not in BUILTIN_SETS]
@@ -271,8 +374,9 @@ def builtin_tools(
         ws = workspace if isinstance(workspace, Workspace) else Workspace(Path(workspace))
         if "files" in chosen:
             specs += _file_tools(ws)
-        child_env = dict(env) if env is not None else scrub_env(os.environ)
-        specs += _process_tools(ws, child_env, chosen)
+        if "shell" in chosen or "python" in chosen:
+            prepared = (sandbox or Sandbox()).prepare(ws.root)
+            specs += _process_tools(prepared, chosen)
     if "tasks" in chosen:
         specs.append(_task_tool())
     return tuple(specs)

@@ -3,7 +3,16 @@
 Every child starts in a new session, so it leads its own process group. When the call ends
 (normally, at its timeout, or because the awaiting task was cancelled by a timeout or an
 abort) the whole group is killed with SIGKILL: grandchildren such as ``sleep 100 &`` go too.
-A grandchild that starts its own session (``setsid``) leaves the group and is out of reach.
+
+A grandchild that starts its own session (``setsid``) leaves the group. With
+``reaper=True`` the command runs under a small subreaper process (Linux
+``prctl(PR_SET_CHILD_SUBREAPER)``): every orphaned descendant is re-parented to it, so it
+can find and kill all of them, ``setsid`` ones included, when the command ends or when it
+is told to stop (SIGTERM from here, or the death of this process). Inside a bubblewrap
+PID namespace (see ``innerloop.tools._sandbox``) the namespace does the same job.
+
+Output is read as it comes and only :data:`CAPTURE_LIMIT` bytes of each stream are kept
+(head and tail), so a child printing gigabytes costs no memory.
 """
 
 from __future__ import annotations
@@ -11,56 +20,111 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import signal
+import sys
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 import attrs
 
-__all__ = ["ProcessResult", "run_process", "scrub_env"]
+__all__ = ["ProcessResult", "run_process"]
 
 CAPTURE_LIMIT = 1 << 20
 """Bytes kept of each stream (half from the start, half from the end); the rest is counted
-and dropped while reading, so a child printing gigabytes costs no memory."""
+and dropped while reading."""
 
-_SECRET_PARTS = frozenset(
-    {
-        "KEY",
-        "KEYS",
-        "APIKEY",
-        "TOKEN",
-        "TOKENS",
-        "SECRET",
-        "SECRETS",
-        "PASSWORD",
-        "PASSWD",
-        "PASS",
-        "CREDENTIAL",
-        "CREDENTIALS",
-        "AUTH",
-        "COOKIE",
-        "SESSION",
-        "PRIVATE",
-        "DSN",
-    }
-)
-_SECRET_PREFIXES = ("AWS_", "AZURE_", "GCP_", "GOOGLE_", "ANTHROPIC_", "OPENAI_", "HF_", "GH_")
+REAPER_GRACE = 2.0
+"""Seconds the subreaper gets to kill the descendants before its group is killed anyway."""
 
+_REAPER = r"""
+import ctypes, os, resource, signal, sys, time
 
-def _is_secret(name: str) -> bool:
-    upper = name.upper()
-    if upper.startswith(_SECRET_PREFIXES):
-        return True
-    return any(part in _SECRET_PARTS for part in re.split(r"[^A-Z0-9]+", upper))
+STOPS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
+class Stop(BaseException):
+    pass
 
-def scrub_env(env: Mapping[str, str], *, keep: Sequence[str] = ()) -> dict[str, str]:
-    """``env`` without API keys, tokens, passwords and other secrets: any name with a part
-    such as KEY, TOKEN, SECRET, PASSWORD or CREDENTIALS, and provider prefixes (AWS_,
-    ANTHROPIC_, OPENAI_, ...). Names in ``keep`` survive."""
-    return {k: v for k, v in env.items() if k in keep or not _is_secret(k)}
+def on_signal(sig, frame):
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)  # one stop is enough
+    raise Stop
+
+def kill_all():
+    # SIGKILL every descendant until none is left; orphans are re-parented to this
+    # process (a subreaper), so a setsid grandchild is still found here
+    me, give_up = str(os.getpid()), time.monotonic() + 2.0
+    while time.monotonic() < give_up:
+        tree = {}
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    with open("/proc/" + name + "/stat", "rb") as fh:
+                        stat = fh.read()
+                except OSError:
+                    continue
+                ppid = stat.rsplit(b")", 1)[1].split()[1].decode()
+                tree.setdefault(ppid, []).append(name)
+        todo = [me]
+        while todo:
+            for kid in tree.get(todo.pop(), ()):
+                todo.append(kid)
+                try:
+                    os.kill(int(kid), signal.SIGKILL)
+                except OSError:
+                    pass
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            return
+        time.sleep(0.005)
+
+def main():
+    host, argv = int(sys.argv[1]), sys.argv[2:]
+    for sig in STOPS:
+        signal.signal(sig, on_signal)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG: the host died
+    status = None
+    try:
+        if os.getppid() != host:
+            raise Stop
+        child = os.fork()
+        if child == 0:
+            try:
+                for sig in STOPS:
+                    signal.signal(sig, signal.SIG_DFL)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
+                # the environment as given, without what Python added (LC_CTYPE)
+                with open("/proc/self/environ", "rb") as fh:
+                    env = dict(v.split(b"=", 1) for v in fh.read().split(b"\0") if b"=" in v)
+                os.execvpe(argv[0], argv, env)
+            except OSError as exc:
+                sys.stderr.write(argv[0] + ": " + exc.strerror + "\n")
+            finally:
+                os._exit(127)
+        while True:
+            pid, status = os.wait()
+            if pid == child:
+                break
+        kill_all()
+    except Stop:
+        kill_all()
+        status = None
+    if status is not None and os.WIFEXITED(status):
+        os._exit(os.WEXITSTATUS(status))
+    # end as the command ended (killed by a signal), or as killed when told to stop
+    sig = os.WTERMSIG(status) if status is not None else signal.SIGKILL
+    if sig != signal.SIGKILL:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the command dumped its core
+        signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, (sig,))
+    os.kill(os.getpid(), sig)
+    os._exit(128 + sig)
+
+main()
+"""
 
 
 @attrs.frozen
@@ -95,13 +159,17 @@ class _Capture:
             if len(self.tail) > self.half:
                 del self.tail[: len(self.tail) - self.half]
 
-    def text(self) -> str:
+    def take_text(self) -> str:
+        """The kept bytes, decoded, with a notice of what was dropped; the bytes are freed
+        as they are decoded (so the peak is about twice the limit), so take it once."""
         dropped = self.total - len(self.head) - len(self.tail)
         head = self.head.decode("utf-8", "replace")
+        self.head = bytearray()
+        tail = self.tail.decode("utf-8", "replace")
+        self.tail = bytearray()
         if dropped <= 0:
-            return head + self.tail.decode("utf-8", "replace")
-        notice = f"\n[... {dropped:,} bytes of {self.total:,} not kept ...]\n"
-        return head + notice + self.tail.decode("utf-8", "replace")
+            return head + tail
+        return f"{head}\n[... {dropped:,} bytes of {self.total:,} not kept ...]\n{tail}"
 
 
 async def _pump(stream: asyncio.StreamReader | None, capture: _Capture) -> None:
@@ -116,6 +184,11 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
+def _reaped(argv: Sequence[str]) -> list[str]:
+    """``argv`` run under the subreaper (see the module docstring)."""
+    return [sys.executable, "-I", "-S", "-c", _REAPER, str(os.getpid()), *argv]
+
+
 async def run_process(
     argv: Sequence[str],
     *,
@@ -125,15 +198,20 @@ async def run_process(
     timeout: float | None = None,
     capture_limit: int = CAPTURE_LIMIT,
     on_partial: Callable[[ProcessResult], None] | None = None,
+    reaper: bool = False,
 ) -> ProcessResult:
     """Run ``argv`` in its own process group and capture its output.
 
-    At ``timeout`` the group is killed and the result says ``timed_out``. If the awaiting
-    task is cancelled the group is killed too, ``on_partial`` receives what the child
-    printed so far, and the cancellation propagates.
+    At ``timeout`` (counted from the call, the start of the child included) the group is
+    killed and the result says ``timed_out``. If the awaiting task is cancelled the group
+    is killed too, ``on_partial`` receives what the child printed so far, and the
+    cancellation propagates. ``reaper=True`` (Linux) also kills every descendant that
+    left the group (``setsid``), when the command ends or is stopped.
     """
     start = time.monotonic()
-    transport, protocol = await _spawn(argv, cwd, env, stdin is not None)
+    if reaper:
+        argv = _reaped(argv)
+    transport, protocol = await _spawn(argv, cwd, env, stdin is not None, reaper)
     proc = asyncio.subprocess.Process(transport, protocol, asyncio.get_running_loop())
     out, err = _Capture(capture_limit), _Capture(capture_limit)
     pumps = [
@@ -142,9 +220,9 @@ async def run_process(
     ]
     timed_out = False
 
-    def result() -> ProcessResult:
+    def result() -> ProcessResult:  # called once: it takes the captured output
         return ProcessResult(
-            out.text(), err.text(), proc.returncode, timed_out, time.monotonic() - start
+            out.take_text(), err.take_text(), proc.returncode, timed_out, time.monotonic() - start
         )
 
     try:
@@ -153,16 +231,17 @@ async def run_process(
                 proc.stdin.write(stdin)
                 await proc.stdin.drain()
             proc.stdin.close()
+        left = None if timeout is None else max(0.0, timeout - (time.monotonic() - start))
         try:
-            await asyncio.wait_for(protocol.exited.wait(), timeout)
+            await asyncio.wait_for(protocol.exited.wait(), left)
         except TimeoutError:
             timed_out = True
     except asyncio.CancelledError:
-        await _finish(_stop(transport, protocol, pumps))
+        await _finish(_stop(transport, protocol, pumps, reaper))
         if on_partial is not None:
             on_partial(result())
         raise
-    await _finish(_stop(transport, protocol, pumps))
+    await _finish(_stop(transport, protocol, pumps, reaper))
     return result()
 
 
@@ -171,6 +250,7 @@ async def _spawn(
     cwd: str | os.PathLike[str] | None,
     env: Mapping[str, str] | None,
     with_stdin: bool,
+    reaper: bool,
 ) -> tuple[asyncio.SubprocessTransport, _Protocol]:
     """Start the child. The child runs (and may start its own children) before the
     transport is ready; a cancellation in that window lets the start finish and then
@@ -191,18 +271,18 @@ async def _spawn(
     try:
         return await asyncio.shield(spawn)
     except asyncio.CancelledError:
-        await _finish(_stop_spawned(spawn))
+        await _finish(_stop_spawned(spawn, reaper))
         raise
 
 
 async def _stop_spawned(
-    spawn: asyncio.Future[tuple[asyncio.SubprocessTransport, _Protocol]],
+    spawn: asyncio.Future[tuple[asyncio.SubprocessTransport, _Protocol]], reaper: bool
 ) -> None:
     try:
         transport, protocol = await spawn
     except Exception:  # it never started: nothing to stop
         return
-    await _stop(transport, protocol, ())
+    await _stop(transport, protocol, (), reaper)
 
 
 async def _finish(cleanup: Coroutine[Any, Any, None]) -> None:
@@ -237,14 +317,23 @@ async def _stop(
     transport: asyncio.SubprocessTransport,
     protocol: _Protocol,
     pumps: Sequence[asyncio.Task[None]],
+    reaper: bool,
 ) -> None:
     """Kill the group (also after a normal exit: stray background children go), wait for
     the child's exit, and drain the pipes; a pipe held open by a grandchild that escaped
-    the group is abandoned after a second."""
-    _kill_group(transport.get_pid())
+    the group is abandoned after a second. A subreaper is first asked to kill every
+    descendant (SIGTERM), and its group is killed anyway after :data:`REAPER_GRACE`."""
+    pid = transport.get_pid()
+    if reaper and not protocol.exited.is_set():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(protocol.exited.wait(), REAPER_GRACE)
+    _kill_group(pid)
     await protocol.exited.wait()
-    _, pending = await asyncio.wait(pumps, timeout=1.0)
-    for p in pending:
-        p.cancel()
-    await asyncio.gather(*pending, return_exceptions=True)
+    if pumps:
+        _, pending = await asyncio.wait(pumps, timeout=1.0)
+        for p in pending:
+            p.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
     transport.close()

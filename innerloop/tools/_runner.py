@@ -164,7 +164,9 @@ class ToolRunner:
     async def _guarded(self, run: ToolScope, call: ToolUseBlock) -> ToolCallResult:
         try:
             return await self._run_one(run, call)
-        except Exception as exc:  # a bad schema or limit must not crash the loop either
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            raise  # an abort, or the host's Ctrl-C: never a tool result
+        except BaseException as exc:  # a bad schema or limit must not crash the loop either
             return self._failed(
                 call,
                 f"tool {call.name!r} could not be run: {type(exc).__name__}: {exc}",
@@ -195,18 +197,21 @@ class ToolRunner:
                 "invalid_arguments",
             )
         async with self._semaphore:
-            return self._capped(run, await self.execute(run, spec, call))
+            return await self.execute(run, spec, call)
 
     def _failed(self, call: ToolUseBlock, message: str, error: str) -> ToolCallResult:
         return ToolCallResult(call.id, call.name, message, is_error=True, error=error)
 
-    def _capped(self, run: ToolScope, result: ToolCallResult) -> ToolCallResult:
-        counter = self.token_counter or run.tokens.counter
-        output = cap_output(result.output, counter or ApproxTokenCounter(), self.limits)
-        return result if output is result.output else attrs.evolve(result, output=output)
-
     async def execute(self, run: ToolScope, spec: ToolSpec, call: ToolUseBlock) -> ToolCallResult:
-        """Run one validated call under its timeout; every outcome becomes a result."""
+        """Run one validated call under its timeout; every outcome becomes a result, its
+        output capped (:class:`OutputLimits`).
+
+        Whatever the tool raises is reported, ``BaseException`` included (``SystemExit``,
+        the ``CancelledError`` of a task it awaited), except two things that belong to
+        the host and propagate: the cancellation of this very call (an abort; told apart
+        from a tool's own ``CancelledError`` by ``current_task().cancelling()``), and
+        ``KeyboardInterrupt`` (a Ctrl-C is the host's to handle, so a tool raising one is
+        treated as one)."""
         limit = run.params.timeout_for(spec)
         ctx = ToolContext(
             run.params, run.state, call.id, self.workspace, limit, request_abort=run.request_abort
@@ -224,31 +229,55 @@ class ToolRunner:
                 **kw,  # type: ignore[arg-type]
             )
 
-        scope = asyncio.timeout(limit)
-        try:
-            async with scope:
-                out = await spec.handler(call.input, ctx)
-        except TimeoutError as exc:
-            if not scope.expired():
-                return result(f"tool {call.name!r} raised TimeoutError: {exc}", "TimeoutError")
-            return self._timed_out(ctx, spec, call, time.monotonic() - start)
-        except ToolError as exc:
-            return result(str(exc), "tool_error")
-        except Exception as exc:  # a tool's failure goes back to the model
-            return result(f"tool {call.name!r} raised {type(exc).__name__}: {exc}", _name(exc))
-        if not isinstance(out, ToolOutput):
+        def raised(exc: BaseException) -> ToolCallResult:
+            text = str(exc)
             return result(
-                f"tool {call.name!r} handler returned {type(out).__name__}, not ToolOutput",
-                "TypeError",
+                f"tool {call.name!r} raised {type(exc).__name__}" + (f": {text}" if text else ""),
+                _name(exc),
             )
-        return result(
-            out.content,
-            "tool_error" if out.is_error else None,
-            stdout=out.stdout,
-            stderr=out.stderr,
-            exit_code=out.exit_code,
-            value=out.value,
-        )
+
+        async def outcome() -> ToolCallResult:
+            scope = asyncio.timeout(limit)
+            try:
+                async with scope:
+                    out = await spec.handler(call.input, ctx)
+            except TimeoutError as exc:
+                if not scope.expired():
+                    return raised(exc)
+                return self._timed_out(ctx, spec, call, time.monotonic() - start)
+            except ToolError as exc:
+                return result(str(exc), "tool_error")
+            except asyncio.CancelledError as exc:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # this call is being cancelled: an abort
+                return raised(exc)  # the tool awaited something that was cancelled
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # the tool's failure goes back to the model
+                return raised(exc)
+            if not isinstance(out, ToolOutput):
+                return result(
+                    f"tool {call.name!r} handler returned {type(out).__name__}, not ToolOutput",
+                    "TypeError",
+                )
+            return result(
+                out.content,
+                "tool_error" if out.is_error else None,
+                stdout=out.stdout,
+                stderr=out.stderr,
+                exit_code=out.exit_code,
+                value=out.value,
+            )
+
+        done = await outcome()
+        text, limits = done.output, self.limits
+        counter = self.token_counter or run.tokens.counter or ApproxTokenCounter()
+        if len(text) <= 16_384 and (limits.max_tokens is None or len(text) <= limits.max_tokens):
+            output = cap_output(text, counter, limits)  # no tokenizing: cheap here
+        else:  # bytes first, then tokens of what is left: off the loop all the same
+            output = await asyncio.to_thread(cap_output, text, counter, limits)
+        return done if output is text else attrs.evolve(done, output=output)
 
     def _timed_out(
         self, ctx: ToolContext, spec: ToolSpec, call: ToolUseBlock, duration: float

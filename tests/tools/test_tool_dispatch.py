@@ -13,7 +13,11 @@ from innerloop import HarnessParams, Message, TextBlock, ToolResultBlock
 from innerloop._events import ToolExecuted
 from innerloop.fsm._phases import ABORTED_TOOL as ABORTED
 from innerloop.testing import ScriptedProvider, history_problems, reply, tool_call
-from innerloop.tools import Toolset, builtin_tools, tool
+from innerloop.tools import Sandbox, Toolset, builtin_tools, tool
+
+# the abort tests read host pids, so the shell runs in the process sandbox (inside
+# bubblewrap, $$ and $! are pids of its own namespace; test_sandbox.py covers that mode)
+HOST_PIDS = Sandbox(isolation="process")
 
 
 def _params(tools: Any, **kw: Any) -> HarnessParams:
@@ -115,7 +119,9 @@ class TestAbort:
                 )
             ]
         )
-        params = _params(builtin_tools("shell", workspace=tmp_path), max_parallel_tools=1)
+        params = _params(
+            builtin_tools("shell", workspace=tmp_path, sandbox=HOST_PIDS), max_parallel_tools=1
+        )
         run = make_harness(params, provider).start("go")
 
         watcher = threading.Thread(target=self._abort_when, args=(run, tmp_path / "sleep.pid"))
@@ -147,9 +153,8 @@ class TestAbort:
                 )
             ]
         )
-        run = make_harness(_params(builtin_tools("shell", workspace=tmp_path)), provider).start(
-            "go"
-        )
+        shell = builtin_tools("shell", workspace=tmp_path, sandbox=HOST_PIDS)
+        run = make_harness(_params(shell), provider).start("go")
         watcher = threading.Thread(target=self._abort_when, args=(run, tmp_path / "sleep.pid", 0.3))
         watcher.start()
         state = asyncio.run(run.run())
@@ -170,7 +175,9 @@ class TestAbort:
         command = "sleep 30 & echo $! > sleep.pid; wait"
         script = iter([reply(tool_call("run_shell", {"command": command}), "still streaming")])
         provider = paced(lambda request: next(script), delay=0.4)
-        params = _params(builtin_tools("shell", workspace=tmp_path), eager_tools=True)
+        params = _params(
+            builtin_tools("shell", workspace=tmp_path, sandbox=HOST_PIDS), eager_tools=True
+        )
         run = make_harness(params, [provider]).start("go")
         watcher = threading.Thread(target=self._abort_when, args=(run, tmp_path / "sleep.pid"))
         watcher.start()

@@ -4,12 +4,19 @@ output caps, parallel dispatch in block order."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from innerloop._messages import ToolUseBlock
 from innerloop.recovery import ApproxTokenCounter
 from innerloop.tools import (
     OutputLimits,
@@ -18,8 +25,11 @@ from innerloop.tools import (
     ToolOutput,
     ToolRunner,
     cap_output,
+    run_process,
     tool,
 )
+from innerloop.tools._process import CAPTURE_LIMIT
+from tests.tools.conftest import fake_run
 
 
 @tool(isolated=True, timeout=4.0)
@@ -293,3 +303,231 @@ class TestParallel:
 
 async def _done(value: ToolOutput) -> ToolOutput:
     return value
+
+
+def naps() -> tuple[str, str]:
+    from tests.tools.test_sandbox import naps as make
+
+    return make()
+
+
+class TestBaseExceptions:
+    def test_sys_exit_is_a_result(self, call_tool: Any) -> None:
+        """sys.exit() in a sync or an async tool is an is_error result, not the host's end."""
+
+        @tool
+        def quit_sync() -> None:
+            """Quit."""
+            sys.exit(3)
+
+        @tool
+        async def quit_async() -> None:
+            """Quit."""
+            sys.exit("bye")
+
+        result = call_tool(quit_sync, "quit_sync", {})
+        assert (result.is_error, result.error) == (True, "SystemExit")
+        assert result.output == "tool 'quit_sync' raised SystemExit: 3"
+        assert call_tool(quit_async, "quit_async", {}).output == (
+            "tool 'quit_async' raised SystemExit: bye"
+        )
+
+    def test_awaiting_a_cancelled_task_is_a_result(self, call_tools: Any) -> None:
+        """A tool's own CancelledError (it awaited a cancelled task) is an is_error result;
+        the other calls of the turn finish as usual."""
+
+        @tool
+        async def orphan() -> None:
+            """Await a cancelled task."""
+            task = asyncio.ensure_future(asyncio.sleep(10))
+            await asyncio.sleep(0)
+            task.cancel()
+            await task
+
+        @tool
+        async def fine() -> str:
+            """Fine."""
+            await asyncio.sleep(0.05)
+            return "fine"
+
+        results = call_tools([orphan, fine], [("orphan", {}), ("fine", {})])
+        assert [(r.output, r.error) for r in results] == [
+            ("tool 'orphan' raised CancelledError", "CancelledError"),
+            ("fine", None),
+        ]
+        single = call_tools([orphan], [("orphan", {})])[0]
+        assert single.output == "tool 'orphan' raised CancelledError"
+
+    def test_the_runs_own_cancellation_still_propagates(self) -> None:
+        """An abort (the call's own task cancelled) is not turned into the tool's error
+        result, even for a tool that saw a CancelledError of its own before: the batch
+        comes back cancelled, the call aborted."""
+
+        @tool
+        async def stubborn() -> None:
+            """Swallow a sub-task's cancellation, then wait."""
+            task = asyncio.ensure_future(asyncio.sleep(10))
+            await asyncio.sleep(0)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await asyncio.sleep(10)
+
+        async def main() -> None:
+            runner = ToolRunner()
+            call = ToolUseBlock("t1", "stubborn", {})
+            task = asyncio.ensure_future(runner.run_calls(fake_run([stubborn]), [call]))
+            await asyncio.sleep(0.1)
+            task.cancel()
+            batch = await task  # the executor's contract: a cancelled batch, not an error
+            assert batch.cancelled
+            assert [r.error for r in batch.results] == ["aborted"]
+
+        asyncio.run(main())
+
+    def test_keyboard_interrupt_propagates(self, call_tool: Any) -> None:
+        """KeyboardInterrupt is the host's: it leaves the run like a Ctrl-C."""
+
+        @tool
+        async def interrupt() -> None:
+            """Interrupt."""
+            raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            call_tool(interrupt, "interrupt", {})
+
+
+class TestSpawn:
+    @pytest.mark.parametrize("reaper", [False, True])
+    def test_cancel_during_spawn(self, tmp_path: Path, reaper: bool) -> None:
+        """A cancellation while the child starts raises CancelledError (not ValueError) and
+        leaves no process behind (without a reaper, none that stayed in the group)."""
+        from tests.tools.test_sandbox import all_gone
+
+        marker, line = naps()
+        if not reaper:  # a setsid grandchild leaves the group: only a reaper finds it
+            line = f"sleep {marker} & (sleep {marker} &)"
+
+        async def main() -> None:
+            task = asyncio.ensure_future(
+                run_process(
+                    ["/bin/sh", "-c", f"{line}; sleep {marker}"], cwd=tmp_path, reaper=reaper
+                )
+            )
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        asyncio.run(main())
+        assert all_gone(marker)
+
+    def test_timeout_during_spawn(self, tmp_path: Path) -> None:
+        """A tool timeout that lands while the child starts is reported as a timeout, and
+        the calling task is not left half-cancelled."""
+        from tests.tools.test_sandbox import all_gone
+
+        marker, _ = naps()
+
+        @tool(timeout=0.001)
+        async def starter() -> str:
+            """Start a child."""
+            result = await run_process(["/bin/sh", "-c", f"sleep {marker}"], cwd=tmp_path)
+            return result.stdout
+
+        async def main() -> tuple[Any, int]:
+            call = ToolUseBlock("t1", "starter", {})
+            [result] = (await ToolRunner().run_calls(fake_run([starter]), [call])).results
+            task = asyncio.current_task()
+            assert task is not None
+            return result, task.cancelling()
+
+        result, cancelling = asyncio.run(main())
+        assert (result.timed_out, result.error, cancelling) == (True, "timeout", 0)
+        assert all_gone(marker)
+
+
+HUGE_SCRIPT = """
+import asyncio, json, sys, time
+from innerloop._messages import ToolUseBlock
+from innerloop.tools import ToolRunner, run_process, tool
+from tests.tools.conftest import fake_run
+
+def status(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field):
+            return int(line.split()[1]) * 1024
+
+def measure(make):
+    open("/proc/self/clear_refs", "w").write("5")  # peak RSS := current RSS
+    rss = status("VmRSS")
+    start = time.monotonic()
+    value = asyncio.run(make())
+    return value, time.monotonic() - start, status("VmHWM") - rss
+
+out = {}
+for size in (2_000_000, 200_000_000):
+    text, returned = "x" * size, []
+
+    @tool(timeout=5)
+    async def huge() -> str:
+        "Huge."
+        returned.append(time.monotonic())
+        return text
+
+    async def call():
+        batch = await ToolRunner().run_calls(fake_run([huge]), [ToolUseBlock("t", "huge", {})])
+        [r] = batch.results
+        return time.monotonic() - returned[0], len(r.output.encode())
+
+    (after, size_out), _, grown = measure(call)
+    out[f"return {size}"] = {"after": after, "grown": grown, "bytes": size_out}
+    del text
+
+command = ["/bin/sh", "-c", "head -c 200000000 /dev/zero | tr '\\\\0' x"]
+result, took, grown = measure(lambda: run_process(command))
+out["print 200000000"] = {"took": took, "grown": grown, "kept": len(result.stdout)}
+print(json.dumps(out))
+"""
+
+
+class TestHugeOutput:
+    def test_huge_results_cost_time_and_memory_bounded_by_the_cap(self) -> None:
+        """A 200 MB return is reported within 100 ms of the tool's return, and capping
+        it takes no more memory than capping a 2 MB one (the cap, not the size, bounds
+        the work); a child printing 200 MB is read in memory bounded by the capture
+        limit (1 MiB kept; about 3 MiB at the peak, with the pipe's buffers)."""
+        proc = subprocess.run(
+            [sys.executable, "-c", HUGE_SCRIPT],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=Path(__file__).parents[2],
+        )
+        assert proc.returncode == 0, proc.stderr
+        figures = json.loads(proc.stdout)
+        small, huge = figures["return 2000000"], figures["return 200000000"]
+        cap = OutputLimits().max_bytes or 0
+        assert huge["after"] < 0.1, figures
+        assert huge["bytes"] <= cap and small["bytes"] <= cap
+        assert huge["grown"] - small["grown"] < 3 * cap, figures
+        printed = figures["print 200000000"]
+        assert printed["kept"] < CAPTURE_LIMIT + 1_000
+        assert printed["grown"] < 4 * CAPTURE_LIMIT, figures  # pipe buffers included
+
+    def test_cap_output_does_not_tokenize_the_whole(self) -> None:
+        """Tokens are counted only on the byte-capped text."""
+        seen: list[int] = []
+
+        class Counting(ApproxTokenCounter):
+            def count_text(self, text: str) -> int:
+                seen.append(len(text))
+                return super().count_text(text)
+
+        capped = cap_output("y" * 10_000_000, Counting(), OutputLimits())
+        assert len(capped.encode()) <= 64_000
+        assert seen and max(seen) <= 64_000
+        assert "(the full output was 10,000,000 bytes; limit 64,000 bytes / 8,000 tokens)" in (
+            capped
+        )
