@@ -390,6 +390,19 @@ def _gone(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
 
+def _pid_of(*argv: str) -> int:
+    """The host pid of the process whose command line is ``argv``, or 0."""
+    wanted = "\0".join(argv) + "\0"
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "cmdline").read_text() == wanted:
+                    return int(entry.name)
+            except OSError:
+                continue
+    return 0
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_sigterm_and_sighup_abort_like_sigint(sig: signal.Signals, tmp_path: Path) -> None:
     """SIGTERM or SIGHUP during a shell tool's `sleep 60`: exit 4, the log ends with
@@ -397,7 +410,8 @@ def test_sigterm_and_sighup_abort_like_sigint(sig: signal.Signals, tmp_path: Pat
     from innerloop.testing import AnthropicServer, reply, tool_call
 
     log = tmp_path / "run.jsonl"
-    command = "echo $$ > sleep.pid; exec sleep 60"
+    marker = f"60.{os.getpid()}{int(sig)}"  # a unique argument: the shell may run in its own
+    command = f"echo started > sleep.pid; exec sleep {marker}"  # PID namespace (bubblewrap)
     script = [reply(tool_call("run_shell", {"command": command}, id="s1")), reply("never")]
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     env.update({"PYTHONPATH": str(ROOT), "ANTHROPIC_API_KEY": "sk-ant-test"})
@@ -415,9 +429,8 @@ def test_sigterm_and_sighup_abort_like_sigint(sig: signal.Signals, tmp_path: Pat
         deadline = time.monotonic() + 60
         pid = 0
         while time.monotonic() < deadline and proc.poll() is None:
-            text = pid_file.read_text().strip() if pid_file.exists() else ""
-            if text and Path(f"/proc/{text}/comm").read_text().strip() == "sleep":
-                pid = int(text)
+            pid = _pid_of("sleep", marker) if pid_file.exists() else 0
+            if pid:
                 break
             time.sleep(0.05)
         assert pid, "the shell tool never started sleep"
