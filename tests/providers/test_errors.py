@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import importlib
 import json
+import ssl
 
 import httpx2
 import pytest
@@ -19,6 +21,7 @@ from innerloop.providers import (
     error_from_status,
     parse_retry_after,
 )
+from innerloop.providers._errors import EXCEPTION_TABLE, category_of
 from innerloop.testing import (
     AnthropicServer,
     Fault,
@@ -107,6 +110,118 @@ class TestStatusMapping:
         error = error_from_status("anthropic", 401, {}, body)
         assert KEY not in str(error) and KEY not in (error.raw or "")
         assert "[redacted]" in error.message
+
+
+EXPECTED_ROWS = {  # (module, class) -> category: what each row of the table must say
+    ("builtins", "Exception"): "fatal",
+    ("builtins", "OSError"): "transient",
+    ("builtins", "ConnectionError"): "transient",
+    ("builtins", "TimeoutError"): "transient",
+    ("builtins", "EOFError"): "transient",
+    ("builtins", "FileNotFoundError"): "fatal",
+    ("builtins", "PermissionError"): "fatal",
+    ("builtins", "UnicodeDecodeError"): "transient",
+    ("json", "JSONDecodeError"): "transient",
+    ("zlib", "error"): "transient",
+    ("asyncio", "IncompleteReadError"): "transient",
+    ("asyncio", "LimitOverrunError"): "transient",
+    ("ssl", "SSLError"): "transient",
+    ("ssl", "SSLCertVerificationError"): "fatal",
+    ("httpx2", "HTTPError"): "fatal",
+    ("httpx2", "TransportError"): "transient",
+    ("httpx2", "TimeoutException"): "transient",
+    ("httpx2", "NetworkError"): "transient",
+    ("httpx2", "ProtocolError"): "transient",
+    ("httpx2", "RemoteProtocolError"): "transient",
+    ("httpx2", "LocalProtocolError"): "fatal",
+    ("httpx2", "ProxyError"): "transient",
+    ("httpx2", "UnsupportedProtocol"): "fatal",
+    ("httpx2", "DecodingError"): "transient",
+    ("httpx2", "TooManyRedirects"): "fatal",
+    ("httpx2", "InvalidURL"): "fatal",
+    ("httpx2", "StreamError"): "fatal",
+    ("anthropic", "AnthropicError"): "fatal",
+    ("anthropic", "APIConnectionError"): "transient",
+    ("anthropic", "APITimeoutError"): "transient",
+    ("anthropic", "APIResponseValidationError"): "transient",
+    ("anthropic", "CredentialsError"): "fatal",
+    ("openai", "OpenAIError"): "fatal",
+    ("openai", "APIConnectionError"): "transient",
+    ("openai", "APITimeoutError"): "transient",
+    ("openai", "APIResponseValidationError"): "transient",
+}
+
+
+def _bare(cls: type[BaseException]) -> BaseException:
+    """An instance made without running ``__init__`` (the SDKs' take a request)."""
+    return cls.__new__(cls)
+
+
+class TestExceptionTable:
+    def test_the_table_has_exactly_the_rows_stated_here(self) -> None:
+        """No row added, dropped or changed without this test saying so."""
+        assert {(m, n): c.value for m, n, c in EXCEPTION_TABLE} == EXPECTED_ROWS
+        assert len(EXCEPTION_TABLE) == len(EXPECTED_ROWS)
+
+    @pytest.mark.parametrize(("module", "name"), sorted(EXPECTED_ROWS))
+    def test_each_row_maps_as_stated(self, module: str, name: str) -> None:
+        """An exception of each listed type gets the category of its own row."""
+        cls = getattr(importlib.import_module(module), name)
+        error = error_from_exception("p", _bare(cls))
+        assert error.category == EXPECTED_ROWS[(module, name)]
+        assert error.message.startswith(f"{name}: ")
+
+    @pytest.mark.parametrize(("module", "name"), sorted(EXPECTED_ROWS))
+    def test_a_subclass_takes_its_nearest_ancestors_row(self, module: str, name: str) -> None:
+        """A class the table does not know maps as the nearest listed class in its MRO."""
+        cls = getattr(importlib.import_module(module), name)
+        sub = type(f"My{name}", (cls,), {})
+        assert category_of(_bare(sub)) == EXPECTED_ROWS[(module, name)]
+
+    def test_the_most_specific_row_wins_over_a_broader_one(self) -> None:
+        """A read timeout is a TimeoutException before it is an HTTPError; a certificate
+        failure is an SSLError and an OSError, but its own row says fatal."""
+        request = httpx2.Request("POST", "http://127.0.0.1:1/")
+        assert category_of(httpx2.ReadTimeout("t", request=request)) == "transient"
+        assert category_of(httpx2.LocalProtocolError("bad header")) == "fatal"
+        assert category_of(ssl.SSLCertVerificationError("unknown ca")) == "fatal"
+        assert category_of(ConnectionResetError()) == "transient"
+        assert category_of(FileNotFoundError("cafile")) == "fatal"
+
+    def test_a_class_in_two_rows_lineages_takes_the_first_in_its_mro(self) -> None:
+        """Multiple inheritance: the MRO order decides, not the table order."""
+
+        class Both(httpx2.LocalProtocolError, ConnectionError):
+            pass
+
+        class Other(ConnectionError, httpx2.LocalProtocolError):
+            pass
+
+        assert category_of(Both("x")) == "fatal"
+        assert category_of(Other("x")) == "transient"
+
+    def test_sdk_connection_errors_are_transient_through_the_real_classes(self) -> None:
+        """The SDKs' own constructors: a timeout and a connection error, both transient."""
+        import anthropic
+        import openai
+
+        request = httpx2.Request("POST", "http://127.0.0.1:1/v1/messages")
+        for sdk in (anthropic, openai):
+            for exc in (
+                sdk.APITimeoutError(request=request),
+                sdk.APIConnectionError(request=request),
+            ):
+                error = error_from_exception("p", exc)
+                assert error.category == "transient", exc
+                assert error.message.startswith(type(exc).__name__)
+
+    def test_an_http_status_error_maps_by_its_status(self) -> None:
+        """httpx's own status error carries its status on the response."""
+        request = httpx2.Request("POST", "http://127.0.0.1:1/")
+        response = httpx2.Response(429, headers={"retry-after": "2"}, request=request)
+        exc = httpx2.HTTPStatusError("429", request=request, response=response)
+        error = error_from_exception("p", exc)
+        assert (error.category, error.status, error.retry_after) == ("rate_limited", 429, 2.0)
 
 
 class TestExceptions:
