@@ -20,18 +20,21 @@ import httpx2
 from innerloop._errors import ErrorCategory, ProviderError
 from innerloop._events import MessageComplete, StreamEvent
 from innerloop._messages import ModelResponse
+from innerloop._secrets import scrub_secrets
 from innerloop.providers._base import final_response
 from innerloop.providers._errors import error_from_exception, error_from_status
 from innerloop.providers._normalize import WireRequest
 from innerloop.providers._transport import AsyncioTransport, RawResponse
 
 __all__ = [
+    "DEFAULT_MAX_EVENT_BYTES",
     "Assembler",
     "HTTPModelStream",
     "HTTPProvider",
     "SSESplitter",
     "WireRoute",
     "loads",
+    "malformed",
     "parse_tool_input",
     "sdk_options",
 ]
@@ -72,35 +75,99 @@ def parse_tool_input(provider: str, name: str, raw: str) -> dict[str, Any]:
     return value
 
 
+DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
+"""The largest server-sent event (or non-streaming body) a provider reads by default."""
+
+
+def malformed(provider: str, what: str, raw: bytes | str | None = None) -> ProviderError:
+    """A malformed response: transient, so the machine retries it once."""
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    return ProviderError(
+        ErrorCategory.TRANSIENT,
+        f"malformed response: {what}",
+        provider=provider,
+        raw=scrub_secrets(text[:2000]) if text else None,
+    )
+
+
+def too_large(provider: str, limit: int) -> ProviderError:
+    return malformed(
+        provider,
+        f"an event is longer than max_event_bytes={limit:,} (an endless line, or a runaway "
+        "server); if the API really sends events that large, give the provider a larger "
+        "max_event_bytes=",
+    )
+
+
 class SSESplitter:
     """Splits a byte stream into the ``data`` payloads of its server-sent events.
 
     Event names, ids and comments are dropped: both APIs repeat what matters in the data.
+    Each byte is looked at a bounded number of times however the stream is cut (an event
+    spread over many reads is joined once, when it ends), and an event longer than
+    ``max_event_bytes`` raises a malformed-response ``ProviderError`` instead of growing
+    without bound.
     """
 
-    __slots__ = ("_buffer",)
+    __slots__ = ("_cr", "_max", "_parts", "_provider", "_size")
 
-    def __init__(self) -> None:
-        self._buffer = b""
+    def __init__(self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES, provider: str = "") -> None:
+        self._parts: list[bytes] = []  # the unfinished event, line ends already made LF
+        self._size = 0
+        self._cr = False  # the last piece ended with CR, whose LF may open the next one
+        self._max = max_event_bytes
+        self._provider = provider
 
     def feed(self, chunk: bytes) -> list[bytes]:
         end = len(chunk) - 2
-        if end >= 0 and not self._buffer and chunk.find(b"\n\n") == end and b"\r" not in chunk:
+        if (
+            end >= 0
+            and not self._parts
+            and not self._cr
+            and chunk.find(b"\n\n") == end
+            and b"\r" not in chunk
+        ):
+            if end > self._max:
+                raise too_large(self._provider, self._max)
             data = _frame_data(chunk[:end])  # the common case: one whole frame per read
             return [] if data is None else [data]
-        buffer = self._buffer + chunk if self._buffer else chunk
-        if b"\r" in buffer:
-            if buffer.endswith(b"\r"):  # a CRLF split across two chunks
-                self._buffer = buffer
+        if self._cr:
+            chunk, self._cr = b"\r" + chunk, False
+        if b"\r" in chunk:
+            if chunk.endswith(b"\r"):  # a CRLF may be split across two pieces
+                chunk, self._cr = chunk[:-1], True
+            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        if not chunk:
+            return []
+        parts = self._parts
+        if parts and chunk[0] == 10 and parts[-1].endswith(b"\n"):  # a blank line across pieces
+            first, rest = b"".join(parts)[:-1], chunk[1:]
+        else:
+            pos = chunk.find(b"\n\n")
+            if pos < 0:  # no event ends here: keep the piece, join once at the end
+                parts.append(chunk)
+                self._size += len(chunk)
+                if self._size > self._max:
+                    raise too_large(self._provider, self._max)
                 return []
-            buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        frames = buffer.split(b"\n\n")
-        self._buffer = frames.pop()
-        return [d for d in map(_frame_data, frames) if d is not None]
+            first = b"".join(parts) + chunk[:pos] if parts else chunk[:pos]
+            rest = chunk[pos + 2 :]
+        frames = rest.split(b"\n\n")
+        tail = frames.pop()
+        self._parts = [tail] if tail else []
+        self._size = len(tail)
+        if len(first) > self._max or len(rest) > self._max:
+            if any(len(f) > self._max for f in (first, tail, *frames)):
+                raise too_large(self._provider, self._max)
+        out = _frame_data(first)
+        found = [] if out is None else [out]
+        found += [d for d in map(_frame_data, frames) if d is not None]
+        return found
 
     def finish(self) -> list[bytes]:
         """The last frame, when the body does not end with a blank line."""
-        rest, self._buffer = self._buffer.strip(), b""
+        rest = b"".join(self._parts).strip()
+        self._parts, self._size, self._cr = [], 0, False
         if not rest:
             return []
         data = _frame_data(rest)
@@ -134,6 +201,11 @@ class Assembler(Protocol):
         when the stream was cut short."""
 
 
+_SHAPE_ERRORS = (LookupError, TypeError, AttributeError, ValueError)
+"""What an assembler raises on valid JSON of the wrong shape (a list for an object, a
+delta without ``index``, a string for a number)."""
+
+
 class HTTPModelStream:
     """An open response: iterating parses its bytes into stream events."""
 
@@ -144,22 +216,25 @@ class HTTPModelStream:
         content_type: str,
         close: Callable[[], Awaitable[object]],
         assembler: Assembler,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
         self._provider = provider
         self._chunks = chunks
         self._content_type = content_type
         self._close = close
         self._assembler = assembler
+        self._max = max_event_bytes
         self.closed = False
 
     async def __aiter__(self) -> AsyncIterator[StreamEvent]:
         assembler, out = self._assembler, list[StreamEvent]()
+        data: bytes = b""  # the payload being handled, for the malformed-response error
         try:
             if "json" in self._content_type:
-                body = b"".join([chunk async for chunk in self._chunks])
-                assembler.feed_json(loads(self._provider, body) if body.strip() else None, out)
+                data = await self._body()
+                assembler.feed_json(loads(self._provider, data) if data.strip() else None, out)
             else:
-                splitter = SSESplitter()
+                splitter = SSESplitter(self._max, self._provider)
                 feed = assembler.feed
                 async for chunk in self._chunks:
                     for data in splitter.feed(chunk):
@@ -173,11 +248,27 @@ class HTTPModelStream:
             response = assembler.finish(out)
         except ProviderError:
             raise
+        except _SHAPE_ERRORS as exc:
+            what = f"an event of the wrong shape ({type(exc).__name__}: {exc})"
+            raise malformed(self._provider, what, data) from exc
+        except httpx2.DecodingError as exc:
+            what = f"its content-encoding cannot be undone (DecodingError: {exc})"
+            raise malformed(self._provider, what) from exc
         except Exception as exc:
             raise error_from_exception(self._provider, exc, "mid-stream") from exc
         for event in out:
             yield event
         yield MessageComplete(response)
+
+    async def _body(self) -> bytes:
+        """A whole non-streaming body, up to the event limit."""
+        parts, size = [], 0
+        async for chunk in self._chunks:
+            parts.append(chunk)
+            size += len(chunk)
+            if size > self._max:
+                raise too_large(self._provider, self._max)
+        return b"".join(parts)
 
     async def aclose(self) -> None:
         if not self.closed:
@@ -263,6 +354,7 @@ class HTTPProvider:
     name: str
     dialect: str
     client: Any
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
     route: WireRoute | None = None
     _rebuild: Callable[[], Any] | None = None  # a fresh SDK client, when the provider built it
     _loop: asyncio.AbstractEventLoop | None = None
@@ -273,11 +365,20 @@ class HTTPProvider:
         client: Any,
         transport: httpx2.AsyncBaseTransport | None,
         path: str,
+        max_event_bytes: int,
         **settings: Any,
     ) -> None:
         """Take ``client``, or build one with ``make(**sdk_options(**settings))`` (and keep
         the recipe, to build a fresh one for a new event loop); with an
         ``AsyncioTransport``, requests to ``path`` go on the wire route."""
+        if isinstance(max_event_bytes, bool) or not isinstance(max_event_bytes, int):
+            raise TypeError(f"max_event_bytes must be an int, got {max_event_bytes!r}")
+        if max_event_bytes < 1:
+            raise ValueError(
+                f"max_event_bytes must be at least 1, got {max_event_bytes}; the default is "
+                f"{DEFAULT_MAX_EVENT_BYTES:,} (16 MiB)"
+            )
+        self.max_event_bytes = max_event_bytes
         if client is None:
             self._rebuild = functools.partial(make, **sdk_options(transport=transport, **settings))
             client = self._rebuild()
@@ -297,7 +398,9 @@ class HTTPProvider:
         if self.route is not None:
             raw = await self.route.send(self.name, request.payload)
             content_type = raw.header("content-type") or ""
-            return HTTPModelStream(self.name, raw.decoded(), content_type, raw.aclose, assembler)
+            return HTTPModelStream(
+                self.name, raw.decoded(), content_type, raw.aclose, assembler, self.max_event_bytes
+            )
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             if self._loop is not None and self._rebuild is not None:
@@ -316,7 +419,9 @@ class HTTPProvider:
             await manager.__aexit__(None, None, None)
 
         content_type = http.headers.get("content-type", "")
-        return HTTPModelStream(self.name, http.aiter_bytes(), content_type, close, assembler)
+        return HTTPModelStream(
+            self.name, http.aiter_bytes(), content_type, close, assembler, self.max_event_bytes
+        )
 
     async def complete(self, request: WireRequest) -> ModelResponse:
         """One call, the assembled response (no machine, no retries)."""

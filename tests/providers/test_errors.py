@@ -7,6 +7,7 @@ import email.utils
 import importlib
 import json
 import ssl
+from typing import Any
 
 import httpx2
 import pytest
@@ -26,9 +27,11 @@ from innerloop.testing import (
     AnthropicServer,
     Fault,
     OpenAIServer,
+    Oversized,
     RateLimit,
     Raw,
     SlowReply,
+    Trickle,
     reply,
 )
 
@@ -246,10 +249,10 @@ def _transport(route: str) -> AsyncioTransport | None:
     return AsyncioTransport() if route == "wire" else None
 
 
-def _open(server: AnthropicServer | OpenAIServer, route: str = "sdk") -> ProviderError:
+def _open(server: AnthropicServer | OpenAIServer, route: str = "sdk", **kw: Any) -> ProviderError:
     async def go() -> ProviderError:
         cls = AnthropicProvider if isinstance(server, AnthropicServer) else OpenAIProvider
-        provider = cls(KEY, base_url=server.base_url, transport=_transport(route))
+        provider = cls(KEY, base_url=server.base_url, transport=_transport(route), **kw)
         payload = {"model": "m", "max_tokens": 5, "messages": [], "stream": True}
         request = WireRequest(provider.dialect, "m", payload)
         try:
@@ -281,6 +284,10 @@ class TestThroughTheSDKs:
             (Fault.malformed(), "transient", None),
             (Raw(200, JSON, b""), "transient", None),
             (Raw(200, JSON, b'{"unexpected": true}'), "transient", None),
+            (Fault("wrong_shape"), "transient", None),
+            (Fault("missing_index"), "transient", None),
+            (Fault("corrupt_gzip"), "transient", None),
+            (Trickle(100, limit=1000), "transient", None),  # dropped mid-event
         ],
     )
     @pytest.mark.parametrize("route", ROUTES)
@@ -299,6 +306,56 @@ class TestThroughTheSDKs:
         assert error.category == category
         assert error.retry_after == retry_after
         assert KEY not in str(error) and KEY not in (error.raw or "")
+
+    @pytest.mark.parametrize(
+        ("kind", "message"),
+        [
+            ("wrong_shape", "an event of the wrong shape (AttributeError: "),
+            ("missing_index", ""),
+            ("corrupt_gzip", "its content-encoding cannot be undone (DecodingError: "),
+        ],
+    )
+    @pytest.mark.parametrize("route", ROUTES)
+    @pytest.mark.parametrize("server_cls", [AnthropicServer, OpenAIServer])
+    def test_malformed_streams_say_so(
+        self, server_cls: type, route: str, kind: str, message: str
+    ) -> None:
+        """Wrong-shape JSON, a delta without its index and a corrupt gzip body are
+        malformed responses on both routes, for both providers."""
+        with server_cls([Fault(kind)]) as server:
+            error = _open(server, route)
+        assert error.category == "transient"
+        if kind == "missing_index":
+            message = {
+                AnthropicServer: "an event of the wrong shape (KeyError: 'index')",
+                OpenAIServer: "a tool call delta (index missing) names no function and "
+                "continues no call",
+            }[server_cls]
+        assert error.message.startswith(f"malformed response: {message}")
+
+    @pytest.mark.parametrize("step", [Oversized(300_000), Trickle(4096)])
+    @pytest.mark.parametrize("route", ROUTES)
+    @pytest.mark.parametrize("server_cls", [AnthropicServer, OpenAIServer])
+    def test_an_event_past_the_limit_is_malformed(
+        self, server_cls: type, route: str, step: object
+    ) -> None:
+        """An event longer than the provider's max_event_bytes, whole or never ending, is
+        a malformed response: the stream stops there, memory does not grow on."""
+        with server_cls([step]) as server:
+            error = _open(server, route, max_event_bytes=200_000)
+        assert error.category == "transient"
+        assert error.message.startswith(
+            "malformed response: an event is longer than max_event_bytes=200,000 "
+        )
+
+    @pytest.mark.parametrize("cls", [AnthropicProvider, OpenAIProvider])
+    @pytest.mark.parametrize(("value", "problem"), [(0, ValueError), ("16MB", TypeError)])
+    def test_a_bad_event_limit_is_refused_at_construction(
+        self, cls: type, value: object, problem: type
+    ) -> None:
+        """max_event_bytes must be a positive int; the error names it and the default."""
+        with pytest.raises(problem, match="max_event_bytes must be"):
+            cls(KEY, base_url="http://127.0.0.1:9", max_event_bytes=value)
 
     @pytest.mark.parametrize("route", ROUTES)
     def test_connection_refused_is_transient(self, route: str) -> None:
