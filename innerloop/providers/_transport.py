@@ -801,9 +801,7 @@ def parse_head(head: bytes, *, head_only: bool = False) -> ResponseHead:
         found = b", ".join(sorted(lengths)).decode()
         raise _bad(f"conflicting content-length values ({found})")
     if codings and lengths:
-        raise _bad(
-            "both transfer-encoding and content-length: the body cannot be delimited safely"
-        )
+        raise _bad("both transfer-encoding and content-length: the body cannot be delimited safely")
     if codings and http10:
         raise _bad("transfer-encoding in an HTTP/1.0 response")
     if codings and codings != [b"chunked"]:
