@@ -24,7 +24,7 @@ from innerloop._secrets import scrub_secrets
 from innerloop.providers._base import final_response
 from innerloop.providers._errors import error_from_exception, error_from_status
 from innerloop.providers._normalize import WireRequest
-from innerloop.providers._transport import AsyncioTransport, RawResponse
+from innerloop.providers._transport import AsyncioTransport, RawResponse, close_at_loop_end
 
 __all__ = [
     "DEFAULT_MAX_EVENT_BYTES",
@@ -357,7 +357,9 @@ class HTTPProvider:
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
     route: WireRoute | None = None
     _rebuild: Callable[[], Any] | None = None  # a fresh SDK client, when the provider built it
-    _loop: asyncio.AbstractEventLoop | None = None
+    _owns_pool = False  # the provider built the client and its connection pool: it closes them
+    _loop: asyncio.AbstractEventLoop | None = None  # the loop the client's pool belongs to
+    _loop_end: asyncio.Task[None] | None = None
 
     def _connect(
         self,
@@ -381,6 +383,7 @@ class HTTPProvider:
         self.max_event_bytes = max_event_bytes
         if client is None:
             self._rebuild = functools.partial(make, **sdk_options(transport=transport, **settings))
+            self._owns_pool = transport is None
             client = self._rebuild()
         self.client = client
         if isinstance(transport, AsyncioTransport):
@@ -403,11 +406,7 @@ class HTTPProvider:
             )
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
-            if self._loop is not None and self._rebuild is not None:
-                # the SDK client's pool belongs to the old loop (run_sync runs each call on
-                # a loop of its own): its connections cannot carry this loop's requests
-                self.client = self._rebuild()
-            self._loop = loop
+            self._adopt(loop)
         manager = self._send(request.payload)
         try:
             response = await manager.__aenter__()
@@ -432,7 +431,22 @@ class HTTPProvider:
             ErrorCategory.TRANSIENT, "the stream ended without a final message", provider=self.name
         )
 
+    def _adopt(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Move to ``loop``. The SDK client's pool belongs to the old loop (``run_sync``
+        runs each call on a loop of its own): its connections cannot carry this loop's
+        requests, so a client the provider built is built afresh. A client whose pool the
+        provider built is closed when its loop ends, by that loop (a user's client or
+        transport is the user's to close)."""
+        if self._loop is not None and self._rebuild is not None:
+            self.client = self._rebuild()
+        self._loop = loop
+        if self._owns_pool:
+            self._loop_end = close_at_loop_end(self.client.close)
+
     async def aclose(self) -> None:
+        watcher, self._loop_end = self._loop_end, None
+        if watcher is not None and watcher.get_loop() is asyncio.get_running_loop():
+            watcher.cancel()
         await self.client.close()
 
     def __repr__(self) -> str:

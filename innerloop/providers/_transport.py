@@ -24,13 +24,19 @@ import re
 import socket
 import ssl
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import cast
 
 import attrs
 import httpx2
 
-__all__ = ["AsyncioTransport", "RawResponse", "ResponseHead", "parse_head"]
+__all__ = [
+    "AsyncioTransport",
+    "RawResponse",
+    "ResponseHead",
+    "close_at_loop_end",
+    "parse_head",
+]
 
 _MAX_HEAD = 64 * 1024  # bytes of status line and headers
 _HIGH_WATER = 256 * 1024  # buffered body bytes before reading pauses
@@ -382,6 +388,7 @@ class AsyncioTransport(httpx2.AsyncBaseTransport):
         self._slots: asyncio.Semaphore | None = None
         self._sweep: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_end: asyncio.Task[None] | None = None
         self._closed = False
 
     @property
@@ -471,21 +478,17 @@ class AsyncioTransport(httpx2.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         self._closed = True
-        if self._sweep is not None:
-            self._sweep.cancel()
-            self._sweep = None
-        for idle in self._idle.values():
-            for conn in idle:
-                conn.close()
-                self._open -= 1
-        self._idle.clear()
-        self._idle_count = 0
+        self._close_idle()
+        watcher, self._loop_end = self._loop_end, None
+        if watcher is not None and watcher.get_loop() is asyncio.get_running_loop():
+            watcher.cancel()
 
     # -- the pool ----------------------------------------------------------------------------
 
-    def _adopt(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Serve a new event loop (``run_sync`` runs each call on a loop of its own): the
-        idle connections belong to the old loop and cannot be used from this one."""
+    def _close_idle(self) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         for idle in self._idle.values():
             for conn in idle:
                 with contextlib.suppress(RuntimeError):  # the old loop is closed
@@ -493,11 +496,20 @@ class AsyncioTransport(httpx2.AsyncBaseTransport):
         self._open -= self._idle_count
         self._idle.clear()
         self._idle_count = 0
+
+    def _adopt(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Serve a new event loop (``run_sync`` runs each call on a loop of its own): the
+        idle connections belong to the old loop and cannot be used from this one. When the
+        new loop ends, its idle connections are closed while it still runs."""
+        self._close_idle()
         self._slots = None
-        if self._sweep is not None:
-            self._sweep.cancel()
-            self._sweep = None
         self._loop = loop
+        self._loop_end = close_at_loop_end(self._loop_ending)
+
+    async def _loop_ending(self) -> None:
+        if self._loop is asyncio.get_running_loop():
+            self._close_idle()
+            self._loop, self._loop_end = None, None  # the next request adopts its own loop
 
     async def _acquire(self, timeout: float | None, request: httpx2.Request | None) -> None:
         if self._slots is None:
@@ -597,6 +609,24 @@ class AsyncioTransport(httpx2.AsyncBaseTransport):
                 del self._idle[origin]
         if self._idle_count:
             self._schedule_sweep(0.0 if not budget else None)
+
+
+def close_at_loop_end(close: Callable[[], Awaitable[object]]) -> asyncio.Task[None]:
+    """A task on the running loop that waits for the loop's end and then runs ``close``.
+    ``asyncio.run`` (and ``asyncio.Runner``) cancel the tasks left at their end while the
+    loop still runs, so connections are closed by the loop that opened them, instead of
+    being left to the garbage collector once it is closed (``ResourceWarning: unclosed
+    transport``, ``Event loop is closed``). Cancel the task to drop the duty."""
+    loop = asyncio.get_running_loop()
+
+    async def wait() -> None:
+        try:
+            await loop.create_future()
+        finally:
+            with contextlib.suppress(Exception):  # nothing is left to report it to
+                await close()
+
+    return loop.create_task(wait(), name="innerloop: close connections at the loop's end")
 
 
 def _keepalive(conn: _Connection) -> None:

@@ -4,15 +4,18 @@ SDKs' clients on it, and providers writing their requests on it (``WireRoute``).
 from __future__ import annotations
 
 import asyncio
+import gc
 import gzip
 import http.server
 import json
+import logging
 import re
 import shutil
 import ssl
 import subprocess
 import threading
 import time
+import warnings
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -775,3 +778,63 @@ def test_run_sync_twice_with_one_provider(server_cls: type, provider_cls: type, 
     assert [s.exit_reason for s in (first, second)] == ["model_complete"] * 2
     assert [s.history[-1].text for s in (first, second)] == ["one", "two"]
     assert requests == 2
+
+
+@pytest.mark.parametrize("route", ["sdk", "wire"])
+@pytest.mark.parametrize(
+    ("server_cls", "provider_cls"),
+    [(AnthropicServer, AnthropicProvider), (OpenAIServer, OpenAIProvider)],
+)
+def test_run_sync_leaves_no_connection_behind(
+    server_cls: type, provider_cls: type, route: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The connections a run's event loop opened are closed by that loop as it ends: the
+    client the provider built for it is closed, the transport keeps no idle connection,
+    and collecting the old client warns of nothing (before: unclosed transports, and
+    "Task exception was never retrieved ... Event loop is closed")."""
+    with server_cls([reply("one"), reply("two"), reply("three")]) as server:
+        transport = AsyncioTransport() if route == "wire" else None
+        provider = provider_cls(KEY, base_url=server.base_url, transport=transport)
+        harness = Harness(HarnessParams(model=f"{provider.name}:m-1"), [provider])
+        clients = []
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(3):
+                assert harness.run_sync("go").exit_reason == "model_complete"
+                clients.append(provider.client)
+                if transport is not None:
+                    assert (transport.open_connections, transport.idle_connections) == (0, 0)
+            gc.collect()
+        asyncio.run(provider.aclose())
+    assert [str(w.message) for w in caught] == []
+    assert [r.getMessage() for r in caught_records(caplog)] == []
+    if route == "sdk":
+        assert len({id(c) for c in clients}) == 3  # one client per loop
+        assert all(c.is_closed() for c in clients)
+
+
+def caught_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    """What asyncio logged: unretrieved task exceptions, unclosed resources."""
+    return [r for r in caplog.records if r.name == "asyncio" and r.levelno >= logging.WARNING]
+
+
+def test_a_long_lived_loop_keeps_its_client_until_aclose() -> None:
+    """On one loop the provider keeps one client and its connections; aclose closes it
+    and drops the duty to close it at the loop's end."""
+
+    async def go() -> None:
+        with AnthropicServer([reply("one"), reply("two")]) as server:
+            provider = AnthropicProvider(KEY, base_url=server.base_url)
+            payload = {"model": "m", "max_tokens": 5, "messages": [], "stream": True}
+            request = WireRequest("anthropic", "m", payload)
+            await provider.complete(request)
+            client = provider.client
+            await provider.complete(request)
+            assert provider.client is client and not client.is_closed()
+            duties = [t for t in asyncio.all_tasks() if "loop's end" in t.get_name()]
+            assert len(duties) == 1
+            await provider.aclose()
+            await asyncio.sleep(0)
+            assert client.is_closed() and duties[0].done()
+
+    run(go())
