@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
@@ -20,7 +21,7 @@ import httpx2
 from innerloop._errors import ErrorCategory, ProviderError
 from innerloop._events import MessageComplete, StreamEvent
 from innerloop._messages import ModelResponse
-from innerloop._secrets import scrub_secrets
+from innerloop._secrets import hide_userinfo, scrub_logs, scrub_secrets
 from innerloop.providers._base import final_response
 from innerloop.providers._errors import error_from_exception, error_from_status
 from innerloop.providers._normalize import WireRequest
@@ -283,7 +284,7 @@ class WireRoute:
     version and credentials included) and the timeout, read once at construction."""
 
     transport: AsyncioTransport
-    url: httpx2.URL
+    url: httpx2.URL = attrs.field(repr=lambda url: repr(hide_userinfo(str(url))))
     headers: tuple[tuple[bytes, bytes], ...] = attrs.field(repr=False)  # credentials
     timeout: httpx2.Timeout
 
@@ -360,6 +361,7 @@ class HTTPProvider:
     _owns_pool = False  # the provider built the client and its connection pool: it closes them
     _loop: asyncio.AbstractEventLoop | None = None  # the loop the client's pool belongs to
     _loop_end: asyncio.Task[None] | None = None
+    _unscrub: Callable[[], object] = staticmethod(lambda: None)  # releases the log scrubber
 
     def _connect(
         self,
@@ -388,6 +390,11 @@ class HTTPProvider:
         self.client = client
         if isinstance(transport, AsyncioTransport):
             self.route = WireRoute.of(client, transport, path)
+        # the SDKs' and httpx's DEBUG logs hold URLs with userinfo and may echo headers:
+        # scrubbed while this provider lives (until aclose, or until it is collected)
+        secrets = (getattr(client, name, None) for name in ("api_key", "auth_token"))
+        handle = scrub_logs(s for s in secrets if isinstance(s, str))
+        self._unscrub = weakref.finalize(self, handle.release)
 
     def _send(self, payload: dict[str, Any]) -> AbstractAsyncContextManager[Any]:
         raise NotImplementedError
@@ -447,7 +454,11 @@ class HTTPProvider:
         watcher, self._loop_end = self._loop_end, None
         if watcher is not None and watcher.get_loop() is asyncio.get_running_loop():
             watcher.cancel()
-        await self.client.close()
+        try:
+            await self.client.close()
+        finally:
+            self._unscrub()
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(name={self.name!r}, base_url={str(self.client.base_url)!r})"
+        base_url = hide_userinfo(str(self.client.base_url))
+        return f"{type(self).__name__}(name={self.name!r}, base_url={base_url!r})"
