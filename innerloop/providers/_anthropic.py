@@ -36,6 +36,7 @@ from innerloop.providers._http import (
     DEFAULT_MAX_EVENT_BYTES,
     HTTPProvider,
     loads,
+    missing_key,
     parse_tool_input,
 )
 from innerloop.providers._normalize import WireRequest
@@ -219,11 +220,17 @@ class AnthropicAssembler:
 def _sdk_client(**options: Any) -> anthropic.AsyncAnthropic:
     import anthropic  # seconds of import: only when a provider is built
 
-    return anthropic.AsyncAnthropic(**options)
+    client = anthropic.AsyncAnthropic(**options)
+    if not client.api_key and not client.auth_token and client.credentials is None:
+        # the SDK would build it and fail every request: fail here, once, saying how
+        raise missing_key(AnthropicProvider, "ANTHROPIC_API_KEY")
+    return client
 
 
 class AnthropicProvider(HTTPProvider):
-    """Claude over the Messages API. ``api_key`` defaults to ``ANTHROPIC_API_KEY``.
+    """Claude over the Messages API. ``api_key`` defaults to ``ANTHROPIC_API_KEY`` (or the
+    SDK's other credentials: ``ANTHROPIC_AUTH_TOKEN``, a profile); with none of them,
+    construction raises ``ValueError``.
 
     With ``transport=AsyncioTransport()`` the provider writes each request itself on that
     transport (the SDK client still supplies base URL, headers and credentials), which

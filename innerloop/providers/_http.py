@@ -36,6 +36,7 @@ __all__ = [
     "WireRoute",
     "loads",
     "malformed",
+    "missing_key",
     "parse_tool_input",
     "sdk_options",
 ]
@@ -325,6 +326,14 @@ class WireRoute:
             raise error_from_exception(provider, exc) from exc
         fields = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in raw.headers}
         raise error_from_status(provider, raw.status, fields, text)
+
+
+def missing_key(provider: type, variable: str, note: str = "") -> ValueError:
+    """The error both providers raise at construction when no API key can be found."""
+    return ValueError(
+        f"{provider.__name__} has no API key: pass api_key=..., or set {variable} in the "
+        f"environment{note}"
+    )
 
 
 def sdk_options(

@@ -38,6 +38,7 @@ from innerloop.providers._http import (
     HTTPProvider,
     loads,
     malformed,
+    missing_key,
     parse_tool_input,
 )
 from innerloop.providers._normalize import WireRequest
@@ -220,7 +221,8 @@ def _sdk_client(**options: Any) -> openai.AsyncOpenAI:
 
 class OpenAIProvider(HTTPProvider):
     """Chat Completions. ``api_key`` defaults to ``OPENAI_API_KEY``; with a ``base_url``
-    (a local OpenAI-compatible server) no key is needed.
+    (a local OpenAI-compatible server) no key is needed; with neither, construction raises
+    ``ValueError``.
 
     With ``transport=AsyncioTransport()`` the provider writes each request itself on that
     transport (the SDK client still supplies base URL, headers and credentials), which
@@ -245,8 +247,14 @@ class OpenAIProvider(HTTPProvider):
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
         self.name = name
-        if api_key is None:
+        if not api_key and client is None:
             api_key = os.environ.get("OPENAI_API_KEY") or ("unused" if base_url else None)
+            if not api_key:
+                raise missing_key(
+                    OpenAIProvider,
+                    "OPENAI_API_KEY",
+                    " (a local OpenAI-compatible server needs none: give its base_url=)",
+                )
         self._connect(
             _sdk_client,
             client,
