@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -50,6 +51,26 @@ class TestScrubSecrets:
     def test_hide_userinfo(self) -> None:
         assert hide_userinfo("http://u:p@127.0.0.1:9/v1/") == "http://[redacted]@127.0.0.1:9/v1/"
         assert hide_userinfo("http://127.0.0.1:9/v1/") == "http://127.0.0.1:9/v1/"
+
+    def test_the_module_is_a_leaf(self) -> None:
+        """innerloop._secrets imports nothing from innerloop, so every layer can use it."""
+        import ast
+
+        import innerloop._secrets as module
+
+        tree = ast.parse(Path(module.__file__).read_text())
+        imported = [
+            name
+            for node in ast.walk(tree)
+            for name in (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+        ]
+        assert imported and not [n for n in imported if n.startswith("innerloop")]
 
     def test_the_old_import_place_still_works(self) -> None:
         """recovery._diagnostic re-imports the one implementation."""
