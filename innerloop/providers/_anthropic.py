@@ -32,7 +32,13 @@ from innerloop._messages import (
     Usage,
 )
 from innerloop.providers._errors import error_from_body
-from innerloop.providers._http import HTTPProvider, loads, parse_tool_input
+from innerloop.providers._http import (
+    DEFAULT_MAX_EVENT_BYTES,
+    HTTPProvider,
+    loads,
+    missing_key,
+    parse_tool_input,
+)
 from innerloop.providers._normalize import WireRequest
 
 __all__ = ["AnthropicAssembler", "AnthropicProvider"]
@@ -214,16 +220,25 @@ class AnthropicAssembler:
 def _sdk_client(**options: Any) -> anthropic.AsyncAnthropic:
     import anthropic  # seconds of import: only when a provider is built
 
-    return anthropic.AsyncAnthropic(**options)
+    client = anthropic.AsyncAnthropic(**options)
+    if not client.api_key and not client.auth_token and client.credentials is None:
+        # the SDK would build it and fail every request: fail here, once, saying how
+        raise missing_key(AnthropicProvider, "ANTHROPIC_API_KEY")
+    return client
 
 
 class AnthropicProvider(HTTPProvider):
-    """Claude over the Messages API. ``api_key`` defaults to ``ANTHROPIC_API_KEY``.
+    """Claude over the Messages API. ``api_key`` defaults to ``ANTHROPIC_API_KEY`` (or the
+    SDK's other credentials: ``ANTHROPIC_AUTH_TOKEN``, a profile); with none of them,
+    construction raises ``ValueError``.
 
     With ``transport=AsyncioTransport()`` the provider writes each request itself on that
     transport (the SDK client still supplies base URL, headers and credentials), which
     skips the SDK's per-request builder and connection pool: the route for many loops in
-    one process. Any other httpx transport goes to the SDK client as its transport."""
+    one process. Any other httpx transport goes to the SDK client as its transport.
+
+    ``max_event_bytes`` (16 MiB) bounds one streamed event, and a non-streaming body: a
+    longer one is a malformed response (transient: retried once), not unbounded memory."""
 
     dialect = "anthropic"
 
@@ -237,6 +252,7 @@ class AnthropicProvider(HTTPProvider):
         default_headers: dict[str, str] | None = None,
         client: anthropic.AsyncAnthropic | None = None,
         transport: httpx2.AsyncBaseTransport | None = None,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
         self.name = name
         self._connect(
@@ -244,6 +260,7 @@ class AnthropicProvider(HTTPProvider):
             client,
             transport,
             "v1/messages",
+            max_event_bytes,
             api_key=api_key,
             base_url=base_url,
             timeout=timeout,

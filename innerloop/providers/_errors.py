@@ -6,6 +6,11 @@
     "prompt is too long", context_length_exceeded -> context_overflow
     HTTP 401, 403, 404, any other 4xx          -> fatal
 
+An exception without an HTTP status is looked up in :data:`EXCEPTION_TABLE` by type: the
+first class of its MRO that has a row decides, so the most specific row wins and a
+subclass takes its nearest ancestor's row (as httpx maps httpcore's exceptions). The SDKs'
+rows are resolved only once the SDK is imported (no exception of theirs exists before).
+
 Every message and raw body passes through ``scrub_secrets`` so no API key leaves here.
 """
 
@@ -13,6 +18,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import sys
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -20,9 +26,11 @@ from typing import Any
 import httpx2
 
 from innerloop._errors import ErrorCategory, ProviderError
-from innerloop.recovery._diagnostic import scrub_secrets
+from innerloop._secrets import scrub_secrets
 
 __all__ = [
+    "EXCEPTION_TABLE",
+    "category_of",
     "error_from_body",
     "error_from_exception",
     "error_from_status",
@@ -43,6 +51,75 @@ _TYPE_CATEGORIES = {
     "timeout_error": ErrorCategory.TRANSIENT,
     "server_error": ErrorCategory.TRANSIENT,
 }
+
+
+_T, _F = ErrorCategory.TRANSIENT, ErrorCategory.FATAL
+
+EXCEPTION_TABLE: tuple[tuple[str, str, ErrorCategory], ...] = (
+    # (module, class name, category); the row of the nearest class in the MRO wins
+    ("builtins", "Exception", _F),  # unknown: a bug somewhere, never retried
+    # the network and the stream itself (asyncio, sockets, TLS, decoders)
+    ("builtins", "OSError", _T),  # resets, unreachable networks, ...
+    ("builtins", "ConnectionError", _T),
+    ("builtins", "TimeoutError", _T),  # asyncio.TimeoutError too
+    ("builtins", "EOFError", _T),  # the peer went away
+    ("builtins", "FileNotFoundError", _F),  # a missing CA bundle or socket path
+    ("builtins", "PermissionError", _F),
+    ("builtins", "UnicodeDecodeError", _T),  # malformed body
+    ("json", "JSONDecodeError", _T),  # malformed body
+    ("zlib", "error", _T),  # malformed (corrupt gzip or deflate) body
+    ("asyncio", "IncompleteReadError", _T),  # dropped mid-body
+    ("asyncio", "LimitOverrunError", _T),  # malformed: a line past the reader's limit
+    ("ssl", "SSLError", _T),  # a TLS record cut short
+    ("ssl", "SSLCertVerificationError", _F),  # a retry meets the same certificate
+    # httpx2 (the SDKs' HTTP stack, and what AsyncioTransport raises)
+    ("httpx2", "HTTPError", _F),
+    ("httpx2", "TransportError", _T),
+    ("httpx2", "TimeoutException", _T),  # connect, read, write and pool timeouts
+    ("httpx2", "NetworkError", _T),  # connect, read, write and close errors
+    ("httpx2", "ProtocolError", _T),
+    ("httpx2", "RemoteProtocolError", _T),  # bad framing, dropped connection
+    ("httpx2", "LocalProtocolError", _F),  # a request we built wrong
+    ("httpx2", "ProxyError", _T),
+    ("httpx2", "UnsupportedProtocol", _F),  # a base URL that is not http(s)
+    ("httpx2", "DecodingError", _T),  # malformed (corrupt gzip) body
+    ("httpx2", "TooManyRedirects", _F),
+    ("httpx2", "InvalidURL", _F),
+    ("httpx2", "StreamError", _F),  # a body read twice or after close: a bug
+    # the SDKs (a status error is mapped by its status before this table)
+    ("anthropic", "AnthropicError", _F),
+    ("anthropic", "APIConnectionError", _T),
+    ("anthropic", "APITimeoutError", _T),
+    ("anthropic", "APIResponseValidationError", _T),  # malformed response
+    ("anthropic", "CredentialsError", _F),
+    ("openai", "OpenAIError", _F),
+    ("openai", "APIConnectionError", _T),
+    ("openai", "APITimeoutError", _T),
+    ("openai", "APIResponseValidationError", _T),  # malformed response
+)
+"""Exception types without an HTTP status -> category. Each row names a class by module
+and name, resolved when that module has been imported."""
+
+
+def _table() -> dict[type, ErrorCategory]:
+    table: dict[type, ErrorCategory] = {}
+    for module_name, name, category in EXCEPTION_TABLE:
+        module = sys.modules.get(module_name)
+        cls = getattr(module, name, None) if module is not None else None
+        if isinstance(cls, type):
+            table[cls] = category
+    return table
+
+
+def category_of(exc: BaseException) -> ErrorCategory:
+    """The category of an exception that carries no HTTP status: the row of the first
+    class of its MRO in :data:`EXCEPTION_TABLE` (fatal when none has one)."""
+    table = _table()
+    for cls in type(exc).__mro__:
+        category = table.get(cls)
+        if category is not None:
+            return category
+    return ErrorCategory.FATAL
 
 
 def parse_retry_after(
@@ -144,12 +221,14 @@ def error_from_status(
 
 def error_from_exception(provider: str, exc: BaseException, during: str = "") -> ProviderError:
     """Map an SDK or transport exception. Status errors keep status, headers and body;
-    connection failures and timeouts are transient; anything else is fatal. ``during``
-    prefixes the message (e.g. ``"mid-stream"``)."""
+    the others take their category from :data:`EXCEPTION_TABLE`. ``during`` prefixes the
+    message (e.g. ``"mid-stream"``)."""
     if isinstance(exc, ProviderError):
         return exc
     response = getattr(exc, "response", None)
     status = getattr(exc, "status_code", None)
+    if status is None and isinstance(exc, httpx2.HTTPStatusError):
+        status = exc.response.status_code
     if isinstance(status, int) and response is not None:
         body = getattr(exc, "body", None)
         headers = dict(response.headers)
@@ -161,14 +240,6 @@ def error_from_exception(provider: str, exc: BaseException, during: str = "") ->
             return error_from_status(provider, status, headers, text)
         return error_from_body(provider, body, status=status, headers=headers, raw=text)
     name = type(exc).__name__
-    transient = (
-        "Timeout" in name
-        or "Connection" in name
-        or "Protocol" in name
-        or "Read" in name
-        or "Network" in name
-        or isinstance(exc, ConnectionError | TimeoutError | httpx2.TransportError)
-    )
-    category = ErrorCategory.TRANSIENT if transient else ErrorCategory.FATAL
     where = f"{during}: " if during else ""
-    return ProviderError(category, scrub_secrets(f"{where}{name}: {exc}"), provider=provider)
+    message = scrub_secrets(f"{where}{name}: {exc}")
+    return ProviderError(category_of(exc), message, provider=provider)

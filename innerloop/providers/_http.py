@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
@@ -20,18 +21,22 @@ import httpx2
 from innerloop._errors import ErrorCategory, ProviderError
 from innerloop._events import MessageComplete, StreamEvent
 from innerloop._messages import ModelResponse
+from innerloop._secrets import hide_userinfo, scrub_logs, scrub_secrets
 from innerloop.providers._base import final_response
 from innerloop.providers._errors import error_from_exception, error_from_status
 from innerloop.providers._normalize import WireRequest
-from innerloop.providers._transport import AsyncioTransport, RawResponse
+from innerloop.providers._transport import AsyncioTransport, RawResponse, close_at_loop_end
 
 __all__ = [
+    "DEFAULT_MAX_EVENT_BYTES",
     "Assembler",
     "HTTPModelStream",
     "HTTPProvider",
     "SSESplitter",
     "WireRoute",
     "loads",
+    "malformed",
+    "missing_key",
     "parse_tool_input",
     "sdk_options",
 ]
@@ -72,35 +77,99 @@ def parse_tool_input(provider: str, name: str, raw: str) -> dict[str, Any]:
     return value
 
 
+DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
+"""The largest server-sent event (or non-streaming body) a provider reads by default."""
+
+
+def malformed(provider: str, what: str, raw: bytes | str | None = None) -> ProviderError:
+    """A malformed response: transient, so the machine retries it once."""
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    return ProviderError(
+        ErrorCategory.TRANSIENT,
+        f"malformed response: {what}",
+        provider=provider,
+        raw=scrub_secrets(text[:2000]) if text else None,
+    )
+
+
+def too_large(provider: str, limit: int) -> ProviderError:
+    return malformed(
+        provider,
+        f"an event is longer than max_event_bytes={limit:,} (an endless line, or a runaway "
+        "server); if the API really sends events that large, give the provider a larger "
+        "max_event_bytes=",
+    )
+
+
 class SSESplitter:
     """Splits a byte stream into the ``data`` payloads of its server-sent events.
 
     Event names, ids and comments are dropped: both APIs repeat what matters in the data.
+    Each byte is looked at a bounded number of times however the stream is cut (an event
+    spread over many reads is joined once, when it ends), and an event longer than
+    ``max_event_bytes`` raises a malformed-response ``ProviderError`` instead of growing
+    without bound.
     """
 
-    __slots__ = ("_buffer",)
+    __slots__ = ("_cr", "_max", "_parts", "_provider", "_size")
 
-    def __init__(self) -> None:
-        self._buffer = b""
+    def __init__(self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES, provider: str = "") -> None:
+        self._parts: list[bytes] = []  # the unfinished event, line ends already made LF
+        self._size = 0
+        self._cr = False  # the last piece ended with CR, whose LF may open the next one
+        self._max = max_event_bytes
+        self._provider = provider
 
     def feed(self, chunk: bytes) -> list[bytes]:
         end = len(chunk) - 2
-        if end >= 0 and not self._buffer and chunk.find(b"\n\n") == end and b"\r" not in chunk:
+        if (
+            end >= 0
+            and not self._parts
+            and not self._cr
+            and chunk.find(b"\n\n") == end
+            and b"\r" not in chunk
+        ):
+            if end > self._max:
+                raise too_large(self._provider, self._max)
             data = _frame_data(chunk[:end])  # the common case: one whole frame per read
             return [] if data is None else [data]
-        buffer = self._buffer + chunk if self._buffer else chunk
-        if b"\r" in buffer:
-            if buffer.endswith(b"\r"):  # a CRLF split across two chunks
-                self._buffer = buffer
+        if self._cr:
+            chunk, self._cr = b"\r" + chunk, False
+        if b"\r" in chunk:
+            if chunk.endswith(b"\r"):  # a CRLF may be split across two pieces
+                chunk, self._cr = chunk[:-1], True
+            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        if not chunk:
+            return []
+        parts = self._parts
+        if parts and chunk[0] == 10 and parts[-1].endswith(b"\n"):  # a blank line across pieces
+            first, rest = b"".join(parts)[:-1], chunk[1:]
+        else:
+            pos = chunk.find(b"\n\n")
+            if pos < 0:  # no event ends here: keep the piece, join once at the end
+                parts.append(chunk)
+                self._size += len(chunk)
+                if self._size > self._max:
+                    raise too_large(self._provider, self._max)
                 return []
-            buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        frames = buffer.split(b"\n\n")
-        self._buffer = frames.pop()
-        return [d for d in map(_frame_data, frames) if d is not None]
+            first = b"".join(parts) + chunk[:pos] if parts else chunk[:pos]
+            rest = chunk[pos + 2 :]
+        frames = rest.split(b"\n\n")
+        tail = frames.pop()
+        self._parts = [tail] if tail else []
+        self._size = len(tail)
+        if len(first) > self._max or len(rest) > self._max:
+            if any(len(f) > self._max for f in (first, tail, *frames)):
+                raise too_large(self._provider, self._max)
+        out = _frame_data(first)
+        found = [] if out is None else [out]
+        found += [d for d in map(_frame_data, frames) if d is not None]
+        return found
 
     def finish(self) -> list[bytes]:
         """The last frame, when the body does not end with a blank line."""
-        rest, self._buffer = self._buffer.strip(), b""
+        rest = b"".join(self._parts).strip()
+        self._parts, self._size, self._cr = [], 0, False
         if not rest:
             return []
         data = _frame_data(rest)
@@ -134,6 +203,11 @@ class Assembler(Protocol):
         when the stream was cut short."""
 
 
+_SHAPE_ERRORS = (LookupError, TypeError, AttributeError, ValueError)
+"""What an assembler raises on valid JSON of the wrong shape (a list for an object, a
+delta without ``index``, a string for a number)."""
+
+
 class HTTPModelStream:
     """An open response: iterating parses its bytes into stream events."""
 
@@ -144,22 +218,25 @@ class HTTPModelStream:
         content_type: str,
         close: Callable[[], Awaitable[object]],
         assembler: Assembler,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
         self._provider = provider
         self._chunks = chunks
         self._content_type = content_type
         self._close = close
         self._assembler = assembler
+        self._max = max_event_bytes
         self.closed = False
 
     async def __aiter__(self) -> AsyncIterator[StreamEvent]:
         assembler, out = self._assembler, list[StreamEvent]()
+        data: bytes = b""  # the payload being handled, for the malformed-response error
         try:
             if "json" in self._content_type:
-                body = b"".join([chunk async for chunk in self._chunks])
-                assembler.feed_json(loads(self._provider, body) if body.strip() else None, out)
+                data = await self._body()
+                assembler.feed_json(loads(self._provider, data) if data.strip() else None, out)
             else:
-                splitter = SSESplitter()
+                splitter = SSESplitter(self._max, self._provider)
                 feed = assembler.feed
                 async for chunk in self._chunks:
                     for data in splitter.feed(chunk):
@@ -173,11 +250,27 @@ class HTTPModelStream:
             response = assembler.finish(out)
         except ProviderError:
             raise
+        except _SHAPE_ERRORS as exc:
+            what = f"an event of the wrong shape ({type(exc).__name__}: {exc})"
+            raise malformed(self._provider, what, data) from exc
+        except httpx2.DecodingError as exc:
+            what = f"its content-encoding cannot be undone (DecodingError: {exc})"
+            raise malformed(self._provider, what) from exc
         except Exception as exc:
             raise error_from_exception(self._provider, exc, "mid-stream") from exc
         for event in out:
             yield event
         yield MessageComplete(response)
+
+    async def _body(self) -> bytes:
+        """A whole non-streaming body, up to the event limit."""
+        parts, size = [], 0
+        async for chunk in self._chunks:
+            parts.append(chunk)
+            size += len(chunk)
+            if size > self._max:
+                raise too_large(self._provider, self._max)
+        return b"".join(parts)
 
     async def aclose(self) -> None:
         if not self.closed:
@@ -192,7 +285,7 @@ class WireRoute:
     version and credentials included) and the timeout, read once at construction."""
 
     transport: AsyncioTransport
-    url: httpx2.URL
+    url: httpx2.URL = attrs.field(repr=lambda url: repr(hide_userinfo(str(url))))
     headers: tuple[tuple[bytes, bytes], ...] = attrs.field(repr=False)  # credentials
     timeout: httpx2.Timeout
 
@@ -235,6 +328,14 @@ class WireRoute:
         raise error_from_status(provider, raw.status, fields, text)
 
 
+def missing_key(provider: type, variable: str, note: str = "") -> ValueError:
+    """The error both providers raise at construction when no API key can be found."""
+    return ValueError(
+        f"{provider.__name__} has no API key: pass api_key=..., or set {variable} in the "
+        f"environment{note}"
+    )
+
+
 def sdk_options(
     api_key: str | None,
     base_url: str | None,
@@ -263,9 +364,13 @@ class HTTPProvider:
     name: str
     dialect: str
     client: Any
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
     route: WireRoute | None = None
     _rebuild: Callable[[], Any] | None = None  # a fresh SDK client, when the provider built it
-    _loop: asyncio.AbstractEventLoop | None = None
+    _owns_pool = False  # the provider built the client and its connection pool: it closes them
+    _loop: asyncio.AbstractEventLoop | None = None  # the loop the client's pool belongs to
+    _loop_end: asyncio.Task[None] | None = None
+    _unscrub: Callable[[], object] = staticmethod(lambda: None)  # releases the log scrubber
 
     def _connect(
         self,
@@ -273,17 +378,32 @@ class HTTPProvider:
         client: Any,
         transport: httpx2.AsyncBaseTransport | None,
         path: str,
+        max_event_bytes: int,
         **settings: Any,
     ) -> None:
         """Take ``client``, or build one with ``make(**sdk_options(**settings))`` (and keep
         the recipe, to build a fresh one for a new event loop); with an
         ``AsyncioTransport``, requests to ``path`` go on the wire route."""
+        if isinstance(max_event_bytes, bool) or not isinstance(max_event_bytes, int):
+            raise TypeError(f"max_event_bytes must be an int, got {max_event_bytes!r}")
+        if max_event_bytes < 1:
+            raise ValueError(
+                f"max_event_bytes must be at least 1, got {max_event_bytes}; the default is "
+                f"{DEFAULT_MAX_EVENT_BYTES:,} (16 MiB)"
+            )
+        self.max_event_bytes = max_event_bytes
         if client is None:
             self._rebuild = functools.partial(make, **sdk_options(transport=transport, **settings))
+            self._owns_pool = transport is None
             client = self._rebuild()
         self.client = client
         if isinstance(transport, AsyncioTransport):
             self.route = WireRoute.of(client, transport, path)
+        # the SDKs' and httpx's DEBUG logs hold URLs with userinfo and may echo headers:
+        # scrubbed while this provider lives (until aclose, or until it is collected)
+        secrets = (getattr(client, name, None) for name in ("api_key", "auth_token"))
+        handle = scrub_logs(s for s in secrets if isinstance(s, str))
+        self._unscrub = weakref.finalize(self, handle.release)
 
     def _send(self, payload: dict[str, Any]) -> AbstractAsyncContextManager[Any]:
         raise NotImplementedError
@@ -297,14 +417,12 @@ class HTTPProvider:
         if self.route is not None:
             raw = await self.route.send(self.name, request.payload)
             content_type = raw.header("content-type") or ""
-            return HTTPModelStream(self.name, raw.decoded(), content_type, raw.aclose, assembler)
+            return HTTPModelStream(
+                self.name, raw.decoded(), content_type, raw.aclose, assembler, self.max_event_bytes
+            )
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
-            if self._loop is not None and self._rebuild is not None:
-                # the SDK client's pool belongs to the old loop (run_sync runs each call on
-                # a loop of its own): its connections cannot carry this loop's requests
-                self.client = self._rebuild()
-            self._loop = loop
+            self._adopt(loop)
         manager = self._send(request.payload)
         try:
             response = await manager.__aenter__()
@@ -316,7 +434,9 @@ class HTTPProvider:
             await manager.__aexit__(None, None, None)
 
         content_type = http.headers.get("content-type", "")
-        return HTTPModelStream(self.name, http.aiter_bytes(), content_type, close, assembler)
+        return HTTPModelStream(
+            self.name, http.aiter_bytes(), content_type, close, assembler, self.max_event_bytes
+        )
 
     async def complete(self, request: WireRequest) -> ModelResponse:
         """One call, the assembled response (no machine, no retries)."""
@@ -327,8 +447,27 @@ class HTTPProvider:
             ErrorCategory.TRANSIENT, "the stream ended without a final message", provider=self.name
         )
 
+    def _adopt(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Move to ``loop``. The SDK client's pool belongs to the old loop (``run_sync``
+        runs each call on a loop of its own): its connections cannot carry this loop's
+        requests, so a client the provider built is built afresh. A client whose pool the
+        provider built is closed when its loop ends, by that loop (a user's client or
+        transport is the user's to close)."""
+        if self._loop is not None and self._rebuild is not None:
+            self.client = self._rebuild()
+        self._loop = loop
+        if self._owns_pool:
+            self._loop_end = close_at_loop_end(self.client.close)
+
     async def aclose(self) -> None:
-        await self.client.close()
+        watcher, self._loop_end = self._loop_end, None
+        if watcher is not None and watcher.get_loop() is asyncio.get_running_loop():
+            watcher.cancel()
+        try:
+            await self.client.close()
+        finally:
+            self._unscrub()
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(name={self.name!r}, base_url={str(self.client.base_url)!r})"
+        base_url = hide_userinfo(str(self.client.base_url))
+        return f"{type(self).__name__}(name={self.name!r}, base_url={base_url!r})"

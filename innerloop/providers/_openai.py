@@ -7,6 +7,7 @@ counted in ``cache_read_tokens`` (as Anthropic reports them).
 
 from __future__ import annotations
 
+import json
 import os
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
@@ -32,7 +33,14 @@ from innerloop._messages import (
     Usage,
 )
 from innerloop.providers._errors import error_from_body
-from innerloop.providers._http import HTTPProvider, loads, parse_tool_input
+from innerloop.providers._http import (
+    DEFAULT_MAX_EVENT_BYTES,
+    HTTPProvider,
+    loads,
+    malformed,
+    missing_key,
+    parse_tool_input,
+)
 from innerloop.providers._normalize import WireRequest
 
 __all__ = ["FINISH_REASONS", "OpenAIAssembler", "OpenAIProvider"]
@@ -128,6 +136,13 @@ class OpenAIAssembler:
         function = fragment.get("function") or {}
         call = self.calls.get(key)
         if call is None:
+            if not function.get("name"):
+                raise malformed(
+                    self.provider,
+                    f"a tool call delta (index {fragment.get('index', 'missing')}) names no "
+                    "function and continues no call",
+                    json.dumps(fragment),
+                )
             for earlier in self.calls.values():
                 self._try_complete(earlier, out)
             call = self.calls[key] = _Call(
@@ -206,12 +221,16 @@ def _sdk_client(**options: Any) -> openai.AsyncOpenAI:
 
 class OpenAIProvider(HTTPProvider):
     """Chat Completions. ``api_key`` defaults to ``OPENAI_API_KEY``; with a ``base_url``
-    (a local OpenAI-compatible server) no key is needed.
+    (a local OpenAI-compatible server) no key is needed; with neither, construction raises
+    ``ValueError``.
 
     With ``transport=AsyncioTransport()`` the provider writes each request itself on that
     transport (the SDK client still supplies base URL, headers and credentials), which
     skips the SDK's per-request builder and connection pool: the route for many loops in
-    one process. Any other httpx transport goes to the SDK client as its transport."""
+    one process. Any other httpx transport goes to the SDK client as its transport.
+
+    ``max_event_bytes`` (16 MiB) bounds one streamed event, and a non-streaming body: a
+    longer one is a malformed response (transient: retried once), not unbounded memory."""
 
     dialect = "openai"
 
@@ -225,15 +244,23 @@ class OpenAIProvider(HTTPProvider):
         default_headers: dict[str, str] | None = None,
         client: openai.AsyncOpenAI | None = None,
         transport: httpx2.AsyncBaseTransport | None = None,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
         self.name = name
-        if api_key is None:
+        if not api_key and client is None:
             api_key = os.environ.get("OPENAI_API_KEY") or ("unused" if base_url else None)
+            if not api_key:
+                raise missing_key(
+                    OpenAIProvider,
+                    "OPENAI_API_KEY",
+                    " (a local OpenAI-compatible server needs none: give its base_url=)",
+                )
         self._connect(
             _sdk_client,
             client,
             transport,
             "chat/completions",
+            max_event_bytes,
             api_key=api_key,
             base_url=base_url,
             timeout=timeout,

@@ -20,16 +20,23 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import re
 import socket
 import ssl
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import cast
 
 import attrs
 import httpx2
 
-__all__ = ["AsyncioTransport", "RawResponse"]
+__all__ = [
+    "AsyncioTransport",
+    "RawResponse",
+    "ResponseHead",
+    "close_at_loop_end",
+    "parse_head",
+]
 
 _MAX_HEAD = 64 * 1024  # bytes of status line and headers
 _HIGH_WATER = 256 * 1024  # buffered body bytes before reading pauses
@@ -301,6 +308,10 @@ class _Body(httpx2.AsyncByteStream):
                         else:
                             end = data.find(b"\r\n\r\n", pos)
                             if end < 0:
+                                if size - pos > _MAX_HEAD:
+                                    raise httpx2.RemoteProtocolError(
+                                        "the trailers are too long", request=request
+                                    )
                                 break
                             pos = end + 4
                         conn.buffer[:0] = data[pos:]
@@ -377,6 +388,7 @@ class AsyncioTransport(httpx2.AsyncBaseTransport):
         self._slots: asyncio.Semaphore | None = None
         self._sweep: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_end: asyncio.Task[None] | None = None
         self._closed = False
 
     @property
@@ -451,38 +463,32 @@ class AsyncioTransport(httpx2.AsyncBaseTransport):
         try:
             conn = self._checkout(origin) or await self._connect(origin, timeouts.connect, request)
             await conn.write(head + body, timeouts.write, request)
-            status, reason, headers = await _read_head(conn, timeouts.read, request)
-            framing, length, keep = _framing(status, headers, head_only, request)
+            answer = await _read_head(conn, timeouts.read, request, head_only)
         except BaseException:
             if conn is not None:
                 conn.close()
                 self._open -= 1
             self._free()
             raise
-        stream = _Body(
-            self, origin, conn, request, framing, length, keep and not close, timeouts.read
-        )
+        keep, framing, length = answer.keep and not close, answer.framing, answer.length
+        stream = _Body(self, origin, conn, request, framing, length, keep, timeouts.read)
         if framing == "length" and length == 0:
-            stream._finish(reuse=keep and not close)
-        return RawResponse(status, reason, headers, stream)
+            stream._finish(reuse=keep)
+        return RawResponse(answer.status, answer.reason, answer.headers, stream)
 
     async def aclose(self) -> None:
         self._closed = True
-        if self._sweep is not None:
-            self._sweep.cancel()
-            self._sweep = None
-        for idle in self._idle.values():
-            for conn in idle:
-                conn.close()
-                self._open -= 1
-        self._idle.clear()
-        self._idle_count = 0
+        self._close_idle()
+        watcher, self._loop_end = self._loop_end, None
+        if watcher is not None and watcher.get_loop() is asyncio.get_running_loop():
+            watcher.cancel()
 
     # -- the pool ----------------------------------------------------------------------------
 
-    def _adopt(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Serve a new event loop (``run_sync`` runs each call on a loop of its own): the
-        idle connections belong to the old loop and cannot be used from this one."""
+    def _close_idle(self) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         for idle in self._idle.values():
             for conn in idle:
                 with contextlib.suppress(RuntimeError):  # the old loop is closed
@@ -490,11 +496,20 @@ class AsyncioTransport(httpx2.AsyncBaseTransport):
         self._open -= self._idle_count
         self._idle.clear()
         self._idle_count = 0
+
+    def _adopt(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Serve a new event loop (``run_sync`` runs each call on a loop of its own): the
+        idle connections belong to the old loop and cannot be used from this one. When the
+        new loop ends, its idle connections are closed while it still runs."""
+        self._close_idle()
         self._slots = None
-        if self._sweep is not None:
-            self._sweep.cancel()
-            self._sweep = None
         self._loop = loop
+        self._loop_end = close_at_loop_end(self._loop_ending)
+
+    async def _loop_ending(self) -> None:
+        if self._loop is asyncio.get_running_loop():
+            self._close_idle()
+            self._loop, self._loop_end = None, None  # the next request adopts its own loop
 
     async def _acquire(self, timeout: float | None, request: httpx2.Request | None) -> None:
         if self._slots is None:
@@ -594,6 +609,24 @@ class AsyncioTransport(httpx2.AsyncBaseTransport):
                 del self._idle[origin]
         if self._idle_count:
             self._schedule_sweep(0.0 if not budget else None)
+
+
+def close_at_loop_end(close: Callable[[], Awaitable[object]]) -> asyncio.Task[None]:
+    """A task on the running loop that waits for the loop's end and then runs ``close``.
+    ``asyncio.run`` (and ``asyncio.Runner``) cancel the tasks left at their end while the
+    loop still runs, so connections are closed by the loop that opened them, instead of
+    being left to the garbage collector once it is closed (``ResourceWarning: unclosed
+    transport``, ``Event loop is closed``). Cancel the task to drop the duty."""
+    loop = asyncio.get_running_loop()
+
+    async def wait() -> None:
+        try:
+            await loop.create_future()
+        finally:
+            with contextlib.suppress(Exception):  # nothing is left to report it to
+                await close()
+
+    return loop.create_task(wait(), name="innerloop: close connections at the loop's end")
 
 
 def _keepalive(conn: _Connection) -> None:
@@ -702,9 +735,9 @@ class RawResponse:
 
 
 async def _read_head(
-    conn: _Connection, timeout: float | None, request: httpx2.Request | None
-) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
-    """Status, reason and headers of the response (interim 1xx responses skipped)."""
+    conn: _Connection, timeout: float | None, request: httpx2.Request | None, head_only: bool
+) -> ResponseHead:
+    """The response head, framing decided (interim 1xx responses skipped)."""
     while True:
         end = conn.buffer.find(b"\r\n\r\n")
         while end < 0:
@@ -717,50 +750,97 @@ async def _read_head(
                 )
             await conn.more(timeout, request)
             end = conn.buffer.find(b"\r\n\r\n")
-        lines = conn.take(end + 4)[:-4].split(b"\r\n")
-        parts = lines[0].split(b" ", 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
-            raise httpx2.RemoteProtocolError(f"bad status line {lines[0][:80]!r}", request=request)
-        status = int(parts[1])
-        headers = []
-        for line in lines[1:]:
-            name, sep, value = line.partition(b":")
-            if not sep or not name or name != name.strip():
-                raise httpx2.RemoteProtocolError(f"bad header line {line[:80]!r}", request=request)
-            headers.append((name, value.strip()))
-        if 100 <= status < 200 and status != 101:
-            continue
-        return status, parts[2] if len(parts) > 2 else b"", headers
+        try:
+            head = parse_head(conn.take(end + 4)[:-4], head_only=head_only)
+        except httpx2.RemoteProtocolError as exc:
+            raise httpx2.RemoteProtocolError(str(exc), request=request) from None
+        if not head.interim:
+            return head
 
 
-def _framing(
-    status: int,
-    headers: list[tuple[bytes, bytes]],
-    head_only: bool,
-    request: httpx2.Request | None,
-) -> tuple[str, int, bool]:
-    """How the body is delimited ("length", "chunked" or "close"), its length, and whether
-    the connection may carry another request afterwards."""
-    keep = True
-    chunked = False
-    length = -1
-    for name, value in headers:
+@attrs.frozen
+class ResponseHead:
+    """A response's status line and headers, and how its body is delimited (RFC 9112 §6):
+    ``framing`` is ``"length"`` (``length`` bytes; 0 for a response that has no body),
+    ``"chunked"`` or ``"close"`` (read until the server closes); ``keep`` says whether the
+    connection may carry another request once the body is read."""
+
+    status: int
+    reason: bytes
+    headers: list[tuple[bytes, bytes]]
+    framing: str
+    length: int
+    keep: bool
+
+    @property
+    def interim(self) -> bool:
+        """A 1xx response (not 101) that precedes the real one."""
+        return 100 <= self.status < 200 and self.status != 101
+
+
+_STATUS_LINE = re.compile(rb"HTTP/1\.([0-9]) ([0-9]{3})(?: (.*))?")
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_DIGITS = re.compile(rb"[0-9]{1,18}")
+
+
+def _bad(message: str) -> httpx2.RemoteProtocolError:
+    return httpx2.RemoteProtocolError(message)
+
+
+def parse_head(head: bytes, *, head_only: bool = False) -> ResponseHead:
+    """Parse a response head (status line and header lines, without the blank line) and
+    decide its framing, strictly (RFC 9112): the version and the ``connection`` options
+    decide reuse (HTTP/1.1 keeps the connection unless ``close``; HTTP/1.0 only with
+    ``keep-alive``); ``content-length`` is digits only, repeated only with the same value,
+    never beside ``transfer-encoding``; the only transfer coding is ``chunked``. A head
+    that breaks a rule raises ``httpx2.RemoteProtocolError`` naming it: its connection
+    must be closed, as its body cannot be delimited safely. ``head_only`` is for the
+    answer to a HEAD request, which has no body whatever its headers say."""
+    lines = head.split(b"\r\n")
+    status_line = _STATUS_LINE.fullmatch(lines[0])
+    if status_line is None:
+        raise _bad(f"bad status line {lines[0][:80]!r}")
+    http10 = status_line.group(1) == b"0"
+    status = int(status_line.group(2))
+    headers: list[tuple[bytes, bytes]] = []
+    close = keep_alive = False
+    codings: list[bytes] = []
+    lengths: set[bytes] = set()
+    for line in lines[1:]:
+        name, sep, value = line.partition(b":")
+        if not sep or _TOKEN.fullmatch(name) is None:
+            raise _bad(f"bad header line {line[:80]!r}")
+        value = value.strip(b" \t")
+        headers.append((name, value))
         lower = name.lower()
-        if lower == b"connection" and b"close" in value.lower():
-            keep = False
+        if lower == b"connection":
+            options = {o.strip(b" \t").lower() for o in value.split(b",")}
+            close = close or b"close" in options
+            keep_alive = keep_alive or b"keep-alive" in options
         elif lower == b"transfer-encoding":
-            chunked = value.lower().rsplit(b",", 1)[-1].strip() == b"chunked"
+            codings += [c.strip(b" \t").lower() for c in value.split(b",") if c.strip(b" \t")]
         elif lower == b"content-length":
-            try:
-                length = int(value)
-            except ValueError:
-                raise httpx2.RemoteProtocolError(
-                    f"bad content-length {value[:40]!r}", request=request
-                ) from None
-    if head_only or status in _NO_BODY:
-        return "length", 0, keep
-    if chunked:
-        return "chunked", 0, keep
-    if length >= 0:
-        return "length", length, keep
-    return "close", 0, False
+            for item in value.split(b","):
+                item = item.strip(b" \t")
+                if _DIGITS.fullmatch(item) is None:
+                    raise _bad(f"bad content-length {value[:40]!r}: digits only")
+                lengths.add(item.lstrip(b"0") or b"0")
+    keep = not close and (keep_alive or not http10)
+    reason = status_line.group(3) or b""
+    if len(lengths) > 1:
+        found = b", ".join(sorted(lengths)).decode()
+        raise _bad(f"conflicting content-length values ({found})")
+    if codings and lengths:
+        raise _bad("both transfer-encoding and content-length: the body cannot be delimited safely")
+    if codings and http10:
+        raise _bad("transfer-encoding in an HTTP/1.0 response")
+    if codings and codings != [b"chunked"]:
+        found = b", ".join(codings).decode()
+        raise _bad(f"transfer-encoding {found!r} is not supported: only chunked")
+    if head_only or status in _NO_BODY or 100 <= status < 200:
+        return ResponseHead(status, reason, headers, "length", 0, keep)
+    if codings:
+        return ResponseHead(status, reason, headers, "chunked", 0, keep)
+    if lengths:
+        return ResponseHead(status, reason, headers, "length", int(lengths.pop()), keep)
+    return ResponseHead(status, reason, headers, "close", 0, False)

@@ -4,22 +4,14 @@ content replaced by sha256 hashes and every API-key-like string removed."""
 from __future__ import annotations
 
 import hashlib
-import re
 from typing import Any
 
 from innerloop._errors import ProviderError
+from innerloop._secrets import scrub_secrets  # re-exported: it lived here first
 
 __all__ = ["build_diagnostic", "hash_content", "scrub_secrets"]
 
-_SECRET = re.compile(
-    r"(sk-ant-[A-Za-z0-9_\-]{8,}|sk-[A-Za-z0-9_\-]{16,}|(?i:bearer)\s+[A-Za-z0-9._\-]{12,})"
-)
 _CONTENT_KEYS = frozenset({"text", "thinking", "content", "data", "arguments", "input"})
-
-
-def scrub_secrets(text: str) -> str:
-    """Replace anything that looks like an API key or bearer token."""
-    return _SECRET.sub("[redacted]", text)
 
 
 def _digest(value: Any) -> str:

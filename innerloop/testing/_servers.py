@@ -5,7 +5,13 @@ A server runs its own event loop in a thread, so it serves sync and async tests 
 ``with AnthropicServer([...]) as server:`` (or ``async with``) starts and stops it. Script
 steps: a :class:`~innerloop.testing.Reply`, a :class:`~innerloop.testing.Fault`, or one of
 the wire-level steps here (:class:`RateLimit`, :class:`SlowReply`, :class:`Truncated`,
-:class:`StreamError`, :class:`Raw`). Every request received is kept in ``requests``.
+:class:`StreamError`, :class:`Raw`, :class:`Oversized`, :class:`Trickle`). Every request
+received is kept in ``requests``.
+
+Besides the :class:`~innerloop.testing.Fault` kinds the scripted provider knows, the servers
+play malformed streams as ``Fault(kind)``: ``"wrong_shape"`` (valid JSON that is not an
+event object), ``"missing_index"`` (a delta that does not say which block or call it
+extends) and ``"corrupt_gzip"`` (a gzip-encoded stream whose compressed bytes are damaged).
 """
 
 from __future__ import annotations
@@ -29,17 +35,19 @@ from innerloop._messages import (
     ToolUseBlock,
     Usage,
 )
-from innerloop.testing._scripted import Fault, Reply, reply
+from innerloop.testing._scripted import Fault, Reply, reply, tool_call
 
 __all__ = [
     "AnthropicServer",
     "LoopbackServer",
     "OpenAIServer",
+    "Oversized",
     "RateLimit",
     "Raw",
     "RecordedRequest",
     "SlowReply",
     "StreamError",
+    "Trickle",
     "Truncated",
 ]
 
@@ -89,7 +97,27 @@ class Raw:
     gzip: bool = False
 
 
-Step = Reply | Fault | RateLimit | SlowReply | Truncated | StreamError | Raw
+@attrs.frozen
+class Oversized:
+    """A reply whose text arrives as one streamed event of about ``size`` bytes, sent in
+    pieces of ``piece`` bytes."""
+
+    size: int
+    piece: int = 64 * 1024
+
+
+@attrs.frozen
+class Trickle:
+    """A stream whose event never ends: after the opening frames, one ``data:`` line grows
+    by ``piece`` bytes every ``interval`` seconds until the client hangs up (or, with
+    ``limit``, until that many bytes of it were sent; then the connection drops)."""
+
+    piece: int = 1024
+    interval: float = 0.0
+    limit: int | None = None
+
+
+Step = Reply | Fault | RateLimit | SlowReply | Truncated | StreamError | Raw | Oversized | Trickle
 
 
 @attrs.frozen
@@ -111,6 +139,7 @@ class _Plan:
     drop: bool = False
     hang: bool = False
     stream: bool = False
+    trickle: Trickle | None = None
 
 
 _SKIP_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive"})
@@ -320,6 +349,18 @@ class LoopbackServer:
             plan = self._error(429, "rate_limit_error", "rate limit exceeded")
             plan.headers += self._retry_after(step)
             return plan
+        if isinstance(step, Oversized):
+            chunk_size, self.chunk_size = self.chunk_size, step.size
+            try:
+                body = b"".join(self.frames(reply("x" * step.size), model))
+            finally:
+                self.chunk_size = chunk_size
+            pieces = [body[i : i + step.piece] for i in range(0, len(body), step.piece)]
+            return self._events(pieces)
+        if isinstance(step, Trickle):
+            plan = self._events(self.frames(reply("x"), model)[:2])
+            plan.trickle = step
+            return plan
         if isinstance(step, Raw):
             headers = [(k, v) for k, v in step.headers if k.lower() not in _SKIP_HEADERS]
             body = step.body
@@ -347,6 +388,17 @@ class LoopbackServer:
         if kind == "malformed":
             frames = self.frames(reply("this stream breaks"), model)
             return self._events([*frames[:2], b'data: {"type": "content_block_delta", "ind\n\n'])
+        if kind == "wrong_shape":
+            frames = self.frames(reply("this stream breaks"), model)
+            return self._events([*frames[:2], b'data: ["valid", "JSON", "but not an event"]\n\n'])
+        if kind == "missing_index":
+            return self._events(self.unindexed_frames(model))
+        if kind == "corrupt_gzip":
+            body = bytearray(gzip.compress(b"".join(self.frames(reply("a " * 400), model))))
+            middle = len(body) // 2
+            body[middle : middle + 16] = b"\xff" * 16
+            headers = [("content-type", "text/event-stream"), ("content-encoding", "gzip")]
+            return _Plan(200, headers, [bytes(body)])
         if kind == "empty":
             return _Plan(200, [("content-type", "text/event-stream")], [b""], stream=True)
         if kind == "dropped":
@@ -404,9 +456,25 @@ class LoopbackServer:
                 writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
             if plan.delay or plan.drop:
                 await writer.drain()
+        if plan.trickle is not None:
+            await self._trickle(writer, plan.trickle)
+            return
         if not plan.drop:
             writer.write(b"0\r\n\r\n")
         await writer.drain()
+
+    @staticmethod
+    async def _trickle(writer: asyncio.StreamWriter, step: Trickle) -> None:
+        """An event that never ends: ``data:`` and then ``piece`` more bytes at a time."""
+        piece = b"x" * max(step.piece, 1)
+        writer.write(b"6\r\ndata: \r\n")
+        sent = 0
+        while step.limit is None or sent < step.limit:
+            writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            sent += len(piece)
+            await writer.drain()  # raises once the client has hung up
+            await asyncio.sleep(step.interval)  # lets the server's loop breathe
+        writer.close()  # with a limit: the connection drops mid-event
 
     # -- dialect ----------------------------------------------------------------------------
 
@@ -422,6 +490,10 @@ class LoopbackServer:
         raise NotImplementedError
 
     def error_json(self, error_type: str, message: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def unindexed_frames(self, model: str) -> list[bytes]:
+        """A stream with a delta that does not say which block (or call) it extends."""
         raise NotImplementedError
 
     def error_frame(self, error_type: str, message: str) -> bytes:
@@ -529,6 +601,11 @@ class AnthropicServer(LoopbackServer):
 
     def error_json(self, error_type: str, message: str) -> dict[str, Any]:
         return {"type": "error", "error": {"type": error_type, "message": message}}
+
+    def unindexed_frames(self, model: str) -> list[bytes]:
+        frames = self.frames(reply("this stream breaks"), model)
+        delta = {"type": "content_block_delta", "delta": {"type": "text_delta", "text": "x"}}
+        return [*frames[:3], _sse("content_block_delta", delta), *frames[3:]]
 
     def prompt_too_long(self) -> _Plan:
         message = "prompt is too long: 212345 tokens > 200000 maximum"
@@ -651,6 +728,16 @@ class OpenAIServer(LoopbackServer):
 
     def error_frame(self, error_type: str, message: str) -> bytes:
         return _sse(None, self.error_json(error_type, message))
+
+    def unindexed_frames(self, model: str) -> list[bytes]:
+        """A tool call whose argument fragments after the first do not name their call."""
+        frames = self.frames(reply(tool_call("lookup", {"query": "a long query"})), model)
+        unindexed = []
+        for frame in frames:
+            if b'"name"' not in frame:
+                frame = frame.replace(b'[{"index":0,"function"', b'[{"function"')
+            unindexed.append(frame)
+        return unindexed
 
     def prompt_too_long(self) -> _Plan:
         body = {

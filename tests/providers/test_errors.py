@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import importlib
 import json
+import ssl
+from typing import Any
 
 import httpx2
 import pytest
@@ -19,13 +22,16 @@ from innerloop.providers import (
     error_from_status,
     parse_retry_after,
 )
+from innerloop.providers._errors import EXCEPTION_TABLE, category_of
 from innerloop.testing import (
     AnthropicServer,
     Fault,
     OpenAIServer,
+    Oversized,
     RateLimit,
     Raw,
     SlowReply,
+    Trickle,
     reply,
 )
 
@@ -109,6 +115,118 @@ class TestStatusMapping:
         assert "[redacted]" in error.message
 
 
+EXPECTED_ROWS = {  # (module, class) -> category: what each row of the table must say
+    ("builtins", "Exception"): "fatal",
+    ("builtins", "OSError"): "transient",
+    ("builtins", "ConnectionError"): "transient",
+    ("builtins", "TimeoutError"): "transient",
+    ("builtins", "EOFError"): "transient",
+    ("builtins", "FileNotFoundError"): "fatal",
+    ("builtins", "PermissionError"): "fatal",
+    ("builtins", "UnicodeDecodeError"): "transient",
+    ("json", "JSONDecodeError"): "transient",
+    ("zlib", "error"): "transient",
+    ("asyncio", "IncompleteReadError"): "transient",
+    ("asyncio", "LimitOverrunError"): "transient",
+    ("ssl", "SSLError"): "transient",
+    ("ssl", "SSLCertVerificationError"): "fatal",
+    ("httpx2", "HTTPError"): "fatal",
+    ("httpx2", "TransportError"): "transient",
+    ("httpx2", "TimeoutException"): "transient",
+    ("httpx2", "NetworkError"): "transient",
+    ("httpx2", "ProtocolError"): "transient",
+    ("httpx2", "RemoteProtocolError"): "transient",
+    ("httpx2", "LocalProtocolError"): "fatal",
+    ("httpx2", "ProxyError"): "transient",
+    ("httpx2", "UnsupportedProtocol"): "fatal",
+    ("httpx2", "DecodingError"): "transient",
+    ("httpx2", "TooManyRedirects"): "fatal",
+    ("httpx2", "InvalidURL"): "fatal",
+    ("httpx2", "StreamError"): "fatal",
+    ("anthropic", "AnthropicError"): "fatal",
+    ("anthropic", "APIConnectionError"): "transient",
+    ("anthropic", "APITimeoutError"): "transient",
+    ("anthropic", "APIResponseValidationError"): "transient",
+    ("anthropic", "CredentialsError"): "fatal",
+    ("openai", "OpenAIError"): "fatal",
+    ("openai", "APIConnectionError"): "transient",
+    ("openai", "APITimeoutError"): "transient",
+    ("openai", "APIResponseValidationError"): "transient",
+}
+
+
+def _bare(cls: type[BaseException]) -> BaseException:
+    """An instance made without running ``__init__`` (the SDKs' take a request)."""
+    return cls.__new__(cls)
+
+
+class TestExceptionTable:
+    def test_the_table_has_exactly_the_rows_stated_here(self) -> None:
+        """No row added, dropped or changed without this test saying so."""
+        assert {(m, n): c.value for m, n, c in EXCEPTION_TABLE} == EXPECTED_ROWS
+        assert len(EXCEPTION_TABLE) == len(EXPECTED_ROWS)
+
+    @pytest.mark.parametrize(("module", "name"), sorted(EXPECTED_ROWS))
+    def test_each_row_maps_as_stated(self, module: str, name: str) -> None:
+        """An exception of each listed type gets the category of its own row."""
+        cls = getattr(importlib.import_module(module), name)
+        error = error_from_exception("p", _bare(cls))
+        assert error.category == EXPECTED_ROWS[(module, name)]
+        assert error.message.startswith(f"{name}: ")
+
+    @pytest.mark.parametrize(("module", "name"), sorted(EXPECTED_ROWS))
+    def test_a_subclass_takes_its_nearest_ancestors_row(self, module: str, name: str) -> None:
+        """A class the table does not know maps as the nearest listed class in its MRO."""
+        cls = getattr(importlib.import_module(module), name)
+        sub = type(f"My{name}", (cls,), {})
+        assert category_of(_bare(sub)) == EXPECTED_ROWS[(module, name)]
+
+    def test_the_most_specific_row_wins_over_a_broader_one(self) -> None:
+        """A read timeout is a TimeoutException before it is an HTTPError; a certificate
+        failure is an SSLError and an OSError, but its own row says fatal."""
+        request = httpx2.Request("POST", "http://127.0.0.1:1/")
+        assert category_of(httpx2.ReadTimeout("t", request=request)) == "transient"
+        assert category_of(httpx2.LocalProtocolError("bad header")) == "fatal"
+        assert category_of(ssl.SSLCertVerificationError("unknown ca")) == "fatal"
+        assert category_of(ConnectionResetError()) == "transient"
+        assert category_of(FileNotFoundError("cafile")) == "fatal"
+
+    def test_a_class_in_two_rows_lineages_takes_the_first_in_its_mro(self) -> None:
+        """Multiple inheritance: the MRO order decides, not the table order."""
+
+        class Both(httpx2.LocalProtocolError, ConnectionError):
+            pass
+
+        class Other(ConnectionError, httpx2.LocalProtocolError):
+            pass
+
+        assert category_of(Both("x")) == "fatal"
+        assert category_of(Other("x")) == "transient"
+
+    def test_sdk_connection_errors_are_transient_through_the_real_classes(self) -> None:
+        """The SDKs' own constructors: a timeout and a connection error, both transient."""
+        import anthropic
+        import openai
+
+        request = httpx2.Request("POST", "http://127.0.0.1:1/v1/messages")
+        for sdk in (anthropic, openai):
+            for exc in (
+                sdk.APITimeoutError(request=request),
+                sdk.APIConnectionError(request=request),
+            ):
+                error = error_from_exception("p", exc)
+                assert error.category == "transient", exc
+                assert error.message.startswith(type(exc).__name__)
+
+    def test_an_http_status_error_maps_by_its_status(self) -> None:
+        """httpx's own status error carries its status on the response."""
+        request = httpx2.Request("POST", "http://127.0.0.1:1/")
+        response = httpx2.Response(429, headers={"retry-after": "2"}, request=request)
+        exc = httpx2.HTTPStatusError("429", request=request, response=response)
+        error = error_from_exception("p", exc)
+        assert (error.category, error.status, error.retry_after) == ("rate_limited", 429, 2.0)
+
+
 class TestExceptions:
     def test_timeouts_and_dropped_connections_are_transient(self) -> None:
         """Transport failures (timeouts, protocol errors) are transient."""
@@ -131,10 +249,10 @@ def _transport(route: str) -> AsyncioTransport | None:
     return AsyncioTransport() if route == "wire" else None
 
 
-def _open(server: AnthropicServer | OpenAIServer, route: str = "sdk") -> ProviderError:
+def _open(server: AnthropicServer | OpenAIServer, route: str = "sdk", **kw: Any) -> ProviderError:
     async def go() -> ProviderError:
         cls = AnthropicProvider if isinstance(server, AnthropicServer) else OpenAIProvider
-        provider = cls(KEY, base_url=server.base_url, transport=_transport(route))
+        provider = cls(KEY, base_url=server.base_url, transport=_transport(route), **kw)
         payload = {"model": "m", "max_tokens": 5, "messages": [], "stream": True}
         request = WireRequest(provider.dialect, "m", payload)
         try:
@@ -166,6 +284,10 @@ class TestThroughTheSDKs:
             (Fault.malformed(), "transient", None),
             (Raw(200, JSON, b""), "transient", None),
             (Raw(200, JSON, b'{"unexpected": true}'), "transient", None),
+            (Fault("wrong_shape"), "transient", None),
+            (Fault("missing_index"), "transient", None),
+            (Fault("corrupt_gzip"), "transient", None),
+            (Trickle(100, limit=1000), "transient", None),  # dropped mid-event
         ],
     )
     @pytest.mark.parametrize("route", ROUTES)
@@ -184,6 +306,56 @@ class TestThroughTheSDKs:
         assert error.category == category
         assert error.retry_after == retry_after
         assert KEY not in str(error) and KEY not in (error.raw or "")
+
+    @pytest.mark.parametrize(
+        ("kind", "message"),
+        [
+            ("wrong_shape", "an event of the wrong shape (AttributeError: "),
+            ("missing_index", ""),
+            ("corrupt_gzip", "its content-encoding cannot be undone (DecodingError: "),
+        ],
+    )
+    @pytest.mark.parametrize("route", ROUTES)
+    @pytest.mark.parametrize("server_cls", [AnthropicServer, OpenAIServer])
+    def test_malformed_streams_say_so(
+        self, server_cls: type, route: str, kind: str, message: str
+    ) -> None:
+        """Wrong-shape JSON, a delta without its index and a corrupt gzip body are
+        malformed responses on both routes, for both providers."""
+        with server_cls([Fault(kind)]) as server:
+            error = _open(server, route)
+        assert error.category == "transient"
+        if kind == "missing_index":
+            message = {
+                AnthropicServer: "an event of the wrong shape (KeyError: 'index')",
+                OpenAIServer: "a tool call delta (index missing) names no function and "
+                "continues no call",
+            }[server_cls]
+        assert error.message.startswith(f"malformed response: {message}")
+
+    @pytest.mark.parametrize("step", [Oversized(300_000), Trickle(4096)])
+    @pytest.mark.parametrize("route", ROUTES)
+    @pytest.mark.parametrize("server_cls", [AnthropicServer, OpenAIServer])
+    def test_an_event_past_the_limit_is_malformed(
+        self, server_cls: type, route: str, step: object
+    ) -> None:
+        """An event longer than the provider's max_event_bytes, whole or never ending, is
+        a malformed response: the stream stops there, memory does not grow on."""
+        with server_cls([step]) as server:
+            error = _open(server, route, max_event_bytes=200_000)
+        assert error.category == "transient"
+        assert error.message.startswith(
+            "malformed response: an event is longer than max_event_bytes=200,000 "
+        )
+
+    @pytest.mark.parametrize("cls", [AnthropicProvider, OpenAIProvider])
+    @pytest.mark.parametrize(("value", "problem"), [(0, ValueError), ("16MB", TypeError)])
+    def test_a_bad_event_limit_is_refused_at_construction(
+        self, cls: type, value: object, problem: type
+    ) -> None:
+        """max_event_bytes must be a positive int; the error names it and the default."""
+        with pytest.raises(problem, match="max_event_bytes must be"):
+            cls(KEY, base_url="http://127.0.0.1:9", max_event_bytes=value)
 
     @pytest.mark.parametrize("route", ROUTES)
     def test_connection_refused_is_transient(self, route: str) -> None:

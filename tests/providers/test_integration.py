@@ -11,7 +11,7 @@ import pytest
 from innerloop import Harness, HarnessParams, HarnessState
 from innerloop._events import Backoff, Event, Fallback
 from innerloop._messages import Message, TextBlock, ThinkingBlock, ToolResultBlock
-from innerloop.providers import AnthropicProvider, OpenAIProvider
+from innerloop.providers import AnthropicProvider, AsyncioTransport, OpenAIProvider
 from innerloop.testing import (
     AnthropicServer,
     Fault,
@@ -143,6 +143,27 @@ def test_two_dropped_streams_abort_without_leaking_the_key(make_harness: Any) ->
     assert state.diagnostic["error"]["category"] == "transient"
     assert "malformed JSON" in state.diagnostic["error"]["message"]
     assert ANTHROPIC_KEY not in repr(state.diagnostic)
+
+
+@pytest.mark.parametrize("kind", ["wrong_shape", "missing_index", "corrupt_gzip"])
+@pytest.mark.parametrize("route", ["sdk", "wire"])
+@pytest.mark.parametrize("dialect", ["anthropic", "openai"])
+def test_a_malformed_stream_is_retried_once(
+    make_harness: Any, kind: str, route: str, dialect: str
+) -> None:
+    """A malformed response is a model error: one immediate retry, then the run goes on
+    (before, these ended the run as fatal)."""
+    server_cls, provider_cls, key, model = {
+        "anthropic": (AnthropicServer, AnthropicProvider, ANTHROPIC_KEY, CLAUDE),
+        "openai": (OpenAIServer, OpenAIProvider, OPENAI_KEY, GPT),
+    }[dialect]
+    with server_cls([Fault(kind), reply("after the retry")]) as server:
+        transport = AsyncioTransport() if route == "wire" else None
+        provider = provider_cls(key, base_url=server.base_url, transport=transport)
+        state = make_harness(_params(model=model), [provider]).run_sync("hi")
+    assert state.exit_reason == "model_complete"
+    assert state.history[-1].text == "after the retry"
+    assert len(server.requests) == 2
 
 
 def test_prompt_too_long_alerts_and_compacts(make_harness: Any) -> None:

@@ -13,14 +13,18 @@ import anthropic
 import openai
 import pytest
 
+from innerloop.providers import AnthropicProvider, WireRequest
 from innerloop.testing import (
     AnthropicServer,
     OpenAIServer,
+    Oversized,
     Raw,
     RecordedRequest,
     reply,
     tool_call,
 )
+
+KEY = "sk-ant-servers-0123456789abcdef"
 
 
 def _post(url: str, body: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
@@ -134,3 +138,19 @@ def test_server_restarts_and_reports_bad_steps() -> None:
     assert status == 500
     assert "cannot play the step" in json.loads(body)["error"]["message"]
     assert status_again == 400  # script exhausted
+
+
+def test_an_oversized_reply_under_the_limit_is_read_whole() -> None:
+    """Oversized sends its text as one event in pieces; under the limit it is just big."""
+
+    async def go() -> str:
+        async with AnthropicServer([Oversized(300_000, piece=4096)]) as server:
+            provider = AnthropicProvider(KEY, base_url=server.base_url)
+            payload = {"model": "m", "max_tokens": 5, "messages": [], "stream": True}
+            try:
+                response = await provider.complete(WireRequest("anthropic", "m", payload))
+            finally:
+                await provider.aclose()
+            return response.message.text
+
+    assert asyncio.run(go()) == "x" * 300_000

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import pytest
@@ -74,6 +75,25 @@ def run_anthropic(body: bytes) -> tuple[list[StreamEvent], ModelResponse]:
     for data in [*splitter.feed(body), *splitter.finish()]:
         assembler.feed(data, events)
     return events, assembler.finish(events)
+
+
+def _over_http(server_cls: type, body: bytes, **kw: Any) -> ProviderError:
+    """The error a provider raises for ``body``, streamed by a loopback server."""
+    provider_cls = AnthropicProvider if server_cls is AnthropicServer else OpenAIProvider
+
+    async def go() -> ProviderError:
+        async with server_cls([Raw(200, SSE, body)]) as server:
+            provider = provider_cls(KEY, base_url=server.base_url, **kw)
+            payload = {"model": "m", "max_tokens": 5, "messages": [], "stream": True}
+            try:
+                await provider.complete(WireRequest(provider.dialect, "m", payload))
+            except ProviderError as exc:
+                return exc
+            finally:
+                await provider.aclose()
+        raise AssertionError("no error")
+
+    return asyncio.run(go())
 
 
 def run_openai(chunks: list[dict[str, Any]]) -> tuple[list[StreamEvent], ModelResponse]:
@@ -221,6 +241,25 @@ class TestAnthropicStream:
         assert response.message.content == (TextBlock("Found."),)
 
     @pytest.mark.parametrize(
+        "wrong",
+        [
+            b'data: ["a", "list"]\n\n',
+            b"data: 42\n\n",
+            b'data: {"type": "content_block_delta", "delta": {"type": "text_delta"}}\n\n',
+            b'data: {"type": "content_block_start", "index": 0}\n\n',
+            b'data: {"type": "message_delta", "delta": "end_turn"}\n\n',
+        ],
+    )
+    def test_valid_json_of_the_wrong_shape_is_malformed(self, wrong: bytes) -> None:
+        """JSON that is not an event this dialect sends is a transient malformed response
+        (retried once), not a fatal error; the payload is kept as the raw body."""
+        body = start() + block_start(0, {"type": "text", "text": ""}) + wrong + end("end_turn")
+        error = _over_http(AnthropicServer, body)
+        assert error.category == "transient"
+        assert error.message.startswith("malformed response: an event of the wrong shape (")
+        assert error.raw == wrong[5:-2].decode()
+
+    @pytest.mark.parametrize(
         ("body", "message"),
         [
             (b"", "empty response: no message_start"),
@@ -343,6 +382,21 @@ class TestOpenAIStream:
             run_openai([_chunk({"content": "x"}), error])
         assert caught.value.category == "transient"
 
+    @pytest.mark.parametrize(
+        "wrong",
+        [
+            b'data: ["a", "list"]\n\n',
+            b'data: {"choices": "not a list of choices"}\n\n',
+            b'data: {"choices": [{"delta": {"tool_calls": [7]}}]}\n\n',
+        ],
+    )
+    def test_valid_json_of_the_wrong_shape_is_malformed(self, wrong: bytes) -> None:
+        """A chunk that is not a chat completion chunk is a transient malformed response."""
+        head = b'data: {"choices": [{"index": 0, "delta": {"content": "hi"}}]}\n\n'
+        error = _over_http(OpenAIServer, head + wrong + b"data: [DONE]\n\n")
+        assert error.category == "transient"
+        assert error.message.startswith("malformed response: an event of the wrong shape (")
+
     def test_no_finish_reason_is_transient(self) -> None:
         """A stream that stops before any finish_reason is a transient failure."""
         with pytest.raises(ProviderError, match="no finish_reason"):
@@ -386,6 +440,68 @@ class TestSSESplitter:
         splitter = SSESplitter()
         got = [data for piece in pieces for data in splitter.feed(piece)]
         assert got + splitter.finish() == payloads
+
+    @pytest.mark.parametrize(
+        ("pieces", "payloads"),
+        [
+            ([b"data: 1\r", b"\n\r\ndata: 2\r\n\r\n"], [b" 1", b" 2"]),  # CR | LF
+            ([b"data: 1\r", b"\r"], [b" 1"]),  # CR CR: two line ends in two pieces
+            ([b"data: 1\n", b"\n", b"\n", b"data: 2\n\n"], [b" 1", b" 2"]),  # extra LF
+            ([b"da", b"ta: 1", b"2", b"3\n", b"\ndata: 4\n\nda"], [b" 123", b" 4"]),
+        ],
+    )
+    def test_line_ends_split_across_pieces(
+        self, pieces: list[bytes], payloads: list[bytes]
+    ) -> None:
+        """A blank line, or a CRLF, cut between two pieces still ends the event once."""
+        splitter = SSESplitter()
+        got = [data for piece in pieces for data in splitter.feed(piece)]
+        assert got + splitter.finish() == payloads
+
+    def test_one_long_event_in_small_pieces_takes_linear_time(self) -> None:
+        """A 24 MiB event in 8 KiB pieces is joined once, not once per piece (which took
+        minutes: every piece copied the whole event so far)."""
+        size, piece = 24 * 2**20, 8 * 1024
+        body = b"data: " + b"x" * size + b"\n\n"
+        splitter = SSESplitter(max_event_bytes=32 * 2**20)
+        started = time.perf_counter()
+        got = [d for i in range(0, len(body), piece) for d in splitter.feed(body[i : i + piece])]
+        elapsed = time.perf_counter() - started
+        assert [len(d) for d in got] == [size + 1]
+        assert elapsed < 5.0, f"{elapsed:.1f} s for 24 MiB"
+
+    @pytest.mark.parametrize(
+        "pieces",
+        [
+            [b"data: " + b"x" * 995],  # one unfinished event
+            [b"data: " + b"x" * 500, b"x" * 500],  # one unfinished event in two pieces
+            [b"data: " + b"x" * 995 + b"\n\n"],  # a whole event in one piece: the fast path
+            [b"data: 1\n\ndata: " + b"x" * 995 + b"\n\ndata: 2\n\n"],  # among others
+            [b"data: 1\r\n\r\ndata: " + b"x" * 995],  # CRLF line ends
+        ],
+    )
+    def test_an_event_over_the_limit_is_malformed(self, pieces: list[bytes]) -> None:
+        """An event longer than max_event_bytes is a transient malformed response that
+        says how to raise the limit; memory stops growing there."""
+        splitter = SSESplitter(max_event_bytes=1000, provider="anthropic")
+        with pytest.raises(ProviderError) as caught:
+            for piece in pieces:
+                splitter.feed(piece)
+        assert caught.value.category == "transient"
+        assert caught.value.provider == "anthropic"
+        assert caught.value.message == (
+            "malformed response: an event is longer than max_event_bytes=1,000 (an endless "
+            "line, or a runaway server); if the API really sends events that large, give "
+            "the provider a larger max_event_bytes="
+        )
+
+    def test_an_event_at_the_limit_passes(self) -> None:
+        """The limit is inclusive: an event of exactly max_event_bytes is read."""
+        event = b"data: " + b"x" * 994  # 1,000 bytes
+        for pieces in ([event + b"\n\n"], [event[:500], event[500:], b"\n\n"]):
+            splitter = SSESplitter(max_event_bytes=1000)
+            got = [d for piece in pieces for d in splitter.feed(piece)]
+            assert got == [b" " + b"x" * 994]
 
 
 class TestOverHTTP:

@@ -4,12 +4,18 @@ SDKs' clients on it, and providers writing their requests on it (``WireRoute``).
 from __future__ import annotations
 
 import asyncio
+import gc
 import gzip
+import http.server
 import json
+import logging
+import re
 import shutil
 import ssl
 import subprocess
+import threading
 import time
+import warnings
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -28,6 +34,7 @@ from innerloop.providers import (
     OpenAIProvider,
     WireRequest,
 )
+from innerloop.providers._transport import parse_head
 from innerloop.testing import (
     AnthropicServer,
     OpenAIServer,
@@ -223,7 +230,10 @@ class TestFraming:
         [
             (OK_CHUNKED + b"zz\r\n", "bad chunk size line b'zz'"),
             (OK_CHUNKED + b"3\r\nabcdef\r\n", "a chunk is longer than its size line says"),
-            (b"HTTP/1.1 200 OK\r\ncontent-length: ten\r\n\r\n", "bad content-length b'ten'"),
+            (
+                b"HTTP/1.1 200 OK\r\ncontent-length: ten\r\n\r\n",
+                "bad content-length b'ten': digits only",
+            ),
             (b"SPDY/3 200 OK\r\n\r\n", "bad status line b'SPDY/3 200 OK'"),
             (b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", "bad header line b'no colon here'"),
             (
@@ -244,6 +254,180 @@ class TestFraming:
             assert transport.open_connections == 0
 
         run(go())
+
+
+H11 = b"HTTP/1.1 200 OK"
+H10 = b"HTTP/1.0 200 OK"
+
+
+def _head(status: bytes, *headers: bytes) -> bytes:
+    return b"\r\n".join([status, *headers])
+
+
+class TestParseHead:
+    """The framing decision alone, from head bytes: no sockets (RFC 9112 §6, §9.3)."""
+
+    @pytest.mark.parametrize(
+        ("head", "framing", "length", "keep"),
+        [
+            (_head(H11, b"content-length: 10"), "length", 10, True),
+            (_head(H11, b"Content-Length: 007"), "length", 7, True),
+            (_head(H11, b"content-length: 5, 5"), "length", 5, True),  # the same value twice
+            (_head(H11, b"content-length: 5", b"content-length: 5"), "length", 5, True),
+            (_head(H11, b"transfer-encoding: chunked"), "chunked", 0, True),
+            (_head(H11, b"Transfer-Encoding: Chunked"), "chunked", 0, True),
+            (_head(H11), "close", 0, False),  # no length: the body runs to the close
+            (_head(H11, b"connection: close", b"content-length: 2"), "length", 2, False),
+            (_head(H11, b"connection: upgrade, Close", b"content-length: 2"), "length", 2, False),
+            (_head(H11, b"connection: closed", b"content-length: 2"), "length", 2, True),
+            (_head(H10, b"content-length: 2"), "length", 2, False),  # 1.0: no reuse by default
+            (_head(H10, b"connection: keep-alive", b"content-length: 2"), "length", 2, True),
+            (_head(H10, b"Connection: Keep-Alive", b"content-length: 2"), "length", 2, True),
+            (_head(H10, b"connection: keep-alive"), "close", 0, False),  # no length
+            (_head(b"HTTP/1.1 204 No Content"), "length", 0, True),
+            (_head(b"HTTP/1.1 304 Not Modified", b"content-length: 99"), "length", 0, True),
+            (_head(b"HTTP/1.1 200"), "close", 0, False),  # no reason phrase
+        ],
+    )
+    def test_framing_and_reuse(self, head: bytes, framing: str, length: int, keep: bool) -> None:
+        """Version and connection options decide reuse; the headers decide the framing."""
+        parsed = parse_head(head)
+        assert (parsed.framing, parsed.length, parsed.keep) == (framing, length, keep)
+
+    @pytest.mark.parametrize(
+        ("head", "message"),
+        [
+            (_head(H11, b"content-length: 1_0"), "bad content-length b'1_0': digits only"),
+            (_head(H11, b"content-length: -1"), "bad content-length b'-1': digits only"),
+            (_head(H11, b"content-length: +5"), "bad content-length b'+5': digits only"),
+            (_head(H11, b"content-length: 0x10"), "bad content-length b'0x10': digits only"),
+            (_head(H11, b"content-length: "), "bad content-length b'': digits only"),
+            (_head(H11, b"content-length: ten"), "bad content-length b'ten': digits only"),
+            (
+                _head(H11, b"content-length: 5", b"content-length: 6"),
+                "conflicting content-length values (5, 6)",
+            ),
+            (_head(H11, b"content-length: 5, 6"), "conflicting content-length values (5, 6)"),
+            (
+                _head(H11, b"content-length: 5", b"transfer-encoding: chunked"),
+                "both transfer-encoding and content-length",
+            ),
+            (
+                _head(H11, b"transfer-encoding: chunked, gzip", b"content-length: 20"),
+                "both transfer-encoding and content-length",
+            ),
+            (
+                _head(H11, b"transfer-encoding: chunked, gzip"),
+                "transfer-encoding 'chunked, gzip' is not supported: only chunked",
+            ),
+            (
+                _head(H11, b"transfer-encoding: gzip, chunked"),
+                "transfer-encoding 'gzip, chunked' is not supported: only chunked",
+            ),
+            (
+                _head(H11, b"transfer-encoding: chunked", b"transfer-encoding: chunked"),
+                "transfer-encoding 'chunked, chunked' is not supported: only chunked",
+            ),
+            (
+                _head(H10, b"transfer-encoding: chunked"),
+                "transfer-encoding in an HTTP/1.0 response",
+            ),
+            (_head(b"HTTP/2 200 OK"), "bad status line b'HTTP/2 200 OK'"),
+            (_head(b"HTTP/1.1 2000 OK"), "bad status line b'HTTP/1.1 2000 OK'"),
+            (_head(b"HTTP/1.1 2x0 OK"), "bad status line b'HTTP/1.1 2x0 OK'"),
+            (_head(b"http/1.1 200 OK"), "bad status line b'http/1.1 200 OK'"),
+            (_head(H11, b"content length: 5"), "bad header line b'content length: 5'"),
+            (_head(H11, b" folded: line"), "bad header line b' folded: line'"),
+            (_head(H11, b"content-length : 5"), "bad header line b'content-length : 5'"),
+        ],
+    )
+    def test_bad_or_ambiguous_framing_is_an_error(self, head: bytes, message: str) -> None:
+        """What could be read two ways is refused, naming the fault."""
+        with pytest.raises(httpx2.RemoteProtocolError) as caught:
+            parse_head(head)
+        assert str(caught.value).startswith(message)
+
+    def test_a_head_request_has_no_body_whatever_the_headers_say(self) -> None:
+        """HEAD: content-length describes the body a GET would get."""
+        parsed = parse_head(_head(H11, b"content-length: 1234"), head_only=True)
+        assert (parsed.framing, parsed.length, parsed.keep) == ("length", 0, True)
+
+    def test_status_reason_and_headers_are_kept_as_sent(self) -> None:
+        parsed = parse_head(_head(b"HTTP/1.1 429 Too Many Requests", b"Retry-After:  7 "))
+        assert (parsed.status, parsed.reason) == (429, b"Too Many Requests")
+        assert parsed.headers == [(b"Retry-After", b"7")]
+        assert not parsed.interim
+        assert parse_head(_head(b"HTTP/1.1 100 Continue")).interim
+
+
+class TestStrictFramingOverSockets:
+    @pytest.mark.parametrize(
+        ("answer", "message"),
+        [
+            (
+                _head(H11, b"content-length: 3", b"transfer-encoding: chunked")
+                + b"\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+                "both transfer-encoding and content-length",
+            ),
+            (_head(H11, b"content-length: -1") + b"\r\n\r\nabc", "bad content-length b'-1'"),
+            (
+                _head(H11, b"content-length: 2", b"content-length: 3") + b"\r\n\r\nabc",
+                "conflicting content-length values (2, 3)",
+            ),
+        ],
+    )
+    def test_an_ambiguous_response_fails_at_once_and_closes_its_connection(
+        self, answer: bytes, message: str
+    ) -> None:
+        """No hang, no wrong body: the error names the fault; the connection is gone."""
+
+        async def go() -> None:
+            async with RawServer(
+                [answer], [b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"]
+            ) as server:
+                transport = AsyncioTransport()
+                with pytest.raises(httpx2.RemoteProtocolError, match=re.escape(message)):
+                    await asyncio.wait_for(_get(transport, server.url), 5)
+                assert (transport.open_connections, transport.idle_connections) == (0, 0)
+                assert await _get(transport, server.url) == (200, [])
+            assert server.connections == 2
+
+        run(go())
+
+    def test_back_to_back_requests_to_an_http10_server_all_succeed(self) -> None:
+        """http.server answers HTTP/1.0 with a length and closes: each request gets a new
+        connection (before, half of them went out on a connection the server had closed)."""
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length", "0")))
+                self.send_response(200)
+                self.send_header("content-length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        url = httpx2.URL(f"http://127.0.0.1:{server.server_address[1]}/")
+
+        async def go() -> list[tuple[int, list[bytes]]]:
+            transport = AsyncioTransport()
+            try:
+                return [await _get(transport, url) for _ in range(200)]
+            finally:
+                await transport.aclose()
+
+        try:
+            results = run(go())
+        finally:
+            server.shutdown()
+            server.server_close()
+            thread.join(5)
+        assert results == [(200, [b"ok"])] * 200
 
 
 class TestPool:
@@ -594,3 +778,63 @@ def test_run_sync_twice_with_one_provider(server_cls: type, provider_cls: type, 
     assert [s.exit_reason for s in (first, second)] == ["model_complete"] * 2
     assert [s.history[-1].text for s in (first, second)] == ["one", "two"]
     assert requests == 2
+
+
+@pytest.mark.parametrize("route", ["sdk", "wire"])
+@pytest.mark.parametrize(
+    ("server_cls", "provider_cls"),
+    [(AnthropicServer, AnthropicProvider), (OpenAIServer, OpenAIProvider)],
+)
+def test_run_sync_leaves_no_connection_behind(
+    server_cls: type, provider_cls: type, route: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The connections a run's event loop opened are closed by that loop as it ends: the
+    client the provider built for it is closed, the transport keeps no idle connection,
+    and collecting the old client warns of nothing (before: unclosed transports, and
+    "Task exception was never retrieved ... Event loop is closed")."""
+    with server_cls([reply("one"), reply("two"), reply("three")]) as server:
+        transport = AsyncioTransport() if route == "wire" else None
+        provider = provider_cls(KEY, base_url=server.base_url, transport=transport)
+        harness = Harness(HarnessParams(model=f"{provider.name}:m-1"), [provider])
+        clients = []
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(3):
+                assert harness.run_sync("go").exit_reason == "model_complete"
+                clients.append(provider.client)
+                if transport is not None:
+                    assert (transport.open_connections, transport.idle_connections) == (0, 0)
+            gc.collect()
+        asyncio.run(provider.aclose())
+    assert [str(w.message) for w in caught] == []
+    assert [r.getMessage() for r in caught_records(caplog)] == []
+    if route == "sdk":
+        assert len({id(c) for c in clients}) == 3  # one client per loop
+        assert all(c.is_closed() for c in clients)
+
+
+def caught_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    """What asyncio logged: unretrieved task exceptions, unclosed resources."""
+    return [r for r in caplog.records if r.name == "asyncio" and r.levelno >= logging.WARNING]
+
+
+def test_a_long_lived_loop_keeps_its_client_until_aclose() -> None:
+    """On one loop the provider keeps one client and its connections; aclose closes it
+    and drops the duty to close it at the loop's end."""
+
+    async def go() -> None:
+        with AnthropicServer([reply("one"), reply("two")]) as server:
+            provider = AnthropicProvider(KEY, base_url=server.base_url)
+            payload = {"model": "m", "max_tokens": 5, "messages": [], "stream": True}
+            request = WireRequest("anthropic", "m", payload)
+            await provider.complete(request)
+            client = provider.client
+            await provider.complete(request)
+            assert provider.client is client and not client.is_closed()
+            duties = [t for t in asyncio.all_tasks() if "loop's end" in t.get_name()]
+            assert len(duties) == 1
+            await provider.aclose()
+            await asyncio.sleep(0)
+            assert client.is_closed() and duties[0].done()
+
+    run(go())
