@@ -3,6 +3,7 @@ that stop work, parallel and eager dispatch, output caps) and the built-in tool 
 
 from innerloop.tools._builtins import BUILTIN_SETS, builtin_tools
 from innerloop.tools._define import Toolset, tool
+from innerloop.tools._mcp import MCPServer, MCPServerError
 from innerloop.tools._output import OutputLimits, cap_output
 from innerloop.tools._process import ProcessResult, run_process, scrub_env
 from innerloop.tools._runner import ToolRunner
@@ -21,6 +22,8 @@ from innerloop.tools._workspace import Workspace
 __all__ = [
     "BUILTIN_SETS",
     "DEFAULT_TIMEOUTS",
+    "MCPServer",
+    "MCPServerError",
     "OutputLimits",
     "ProcessResult",
     "ToolCallResult",
