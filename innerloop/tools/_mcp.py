@@ -169,7 +169,9 @@ class _Connection:
     async def stop(self) -> None:
         """End the connection and wait until its transport is closed (process stopped)."""
         self.finish.set()
-        if self.task is not None and asyncio.get_running_loop() is self.loop:
+        if self.task is not None:
+            if not self.ready.done():
+                self.task.cancel()  # still starting: it waits on the server, not on finish
             await asyncio.wait([self.task])
         self.close_errlog()
 
@@ -505,14 +507,10 @@ class MCPServer:
             conn.group.start_soon(self._refresh, conn)
 
     async def _refresh(self, conn: _Connection) -> None:
-        import anyio
-        from mcp import MCPError
-
         if conn.session is None:
             return
-        with contextlib.suppress(
-            MCPError, OSError, anyio.ClosedResourceError, anyio.BrokenResourceError
-        ):
+        # a failed re-read keeps the list as it was; it must not end the connection
+        with contextlib.suppress(Exception):
             self._absorb(await _list_tools(conn.session))
 
     def _absorb(self, listing: tuple[mcp_types.Tool, ...]) -> None:
@@ -520,7 +518,9 @@ class MCPServer:
         self._listing = listing
         self._seen.update(t.name for t in listing)
         if before is not None and _shape(before) != _shape(listing) and self.on_tools_changed:
-            self.on_tools_changed(self)
+            # on the loop, not here: an exception from the host's callback goes to the
+            # loop's exception handler instead of ending the connection
+            asyncio.get_running_loop().call_soon(self.on_tools_changed, self)
 
 
 async def _pump(

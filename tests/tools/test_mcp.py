@@ -205,6 +205,21 @@ class TestCrash:
             asyncio.run(server.call("anything", {}))
         assert str(again.value) == message
 
+    def test_server_that_never_answers(self) -> None:
+        """A process that does not speak MCP: the handshake times out with the fix, and
+        the process is stopped."""
+        server = MCPServer.stdio(
+            sys.executable, ["-c", "import sys; sys.stdin.read()"], name="mute", connect_timeout=0.5
+        )
+        with pytest.raises(MCPServerError) as info:
+            asyncio.run(asyncio.wait_for(server.tools(), 30))
+        assert str(info.value) == (
+            f"MCP server 'mute' ({sys.executable} -c 'import sys; sys.stdin.read()') did not "
+            "finish its handshake within 0.5 s; check that it speaks MCP on this transport, "
+            "or raise connect_timeout"
+        )
+        assert children("sys.stdin.read()") == []
+
     def test_server_that_exits_at_start_quotes_its_stderr(self) -> None:
         """A server that dies before its handshake: the error quotes its stderr."""
         server = MCPServer.stdio(
@@ -329,6 +344,27 @@ class TestDemoOverHTTP:
             "check that the server runs and that the URL is its MCP endpoint"
         )
         assert back == "back"
+
+    def test_failing_tools_changed_callback_keeps_the_connection(self, demo_url: str) -> None:
+        """An exception from on_tools_changed goes to the event loop's exception handler;
+        the connection and the new tool list are unaffected."""
+        reported: list[str] = []
+
+        def broken(server: MCPServer) -> None:
+            raise RuntimeError("host bug")
+
+        async def main() -> tuple[list[str], str]:
+            loop = asyncio.get_running_loop()
+            loop.set_exception_handler(lambda _, ctx: reported.append(repr(ctx["exception"])))
+            async with MCPServer.http(demo_url, name="demo", on_tools_changed=broken) as server:
+                await server.call("add_tool", {"name": "other_tool"})
+                await wait_for(lambda: reported)
+                names = [t.name for t in await server.tools()]
+                return names, (await server.call("echo", {"text": "still here"})).content
+
+        names, echoed = asyncio.run(main())
+        assert reported == ["RuntimeError('host bug')"]
+        assert "other_tool" in names and echoed == "still here"
 
     def test_result_contents_become_text(self, demo_url: str) -> None:
         """Images, resource links, embedded resources and structured content map to text
