@@ -74,14 +74,16 @@ class MCPServerError(ToolError):
         super().__init__(message)
 
 
-def _import_mcp() -> Any:
+def _import_mcp() -> None:
+    """Import the SDK now, at construction: importing it takes about a second of CPU,
+    which inside a running loop would stall every other task on it."""
     try:
-        import mcp
+        import mcp.client.stdio
+        import mcp.client.streamable_http  # noqa: F401
     except ImportError as exc:  # pragma: no cover - the dev environment has it
         raise ImportError(
             "MCPServer needs the mcp package; install it with pip install 'innerloop[mcp]'"
         ) from exc
-    return mcp
 
 
 # -- transports ----------------------------------------------------------------------------
@@ -150,14 +152,15 @@ class _Connection:
         self.session: ClientSession | None = None
         self.group: TaskGroup | None = None
         self.task: asyncio.Task[None] | None = None
+        self.last_stderr = ""
 
     def mark_lost(self) -> None:
         self.lost = True
         self.finish.set()
 
     def stderr_tail(self) -> str:
-        if self.errlog is None:
-            return ""
+        if self.errlog is None or self.errlog.closed:
+            return self.last_stderr
         try:
             fd = self.errlog.fileno()
             size = os.fstat(fd).st_size
@@ -176,7 +179,9 @@ class _Connection:
         self.close_errlog()
 
     def close_errlog(self) -> None:
-        if self.errlog is not None:
+        """Close the stderr file, keeping its tail for the messages still to come."""
+        if self.errlog is not None and not self.errlog.closed:
+            self.last_stderr = self.stderr_tail()
             self.errlog.close()
 
 
@@ -232,6 +237,7 @@ class MCPServer:
         connect_timeout: float = 30.0,
         on_tools_changed: Callable[[MCPServer], object] | None = None,
     ) -> None:
+        _import_mcp()
         _positive("timeout", timeout)
         _positive("connect_timeout", connect_timeout)
         for tool_name, value in (timeouts or {}).items():
@@ -478,6 +484,7 @@ class MCPServer:
                 conn.ready.set_exception(self._start_error(conn, exc))
         finally:
             conn.lost = True
+            conn.close_errlog()  # the transport is closed: the process is gone
             if not conn.ready.done():
                 conn.ready.set_exception(
                     MCPServerError(self.name, f"MCP server {self.name!r}: connecting was cancelled")
