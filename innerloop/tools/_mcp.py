@@ -401,8 +401,7 @@ class MCPServer:
         else:
             what, then = "closed the connection", "the next call connects again"
         message = f"MCP server {self.name!r} {what} during the call to {tool!r}; {then}"
-        tail = conn.stderr_tail()
-        return f"{message}\nits stderr ended with:\n{tail}" if tail else message
+        return message + _quoted(conn.stderr_tail())
 
     # -- the connection
 
@@ -441,7 +440,7 @@ class MCPServer:
     def _start(self, loop: asyncio.AbstractEventLoop) -> _Connection:
         errlog = None
         if isinstance(self._transport, _Stdio):
-            # closed by _Connection.stop once the connection's task is done
+            # closed when the connection's task ends (or by _drop, if its loop closed first)
             errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
         conn = _Connection(loop, errlog)
         conn.task = loop.create_task(self._serve(conn), name=f"MCP server {self.name}")
