@@ -4,6 +4,7 @@ their sandbox."""
 
 from innerloop.tools._builtins import BUILTIN_SETS, builtin_tools
 from innerloop.tools._define import Toolset, tool
+from innerloop.tools._mcp import MCPServer, MCPServerError
 from innerloop.tools._output import OutputLimits, cap_output
 from innerloop.tools._process import ProcessResult, run_process
 from innerloop.tools._runner import ToolRunner
@@ -26,6 +27,8 @@ __all__ = [
     "BASE_ENV",
     "BUILTIN_SETS",
     "DEFAULT_TIMEOUTS",
+    "MCPServer",
+    "MCPServerError",
     "OutputLimits",
     "ProcessResult",
     "Sandbox",

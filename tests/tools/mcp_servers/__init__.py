@@ -1,0 +1,1 @@
+"""MCP servers the tests start in subprocesses."""

@@ -1,0 +1,502 @@
+"""MCP servers as tool sources, against real servers: the third-party ``mcp-server-time``
+over stdio, and the SDK's ``MCPServer`` (FastMCP) test server in ``mcp_servers/demo.py``
+over streamable HTTP and stdio, started in subprocesses. Full runs go through the
+scripted provider."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from innerloop import Harness, HarnessParams, HarnessState, ToolDefinitionError, ToolResultBlock
+from innerloop.testing import AnthropicServer, ScriptedProvider, reply, tool_call
+from innerloop.tools import MCPServer, MCPServerError, Toolset, tool
+
+DEMO = str(Path(__file__).parent / "mcp_servers" / "demo.py")
+TIME_ARGS = ["-m", "mcp_server_time", "--local-timezone", "UTC"]
+
+
+def time_server(**options: Any) -> MCPServer:
+    return MCPServer.stdio(sys.executable, TIME_ARGS, **options)
+
+
+def demo_stdio(**options: Any) -> MCPServer:
+    return MCPServer.stdio(sys.executable, [DEMO, "--stdio"], name="demo", **options)
+
+
+def results(state: HarnessState) -> list[ToolResultBlock]:
+    return [b for m in state.history for b in m.content if isinstance(b, ToolResultBlock)]
+
+
+async def run(tools: Any, *steps: Any) -> HarnessState:
+    """A full run whose model makes the scripted ``steps`` then says done."""
+    provider = ScriptedProvider([*steps, reply("done")])
+    params = HarnessParams(model="scripted:m", tools=tuple(tools))
+    return await Harness(params, [provider]).run("go")
+
+
+def start_demo(port: int = 0) -> tuple[subprocess.Popen[bytes], int]:
+    """The demo server on streamable HTTP, on a listening socket it inherits (port 0: a
+    free loopback port, no race)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        sock.listen(64)
+        proc = subprocess.Popen(
+            [sys.executable, DEMO, "--fd", str(sock.fileno())], pass_fds=(sock.fileno(),)
+        )
+        return proc, sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def demo_url() -> Iterator[str]:
+    """The URL of a demo server shared by the module's tests; killed at the end."""
+    proc, port = start_demo()
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def children(marker: str) -> list[int]:
+    """Live child processes of this one whose command line holds ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if int(stat[1]) == os.getpid() and stat[0] != "Z" and marker in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+class TestTimeServerOverStdio:
+    def test_full_run_converts_a_time(self) -> None:
+        """The model calls the third-party server's convert_time; its answer comes back
+        as the tool result, and the tools carry the network category."""
+
+        async def main() -> tuple[HarnessState, list[Any]]:
+            async with time_server() as server:
+                tools = await server.tools()
+                args = {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}
+                return await run(tools, reply(tool_call("convert_time", args))), list(tools)
+
+        state, tools = asyncio.run(main())
+        assert [(t.name, t.category, t.timeout) for t in tools] == [
+            ("get_current_time", "network", None),
+            ("convert_time", "network", None),
+        ]
+        assert state.exit_reason == "model_complete"
+        [result] = results(state)
+        assert not result.is_error
+        data = json.loads(result.content)
+        assert data["target"]["timezone"] == "Asia/Tokyo"
+        assert data["target"]["datetime"].endswith("T21:00:00+09:00")
+        assert data["time_difference"] == "+9.0h"
+
+    def test_run_sync_connects_on_its_own_loop(self) -> None:
+        """Tools listed on one event loop work in run_sync's fresh loop: the server
+        connects again at the first call; its own error comes back as is_error."""
+        server = time_server()
+        tools = asyncio.run(server.tools())
+        provider = ScriptedProvider(
+            [
+                reply(tool_call("get_current_time", {"timezone": "Europe/Lisbon"})),
+                reply(tool_call("get_current_time", {"timezone": "Nowhere/Atlantis"})),
+                reply("done"),
+            ]
+        )
+        state = Harness(HarnessParams(model="scripted:m", tools=tools), [provider]).run_sync("go")
+        ok, bad = results(state)
+        assert json.loads(ok.content)["timezone"] == "Europe/Lisbon" and not ok.is_error
+        assert bad.is_error
+        assert bad.content == (
+            "Error executing tool get_current_time: Invalid timezone: "
+            "'No time zone found with key Nowhere/Atlantis'"
+        )
+        assert children("mcp_server_time") == []
+
+    def test_killed_server_is_started_again(self) -> None:
+        """After the server process is killed, the next call starts a new one."""
+
+        async def main() -> tuple[int, list[int], HarnessState]:
+            async with time_server() as server:
+                [pid] = children("mcp_server_time")
+                os.kill(pid, signal.SIGKILL)
+                await wait_for(lambda: pid not in children("mcp_server_time"))
+                await asyncio.sleep(0.1)  # the client sees the pipe close
+                state = await run(
+                    await server.tools(),
+                    reply(tool_call("get_current_time", {"timezone": "UTC"})),
+                )
+                return pid, children("mcp_server_time"), state
+
+        pid, now, state = asyncio.run(main())
+        [result] = results(state)
+        assert not result.is_error and json.loads(result.content)["timezone"] == "UTC"
+        assert len(now) == 1 and now[0] != pid
+        assert children("mcp_server_time") == []
+
+
+async def wait_for(condition: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
+
+
+class TestCrash:
+    def test_server_killed_during_a_call(self) -> None:
+        """A stdio server killed mid-call gives that call an is_error result naming the
+        server; the model's next call runs on a new process."""
+
+        async def main() -> tuple[int, HarnessState]:
+            async with demo_stdio() as server:
+                pid = (await server.call("pid", {})).value["structuredContent"]["result"]
+                asyncio.get_running_loop().call_later(1.0, os.kill, pid, signal.SIGKILL)
+                state = await run(
+                    await server.tools(),
+                    reply(tool_call("slow", {"seconds": 30})),
+                    reply(tool_call("pid")),
+                )
+                return pid, state
+
+        pid, state = asyncio.run(main())
+        crashed, after = results(state)
+        assert crashed.is_error
+        assert crashed.content == (
+            "MCP server 'demo' exited during the call to 'slow'; "
+            "it will be started again at the next call"
+        )
+        assert not after.is_error and int(after.content) != pid
+        assert state.exit_reason == "model_complete"
+
+    def test_command_that_does_not_exist(self) -> None:
+        """A server that cannot start: tools() and call() raise an error naming the fix
+        (inside a run, that text is the call's is_error result)."""
+        server = MCPServer.stdio("/nonexistent/mcp-server", ["--flag"])
+        with pytest.raises(MCPServerError) as info:
+            asyncio.run(server.tools())
+        message = (
+            "MCP server 'mcp-server' (/nonexistent/mcp-server --flag) could not be started: "
+            "FileNotFoundError: [Errno 2] No such file or directory: '/nonexistent/mcp-server'; "
+            "check that '/nonexistent/mcp-server' is installed and on PATH"
+        )
+        assert str(info.value) == message
+        assert info.value.server == "mcp-server"
+        with pytest.raises(MCPServerError) as again:
+            asyncio.run(server.call("anything", {}))
+        assert str(again.value) == message
+
+    def test_server_that_never_answers(self) -> None:
+        """A process that does not speak MCP: the handshake times out with the fix, and
+        the process is stopped."""
+        server = MCPServer.stdio(
+            sys.executable, ["-c", "import sys; sys.stdin.read()"], name="mute", connect_timeout=0.5
+        )
+        with pytest.raises(MCPServerError) as info:
+            asyncio.run(asyncio.wait_for(server.tools(), 30))
+        assert str(info.value) == (
+            f"MCP server 'mute' ({sys.executable} -c 'import sys; sys.stdin.read()') did not "
+            "finish its handshake within 0.5 s; check that it speaks MCP on this transport, "
+            "or raise connect_timeout"
+        )
+        assert children("sys.stdin.read()") == []
+
+    def test_server_that_exits_at_start_quotes_its_stderr(self) -> None:
+        """A server that dies before its handshake: the error quotes its stderr."""
+        server = MCPServer.stdio(
+            sys.executable, ["-c", "import sys; sys.exit('no config file found')"], name="bad"
+        )
+        with pytest.raises(MCPServerError) as info:
+            asyncio.run(server.tools())
+        assert str(info.value).startswith("MCP server 'bad' (")
+        assert str(info.value).endswith("its stderr ended with:\nno config file found")
+
+
+class TestDemoOverHTTP:
+    def test_full_run_calls_a_tool(self, demo_url: str) -> None:
+        """A full run calls the HTTP server's tool next to a local one in one Toolset."""
+
+        @tool
+        def local() -> str:
+            """A local tool."""
+            return "local result"
+
+        async def main() -> HarnessState:
+            async with MCPServer.http(demo_url, name="demo") as server:
+                toolset = Toolset([local, *await server.tools()])
+                return await run(
+                    toolset,
+                    reply(tool_call("echo", {"text": "héllo"}), tool_call("local")),
+                )
+
+        state = asyncio.run(main())
+        assert [(r.content, r.is_error) for r in results(state)] == [
+            ("héllo", False),
+            ("local result", False),
+        ]
+
+    def test_timeout_sends_notifications_cancelled(self, demo_url: str) -> None:
+        """A call over its timeout is stopped, and the server receives the client's
+        notifications/cancelled for it (its handler is cancelled, not left running)."""
+
+        async def main() -> tuple[HarnessState, list[dict[str, Any]]]:
+            async with MCPServer.http(demo_url, name="demo", timeouts={"slow": 2}) as server:
+                before = await cancellations(server)
+                state = await run(await server.tools(), reply(tool_call("slow", {"seconds": 30})))
+                return state, await new_cancellations(server, before)
+
+        state, new = asyncio.run(main())
+        [result] = results(state)
+        assert result.is_error
+        assert re.fullmatch(
+            r"tool 'slow' timed out after [\d.]+ s \(limit 2 s from the tool's own timeout\); "
+            "it was stopped",
+            result.content,
+        )
+        assert len(new) == 1 and new[0]["notified"] is True
+
+    def test_abort_sends_notifications_cancelled(self, demo_url: str) -> None:
+        """Aborting the run during a call cancels it on the server too."""
+
+        async def main() -> tuple[HarnessState, list[dict[str, Any]]]:
+            async with MCPServer.http(demo_url, name="demo") as server:
+                before = await cancellations(server)
+                provider = ScriptedProvider([reply(tool_call("slow", {"seconds": 30}))])
+                params = HarnessParams(model="scripted:m", tools=await server.tools())
+                handle = Harness(params, [provider]).start("go")
+                asyncio.get_running_loop().call_later(2, handle.abort)
+                state = await handle.run()
+                return state, await new_cancellations(server, before)
+
+        state, new = asyncio.run(main())
+        assert state.exit_reason == "aborted"
+        assert len(new) == 1 and new[0]["notified"] is True
+
+    def test_list_changed_brings_the_new_tool(self, demo_url: str) -> None:
+        """A server's tools/list_changed re-reads its tools: the running params keep
+        theirs (frozen), and the next run built from server.tools() can call the new one."""
+        changed: list[str] = []
+
+        async def main() -> tuple[list[str], list[str], HarnessState]:
+            async with MCPServer.http(
+                demo_url, name="demo", on_tools_changed=lambda s: changed.append(s.name)
+            ) as server:
+                first = await server.tools()
+                await run(first, reply(tool_call("add_tool", {"name": "late_tool"})))
+                await wait_for(lambda: changed)
+                second = await server.tools()
+                state = await run(second, reply(tool_call("late_tool")))
+                return [t.name for t in first], [t.name for t in second], state
+
+        first, second, state = asyncio.run(main())
+        assert "late_tool" not in first
+        assert second == [*first, "late_tool"]
+        assert changed == ["demo"]
+        assert [r.content for r in results(state)] == ["late_tool works"]
+
+    def test_server_gone_during_a_call(self) -> None:
+        """An HTTP server killed mid-call: that call is an is_error result naming the
+        server, a call while it is down says it cannot be reached, and once it is back
+        the next call connects again."""
+
+        async def main() -> tuple[str, str, str]:
+            proc, port = start_demo()
+            server = MCPServer.http(f"http://127.0.0.1:{port}/mcp", name="demo")
+            try:
+                await server.call("echo", {"text": "up"})
+                asyncio.get_running_loop().call_later(0.5, proc.kill)
+                with pytest.raises(MCPServerError) as during:
+                    await server.call("slow", {"seconds": 30})
+                proc.wait()
+                with pytest.raises(MCPServerError) as down:
+                    await server.call("echo", {"text": "down"})
+                proc, _ = start_demo(port)
+                back = (await server.call("echo", {"text": "back"})).content
+            finally:
+                await server.aclose()
+                proc.kill()
+                proc.wait()
+            return str(during.value), str(down.value), back
+
+        during, down, back = asyncio.run(main())
+        assert during == (
+            "MCP server 'demo' closed the connection during the call to 'slow'; "
+            "the next call connects again"
+        )
+        assert down.startswith("MCP server 'demo' (http://127.0.0.1:")
+        assert down.endswith(
+            "/mcp) could not be reached: ConnectError: All connection attempts failed; "
+            "check that the server runs and that the URL is its MCP endpoint"
+        )
+        assert back == "back"
+
+    def test_failing_tools_changed_callback_keeps_the_connection(self, demo_url: str) -> None:
+        """An exception from on_tools_changed goes to the event loop's exception handler;
+        the connection and the new tool list are unaffected."""
+        reported: list[str] = []
+
+        def broken(server: MCPServer) -> None:
+            raise RuntimeError("host bug")
+
+        async def main() -> tuple[list[str], str]:
+            loop = asyncio.get_running_loop()
+            loop.set_exception_handler(lambda _, ctx: reported.append(repr(ctx["exception"])))
+            async with MCPServer.http(demo_url, name="demo", on_tools_changed=broken) as server:
+                await server.call("add_tool", {"name": "other_tool"})
+                await wait_for(lambda: reported)
+                names = [t.name for t in await server.tools()]
+                return names, (await server.call("echo", {"text": "still here"})).content
+
+        names, echoed = asyncio.run(main())
+        assert reported == ["RuntimeError('host bug')"]
+        assert "other_tool" in names and echoed == "still here"
+
+    def test_result_contents_become_text(self, demo_url: str) -> None:
+        """Images, resource links, embedded resources and structured content map to text
+        the model can read; the whole MCP result stays in value."""
+
+        async def main() -> dict[str, Any]:
+            async with MCPServer.http(demo_url, name="demo") as server:
+                names = ("picture", "link", "document", "report")
+                return {n: await server.call(n, {}) for n in names} | {
+                    "fail": await server.call("fail", {"reason": "disk full"})
+                }
+
+        out = asyncio.run(main())
+        assert out["picture"].content == (
+            "a pixel:\n[image: image/png, 70 bytes; not shown: tool results carry text only]"
+        )
+        image = out["picture"].value["content"][1]
+        assert image["type"] == "image" and image["mimeType"] == "image/png"
+        assert out["link"].content == (
+            "[resource link: report.pdf <file:///srv/report.pdf>, application/pdf: "
+            "the quarterly report]"
+        )
+        assert out["document"].content == (
+            "[resource <file:///srv/notes.txt>, text/plain]\nline one\n"
+            "[resource <file:///srv/blob.bin>, application/octet-stream, 10 bytes of binary "
+            "data; not shown]"
+        )
+        assert out["report"].content == '{"total": 3, "unit": "km"}'
+        assert out["report"].value["structuredContent"] == {"total": 3, "unit": "km"}
+        assert (out["fail"].content, out["fail"].is_error) == (
+            "Error executing tool fail: disk full",
+            True,
+        )
+        assert not any(out[n].is_error for n in ("picture", "link", "document", "report"))
+
+
+async def cancellations(server: MCPServer) -> list[dict[str, Any]]:
+    out = await server.call("cancellations", {})
+    result: list[dict[str, Any]] = out.value["structuredContent"]["result"]
+    return result
+
+
+async def new_cancellations(
+    server: MCPServer, before: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The cancellations recorded since ``before`` (waiting for the server to record
+    one; a notification is handled a moment after it is sent)."""
+    deadline = time.monotonic() + 5.0
+    while len(now := await cancellations(server)) == len(before):
+        if time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.02)
+    return now[len(before) :]
+
+
+class TestOptions:
+    def test_names_categories_timeouts(self) -> None:
+        """prefix, names, categories and timeouts shape the specs; the server is called
+        with its own names."""
+
+        async def main() -> tuple[list[tuple[str, str, float | None]], str]:
+            async with demo_stdio(
+                prefix="demo_",
+                names={"echo": "say"},
+                category="code",
+                categories={"slow": "shell"},
+                timeouts={"slow": 2.5},
+            ) as server:
+                tools = await server.tools()
+                state = await run(tools, reply(tool_call("say", {"text": "hi"})))
+                shapes = [(t.name, t.category, t.timeout) for t in tools]
+                return shapes, results(state)[0].content
+
+        shapes, said = asyncio.run(main())
+        assert shapes[:4] == [
+            ("say", "code", None),
+            ("demo_pid", "code", None),
+            ("demo_slow", "shell", 2.5),
+            ("demo_cancellations", "code", None),
+        ]
+        assert said == "hi"
+
+    def test_unknown_tool_in_options(self) -> None:
+        """An option naming a tool the server does not offer is refused with the list."""
+        server = time_server(categories={"convert": "file"})
+        with pytest.raises(ToolDefinitionError) as info:
+            asyncio.run(server.tools())
+        assert str(info.value) == (
+            "MCPServer 'mcp_server_time': categories names 'convert', which the server does "
+            "not offer; its tools: convert_time, get_current_time"
+        )
+
+    def test_invalid_tool_name(self) -> None:
+        """A name the model cannot take is refused, saying how to rename it."""
+        server = time_server(prefix="time.")
+        with pytest.raises(ToolDefinitionError) as info:
+            asyncio.run(server.tools())
+        assert str(info.value) == (
+            "MCP server 'mcp_server_time' offers a tool named 'get_current_time'; as "
+            "'time.get_current_time' it is not a valid tool name for the model (1-64 of a-z "
+            "A-Z 0-9 _ -); rename it with names={'get_current_time': ...}"
+        )
+
+    def test_bad_constructor_arguments(self) -> None:
+        """Misuse is caught at construction, with the fix."""
+        with pytest.raises(ToolDefinitionError, match=r"write args=\['-m', 'srv'\]"):
+            MCPServer.stdio("python", "-m srv")  # type: ignore[arg-type]
+        with pytest.raises(ToolDefinitionError, match="needs an http:// or https:// URL"):
+            MCPServer.http("localhost:8000/mcp")
+        with pytest.raises(ToolDefinitionError, match=r"timeouts\['slow'\] must be a positive"):
+            MCPServer.http("http://127.0.0.1:1/mcp", timeouts={"slow": 0})
+
+
+class TestReadme:
+    def test_mcp_example_runs(
+        self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """The README's MCP example completes against an Anthropic-compatible loopback
+        server, the time server's answer going back to the model."""
+        readme = Path(__file__).resolve().parents[2] / "README.md"
+        code = re.search(r"### MCP servers\n.*?```python\n(.*?)```", readme.read_text(), re.S)
+        assert code is not None
+        args = {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}
+        script = [reply(tool_call("convert_time", args)), reply("21:00 in Tokyo.")]
+        with AnthropicServer(script) as api:
+            monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-readme")
+            monkeypatch.setenv("ANTHROPIC_BASE_URL", api.base_url)
+            exec(compile(code.group(1), "README.md", "exec"), {})
+            tool_result = api.requests[1].body["messages"][-1]["content"][0]
+        assert capsys.readouterr().out == "model_complete 21:00 in Tokyo.\n"
+        assert json.loads(tool_result["content"])["time_difference"] == "+9.0h"
