@@ -231,9 +231,9 @@ class Sandbox:
                 argv += ["--ro-bind", path, path]
         for name in (*_ETC, *(("resolv.conf",) if self.network else ())):
             argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-        for path in _interpreter_dirs():
-            argv += ["--ro-bind", path, path]
         argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", SANDBOX_HOME]
+        for path in _interpreter_dirs():  # after the tmpfs: a venv may live under /tmp
+            argv += ["--ro-bind", path, path]
         for path in self.read_only:
             argv += ["--ro-bind", path, path]
         for path in self.read_write:

@@ -74,7 +74,7 @@ class TestScrubSecrets:
 
     def test_the_old_import_place_still_works(self) -> None:
         """recovery._diagnostic re-imports the one implementation."""
-        from innerloop.recovery import scrub_secrets as old
+        from innerloop.lowlevel import scrub_secrets as old
 
         assert old is scrub_secrets
 
