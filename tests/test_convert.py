@@ -498,7 +498,9 @@ class TestHarnessParams:
 
     def test_code_without_a_name_cannot_cross(self) -> None:
         """A class holding a callable and no ``name`` is refused with the fix."""
-        assert holds_code(ToolSpec) and holds_code(Hook) and not holds_code(HarnessParams)
+        assert holds_code(ToolSpec)
+        assert holds_code(Hook)
+        assert not holds_code(HarnessParams)
         with pytest.raises(ConversionError) as caught:
             unstructure(Hook(lambda: None))
         assert str(caught.value) == (
@@ -532,7 +534,8 @@ class TestHarnessState:
         state = HarnessState()
         state.request_abort("host said stop")
         back = state_from_dict(through_json(state_to_dict(state)))
-        assert back.abort == state.abort and back.abort is not None
+        assert back.abort == state.abort
+        assert back.abort is not None
         assert back.abort.reason == "host said stop"
 
 

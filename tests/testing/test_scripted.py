@@ -131,7 +131,8 @@ def test_fake_clock_records_sleeps() -> None:
     """Sleeping on the fake clock advances it at once."""
     clock = FakeClock()
     asyncio.run(clock.sleep(64))
-    assert clock.monotonic() == 64 and clock.sleeps == [64]
+    assert clock.monotonic() == 64
+    assert clock.sleeps == [64]
 
 
 def test_history_problems() -> None:

@@ -126,14 +126,16 @@ class TestEnvironment:
         if mode == "bubblewrap":  # its own HOME and TMPDIR, each a fresh tmpfs
             expected += ["HOME", "TMPDIR"]
         assert names == sorted(expected)
-        assert "PGHOST=db" in result.stdout and "MODE=test" in result.stdout
+        assert "PGHOST=db" in result.stdout
+        assert "MODE=test" in result.stdout
 
     def test_parent_environment_is_clean(self, ws: Path, mode: str) -> None:
         """/proc/$PPID/environ (the sandbox's own parent) holds no host secret."""
         host = {**LEAKS, "PATH": "/usr/bin:/bin"}
         prepared = Sandbox(isolation=mode).prepare(ws, host_env=host)  # type: ignore[arg-type]
         result = shell(prepared, "tr '\\0' '\\n' < /proc/$PPID/environ")
-        assert result.exit_code == 0 and "PATH=/usr/bin:/bin" in result.stdout
+        assert result.exit_code == 0
+        assert "PATH=/usr/bin:/bin" in result.stdout
         assert "LEAK" not in result.stdout
 
 
@@ -297,7 +299,8 @@ class TestDescendants:
         result = call_tool(
             tools, "run_shell", {"command": f"{line}; sleep {marker}"}, tool_timeouts={"shell": 1}
         )
-        assert result.timed_out and result.stdout == "started\n"
+        assert result.timed_out
+        assert result.stdout == "started\n"
         assert all_gone(marker)
 
 

@@ -162,7 +162,8 @@ class TestAbort:
         assert state.exit_reason == "aborted"
         assert history_problems(state.history) == []
         quick, aborted = state.history[-1].content
-        assert isinstance(quick, ToolResultBlock) and isinstance(aborted, ToolResultBlock)
+        assert isinstance(quick, ToolResultBlock)
+        assert isinstance(aborted, ToolResultBlock)
         assert (quick.content, quick.is_error) == ("exit code: 0\nstdout:\nquick\n", False)
         assert (aborted.content, aborted.is_error) == (ABORTED, True)
         assert gone(int((tmp_path / "sleep.pid").read_text()))
@@ -284,7 +285,8 @@ class TestHugeOutput:
         state = make_harness(params, provider).run_sync("go")
         assert state.exit_reason == "model_complete"
         result = state.history[2].content[0]
-        assert isinstance(result, ToolResultBlock) and not result.is_error
+        assert isinstance(result, ToolResultBlock)
+        assert not result.is_error
         assert len(result.content.encode()) <= 64_000
         assert "[... output truncated: " in result.content
         assert state.history[-1] == Message("assistant", (TextBlock("ok"),))
