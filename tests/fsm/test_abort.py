@@ -202,8 +202,8 @@ def test_abort_from_the_event_consumer_between_phases(make_harness: Any) -> None
         targets = []
         async for event in run.events():
             if event.type == "transition":
-                targets.append(event.target)  # type: ignore[attr-defined]
-                if event.target == "normalize":  # type: ignore[attr-defined]
+                targets.append(event.target)
+                if event.target == "normalize":
                     run.abort("seen enough")
         return run.state, targets
 

@@ -22,7 +22,7 @@ from innerloop import (
 )
 from innerloop._events import Abort, Alert, Backoff, Compacted, Event, Fallback, Finished
 from innerloop.recovery import ApproxTokenCounter, RecoveryPolicy
-from innerloop.testing import FakeClock, Fault, ScriptedProvider, reply, tool_call
+from innerloop.testing import FakeClock, Fault, Reply, ScriptedProvider, reply, tool_call
 from innerloop.tools import ToolContext, ToolOutput
 
 SYSTEM = "You are a test agent."
@@ -97,7 +97,7 @@ def test_tool_results_reach_the_model_before_exit(make_harness: Any) -> None:
 
 def test_backoff_doubles_and_retry_after_overrides(make_harness: Any, clock: FakeClock) -> None:
     """429s back off 1, 2, 4 s; a Retry-After of 7 s overrides the schedule."""
-    script = [
+    script: list[Reply | Fault] = [
         Fault.rate_limited(),
         Fault.rate_limited(),
         Fault.overloaded(),
@@ -147,7 +147,7 @@ def test_rate_limited_with_no_fallback_fails(make_harness: Any) -> None:
 
 def test_transient_failure_retried_once(make_harness: Any, clock: FakeClock) -> None:
     """A 5xx is retried immediately, without waiting."""
-    script = [Fault.server_error(502), reply("fine")]
+    script: list[Reply | Fault] = [Fault.server_error(502), reply("fine")]
     state, events = collect(make_harness(params(), ScriptedProvider(script)))
     assert state.exit_reason == "model_complete"
     assert clock.sleeps == []
@@ -248,7 +248,7 @@ def test_max_tokens_compacts_and_continues(make_harness: Any) -> None:
 
 def test_context_overflow_alerts_and_compacts(make_harness: Any) -> None:
     """Prompt too long: an alert, emergency compaction, then the same turn is replayed."""
-    script = [
+    script: list[Reply | Fault] = [
         reply("x" * 2000, tool_call("echo", id="t1")),
         reply("y" * 2000, tool_call("echo", id="t2")),
         reply("z" * 2000, tool_call("echo", id="t3")),
@@ -393,7 +393,7 @@ def test_run_makes_no_stream_events_and_ends_the_same(make_harness: Any) -> None
             yielded.append(event.type)
             yield event
 
-    quiet.events = spy  # type: ignore[method-assign]
+    quiet.events = spy
     state = asyncio.run(quiet.run())
     assert "text_delta" in seen
     assert "text_delta" not in yielded
@@ -452,7 +452,11 @@ def test_sync_facade_equals_async(make_harness: Any) -> None:
 
 def test_statemachine_engine_matches_table_engine(make_harness: Any) -> None:
     """Driving python-statemachine's send('step') takes the same path as the lean table."""
-    script = [Fault.rate_limited(), reply(tool_call("echo", id="t1")), reply("done")]
+    script: list[Reply | Fault] = [
+        Fault.rate_limited(),
+        reply(tool_call("echo", id="t1")),
+        reply("done"),
+    ]
     _, fast = collect(make_harness(params(), ScriptedProvider(script)))
     _, ref = collect(make_harness(params(), ScriptedProvider(script), engine="statemachine"))
     assert path(fast) == path(ref)

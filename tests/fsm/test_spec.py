@@ -30,7 +30,7 @@ async def _noop(ctx: PhaseContext) -> None:
 def test_default_spec_compiles_to_statemachine_class() -> None:
     """The default spec compiles into a python-statemachine class with every state."""
     compiled = compile_spec(DEFAULT_SPEC)
-    names = {s.value for s in compiled.machine_class.states}  # type: ignore[attr-defined]
+    names = {s.value for s in compiled.machine_class.states}
     assert names == set(DEFAULT_SPEC.state_names)
     phases = {"assemble", "normalize", "call", "stream", "execute", "check"}
     recovery = {"compact", "backoff", "fallback", "abort"}

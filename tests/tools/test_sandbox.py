@@ -102,7 +102,7 @@ class TestPolicy:
         with pytest.raises(SandboxError, match="path 'data' is relative; give an absolute"):
             Sandbox(read_only=["data"])
         with pytest.raises(SandboxError, match="got the string 'PGHOST'; wrap it"):
-            Sandbox(env="PGHOST")  # type: ignore[arg-type]
+            Sandbox(env="PGHOST")
         with pytest.raises(SandboxError, match="'/nope/x' does not exist; create it or leave"):
             Sandbox(isolation="process", read_only=["/nope/x"]).prepare(ws)
 
@@ -283,7 +283,7 @@ class TestDescendants:
 
         async def abort_when_started() -> None:
             task = asyncio.ensure_future(prepared.run(["/bin/sh", "-c", f"{line}; wait"]))
-            while len(survivors(marker)) < 3:
+            while len(survivors(marker)) < 3:  # noqa: ASYNC110  waits on other processes
                 await asyncio.sleep(0.02)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):

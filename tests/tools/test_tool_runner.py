@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from innerloop import HarnessParams
 from innerloop._messages import ToolUseBlock
 from innerloop.recovery import ApproxTokenCounter
 from innerloop.tools import (
@@ -107,6 +108,7 @@ class TestResults:
         def where(ctx: ToolContext) -> str:
             """Where am I."""
             ctx.state.notes["seen"] = True
+            assert isinstance(ctx.params, HarnessParams)
             return f"{ctx.tool_use_id} {ctx.workspace} {ctx.timeout} {ctx.params.model}"
 
         result = call_tool(where, "where", {}, runner=ToolRunner(workspace=tmp_path))
