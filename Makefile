@@ -15,6 +15,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check innerloop tests bench
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
 
 diagrams: $(STAMP)
 	$(PY) -m innerloop diagram --write-all diagrams

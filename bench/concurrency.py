@@ -368,9 +368,10 @@ async def bench(args: argparse.Namespace, url: str | None) -> dict[str, Any]:
     waited: list[float] = []
     tick = asyncio.create_task(ticker(stop, lateness, moments, waited))
     start = time.perf_counter()
-    runs = []
-    async for i in paced(args.loops, args.arrival_rate):  # loops arrive at a steady rate
-        runs.append(asyncio.create_task(loops[i % len(loops)].run("go")))
+    runs = [  # loops arrive at a steady rate
+        asyncio.create_task(loops[i % len(loops)].run("go"))
+        async for i in paced(args.loops, args.arrival_rate)
+    ]
     while parked[0] < args.loops:
         if any(r.done() for r in runs):
             failed = next(r for r in runs if r.done())

@@ -143,7 +143,8 @@ async def measure_loopback(eager: bool, scale: float) -> float:
             if isinstance(event, ToolExecuted) and done_at is None:
                 done_at = time.monotonic()
         await provider.aclose()
-    assert start is not None and done_at is not None
+    assert start is not None
+    assert done_at is not None
     return done_at - start
 
 

@@ -81,7 +81,8 @@ def test_demo_runs_offline_and_shows_every_recovery_branch(tmp_path: Path) -> No
         proc.stdout
     )
     svg = (tmp_path / "trace.svg").read_text()
-    assert svg.startswith("<?xml") and "fallback" in svg
+    assert svg.startswith("<?xml")
+    assert "fallback" in svg
 
 
 @pytest.mark.parametrize(
@@ -232,7 +233,8 @@ def test_sigint_aborts_cleanly(tmp_path: Path) -> None:
     assert "Traceback" not in err
     events = read_event_log(log)
     assert any(e["type"] == "abort" and "SIGINT" in e["reason"] for e in events)
-    assert events[-1]["type"] == "finished" and events[-1]["exit_reason"] == "aborted"
+    assert events[-1]["type"] == "finished"
+    assert events[-1]["exit_reason"] == "aborted"
 
 
 def test_run_with_builtin_tools(tmp_path: Path) -> None:
@@ -280,7 +282,8 @@ def _fails(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 
     assert main(args) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.count("\n") == 1
+    assert "Traceback" not in err
     return err.strip()
 
 
@@ -440,7 +443,8 @@ def test_sigterm_and_sighup_abort_like_sigint(sig: signal.Signals, tmp_path: Pat
     assert "Traceback" not in err
     events = read_event_log(log)
     assert any(e["type"] == "abort" and e["reason"] == f"interrupted ({sig.name})" for e in events)
-    assert events[-1]["type"] == "finished" and events[-1]["exit_reason"] == "aborted"
+    assert events[-1]["type"] == "finished"
+    assert events[-1]["exit_reason"] == "aborted"
     deadline = time.monotonic() + 10
     while not _gone(pid) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -110,6 +110,17 @@ def for_type(tp: Any) -> st.SearchStrategy[Any]:
         return st.from_type(tp)
     if tp is float:
         return finite
+    if origin is not None:
+        return for_generic(tp, origin, args)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return st.sampled_from(tp)
+    if isinstance(tp, type) and attrs.has(tp):
+        return st.builds(tp, **fields_of(tp))
+    raise AssertionError(f"no strategy for {tp!r}: add one to for_type")
+
+
+def for_generic(tp: Any, origin: Any, args: tuple[Any, ...]) -> st.SearchStrategy[Any]:
+    """A strategy for a union, a literal or a container type ``tp``."""
     if origin in (typing.Union, types.UnionType):
         return st.one_of([for_type(a) for a in args])
     if origin is typing.Literal:
@@ -118,10 +129,6 @@ def for_type(tp: Any) -> st.SearchStrategy[Any]:
         return st.lists(for_type(args[0]), max_size=3).map(origin)
     if origin in (dict, Mapping) or origin is typing.get_origin(Mapping[str, int]):
         return st.dictionaries(for_type(args[0]), for_type(args[1]), max_size=3)
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return st.sampled_from(tp)
-    if isinstance(tp, type) and attrs.has(tp):
-        return st.builds(tp, **fields_of(tp))
     raise AssertionError(f"no strategy for {tp!r}: add one to for_type")
 
 
@@ -264,8 +271,9 @@ class TestEvents:
     ) -> None:
         """The log line: ``type`` first, then every field in declaration order."""
         out = data.draw(for_type(cls)).to_dict()
-        assert list(out) == ["type", *(f.name for f in attrs.fields(cls))]
         assert out["type"] == cls.type
+        assert attrs.has(cls)
+        assert list(out) == ["type", *(f.name for f in attrs.fields(cls))]
 
     def test_the_documented_fields_are_the_written_ones(self) -> None:
         """docs/event-log.md lists each event type with exactly the fields it has."""
@@ -498,7 +506,9 @@ class TestHarnessParams:
 
     def test_code_without_a_name_cannot_cross(self) -> None:
         """A class holding a callable and no ``name`` is refused with the fix."""
-        assert holds_code(ToolSpec) and holds_code(Hook) and not holds_code(HarnessParams)
+        assert holds_code(ToolSpec)
+        assert holds_code(Hook)
+        assert not holds_code(HarnessParams)
         with pytest.raises(ConversionError) as caught:
             unstructure(Hook(lambda: None))
         assert str(caught.value) == (
@@ -532,7 +542,8 @@ class TestHarnessState:
         state = HarnessState()
         state.request_abort("host said stop")
         back = state_from_dict(through_json(state_to_dict(state)))
-        assert back.abort == state.abort and back.abort is not None
+        assert back.abort == state.abort
+        assert back.abort is not None
         assert back.abort.reason == "host said stop"
 
 

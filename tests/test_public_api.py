@@ -41,5 +41,6 @@ def test_ships_py_typed() -> None:
 def test_errors_subclass_the_builtins_callers_catch() -> None:
     """Programmer errors are ValueErrors; every error is an InnerloopError."""
     for cls in (innerloop.ParamsError, innerloop.SpecError, innerloop.ToolDefinitionError):
-        assert issubclass(cls, ValueError) and issubclass(cls, innerloop.InnerloopError)
+        assert issubclass(cls, ValueError)
+        assert issubclass(cls, innerloop.InnerloopError)
     assert issubclass(innerloop.ProviderError, innerloop.InnerloopError)

@@ -70,9 +70,7 @@ def to_mermaid(diagram: Diagram) -> str:
     if d.trace is not None:
         lines.append(f"    %% run: {len(d.trace.steps)} transitions, ended in {d.end_state}")
     lines.append(f"    [*] --> {d.initial}")
-    for s in d.states:
-        if s.final:
-            lines.append(f"    {s.name} : exit_reason = {s.exit_reason}")
+    lines.extend(f"    {s.name} : exit_reason = {s.exit_reason}" for s in d.states if s.final)
     groups = d.edge_groups()
     for kind in ("happy", "recovery", "exit"):
         chosen = [g for g in groups if g.kind == kind]
@@ -82,9 +80,7 @@ def to_mermaid(diagram: Diagram) -> str:
         for g in chosen:
             label = _label(d, g)
             lines.append(f"    {g.source} --> {g.target}" + (f" : {label}" if label else ""))
-    for s in d.states:
-        if s.final:
-            lines.append(f"    {s.name} --> [*]")
+    lines.extend(f"    {s.name} --> [*]" for s in d.states if s.final)
     lines.extend(f"    {c}" for c in CLASSES)
     for cls, names in _classes(d).items():
         lines.append(f"    class {','.join(names)} {cls}")

@@ -25,23 +25,34 @@ def history_problems(history: Sequence[Message]) -> list[str]:
             problems.append(f"messages {i} and {i + 1} are both {a.role!r}")
     for i, message in enumerate(history):
         if message.role == "user":
-            answered = [r.tool_use_id for r in message.tool_results]
-            asked = [u.id for u in history[i - 1].tool_uses] if i > 0 else []
-            for tid in answered:
-                if answered.count(tid) > 1:
-                    problems.append(f"message {i} answers tool_use {tid!r} more than once")
-                if tid not in asked:
-                    problems.append(f"message {i} has an orphan tool_result {tid!r}")
-            continue
-        ids = [u.id for u in message.tool_uses]
-        if not ids:
-            continue
-        nxt = history[i + 1] if i + 1 < len(history) else None
-        got = {r.tool_use_id for r in nxt.tool_results} if nxt is not None else set()
-        for tid in ids:
-            if tid not in got:
-                problems.append(f"tool_use {tid!r} in message {i} has no tool_result")
+            problems += _result_problems(history, i)
+        else:
+            problems += _unanswered_problems(history, i)
     return sorted(set(problems), key=problems.index)
+
+
+def _result_problems(history: Sequence[Message], i: int) -> list[str]:
+    """Tool results of user message ``i`` that repeat or answer nothing asked just before."""
+    answered = [r.tool_use_id for r in history[i].tool_results]
+    asked = [u.id for u in history[i - 1].tool_uses] if i > 0 else []
+    problems: list[str] = []
+    for tid in answered:
+        if answered.count(tid) > 1:
+            problems.append(f"message {i} answers tool_use {tid!r} more than once")
+        if tid not in asked:
+            problems.append(f"message {i} has an orphan tool_result {tid!r}")
+    return problems
+
+
+def _unanswered_problems(history: Sequence[Message], i: int) -> list[str]:
+    """Tool uses of assistant message ``i`` that the next message does not answer."""
+    nxt = history[i + 1] if i + 1 < len(history) else None
+    got = {r.tool_use_id for r in nxt.tool_results} if nxt is not None else set()
+    return [
+        f"tool_use {u.id!r} in message {i} has no tool_result"
+        for u in history[i].tool_uses
+        if u.id not in got
+    ]
 
 
 def assert_valid_history(history: Sequence[Message], *, complete: bool = True) -> None:

@@ -45,14 +45,6 @@ linear in the text, and runs in place."""
 
 
 def _file_tools(ws: Workspace) -> list[ToolSpec]:
-    def existing_file(path: str) -> Path:
-        target = ws.resolve(path)
-        if not target.exists():
-            raise ToolError(f"{path!r} does not exist")
-        if not target.is_file():
-            raise ToolError(f"{path!r} is not a file")
-        return target
-
     @tool(category="file")
     def read_file(path: str) -> str:
         """Read a text file in the workspace.
@@ -60,7 +52,7 @@ def _file_tools(ws: Workspace) -> list[ToolSpec]:
         Args:
             path: file path relative to the workspace root
         """
-        target = existing_file(path)
+        target = _existing_file(ws, path)
         size = target.stat().st_size
         with target.open("rb") as fh:
             data = fh.read(READ_LIMIT)
@@ -94,20 +86,7 @@ def _file_tools(ws: Workspace) -> list[ToolSpec]:
             old: the exact text to replace; it must occur exactly once in the file
             new: the replacement text
         """
-        target = existing_file(path)
-        text = target.read_text(encoding="utf-8")
-        if not old:
-            raise ToolError("old must not be empty")
-        count = text.count(old)
-        if count == 0:
-            raise ToolError(f"old string not found in {path!r}; read the file and copy it exactly")
-        if count > 1:
-            raise ToolError(
-                f"old string occurs {count} times in {path!r}; include more surrounding text "
-                "so that it is unique"
-            )
-        target.write_text(text.replace(old, new, 1), encoding="utf-8")
-        return f"replaced 1 occurrence in {ws.relative(target)}"
+        return _replace_once(ws, path, old, new)
 
     @tool(category="file")
     def list_dir(path: str = ".") -> str:
@@ -116,16 +95,7 @@ def _file_tools(ws: Workspace) -> list[ToolSpec]:
         Args:
             path: directory path relative to the workspace root
         """
-        target = ws.resolve(path)
-        if not target.is_dir():
-            raise ToolError(f"{path!r} is not a directory")
-        names = []
-        for entry in sorted(target.iterdir(), key=lambda p: p.name):
-            if entry.is_symlink() and not ws.contains(entry):
-                names.append(f"{entry.name} -> (outside the workspace)")
-            else:
-                names.append(entry.name + ("/" if entry.is_dir() else ""))
-        return "\n".join(names) or "(empty)"
+        return _listing(ws, path)
 
     @tool(category="file")
     def search(
@@ -146,6 +116,45 @@ def _file_tools(ws: Workspace) -> list[ToolSpec]:
         return _search(ws, pattern, path, regex, max_results, ctx.timeout)
 
     return [read_file, write_file, edit_file, list_dir, search]
+
+
+def _existing_file(ws: Workspace, path: str) -> Path:
+    target = ws.resolve(path)
+    if not target.exists():
+        raise ToolError(f"{path!r} does not exist")
+    if not target.is_file():
+        raise ToolError(f"{path!r} is not a file")
+    return target
+
+
+def _replace_once(ws: Workspace, path: str, old: str, new: str) -> str:
+    target = _existing_file(ws, path)
+    text = target.read_text(encoding="utf-8")
+    if not old:
+        raise ToolError("old must not be empty")
+    count = text.count(old)
+    if count == 0:
+        raise ToolError(f"old string not found in {path!r}; read the file and copy it exactly")
+    if count > 1:
+        raise ToolError(
+            f"old string occurs {count} times in {path!r}; include more surrounding text "
+            "so that it is unique"
+        )
+    target.write_text(text.replace(old, new, 1), encoding="utf-8")
+    return f"replaced 1 occurrence in {ws.relative(target)}"
+
+
+def _listing(ws: Workspace, path: str) -> str:
+    target = ws.resolve(path)
+    if not target.is_dir():
+        raise ToolError(f"{path!r} is not a directory")
+    names = []
+    for entry in sorted(target.iterdir(), key=lambda p: p.name):
+        if entry.is_symlink() and not ws.contains(entry):
+            names.append(f"{entry.name} -> (outside the workspace)")
+        else:
+            names.append(entry.name + ("/" if entry.is_dir() else ""))
+    return "\n".join(names) or "(empty)"
 
 
 def _walk(ws: Workspace, top: Path) -> Iterator[Path]:

@@ -221,12 +221,28 @@ class Toolset:
         self._tools[spec.name] = spec
         return spec
 
+    @overload
+    def tool(self, fn: Callable[..., Any], /) -> ToolSpec: ...
+
+    @overload
+    def tool(
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        category: str = "code",
+        timeout: float | None = None,
+        isolated: bool = False,
+    ) -> Callable[[Callable[..., Any]], ToolSpec]: ...
+
     def tool(
         self,
         fn: Callable[..., Any] | None = None,
         /,
         **options: Any,
-    ) -> Any:
+    ) -> ToolSpec | Callable[[Callable[..., Any]], ToolSpec]:
         """Like :func:`tool`, and register the spec here."""
         if fn is not None:
             return self.add(tool(fn, **options))

@@ -195,7 +195,7 @@ async def run_process(
     cwd: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     stdin: bytes | None = None,
-    timeout: float | None = None,
+    timeout: float | None = None,  # noqa: ASYNC109  public API; expiry is a result, not an error
     capture_limit: int = CAPTURE_LIMIT,
     on_partial: Callable[[ProcessResult], None] | None = None,
     reaper: bool = False,

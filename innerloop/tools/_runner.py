@@ -230,11 +230,7 @@ class ToolRunner:
             )
 
         def raised(exc: BaseException) -> ToolCallResult:
-            text = str(exc)
-            return result(
-                f"tool {call.name!r} raised {type(exc).__name__}" + (f": {text}" if text else ""),
-                _name(exc),
-            )
+            return result(_raised_text(call, exc), _name(exc))
 
         async def outcome() -> ToolCallResult:
             scope = asyncio.timeout(limit)
@@ -247,30 +243,17 @@ class ToolRunner:
                 return self._timed_out(ctx, spec, call, time.monotonic() - start)
             except ToolError as exc:
                 return result(str(exc), "tool_error")
-            except asyncio.CancelledError as exc:
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
-                    raise  # this call is being cancelled: an abort
-                return raised(exc)  # the tool awaited something that was cancelled
-            except KeyboardInterrupt:
-                raise
             except BaseException as exc:  # the tool's failure goes back to the model
+                if _belongs_to_host(exc):
+                    raise
                 return raised(exc)
-            if not isinstance(out, ToolOutput):
-                return result(
-                    f"tool {call.name!r} handler returned {type(out).__name__}, not ToolOutput",
-                    "TypeError",
-                )
-            return result(
-                out.content,
-                "tool_error" if out.is_error else None,
-                stdout=out.stdout,
-                stderr=out.stderr,
-                exit_code=out.exit_code,
-                value=out.value,
-            )
+            output, error, extra = _reported(call, out)
+            return result(output, error, **extra)
 
-        done = await outcome()
+        return await self._capped(run, await outcome())
+
+    async def _capped(self, run: ToolScope, done: ToolCallResult) -> ToolCallResult:
+        """``done`` with its output capped (:class:`OutputLimits`); a long one off the loop."""
         text, limits = done.output, self.limits
         counter = self.token_counter or run.tokens.counter or ApproxTokenCounter()
         if len(text) <= 16_384 and (limits.max_tokens is None or len(text) <= limits.max_tokens):
@@ -335,3 +318,31 @@ async def _cancel(tasks: Sequence[asyncio.Future[ToolCallResult]]) -> None:
         t.cancel()
     if tasks:
         await asyncio.wait(tasks)
+
+
+def _belongs_to_host(exc: BaseException) -> bool:
+    """A Ctrl-C, or the cancellation of this very call (an abort), as opposed to the
+    ``CancelledError`` of something the tool awaited."""
+    if isinstance(exc, KeyboardInterrupt):
+        return True
+    task = asyncio.current_task()
+    return isinstance(exc, asyncio.CancelledError) and task is not None and task.cancelling() > 0
+
+
+def _raised_text(call: ToolUseBlock, exc: BaseException) -> str:
+    text = str(exc)
+    return f"tool {call.name!r} raised {type(exc).__name__}" + (f": {text}" if text else "")
+
+
+def _reported(call: ToolUseBlock, out: object) -> tuple[str, str | None, dict[str, object]]:
+    """Output, error and extra fields of the result for what a handler returned."""
+    if not isinstance(out, ToolOutput):
+        text = f"tool {call.name!r} handler returned {type(out).__name__}, not ToolOutput"
+        return text, "TypeError", {}
+    extra: dict[str, object] = {
+        "stdout": out.stdout,
+        "stderr": out.stderr,
+        "exit_code": out.exit_code,
+        "value": out.value,
+    }
+    return out.content, "tool_error" if out.is_error else None, extra

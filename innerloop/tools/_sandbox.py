@@ -274,7 +274,7 @@ class _Prepared:
         self,
         command: Sequence[str],
         *,
-        timeout: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109  public API, as run_process's
         on_partial: Callable[[ProcessResult], None] | None = None,
     ) -> ProcessResult:
         """Run ``command`` in the workspace root inside the sandbox (see

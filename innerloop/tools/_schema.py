@@ -271,17 +271,7 @@ def signature_of(fn: Callable[..., Any], where: str) -> Signature:
     defaults: dict[str, Any] = {}
     context_param: str | None = None
     for name, param in inspect.signature(fn).parameters.items():
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            stars = "*" if param.kind is param.VAR_POSITIONAL else "**"
-            raise ToolDefinitionError(
-                f"{where}: parameter {name!r} is variadic ({stars}{name}); tools take named "
-                "parameters only"
-            )
-        if param.kind is param.POSITIONAL_ONLY:
-            raise ToolDefinitionError(
-                f"{where}: parameter {name!r} is positional-only; tools are called with "
-                "keyword arguments"
-            )
+        _check_kind(param, where)
         if name not in hints:
             raise ToolDefinitionError(
                 f"{where}: parameter {name!r} has no type annotation; annotate it (e.g. "
@@ -315,6 +305,22 @@ def signature_of(fn: Callable[..., Any], where: str) -> Signature:
     for name, value in defaults.items():
         schema["properties"][name].setdefault("default", value)
     return Signature(ToolSchema(schema, _AdapterValidator(adapter, schema)), summary, context_param)
+
+
+def _check_kind(param: inspect.Parameter, where: str) -> None:
+    """Raise for a parameter a tool cannot be called with by keyword."""
+    name = param.name
+    if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+        stars = "*" if param.kind is param.VAR_POSITIONAL else "**"
+        raise ToolDefinitionError(
+            f"{where}: parameter {name!r} is variadic ({stars}{name}); tools take named "
+            "parameters only"
+        )
+    if param.kind is param.POSITIONAL_ONLY:
+        raise ToolDefinitionError(
+            f"{where}: parameter {name!r} is positional-only; tools are called with "
+            "keyword arguments"
+        )
 
 
 def _identifier(name: str) -> str:

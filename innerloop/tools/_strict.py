@@ -73,38 +73,51 @@ def _strict(node: Any) -> Any:
             continue
         if key not in _KEEP:
             raise _NotStrict
-        if key == "format" and value not in _FORMATS:
-            raise _NotStrict
-        if key == "$defs":
-            out[key] = {name: _strict(sub) for name, sub in value.items()}
-        elif key == "items":
-            out[key] = _strict(value)
-        elif key == "anyOf":
-            out[key] = [_strict(sub) for sub in value]
-        elif key in ("properties", "required", "additionalProperties"):
-            continue  # below
-        else:
-            out[key] = value
+        if key not in _OBJECT_KEYS:  # those are done below
+            out[key] = _strict_keyword(key, value)
     if "$ref" in out and len(out) > 1 + ("description" in out) + ("title" in out):
         raise _NotStrict  # strict mode takes a $ref with no sibling constraints
     kinds = node.get("type")
     is_object = kinds == "object" or (isinstance(kinds, list) and "object" in kinds)
     if is_object or "properties" in node:
-        properties = node.get("properties")
-        if not isinstance(properties, Mapping) or not properties:
-            raise _NotStrict  # a free-form object
-        if node.get("additionalProperties", False) not in (False, True):
-            raise _NotStrict  # properties and a schema for the other keys
-        required = set(node.get("required", ()))
-        out["properties"] = {
-            name: _strict(sub) if name in required else _nullable(_strict(sub))
-            for name, sub in properties.items()
-        }
-        out["required"] = list(properties)
-        out["additionalProperties"] = False
+        out.update(_strict_object(node))
     elif node.get("additionalProperties") is not None:
         raise _NotStrict
     return out
+
+
+_OBJECT_KEYS = frozenset({"properties", "required", "additionalProperties"})
+
+
+def _strict_keyword(key: str, value: Any) -> Any:
+    """The strict form of one kept keyword's value (not one of ``_OBJECT_KEYS``)."""
+    if key == "format" and value not in _FORMATS:
+        raise _NotStrict
+    if key == "$defs":
+        return {name: _strict(sub) for name, sub in value.items()}
+    if key == "items":
+        return _strict(value)
+    if key == "anyOf":
+        return [_strict(sub) for sub in value]
+    return value
+
+
+def _strict_object(node: Mapping[str, Any]) -> dict[str, Any]:
+    """The strict ``properties``, ``required`` and ``additionalProperties`` of an object."""
+    properties = node.get("properties")
+    if not isinstance(properties, Mapping) or not properties:
+        raise _NotStrict  # a free-form object
+    if node.get("additionalProperties", False) not in (False, True):
+        raise _NotStrict  # properties and a schema for the other keys
+    required = set(node.get("required", ()))
+    return {
+        "properties": {
+            name: _strict(sub) if name in required else _nullable(_strict(sub))
+            for name, sub in properties.items()
+        },
+        "required": list(properties),
+        "additionalProperties": False,
+    }
 
 
 def _nullable(node: dict[str, Any]) -> dict[str, Any]:

@@ -570,29 +570,34 @@ def _meant(root: Mapping[str, Any], node: Any, value: Any) -> Any:
     if isinstance(value, float) and value.is_integer() and node.get("type") == "integer":
         return int(value)
     if isinstance(value, dict):
-        properties = node.get("properties")
-        if not isinstance(properties, dict):
-            return value
-        required = node.get("required", ())
-        out: dict[str, Any] | None = None
-        for key, item in value.items():
-            sub = properties.get(key)
-            if sub is None:
-                continue
-            if item is None:
-                if key not in required and not _accepts_null(root, sub):
-                    out = dict(value) if out is None else out
-                    del out[key]
-                continue
-            new = _meant(root, sub, item)
-            if new is not item:
-                out = dict(value) if out is None else out
-                out[key] = new
-        return value if out is None else out
+        return _meant_object(root, node, value)
     if isinstance(value, list) and isinstance(node.get("items"), dict):
         items = [_meant(root, node["items"], v) for v in value]
         return value if all(a is b for a, b in zip(items, value, strict=True)) else items
     return value
+
+
+def _meant_object(root: Mapping[str, Any], node: dict[str, Any], value: dict[str, Any]) -> Any:
+    """``_meant`` for an object: its properties one by one."""
+    properties = node.get("properties")
+    if not isinstance(properties, dict):
+        return value
+    required = node.get("required", ())
+    out: dict[str, Any] | None = None
+    for key, item in value.items():
+        sub = properties.get(key)
+        if sub is None:
+            continue
+        if item is None:
+            if key not in required and not _accepts_null(root, sub):
+                out = dict(value) if out is None else out
+                del out[key]
+            continue
+        new = _meant(root, sub, item)
+        if new is not item:
+            out = dict(value) if out is None else out
+            out[key] = new
+    return value if out is None else out
 
 
 def _look_through(root: Mapping[str, Any] | None, node: Any) -> Any:

@@ -75,7 +75,7 @@ class TestTrace:
     def test_foreign_trace_rejected(self) -> None:
         """A trace taking an edge the machine lacks is refused with a hint to pass --spec."""
         trace = Trace((("idle", "approve", None),))
-        with pytest.raises(ValueError) as err:
+        with pytest.raises(ValueError, match="does not have") as err:
             build_diagram(DEFAULT_SPEC, trace=trace)
         assert str(err.value) == (
             "the trace takes idle -> approve [no guard], which machine 'innerloop' does not "
@@ -94,13 +94,14 @@ def test_live_run_current(make_harness: Any) -> None:
     harness = make_harness(HarnessParams(model="scripted:m"), ScriptedProvider([reply("hi")]))
     run = harness.start("hello")
     assert build_diagram(run).current == "idle"
-    seen: list[tuple[str, str | None]] = []
 
-    async def drive() -> None:
-        async for event in run.events():
-            if isinstance(event, Transition):
-                seen.append((event.target, build_diagram(run).current))
+    async def drive() -> list[tuple[str, str | None]]:
+        return [
+            (event.target, build_diagram(run).current)  # read as each transition arrives
+            async for event in run.events()
+            if isinstance(event, Transition)
+        ]
 
-    asyncio.run(drive())
+    seen = asyncio.run(drive())
     assert seen == [(t, t) for t, _ in seen]
     assert [t for t, _ in seen][-1] == "model_complete"

@@ -19,8 +19,9 @@ def tool_starts(log_dir: Path) -> list[tuple[int, str]]:
     return [(int(row[0]), row[2]) for row in lines(log_dir / "tool.log") if row[1] == "start"]
 
 
-async def until(predicate: Callable[[], bool], timeout: float = 30, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
+async def until(predicate: Callable[[], bool], limit: float = 30, what: str = "") -> None:
+    """Poll ``predicate`` (it reads files other processes write) for up to ``limit`` s."""
+    deadline = time.monotonic() + limit
     while not predicate():
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out waiting for {what}")

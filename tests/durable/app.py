@@ -47,7 +47,7 @@ async def model(request: WireRequest) -> Reply | Fault:
     """Blocks while the file ``hold-model-N`` exists (N: the turn)."""
     turn = _turn(request)
     _log("model.log", f"model {turn}")
-    while (log_dir() / f"hold-model-{turn}").exists():
+    while (log_dir() / f"hold-model-{turn}").exists():  # noqa: ASYNC110  a test process's file
         await asyncio.sleep(0.05)
     rate_limit_at = os.environ.get("INNERLOOP_TEST_429_AT")
     if rate_limit_at is not None and turn == int(rate_limit_at):
@@ -65,7 +65,7 @@ async def work(args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
     n = args["n"]
     _log("tool.log", f"start {ctx.tool_use_id}")
     try:
-        while (log_dir() / f"hold-{n}").exists():
+        while (log_dir() / f"hold-{n}").exists():  # noqa: ASYNC110  a test process's file
             await asyncio.sleep(0.05)
     except asyncio.CancelledError:
         _log("tool.log", f"cancelled {ctx.tool_use_id}")

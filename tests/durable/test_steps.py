@@ -130,8 +130,10 @@ def test_state_round_trips_through_json() -> None:
     state.request_abort("stop")
     back = state_from_dict(json.loads(json.dumps(state_to_dict(state))))
     assert state_to_dict(back) == state_to_dict(state)
+    assert back.abort is not None
     assert back.abort.reason == "stop"
-    assert back.error is not None and back.error.retry_after == 2
+    assert back.error is not None
+    assert back.error.retry_after == 2
     assert back.notes == {"k": [1, 2]}
 
 

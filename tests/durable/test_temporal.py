@@ -93,7 +93,8 @@ def test_continue_as_new_carries_the_state(
     assert model_turns(log_dir) == Counter({"0": 1, "1": 1, "2": 1, "3": 1})
     types = [e["type"] for e in events]
     assert types.count("model_response") == 4
-    assert types.count("tool_executed") == 3 and types[-1] == "finished"
+    assert types.count("tool_executed") == 3
+    assert types[-1] == "finished"
     assert length < 40
 
 
@@ -223,7 +224,8 @@ def test_server_killed_and_restarted(
     assert [m.to_dict() for m in state.history] == expected_history
     assert model_turns(log_dir) == Counter({"0": 1, "1": 1, "2": 1, "3": 1})
     starts = Counter(c for _, c in tool_starts(log_dir))
-    assert starts["call_0"] == 1 and starts["call_2"] == 1
+    assert starts["call_0"] == 1
+    assert starts["call_2"] == 1
     assert 1 <= starts["call_1"] <= 2
 
 

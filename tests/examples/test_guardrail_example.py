@@ -89,7 +89,8 @@ def test_secrets_never_reach_the_model(make_harness: Any) -> None:
         ),
     )
     wire = json.dumps(provider.requests[1].payload)
-    assert ANTHROPIC not in wire and AWS not in wire
+    assert ANTHROPIC not in wire
+    assert AWS not in wire
     alerts = [e.to_dict() for e in events if e.type == "alert"]
     assert alerts == [
         {

@@ -63,7 +63,8 @@ async def _run_to_end(harness: Harness, **kw: Any) -> tuple[HarnessState, int]:
 
 def _aborted(state: HarnessState, reason: str) -> None:
     assert state.exit_reason == "aborted"
-    assert state.abort is not None and state.abort.reason == reason
+    assert state.abort is not None
+    assert state.abort.reason == reason
     assert_valid_history(state.history)
 
 
@@ -201,15 +202,16 @@ def test_abort_from_the_event_consumer_between_phases(make_harness: Any) -> None
         targets = []
         async for event in run.events():
             if event.type == "transition":
-                targets.append(event.target)  # type: ignore[attr-defined]
-                if event.target == "normalize":  # type: ignore[attr-defined]
+                targets.append(event.target)
+                if event.target == "normalize":
                     run.abort("seen enough")
         return run.state, targets
 
     state, targets = asyncio.run(main())
     _aborted(state, "seen enough")
     assert targets == ["assemble", "normalize", "call", "abort", "aborted"]
-    assert state.turns == 0 and state.history == [Message.user("go")]
+    assert state.turns == 0
+    assert state.history == [Message.user("go")]
 
 
 def test_failure_counter_leads_to_abort_and_failed(make_harness: Any) -> None:
@@ -217,6 +219,8 @@ def test_failure_counter_leads_to_abort_and_failed(make_harness: Any) -> None:
     the run ends in ``failed`` with a diagnostic, not ``aborted``."""
     harness = make_harness(PARAMS, ScriptedProvider([Fault.server_error(), Fault.server_error()]))
     state = harness.run_sync("go")
-    assert state.exit_reason == "failed" and state.abort is None
-    assert state.diagnostic is not None and state.diagnostic["error"]["category"] == "transient"
+    assert state.exit_reason == "failed"
+    assert state.abort is None
+    assert state.diagnostic is not None
+    assert state.diagnostic["error"]["category"] == "transient"
     assert_valid_history(state.history)

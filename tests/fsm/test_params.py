@@ -234,12 +234,12 @@ def test_wrong_types_and_values_name_the_field(kwargs: dict[str, Any], message: 
             "spend_budget.max_cost_usd: must be None or a finite number > 0, got inf",
         ),
         (
-            lambda: SpendBudget(max_tokens=1.5),
+            lambda: SpendBudget(max_tokens=1.5),  # type: ignore[arg-type]
             "spend_budget.max_tokens: must be None or an integer >= 1, got 1.5",
         ),
         (lambda: Thinking(True), "thinking.budget_tokens: must be an integer >= 1024, got True"),
         (
-            lambda: RecoveryPolicy(backoff_initial="1"),
+            lambda: RecoveryPolicy(backoff_initial="1"),  # type: ignore[arg-type]
             "recovery.backoff_initial: must be a finite number > 0, got '1'",
         ),
         (
@@ -272,10 +272,10 @@ def test_wrong_types_and_values_name_the_field(kwargs: dict[str, Any], message: 
             "placeholders, got 'Tool {tool} failed' (KeyError: 'tool'); "
             "double literal braces as {{ }}",
         ),
-        (lambda: Price("3", 1), "price.input: must be a finite number >= 0, got '3'"),
+        (lambda: Price("3", 1), "price.input: must be a finite number >= 0, got '3'"),  # type: ignore[arg-type]
         (lambda: Price(1, NAN), "price.output: must be a finite number >= 0, got nan"),
         (lambda: Price(1, 2, -0.1), "price.cache_read: must be a finite number >= 0, got -0.1"),
-        (lambda: ModelChoice(123, "x"), "model.provider: must be a non-empty string, got 123"),
+        (lambda: ModelChoice(123, "x"), "model.provider: must be a non-empty string, got 123"),  # type: ignore[arg-type]
         (lambda: ModelChoice("openai", ""), "model.model: must be a non-empty string, got ''"),
     ],
 )

@@ -22,7 +22,7 @@ from innerloop import (
 )
 from innerloop._events import Abort, Alert, Backoff, Compacted, Event, Fallback, Finished
 from innerloop.recovery import ApproxTokenCounter, RecoveryPolicy
-from innerloop.testing import FakeClock, Fault, ScriptedProvider, reply, tool_call
+from innerloop.testing import FakeClock, Fault, Reply, ScriptedProvider, reply, tool_call
 from innerloop.tools import ToolContext, ToolOutput
 
 SYSTEM = "You are a test agent."
@@ -71,7 +71,8 @@ def test_plain_answer_completes(make_harness: Any) -> None:
     assert state.exit_reason == "model_complete"
     assert state.history == [Message.user("go"), Message.assistant("Hello!")]
     assert path(events) == ["assemble", "normalize", "call", "stream", "check", "model_complete"]
-    assert isinstance(events[-1], Finished) and events[-1].turns == 1
+    assert isinstance(events[-1], Finished)
+    assert events[-1].turns == 1
 
 
 def test_tool_results_reach_the_model_before_exit(make_harness: Any) -> None:
@@ -96,7 +97,7 @@ def test_tool_results_reach_the_model_before_exit(make_harness: Any) -> None:
 
 def test_backoff_doubles_and_retry_after_overrides(make_harness: Any, clock: FakeClock) -> None:
     """429s back off 1, 2, 4 s; a Retry-After of 7 s overrides the schedule."""
-    script = [
+    script: list[Reply | Fault] = [
         Fault.rate_limited(),
         Fault.rate_limited(),
         Fault.overloaded(),
@@ -130,7 +131,8 @@ def test_fallback_after_five_retries(make_harness: Any, clock: FakeClock) -> Non
     assert clock.sleeps == [1.0, 2.0, 4.0, 8.0, 16.0]
     fallbacks = [e for e in events if isinstance(e, Fallback)]
     assert fallbacks == [Fallback("scripted", "m-20250101", "backup", "b-20250101", "rate_limited")]
-    assert state.degraded and state.active == 1
+    assert state.degraded
+    assert state.active == 1
     assert backup.requests[0].dialect == "openai"
     assert backup.requests[0].payload["messages"][0] == {"role": "system", "content": SYSTEM}
     assert state.history[-1] == Message.assistant("from backup")
@@ -145,7 +147,7 @@ def test_rate_limited_with_no_fallback_fails(make_harness: Any) -> None:
 
 def test_transient_failure_retried_once(make_harness: Any, clock: FakeClock) -> None:
     """A 5xx is retried immediately, without waiting."""
-    script = [Fault.server_error(502), reply("fine")]
+    script: list[Reply | Fault] = [Fault.server_error(502), reply("fine")]
     state, events = collect(make_harness(params(), ScriptedProvider(script)))
     assert state.exit_reason == "model_complete"
     assert clock.sleeps == []
@@ -165,7 +167,8 @@ def test_second_transient_failure_aborts_with_hashed_diagnostic(
     assert diag["error"]["category"] == "transient"
     assert diag["request"]["messages"][0]["content"][0]["text"].startswith("sha256:")
     assert diag["request"]["system"].startswith("sha256:")
-    assert "sk-ant" not in repr(diag) and "secret plan" not in repr(diag)
+    assert "sk-ant" not in repr(diag)
+    assert "secret plan" not in repr(diag)
     assert next(e for e in events if isinstance(e, Abort)).diagnostic == diag
     assert state.history == [Message.user(prompt)]
 
@@ -230,7 +233,8 @@ def test_max_tokens_compacts_and_continues(make_harness: Any) -> None:
     )
     assert state.exit_reason == "model_complete"
     compacted = [e for e in events if isinstance(e, Compacted)]
-    assert len(compacted) == 1 and compacted[0].reason == "max_tokens"
+    assert len(compacted) == 1
+    assert compacted[0].reason == "max_tokens"
     assert compacted[0].tokens_after < compacted[0].tokens_before
     assert state.history[-3] == Message.assistant("partial")
     assert state.history[-2] == Message.user(
@@ -244,7 +248,7 @@ def test_max_tokens_compacts_and_continues(make_harness: Any) -> None:
 
 def test_context_overflow_alerts_and_compacts(make_harness: Any) -> None:
     """Prompt too long: an alert, emergency compaction, then the same turn is replayed."""
-    script = [
+    script: list[Reply | Fault] = [
         reply("x" * 2000, tool_call("echo", id="t1")),
         reply("y" * 2000, tool_call("echo", id="t2")),
         reply("z" * 2000, tool_call("echo", id="t3")),
@@ -255,7 +259,8 @@ def test_context_overflow_alerts_and_compacts(make_harness: Any) -> None:
     state, events = collect(make_harness(p, ScriptedProvider(script)))
     assert state.exit_reason == "model_complete"
     alerts = [e for e in events if isinstance(e, Alert)]
-    assert len(alerts) == 1 and alerts[0].kind == "context_overflow"
+    assert len(alerts) == 1
+    assert alerts[0].kind == "context_overflow"
     compacted = [e for e in events if isinstance(e, Compacted)]
     assert [c.reason for c in compacted] == ["overflow"]
     assert compacted[0].removed_messages > 0
@@ -287,7 +292,8 @@ def test_turn_limit(make_harness: Any) -> None:
     state, _ = collect(make_harness(params(max_turns=2), ScriptedProvider(script)))
     assert state.exit_reason == "max_turns_exceeded"
     assert state.turns == 2
-    assert state.history[-1].role == "user" and state.history[-1].tool_results
+    assert state.history[-1].role == "user"
+    assert state.history[-1].tool_results
 
 
 def test_spend_budget(make_harness: Any) -> None:
@@ -387,10 +393,12 @@ def test_run_makes_no_stream_events_and_ends_the_same(make_harness: Any) -> None
             yielded.append(event.type)
             yield event
 
-    quiet.events = spy  # type: ignore[method-assign]
+    quiet.events = spy
     state = asyncio.run(quiet.run())
-    assert "text_delta" in seen and "text_delta" not in yielded
-    assert "model_response" in yielded and yielded[-1] == "finished"
+    assert "text_delta" in seen
+    assert "text_delta" not in yielded
+    assert "model_response" in yielded
+    assert yielded[-1] == "finished"
     assert (state.exit_reason, state.history) == (loud.state.exit_reason, loud.state.history)
     assert (state.usage, state.turns) == (loud.state.usage, loud.state.turns)
     assert quiet.scope.quiet is False
@@ -444,7 +452,11 @@ def test_sync_facade_equals_async(make_harness: Any) -> None:
 
 def test_statemachine_engine_matches_table_engine(make_harness: Any) -> None:
     """Driving python-statemachine's send('step') takes the same path as the lean table."""
-    script = [Fault.rate_limited(), reply(tool_call("echo", id="t1")), reply("done")]
+    script: list[Reply | Fault] = [
+        Fault.rate_limited(),
+        reply(tool_call("echo", id="t1")),
+        reply("done"),
+    ]
     _, fast = collect(make_harness(params(), ScriptedProvider(script)))
     _, ref = collect(make_harness(params(), ScriptedProvider(script), engine="statemachine"))
     assert path(fast) == path(ref)

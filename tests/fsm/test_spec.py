@@ -30,7 +30,7 @@ async def _noop(ctx: PhaseContext) -> None:
 def test_default_spec_compiles_to_statemachine_class() -> None:
     """The default spec compiles into a python-statemachine class with every state."""
     compiled = compile_spec(DEFAULT_SPEC)
-    names = {s.value for s in compiled.machine_class.states}  # type: ignore[attr-defined]
+    names = {s.value for s in compiled.machine_class.states}
     assert names == set(DEFAULT_SPEC.state_names)
     phases = {"assemble", "normalize", "call", "stream", "execute", "check"}
     recovery = {"compact", "backoff", "fallback", "abort"}
@@ -174,7 +174,8 @@ def test_custom_state_runs_like_a_builtin() -> None:
     assert state.exit_reason == "model_complete"
     assert seen == [3]
     path = [(e.source, e.target) for e in events if e.type == "transition"]
-    assert ("execute", "audit") in path and ("audit", "check") in path
+    assert ("execute", "audit") in path
+    assert ("audit", "check") in path
 
 
 def test_replace_handler() -> None:
@@ -190,4 +191,5 @@ def test_replace_handler() -> None:
 
     params = HarnessParams(model="scripted:m-20250101")
     state = Harness(params, [ScriptedProvider([reply("hi")])], machine=spec).run_sync("go")
-    assert state.exit_reason == "model_complete" and calls == ["check"]
+    assert state.exit_reason == "model_complete"
+    assert calls == ["check"]

@@ -59,7 +59,7 @@ def histories(draw: st.DrawFn, max_turns: int = 14) -> list[Message]:
 
 
 def _user_blocks(draw: st.DrawFn) -> list[Block]:
-    blocks = [TextBlock(draw(WORDS) or "hi")]
+    blocks: list[Block] = [TextBlock(draw(WORDS) or "hi")]
     if draw(st.integers(0, 4)) == 0:
         blocks.append(IMAGE)
     return blocks

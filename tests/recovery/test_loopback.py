@@ -14,6 +14,7 @@ from innerloop.testing import (
     AnthropicServer,
     Fault,
     OpenAIServer,
+    Reply,
     assert_valid_history,
     reply,
     tool_call,
@@ -37,7 +38,7 @@ def test_overflow_then_max_tokens_over_http(dialect: str, make_harness: Any) -> 
     """Prompt too long: alert and emergency compaction; then max_tokens: compaction and the
     continuation message; the replayed turns finish the run with a valid history."""
     server_cls, provider_cls = SERVERS[dialect]
-    script = [
+    script: list[Reply | Fault] = [
         reply("reading", tool_call("read", id="r1")),
         reply("again", tool_call("read", id="r2")),
         reply("once more", tool_call("read", id="r3")),

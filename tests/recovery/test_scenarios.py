@@ -4,7 +4,7 @@ providers: the exact history the model sees and the exact events the host gets."
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from innerloop import HarnessParams
@@ -24,7 +24,7 @@ from innerloop.recovery import (
 from innerloop.recovery._compaction import SUMMARY_HEADER
 from innerloop.recovery._policy import CONTINUATION_MESSAGE
 from innerloop.testing import FakeProvider, Fault, ScriptedProvider, reply, thinking, tool_call
-from innerloop.tools import ToolOutput, ToolSpec
+from innerloop.tools import ToolContext, ToolOutput, ToolSpec
 
 BIG = "lorem ipsum dolor sit amet " * 120
 TOKENS = MessageTokenCache(TiktokenCounter())
@@ -165,8 +165,8 @@ class TestSummarizer:
         ]
 
 
-def echo_tool(calls: list[dict[str, Any]]) -> ToolSpec:
-    async def echo(args: dict[str, Any], ctx: Any) -> ToolOutput:
+def echo_tool(calls: list[Mapping[str, Any]]) -> ToolSpec:
+    async def echo(args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
         calls.append(args)
         return ToolOutput("echo:" + str(args.get("x", "")))
 
@@ -180,7 +180,7 @@ class TestMaxTokens:
     ) -> None:
         """On max_tokens the oldest 60% is compacted, the continuation message follows, and
         no tool call of the truncated turn runs."""
-        calls: list[dict[str, Any]] = []
+        calls: list[Mapping[str, Any]] = []
         params = HarnessParams(
             model="scripted:m", system="sys", tools=[echo_tool(calls)], recovery=KEEP_TWO
         )
@@ -232,7 +232,7 @@ class TestMaxTokens:
         cancelled when the turn is discarded: it never runs."""
         started: list[str] = []
 
-        async def record(args: dict[str, Any], ctx: Any) -> ToolOutput:
+        async def record(args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
             started.append(ctx.tool_use_id)
             return ToolOutput("ran")
 
@@ -303,7 +303,7 @@ def looping(n: int, usage: Usage) -> list[Any]:
 
 class TestSpendBudget:
     def spend_run(self, make_harness: Any, budget: SpendBudget, usage: Usage, **kw: Any) -> Any:
-        calls: list[dict[str, Any]] = []
+        calls: list[Mapping[str, Any]] = []
         params = HarnessParams(
             model="scripted:m", tools=[echo_tool(calls)], spend_budget=budget, **kw
         )

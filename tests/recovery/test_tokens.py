@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import socket
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from innerloop.recovery import (
     TokenizerDataError,
 )
 from innerloop.testing import ScriptedProvider, reply, tool_call
-from innerloop.tools import ToolOutput, ToolSpec
+from innerloop.tools import ToolContext, ToolOutput, ToolSpec
 
 SAMPLES = [
     "hello world",
@@ -142,7 +143,7 @@ class TestMessageTokenCache:
         and each message once."""
         spy = SpyCounter()
 
-        async def echo(args: dict[str, Any], ctx: Any) -> ToolOutput:
+        async def echo(args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
             return ToolOutput("ok")
 
         tools = [ToolSpec("echo", "Echo", {"type": "object"}, echo)]

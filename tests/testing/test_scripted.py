@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterable
 from typing import Any
 
 import pytest
@@ -92,16 +93,21 @@ def test_open_faults(fault: Fault, category: str, status: int) -> None:
     assert (info.value.category.value, info.value.status) == (category, status)
 
 
+async def drain_into(stream: AsyncIterable[Any], into: list[Any]) -> None:
+    """Append every event of ``stream`` to ``into``, keeping those before an error."""
+    async for e in stream:
+        into.append(e)  # noqa: PERF401  a comprehension would lose them when the stream fails
+
+
 @pytest.mark.parametrize("fault", [Fault.malformed(), Fault.empty(), Fault.dropped(1)])
 def test_stream_faults(fault: Fault) -> None:
     """Malformed, empty and dropped fail mid-stream as transient errors."""
 
     async def main() -> list[Any]:
         stream = await ScriptedProvider([fault]).open(request())
-        seen = []
+        seen: list[Any] = []
         with pytest.raises(ProviderError) as info:
-            async for e in stream:
-                seen.append(e)
+            await drain_into(stream, seen)
         assert info.value.category.value == "transient"
         return seen
 
@@ -131,7 +137,8 @@ def test_fake_clock_records_sleeps() -> None:
     """Sleeping on the fake clock advances it at once."""
     clock = FakeClock()
     asyncio.run(clock.sleep(64))
-    assert clock.monotonic() == 64 and clock.sleeps == [64]
+    assert clock.monotonic() == 64
+    assert clock.sleeps == [64]
 
 
 def test_history_problems() -> None:

@@ -102,7 +102,7 @@ class TestPolicy:
         with pytest.raises(SandboxError, match="path 'data' is relative; give an absolute"):
             Sandbox(read_only=["data"])
         with pytest.raises(SandboxError, match="got the string 'PGHOST'; wrap it"):
-            Sandbox(env="PGHOST")  # type: ignore[arg-type]
+            Sandbox(env="PGHOST")
         with pytest.raises(SandboxError, match="'/nope/x' does not exist; create it or leave"):
             Sandbox(isolation="process", read_only=["/nope/x"]).prepare(ws)
 
@@ -126,14 +126,16 @@ class TestEnvironment:
         if mode == "bubblewrap":  # its own HOME and TMPDIR, each a fresh tmpfs
             expected += ["HOME", "TMPDIR"]
         assert names == sorted(expected)
-        assert "PGHOST=db" in result.stdout and "MODE=test" in result.stdout
+        assert "PGHOST=db" in result.stdout
+        assert "MODE=test" in result.stdout
 
     def test_parent_environment_is_clean(self, ws: Path, mode: str) -> None:
         """/proc/$PPID/environ (the sandbox's own parent) holds no host secret."""
         host = {**LEAKS, "PATH": "/usr/bin:/bin"}
         prepared = Sandbox(isolation=mode).prepare(ws, host_env=host)  # type: ignore[arg-type]
         result = shell(prepared, "tr '\\0' '\\n' < /proc/$PPID/environ")
-        assert result.exit_code == 0 and "PATH=/usr/bin:/bin" in result.stdout
+        assert result.exit_code == 0
+        assert "PATH=/usr/bin:/bin" in result.stdout
         assert "LEAK" not in result.stdout
 
 
@@ -281,7 +283,7 @@ class TestDescendants:
 
         async def abort_when_started() -> None:
             task = asyncio.ensure_future(prepared.run(["/bin/sh", "-c", f"{line}; wait"]))
-            while len(survivors(marker)) < 3:
+            while len(survivors(marker)) < 3:  # noqa: ASYNC110  waits on other processes
                 await asyncio.sleep(0.02)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
@@ -297,7 +299,8 @@ class TestDescendants:
         result = call_tool(
             tools, "run_shell", {"command": f"{line}; sleep {marker}"}, tool_timeouts={"shell": 1}
         )
-        assert result.timed_out and result.stdout == "started\n"
+        assert result.timed_out
+        assert result.stdout == "started\n"
         assert all_gone(marker)
 
 

@@ -198,14 +198,16 @@ class TestSearchTimeLimit:
             tool_timeouts={"file": 2.0},
         )
         took = time.monotonic() - start
-        assert not found.timed_out and found.error == "tool_error"
+        assert not found.timed_out
+        assert found.error == "tool_error"
         assert found.output == (
             "search stopped after 1.2 s, in bomb.txt: the pattern takes too long (nested "
             "repetition such as (a|aa)+ can take exponential time); simplify the pattern or "
             "search a smaller path"
         )
         assert took < 2.0
-        assert ticked.output == "ticked" and max(gaps) < 0.5
+        assert ticked.output == "ticked"
+        assert max(gaps) < 0.5
         for thread in set(threading.enumerate()) - before:  # the search's worker ends
             thread.join(1.0)
             assert not thread.is_alive()

@@ -11,9 +11,9 @@ from typing import Any
 
 from innerloop import HarnessParams, Message, TextBlock, ToolResultBlock
 from innerloop._events import ToolExecuted
-from innerloop.fsm._phases import ABORTED_TOOL as ABORTED
 from innerloop.testing import ScriptedProvider, history_problems, reply, tool_call
 from innerloop.tools import Sandbox, Toolset, builtin_tools, tool
+from innerloop.tools._runner import ABORTED_TOOL as ABORTED
 
 # the abort tests read host pids, so the shell runs in the process sandbox (inside
 # bubblewrap, $$ and $! are pids of its own namespace; test_sandbox.py covers that mode)
@@ -162,7 +162,8 @@ class TestAbort:
         assert state.exit_reason == "aborted"
         assert history_problems(state.history) == []
         quick, aborted = state.history[-1].content
-        assert isinstance(quick, ToolResultBlock) and isinstance(aborted, ToolResultBlock)
+        assert isinstance(quick, ToolResultBlock)
+        assert isinstance(aborted, ToolResultBlock)
         assert (quick.content, quick.is_error) == ("exit code: 0\nstdout:\nquick\n", False)
         assert (aborted.content, aborted.is_error) == (ABORTED, True)
         assert gone(int((tmp_path / "sleep.pid").read_text()))
@@ -218,7 +219,7 @@ class TestFailures:
             results[2].content[0].tool_use_id, "'missing.txt' does not exist", True
         )
         assert state.tool_failures == {"read_file": 3}
-        assert all(notice not in (b for b in (params.system,)) for _ in [0])
+        assert notice.text not in params.system
 
     def test_bad_arguments_and_timeouts_do_not_crash_the_loop(self, make_harness: Any) -> None:
         """Invalid arguments and a timeout become error results; the run goes on."""
@@ -284,7 +285,8 @@ class TestHugeOutput:
         state = make_harness(params, provider).run_sync("go")
         assert state.exit_reason == "model_complete"
         result = state.history[2].content[0]
-        assert isinstance(result, ToolResultBlock) and not result.is_error
+        assert isinstance(result, ToolResultBlock)
+        assert not result.is_error
         assert len(result.content.encode()) <= 64_000
         assert "[... output truncated: " in result.content
         assert state.history[-1] == Message("assistant", (TextBlock("ok"),))

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from innerloop import HarnessParams
 from innerloop._messages import ToolUseBlock
 from innerloop.recovery import ApproxTokenCounter
 from innerloop.tools import (
@@ -66,7 +67,8 @@ class TestValidation:
             return a + b
 
         result = call_tool(add, "add", {"a": "1", "c": 2})
-        assert result.is_error and result.error == "invalid_arguments"
+        assert result.is_error
+        assert result.error == "invalid_arguments"
         assert result.output == (
             "invalid arguments for tool 'add', the tool was not run: missing required field "
             "'b'; field 'a': expected integer, got string '1'; unexpected field 'c' "
@@ -106,6 +108,7 @@ class TestResults:
         def where(ctx: ToolContext) -> str:
             """Where am I."""
             ctx.state.notes["seen"] = True
+            assert isinstance(ctx.params, HarnessParams)
             return f"{ctx.tool_use_id} {ctx.workspace} {ctx.timeout} {ctx.params.model}"
 
         result = call_tool(where, "where", {}, runner=ToolRunner(workspace=tmp_path))
@@ -141,7 +144,8 @@ class TestResults:
         runner = ToolRunner(limits=OutputLimits(max_bytes=2_000, max_tokens=None))
         result = call_tool(big, "big", {}, runner=runner)
         assert len(result.output.encode()) <= 2_000
-        assert result.output.startswith("aaa") and result.output.endswith("END")
+        assert result.output.startswith("aaa")
+        assert result.output.endswith("END")
         assert "[... output truncated: " in result.output
         assert "the full output was 500,003 bytes" in result.output
 
@@ -228,7 +232,8 @@ class TestIsolated:
         """An isolated tool runs in another process; its prints are its stdout."""
         result = call_tool(whoami, "whoami", {"shout": True})
         assert not result.is_error, result.output
-        assert result.value["pid"] != os.getpid() and result.value["shout"] is True
+        assert result.value["pid"] != os.getpid()
+        assert result.value["shout"] is True
         assert result.stdout == "hello from the child\n"
         assert result.exit_code == 0
 
@@ -283,7 +288,8 @@ class TestParallel:
             running[0] -= 1
 
         results = call_tools([busy], [("busy", {})] * 6, max_parallel_tools=2)
-        assert len(results) == 6 and not any(r.is_error for r in results)
+        assert len(results) == 6
+        assert not any(r.is_error for r in results)
         assert peak[0] == 2
 
     def test_handler_returning_garbage(self, call_tool: Any) -> None:
@@ -510,7 +516,8 @@ class TestHugeOutput:
         small, huge = figures["return 2000000"], figures["return 200000000"]
         cap = OutputLimits().max_bytes or 0
         assert huge["after"] < 0.1, figures
-        assert huge["bytes"] <= cap and small["bytes"] <= cap
+        assert huge["bytes"] <= cap
+        assert small["bytes"] <= cap
         assert huge["grown"] - small["grown"] < 3 * cap, figures
         printed = figures["print 200000000"]
         assert printed["kept"] < CAPTURE_LIMIT + 1_000
@@ -527,7 +534,8 @@ class TestHugeOutput:
 
         capped = cap_output("y" * 10_000_000, Counting(), OutputLimits())
         assert len(capped.encode()) <= 64_000
-        assert seen and max(seen) <= 64_000
+        assert seen
+        assert max(seen) <= 64_000
         assert "(the full output was 10,000,000 bytes; limit 64,000 bytes / 8,000 tokens)" in (
             capped
         )

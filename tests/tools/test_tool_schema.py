@@ -15,7 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from innerloop import ToolDefinitionError
-from innerloop.tools import ToolSpec, openai_strict_schema, schema_for, tool, validate
+from innerloop.tools import (
+    ToolSchema,
+    ToolSpec,
+    openai_strict_schema,
+    schema_for,
+    tool,
+    validate,
+)
 
 
 class Size(enum.Enum):
@@ -35,7 +42,13 @@ def pack(boxes: list[Box], label: str, count: int = 1, mode: Literal["a", "b"] =
     return label
 
 
-SCHEMA = pack.input_schema
+def bound_schema(spec: ToolSpec) -> ToolSchema:
+    """``spec.input_schema``, which a ToolSpec always holds as a ToolSchema."""
+    assert isinstance(spec.input_schema, ToolSchema)
+    return spec.input_schema
+
+
+SCHEMA = bound_schema(pack)
 
 
 async def _noop(args: Any, ctx: Any) -> Any:
@@ -310,7 +323,8 @@ class TestOpenAIStrict:
         """The tool's own schema stays as it was."""
         before = dict(SCHEMA)
         openai_strict_schema(SCHEMA)
-        assert dict(SCHEMA) == before and "default" in SCHEMA["properties"]["count"]
+        assert dict(SCHEMA) == before
+        assert "default" in SCHEMA["properties"]["count"]
 
 
 SCALARS: list[Any] = [str, int, float, bool, Size, Literal["x", "y"], Box]
@@ -387,7 +401,7 @@ class TestRoundTrip:
         value = data.draw(_values(annotation))
         spec = _tool_of(annotation)
         assert validate(spec.input_schema, {"p": value}) == []
-        parsed = spec.input_schema.parse({"p": value})
+        parsed = bound_schema(spec).parse({"p": value})
         if annotation in (Box, Size):
             assert isinstance(parsed["p"], annotation)
         jsonschema.Draft202012Validator(dict(spec.input_schema)).validate({"p": value})
