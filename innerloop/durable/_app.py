@@ -45,6 +45,10 @@ if TYPE_CHECKING:
 __all__ = ["LoopApp", "LoopDefinition", "loop_input"]
 
 
+def _provider_dict(value: Mapping[str, Provider]) -> dict[str, Provider]:
+    return dict(value)
+
+
 def _machine(value: MachineSpec | CompiledMachine) -> CompiledMachine:
     return value if isinstance(value, CompiledMachine) else compile_spec(value)
 
@@ -59,7 +63,7 @@ class LoopDefinition:
     """
 
     params: HarnessParams
-    providers: Mapping[str, Provider] = attrs.field(converter=dict)
+    providers: Mapping[str, Provider] = attrs.field(converter=_provider_dict)
     compactor: Compactor | None = None
     machine: CompiledMachine = attrs.field(
         default=attrs.Factory(lambda: compile_spec(DEFAULT_SPEC)), converter=_machine

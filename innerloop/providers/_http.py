@@ -133,14 +133,22 @@ class SSESplitter:
                 raise too_large(self._provider, self._max)
             data = _frame_data(chunk[:end])  # the common case: one whole frame per read
             return [] if data is None else [data]
+        chunk = self._lf_only(chunk)
+        return self._split(chunk) if chunk else []
+
+    def _lf_only(self, chunk: bytes) -> bytes:
+        """``chunk`` with its line ends made LF; a CR at its end waits for the next piece
+        (a CRLF may be split across two)."""
         if self._cr:
             chunk, self._cr = b"\r" + chunk, False
         if b"\r" in chunk:
-            if chunk.endswith(b"\r"):  # a CRLF may be split across two pieces
+            if chunk.endswith(b"\r"):
                 chunk, self._cr = chunk[:-1], True
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        if not chunk:
-            return []
+        return chunk
+
+    def _split(self, chunk: bytes) -> list[bytes]:
+        """The frames that end in ``chunk`` (LF line ends), the rest kept for later."""
         parts = self._parts
         if parts and chunk[0] == 10 and parts[-1].endswith(b"\n"):  # a blank line across pieces
             first, rest = b"".join(parts)[:-1], chunk[1:]
@@ -158,9 +166,10 @@ class SSESplitter:
         tail = frames.pop()
         self._parts = [tail] if tail else []
         self._size = len(tail)
-        if len(first) > self._max or len(rest) > self._max:
-            if any(len(f) > self._max for f in (first, tail, *frames)):
-                raise too_large(self._provider, self._max)
+        if (len(first) > self._max or len(rest) > self._max) and any(
+            len(f) > self._max for f in (first, tail, *frames)
+        ):
+            raise too_large(self._provider, self._max)
         out = _frame_data(first)
         found = [] if out is None else [out]
         found += [d for d in map(_frame_data, frames) if d is not None]
@@ -250,17 +259,21 @@ class HTTPModelStream:
             response = assembler.finish(out)
         except ProviderError:
             raise
-        except _SHAPE_ERRORS as exc:
-            what = f"an event of the wrong shape ({type(exc).__name__}: {exc})"
-            raise malformed(self._provider, what, data) from exc
-        except httpx2.DecodingError as exc:
-            what = f"its content-encoding cannot be undone (DecodingError: {exc})"
-            raise malformed(self._provider, what) from exc
         except Exception as exc:
-            raise error_from_exception(self._provider, exc, "mid-stream") from exc
+            raise self._failure(exc, data) from exc
         for event in out:
             yield event
         yield MessageComplete(response)
+
+    def _failure(self, exc: Exception, data: bytes) -> ProviderError:
+        """What a failure mid-stream is: a malformed response or the transport's error."""
+        if isinstance(exc, _SHAPE_ERRORS):
+            what = f"an event of the wrong shape ({type(exc).__name__}: {exc})"
+            return malformed(self._provider, what, data)
+        if isinstance(exc, httpx2.DecodingError):
+            what = f"its content-encoding cannot be undone (DecodingError: {exc})"
+            return malformed(self._provider, what)
+        return error_from_exception(self._provider, exc, "mid-stream")
 
     async def _body(self) -> bytes:
         """A whole non-streaming body, up to the event limit."""

@@ -257,69 +257,25 @@ class _Body(httpx2.AsyncByteStream):
         chunks that arrived together are passed on as one piece."""
         try:
             request, timeout = self._request, self._timeout
-            state, left = _SIZE, 0  # size line, chunk data, the CRLF after it, or trailers
+            parser = _ChunkParser(request)
             while True:
                 if not conn.buffer:
                     await conn.more(timeout, request)
                     continue
                 data = conn.take()
-                if state is _SIZE:  # the common case: exactly one whole chunk arrived
-                    end = data.find(b"\r\n")
-                    if 0 < end < 9 and data.endswith(b"\r\n"):
-                        try:
-                            length = int(data[:end], 16)
-                        except ValueError:
-                            length = -1
-                        if length > 0 and len(data) == end + length + 4:
-                            yield data[end + 2 : -2]
-                            continue
-                pos, size, out = 0, len(data), []
-                while pos < size:
-                    if state is _DATA:
-                        end = min(size, pos + left)
-                        out.append(data[pos:end])
-                        left -= end - pos
-                        pos = end
-                        if not left:
-                            state = _CRLF
-                    elif state is _CRLF:
-                        if size - pos < 2:
-                            break
-                        if data[pos : pos + 2] != b"\r\n":
-                            raise httpx2.RemoteProtocolError(
-                                "a chunk is longer than its size line says", request=request
-                            )
-                        pos += 2
-                        state = _SIZE
-                    elif state is _SIZE:
-                        end = data.find(b"\r\n", pos)
-                        if end < 0:
-                            if size - pos > _MAX_HEAD:
-                                raise httpx2.RemoteProtocolError(
-                                    "a chunk size line is too long", request=request
-                                )
-                            break
-                        left = _chunk_size(data[pos:end], request)
-                        pos = end + 2
-                        state = _DATA if left else _TRAILERS
-                    else:  # trailers: none (a bare CRLF), or header lines up to a blank line
-                        if data.startswith(b"\r\n", pos):
-                            pos += 2
-                        else:
-                            end = data.find(b"\r\n\r\n", pos)
-                            if end < 0:
-                                if size - pos > _MAX_HEAD:
-                                    raise httpx2.RemoteProtocolError(
-                                        "the trailers are too long", request=request
-                                    )
-                                break
-                            pos = end + 4
-                        conn.buffer[:0] = data[pos:]
-                        if out:
-                            yield b"".join(out)
-                        self._finish(reuse=self._keep)
-                        return
-                if pos < size:
+                if parser.state is _SIZE:  # the common case: exactly one whole chunk arrived
+                    whole = _whole_chunk(data)
+                    if whole is not None:
+                        yield whole
+                        continue
+                out, pos, ended = parser.parse(data)
+                if ended:
+                    conn.buffer[:0] = data[pos:]
+                    if out:
+                        yield b"".join(out)
+                    self._finish(reuse=self._keep)
+                    return
+                if pos < len(data):
                     conn.buffer[:0] = data[pos:]  # a partial line: wait for the rest
                 if out:
                     yield out[0] if len(out) == 1 else b"".join(out)
@@ -341,6 +297,86 @@ class _Body(httpx2.AsyncByteStream):
 async def _nothing() -> AsyncIterator[bytes]:
     return
     yield b""  # an async generator that yields nothing
+
+
+def _whole_chunk(data: bytes) -> bytes | None:
+    """The data of ``data`` when it is exactly one whole chunk (size line, data, CRLF)."""
+    end = data.find(b"\r\n")
+    if 0 < end < 9 and data.endswith(b"\r\n"):
+        try:
+            length = int(data[:end], 16)
+        except ValueError:
+            return None
+        if length > 0 and len(data) == end + length + 4:
+            return data[end + 2 : -2]
+    return None
+
+
+class _ChunkParser:
+    """Chunked transfer coding over arbitrary pieces: the size line, the chunk data, the
+    CRLF after it, then the trailers. (The one-whole-chunk-per-read case never gets here.)"""
+
+    __slots__ = ("left", "request", "state")
+
+    def __init__(self, request: httpx2.Request | None) -> None:
+        self.request = request
+        self.state = _SIZE
+        self.left = 0
+
+    def parse(self, data: bytes) -> tuple[list[bytes], int, bool]:
+        """The chunk data in ``data``, how much of ``data`` was used, and whether the body
+        ended (the rest of ``data`` then belongs to the next response)."""
+        pos, size, out = 0, len(data), list[bytes]()
+        while pos < size:
+            if self.state is _DATA:
+                end = min(size, pos + self.left)
+                out.append(data[pos:end])
+                self.left -= end - pos
+                pos = end
+                if not self.left:
+                    self.state = _CRLF
+                continue
+            if self.state is _TRAILERS:
+                end = self._trailers_end(data, pos)
+                return (out, end, True) if end >= 0 else (out, pos, False)
+            end = self._crlf(data, pos) if self.state is _CRLF else self._size_line(data, pos)
+            if end < 0:
+                break
+            pos = end
+        return out, pos, False
+
+    def _crlf(self, data: bytes, pos: int) -> int:
+        if len(data) - pos < 2:
+            return -1
+        if data[pos : pos + 2] != b"\r\n":
+            raise httpx2.RemoteProtocolError(
+                "a chunk is longer than its size line says", request=self.request
+            )
+        self.state = _SIZE
+        return pos + 2
+
+    def _size_line(self, data: bytes, pos: int) -> int:
+        end = data.find(b"\r\n", pos)
+        if end < 0:
+            if len(data) - pos > _MAX_HEAD:
+                raise httpx2.RemoteProtocolError(
+                    "a chunk size line is too long", request=self.request
+                )
+            return -1
+        self.left = _chunk_size(data[pos:end], self.request)
+        self.state = _DATA if self.left else _TRAILERS
+        return end + 2
+
+    def _trailers_end(self, data: bytes, pos: int) -> int:
+        """Trailers: none (a bare CRLF), or header lines up to a blank line."""
+        if data.startswith(b"\r\n", pos):
+            return pos + 2
+        end = data.find(b"\r\n\r\n", pos)
+        if end < 0:
+            if len(data) - pos > _MAX_HEAD:
+                raise httpx2.RemoteProtocolError("the trailers are too long", request=self.request)
+            return -1
+        return end + 4
 
 
 def _chunk_size(line: bytes, request: httpx2.Request | None) -> int:
@@ -787,6 +823,51 @@ def _bad(message: str) -> httpx2.RemoteProtocolError:
     return httpx2.RemoteProtocolError(message)
 
 
+class _HeadFields:
+    """The header lines of a response head, and what its framing depends on."""
+
+    __slots__ = ("close", "codings", "headers", "keep_alive", "lengths")
+
+    def __init__(self) -> None:
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.close = self.keep_alive = False
+        self.codings: list[bytes] = []
+        self.lengths: set[bytes] = set()
+
+    def add(self, line: bytes) -> None:
+        name, sep, value = line.partition(b":")
+        if not sep or _TOKEN.fullmatch(name) is None:
+            raise _bad(f"bad header line {line[:80]!r}")
+        value = value.strip(b" \t")
+        self.headers.append((name, value))
+        lower = name.lower()
+        if lower == b"connection":
+            options = {o.strip(b" \t").lower() for o in value.split(b",")}
+            self.close = self.close or b"close" in options
+            self.keep_alive = self.keep_alive or b"keep-alive" in options
+        elif lower == b"transfer-encoding":
+            self.codings += [c.strip(b" \t").lower() for c in value.split(b",") if c.strip(b" \t")]
+        elif lower == b"content-length":
+            for item in value.split(b","):
+                item = item.strip(b" \t")
+                if _DIGITS.fullmatch(item) is None:
+                    raise _bad(f"bad content-length {value[:40]!r}: digits only")
+                self.lengths.add(item.lstrip(b"0") or b"0")
+
+
+def _check_framing(codings: list[bytes], lengths: set[bytes], http10: bool) -> None:
+    if len(lengths) > 1:
+        found = b", ".join(sorted(lengths)).decode()
+        raise _bad(f"conflicting content-length values ({found})")
+    if codings and lengths:
+        raise _bad("both transfer-encoding and content-length: the body cannot be delimited safely")
+    if codings and http10:
+        raise _bad("transfer-encoding in an HTTP/1.0 response")
+    if codings and codings != [b"chunked"]:
+        found = b", ".join(codings).decode()
+        raise _bad(f"transfer-encoding {found!r} is not supported: only chunked")
+
+
 def parse_head(head: bytes, *, head_only: bool = False) -> ResponseHead:
     """Parse a response head (status line and header lines, without the blank line) and
     decide its framing, strictly (RFC 9112): the version and the ``connection`` options
@@ -802,41 +883,13 @@ def parse_head(head: bytes, *, head_only: bool = False) -> ResponseHead:
         raise _bad(f"bad status line {lines[0][:80]!r}")
     http10 = status_line.group(1) == b"0"
     status = int(status_line.group(2))
-    headers: list[tuple[bytes, bytes]] = []
-    close = keep_alive = False
-    codings: list[bytes] = []
-    lengths: set[bytes] = set()
+    fields = _HeadFields()
     for line in lines[1:]:
-        name, sep, value = line.partition(b":")
-        if not sep or _TOKEN.fullmatch(name) is None:
-            raise _bad(f"bad header line {line[:80]!r}")
-        value = value.strip(b" \t")
-        headers.append((name, value))
-        lower = name.lower()
-        if lower == b"connection":
-            options = {o.strip(b" \t").lower() for o in value.split(b",")}
-            close = close or b"close" in options
-            keep_alive = keep_alive or b"keep-alive" in options
-        elif lower == b"transfer-encoding":
-            codings += [c.strip(b" \t").lower() for c in value.split(b",") if c.strip(b" \t")]
-        elif lower == b"content-length":
-            for item in value.split(b","):
-                item = item.strip(b" \t")
-                if _DIGITS.fullmatch(item) is None:
-                    raise _bad(f"bad content-length {value[:40]!r}: digits only")
-                lengths.add(item.lstrip(b"0") or b"0")
-    keep = not close and (keep_alive or not http10)
+        fields.add(line)
+    keep = not fields.close and (fields.keep_alive or not http10)
     reason = status_line.group(3) or b""
-    if len(lengths) > 1:
-        found = b", ".join(sorted(lengths)).decode()
-        raise _bad(f"conflicting content-length values ({found})")
-    if codings and lengths:
-        raise _bad("both transfer-encoding and content-length: the body cannot be delimited safely")
-    if codings and http10:
-        raise _bad("transfer-encoding in an HTTP/1.0 response")
-    if codings and codings != [b"chunked"]:
-        found = b", ".join(codings).decode()
-        raise _bad(f"transfer-encoding {found!r} is not supported: only chunked")
+    codings, lengths, headers = fields.codings, fields.lengths, fields.headers
+    _check_framing(codings, lengths, http10)
     if head_only or status in _NO_BODY or 100 <= status < 200:
         return ResponseHead(status, reason, headers, "length", 0, keep)
     if codings:

@@ -23,8 +23,8 @@ import itertools
 import json
 import threading
 import time
-from collections.abc import Iterable
-from typing import Any, ClassVar, Literal
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar, Literal, Self
 
 import attrs
 
@@ -199,7 +199,7 @@ class LoopbackServer:
         """Append steps to the script."""
         self.script.extend(steps)
 
-    def start(self) -> LoopbackServer:
+    def start(self) -> Self:
         if self._thread is not None:
             raise RuntimeError(f"{type(self).__name__} is already running on {self.url}")
         self._ready = threading.Event()
@@ -220,7 +220,7 @@ class LoopbackServer:
         thread.join(10)
         self._thread = None
 
-    def __enter__(self) -> LoopbackServer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -333,42 +333,60 @@ class LoopbackServer:
             if not stream:
                 return self._json(200, self.message_json(step, model))
             return self._events(self.frames(step, model))
-        if isinstance(step, SlowReply):
-            plan = self._events(self.frames(step.reply, model))
-            plan.delay = 1.0 / step.tokens_per_second
-            return plan
-        if isinstance(step, Truncated):
-            plan = self._events(self.frames(step.reply, model)[: step.after_events])
-            plan.drop = True
-            return plan
-        if isinstance(step, StreamError):
-            frames = self.frames(reply("partial answer that never ends"), model)
-            error = self.error_frame(step.error_type, step.message)
-            return self._events([*frames[: step.after_events], error])
-        if isinstance(step, RateLimit):
-            plan = self._error(429, "rate_limit_error", "rate limit exceeded")
-            plan.headers += self._retry_after(step)
-            return plan
-        if isinstance(step, Oversized):
-            chunk_size, self.chunk_size = self.chunk_size, step.size
-            try:
-                body = b"".join(self.frames(reply("x" * step.size), model))
-            finally:
-                self.chunk_size = chunk_size
-            pieces = [body[i : i + step.piece] for i in range(0, len(body), step.piece)]
-            return self._events(pieces)
-        if isinstance(step, Trickle):
-            plan = self._events(self.frames(reply("x"), model)[:2])
-            plan.trickle = step
-            return plan
-        if isinstance(step, Raw):
-            headers = [(k, v) for k, v in step.headers if k.lower() not in _SKIP_HEADERS]
-            body = step.body
-            if step.gzip:
-                body = gzip.compress(body)
-                headers.append(("content-encoding", "gzip"))
-            return _Plan(step.status, headers, [body])
-        return self._fault(step, model)
+        if isinstance(step, Fault):
+            return self._fault(step, model)
+        renderers: dict[type, Callable[[Any, str], _Plan]] = {
+            SlowReply: self._render_slowreply,
+            Truncated: self._render_truncated,
+            StreamError: self._render_streamerror,
+            RateLimit: self._render_ratelimit,
+            Oversized: self._render_oversized,
+            Trickle: self._render_trickle,
+            Raw: self._render_raw,
+        }
+        return renderers[type(step)](step, model)
+
+    def _render_slowreply(self, step: SlowReply, model: str) -> _Plan:
+        plan = self._events(self.frames(step.reply, model))
+        plan.delay = 1.0 / step.tokens_per_second
+        return plan
+
+    def _render_truncated(self, step: Truncated, model: str) -> _Plan:
+        plan = self._events(self.frames(step.reply, model)[: step.after_events])
+        plan.drop = True
+        return plan
+
+    def _render_streamerror(self, step: StreamError, model: str) -> _Plan:
+        frames = self.frames(reply("partial answer that never ends"), model)
+        error = self.error_frame(step.error_type, step.message)
+        return self._events([*frames[: step.after_events], error])
+
+    def _render_ratelimit(self, step: RateLimit, model: str) -> _Plan:
+        plan = self._error(429, "rate_limit_error", "rate limit exceeded")
+        plan.headers += self._retry_after(step)
+        return plan
+
+    def _render_oversized(self, step: Oversized, model: str) -> _Plan:
+        chunk_size, self.chunk_size = self.chunk_size, step.size
+        try:
+            body = b"".join(self.frames(reply("x" * step.size), model))
+        finally:
+            self.chunk_size = chunk_size
+        pieces = [body[i : i + step.piece] for i in range(0, len(body), step.piece)]
+        return self._events(pieces)
+
+    def _render_trickle(self, step: Trickle, model: str) -> _Plan:
+        plan = self._events(self.frames(reply("x"), model)[:2])
+        plan.trickle = step
+        return plan
+
+    def _render_raw(self, step: Raw, model: str) -> _Plan:
+        headers = [(k, v) for k, v in step.headers if k.lower() not in _SKIP_HEADERS]
+        body = step.body
+        if step.gzip:
+            body = gzip.compress(body)
+            headers.append(("content-encoding", "gzip"))
+        return _Plan(step.status, headers, [body])
 
     @staticmethod
     def _retry_after(step: RateLimit) -> list[tuple[str, str]]:
@@ -381,7 +399,8 @@ class LoopbackServer:
             return [("retry-after", when)]
         return [("retry-after", f"{step.retry_after:g}")]
 
-    def _fault(self, fault: Fault, model: str) -> _Plan:
+    def _broken_stream(self, fault: Fault, model: str) -> _Plan | None:
+        """The faults that are a stream gone wrong (None for the error statuses)."""
         kind = fault.kind
         if kind == "hang":
             return _Plan(200, [], [], hang=True)
@@ -407,6 +426,13 @@ class LoopbackServer:
             )
             plan.drop = True
             return plan
+        return None
+
+    def _fault(self, fault: Fault, model: str) -> _Plan:
+        kind = fault.kind
+        broken = self._broken_stream(fault, model)
+        if broken is not None:
+            return broken
         if kind == "rate_limited":
             return self._render(RateLimit(fault.retry_after), True, model)
         if kind == "context_overflow":

@@ -51,11 +51,11 @@ def _provider(url: str) -> str:
 
 
 def _headers(raw: Any) -> tuple[tuple[str, str], ...]:
-    out = []
-    for k, v in (raw or {}).items():
-        for item in v if isinstance(v, list) else [v]:
-            out.append((str(k), str(item)))
-    return tuple(out)
+    return tuple(
+        (str(k), str(item))
+        for k, v in (raw or {}).items()
+        for item in (v if isinstance(v, list) else [v])
+    )
 
 
 def _body(raw: Any) -> bytes:

@@ -35,20 +35,25 @@ def _data(body: bytes) -> Iterator[Any]:
 
 def _expect_anthropic(case: Case) -> dict[str, Any]:
     if not case.streaming:
-        body = json.loads(case.decoded())
-        blocks = body["content"]
-        return {
-            "text": "".join(b["text"] for b in blocks if b["type"] == "text"),
-            "thinking": [
-                (b["thinking"], b["signature"]) for b in blocks if b["type"] == "thinking"
-            ],
-            "redacted": [b["data"] for b in blocks if b["type"] == "redacted_thinking"],
-            "tools": [(b["name"], b["input"]) for b in blocks if b["type"] == "tool_use"],
-            "stop_reason": body["stop_reason"],
-            "usage": body["usage"],
-            "model": body["model"],
-            "incomplete": 0,
-        }
+        return _expect_anthropic_json(json.loads(case.decoded()))
+    return _expect_anthropic_stream(case)
+
+
+def _expect_anthropic_json(body: dict[str, Any]) -> dict[str, Any]:
+    blocks = body["content"]
+    return {
+        "text": "".join(b["text"] for b in blocks if b["type"] == "text"),
+        "thinking": [(b["thinking"], b["signature"]) for b in blocks if b["type"] == "thinking"],
+        "redacted": [b["data"] for b in blocks if b["type"] == "redacted_thinking"],
+        "tools": [(b["name"], b["input"]) for b in blocks if b["type"] == "tool_use"],
+        "stop_reason": body["stop_reason"],
+        "usage": body["usage"],
+        "model": body["model"],
+        "incomplete": 0,
+    }
+
+
+def _expect_anthropic_stream(case: Case) -> dict[str, Any]:
     starts: dict[int, dict[str, Any]] = {}
     parts: dict[int, list[str]] = {}
     signatures: dict[int, str] = {}
@@ -106,8 +111,10 @@ def _expect_openai(case: Case) -> dict[str, Any]:
         delta = {"content": message.get("content"), "tool_calls": calls}
         choice = {"index": 0, "delta": delta, "finish_reason": body["choices"][0]["finish_reason"]}
         chunks = [{**body, "choices": [choice]}]
-    text, refusal, calls_by_index = "", "", {}
-    finish, usage, model = None, {}, ""
+    text, refusal = "", ""
+    calls_by_index: dict[int, list[str]] = {}
+    finish, model = None, ""
+    usage: dict[str, Any] = {}
     for chunk in chunks:
         model = chunk.get("model") or model
         usage = chunk.get("usage") or usage
@@ -233,4 +240,5 @@ def test_recorded_error_maps_to_its_category(
     assert error.category.value == STATUS_CATEGORY[case.status]
     assert error.status == case.status
     assert body["error"]["message"] in error.message
-    assert error.raw is not None and "sk-ant-conformance" not in error.raw
+    assert error.raw is not None
+    assert "sk-ant-conformance" not in error.raw

@@ -34,6 +34,7 @@ from innerloop.testing import (
     Trickle,
     reply,
 )
+from innerloop.testing._servers import Step
 
 NOW = 1_700_000_000.0
 KEY = "sk-ant-api03-SECRETSECRETSECRET0123"
@@ -111,7 +112,8 @@ class TestStatusMapping:
         """A key echoed back in a body is scrubbed from message and raw body."""
         body = _anthropic("authentication_error", f"invalid x-api-key {KEY}")
         error = error_from_status("anthropic", 401, {}, body)
-        assert KEY not in str(error) and KEY not in (error.raw or "")
+        assert KEY not in str(error)
+        assert KEY not in (error.raw or "")
         assert "[redacted]" in error.message
 
 
@@ -294,8 +296,8 @@ class TestThroughTheSDKs:
     @pytest.mark.parametrize("server_cls", [AnthropicServer, OpenAIServer])
     def test_each_fault_over_http(
         self,
-        server_cls: type,
-        step: object,
+        server_cls: type[AnthropicServer] | type[OpenAIServer],
+        step: Step,
         category: str,
         retry_after: float | None,
         route: str,
@@ -305,7 +307,8 @@ class TestThroughTheSDKs:
             error = _open(server, route)
         assert error.category == category
         assert error.retry_after == retry_after
-        assert KEY not in str(error) and KEY not in (error.raw or "")
+        assert KEY not in str(error)
+        assert KEY not in (error.raw or "")
 
     @pytest.mark.parametrize(
         ("kind", "message"),
@@ -326,11 +329,11 @@ class TestThroughTheSDKs:
             error = _open(server, route)
         assert error.category == "transient"
         if kind == "missing_index":
-            message = {
-                AnthropicServer: "an event of the wrong shape (KeyError: 'index')",
-                OpenAIServer: "a tool call delta (index missing) names no function and "
-                "continues no call",
-            }[server_cls]
+            message = (
+                "an event of the wrong shape (KeyError: 'index')"
+                if server_cls is AnthropicServer
+                else "a tool call delta (index missing) names no function and continues no call"
+            )
         assert error.message.startswith(f"malformed response: {message}")
 
     @pytest.mark.parametrize("step", [Oversized(300_000), Trickle(4096)])

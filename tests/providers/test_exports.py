@@ -44,7 +44,7 @@ def test_no_key_is_refused_at_construction_by_both(
     variable (before, AnthropicProvider built and every run failed)."""
     for name in (*ANTHROPIC_VARS, "OPENAI_API_KEY"):
         monkeypatch.delenv(name, raising=False)
-    with pytest.raises(ValueError) as caught:
+    with pytest.raises(ValueError, match="has no API key") as caught:
         cls(key)
     assert str(caught.value).startswith(
         f"{cls.__name__} has no API key: pass api_key=..., or set {variable} in the environment"

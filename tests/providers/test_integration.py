@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -24,7 +25,8 @@ from innerloop.testing import (
     thinking,
     tool_call,
 )
-from innerloop.tools import ToolOutput, ToolSpec
+from innerloop.testing._servers import Step
+from innerloop.tools import ToolContext, ToolOutput, ToolSpec
 
 ANTHROPIC_KEY = "sk-ant-api03-integration-0123456789abcdef"
 OPENAI_KEY = "sk-proj-integration-0123456789abcdef"
@@ -32,7 +34,7 @@ CLAUDE = "anthropic:claude-sonnet-4-5-20250929"
 GPT = "openai:gpt-4o-2024-08-06"
 
 
-async def _echo(args: dict[str, Any], ctx: Any) -> ToolOutput:
+async def _echo(args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
     return ToolOutput("echo:" + str(args.get("x", "")))
 
 
@@ -63,7 +65,7 @@ def _providers(a: AnthropicServer, o: OpenAIServer | None = None) -> list[Any]:
 def test_six_429s_fall_back_to_openai_mid_tool_run(make_harness: Any, clock: Any) -> None:
     """The first call plus five retries get 429; the run falls back to OpenAI with the
     tool-using history converted, and completes."""
-    anthropic_script = [
+    anthropic_script: list[Step] = [
         reply("Let me echo.", tool_call("echo", {"x": "hi"}, id="toolu_01A")),
         RateLimit(3.0, "seconds"),
         RateLimit(2.5, "ms"),
@@ -82,7 +84,8 @@ def test_six_429s_fall_back_to_openai_mid_tool_run(make_harness: Any, clock: Any
         "Backoff"
     ] * 5 + ["Fallback"]
     assert clock.sleeps == [3.0, 2.5, 4.0, 4.0, 0.5]  # Retry-After wins; 4.0 is 1 s doubled twice
-    assert a.played == 7 and len(a.requests) == 7
+    assert a.played == 7
+    assert len(a.requests) == 7
     assert [m.role for m in state.history] == ["user", "assistant", "user", "assistant"]
     assert state.history[-1].text == "It said echo:hi."
     assert state.resolved_models == ["claude-sonnet-4-5-20250929", "gpt-4o-2024-08-06"]
@@ -112,12 +115,17 @@ def test_retry_after_as_http_date_sets_the_backoff(make_harness: Any, clock: Any
     with AnthropicServer([RateLimit(30.0, "date"), reply("ok")]) as a:
         state = make_harness(_params(), _providers(a)).run_sync("hi")
     assert state.exit_reason == "model_complete"
-    assert len(clock.sleeps) == 1 and 27.0 <= clock.sleeps[0] <= 30.0
+    assert len(clock.sleeps) == 1
+    assert 27.0 <= clock.sleeps[0] <= 30.0
 
 
 def test_overloaded_529_and_midstream_error_back_off(make_harness: Any, clock: Any) -> None:
     """A 529 and an in-stream overloaded_error both take the backoff branch."""
-    script = [Fault.overloaded(), StreamError("overloaded_error", "Overloaded"), reply("fine")]
+    script: list[Step] = [
+        Fault.overloaded(),
+        StreamError("overloaded_error", "Overloaded"),
+        reply("fine"),
+    ]
     with AnthropicServer(script) as a:
         state = make_harness(_params(), _providers(a)).run_sync("hi")
     assert state.exit_reason == "model_complete"
@@ -136,7 +144,7 @@ def test_server_error_is_retried_once(make_harness: Any) -> None:
 def test_two_dropped_streams_abort_without_leaking_the_key(make_harness: Any) -> None:
     """A truncated stream then malformed JSON: the second transient failure aborts with a
     diagnostic that holds no API key."""
-    script = [Truncated(reply("a long answer " * 20), 4), Fault.malformed()]
+    script: list[Step] = [Truncated(reply("a long answer " * 20), 4), Fault.malformed()]
     with AnthropicServer(script) as a:
         state = make_harness(_params(), _providers(a)).run_sync("hi")
     assert state.final_state == "failed"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from hypothesis import given, settings
@@ -24,7 +25,7 @@ from innerloop._messages import (
 from innerloop.fsm import request_settings
 from innerloop.fsm._params import Thinking
 from innerloop.providers import build_request, normalize
-from innerloop.tools import ToolOutput, ToolSpec, tool
+from innerloop.tools import ToolContext, ToolOutput, ToolSpec, tool
 
 ANTHROPIC_ID = re.compile(r"^[A-Za-z0-9_-]+$")
 USER_TYPES = {"text", "image", "tool_result"}
@@ -65,7 +66,8 @@ def histories(draw: st.DrawFn) -> list[Message]:
             extra.append(TextBlock(draw(texts) or "go on"))
         if draw(st.booleans()):
             extra.append(ImageBlock("image/png", "iVBORw0KGgo="))
-        if answer and extra and draw(st.booleans()):
+        split = draw(st.booleans())
+        if answer and extra and split:
             history += [Message.user(answer), Message.user(extra)]
         else:
             history.append(Message.user(draw(st.permutations([*answer, *extra]))))
@@ -75,7 +77,8 @@ def histories(draw: st.DrawFn) -> list[Message]:
 def check_anthropic(messages: list[dict[str, Any]]) -> None:
     """Anthropic's rules: user first, strict alternation, non-empty typed content, signed
     thinking, safe ids, tool results first in the very next user turn, matching exactly."""
-    assert messages and messages[0]["role"] == "user"
+    assert messages
+    assert messages[0]["role"] == "user"
     ids = [b["id"] for m in messages for b in m["content"] if b["type"] == "tool_use"]
     assert len(ids) == len(set(ids)), "tool_use ids collide"
     for i, m in enumerate(messages):
@@ -180,7 +183,7 @@ def test_switching_dialect_mid_history(history: list[Message], cut: int) -> None
         assert payload["stream"] is True
 
 
-async def _echo(args: dict[str, Any], ctx: Any) -> ToolOutput:
+async def _echo(args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
     return ToolOutput("")
 
 
@@ -257,7 +260,8 @@ def test_foreign_tool_ids_are_made_safe_without_collisions() -> None:
     ]
     wire = normalize(history, "anthropic")
     uses = [b["id"] for b in wire[1]["content"]]
-    assert len(set(uses)) == 2 and all(ANTHROPIC_ID.match(u) for u in uses)
+    assert len(set(uses)) == 2
+    assert all(ANTHROPIC_ID.match(u) for u in uses)
     assert [b["tool_use_id"] for b in wire[2]["content"]] == uses
 
 

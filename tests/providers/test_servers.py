@@ -50,7 +50,8 @@ def test_sync_client_gets_json_when_not_streaming() -> None:
                 {"model": "m", "stream": False},
             )
         ]
-    assert status == 200 and headers["content-type"] == "application/json"
+    assert status == 200
+    assert headers["content-type"] == "application/json"
     message = json.loads(body)
     assert message["content"] == [
         {"type": "text", "text": "hi"},
@@ -88,7 +89,8 @@ def test_openai_sdk_reads_the_server() -> None:
             )
         )
         client.close()
-    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    assert chunks[-1].choices == []
+    assert chunks[-1].usage is not None
     assert chunks[-2].choices[0].finish_reason == "tool_calls"
 
 
@@ -123,8 +125,8 @@ def test_stop_frees_the_port() -> None:
     port = server.port
     server.stop()
     server.stop()
-    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-        pass
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
     assert repr(server).startswith("<AnthropicServer stopped")
 
 

@@ -484,9 +484,13 @@ class TestSSESplitter:
         """An event longer than max_event_bytes is a transient malformed response that
         says how to raise the limit; memory stops growing there."""
         splitter = SSESplitter(max_event_bytes=1000, provider="anthropic")
-        with pytest.raises(ProviderError) as caught:
+
+        def feed_all() -> None:
             for piece in pieces:
                 splitter.feed(piece)
+
+        with pytest.raises(ProviderError) as caught:
+            feed_all()
         assert caught.value.category == "transient"
         assert caught.value.provider == "anthropic"
         assert caught.value.message == (

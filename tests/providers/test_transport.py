@@ -16,7 +16,7 @@ import subprocess
 import threading
 import time
 import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,7 @@ from innerloop.testing import (
     reply,
     tool_call,
 )
-from innerloop.tools import ToolOutput, ToolSpec
+from innerloop.tools import ToolContext, ToolOutput, ToolSpec
 
 KEY = "sk-ant-api03-transport-0123456789abcdef"
 Pieces = list[bytes | float]  # bytes to write, or seconds to pause
@@ -103,9 +103,11 @@ def _headers(url: httpx2.URL, body: bytes = b"") -> list[tuple[bytes, bytes]]:
 
 
 async def _get(
-    transport: AsyncioTransport, url: httpx2.URL, timeout: float = 5.0
+    transport: AsyncioTransport, url: httpx2.URL, read_limit: float = 5.0
 ) -> tuple[int, list[bytes]]:
-    response = await transport.send("POST", url, _headers(url), b"", httpx2.Timeout(timeout))
+    """One request; ``read_limit`` is the transport's read timeout."""
+    limits = httpx2.Timeout(read_limit)
+    response = await transport.send("POST", url, _headers(url), b"", limits)
     try:
         return response.status, [chunk async for chunk in response]
     finally:
@@ -492,14 +494,14 @@ class TestPool:
 
     def test_pool_timeout_when_every_connection_is_busy(self) -> None:
         async def go() -> None:
-            slow = [OK_CHUNKED + b"1\r\na\r\n", 0.5, b"0\r\n\r\n"]
+            slow: list[bytes | float] = [OK_CHUNKED + b"1\r\na\r\n", 0.5, b"0\r\n\r\n"]
             ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
             async with RawServer(slow, [ok]) as server:
                 transport = AsyncioTransport(max_connections=1)
                 busy = asyncio.create_task(_get(transport, server.url))
                 await asyncio.sleep(0.1)
                 with pytest.raises(httpx2.PoolTimeout, match="all 1 connections stayed busy"):
-                    await _get(transport, server.url, timeout=0.1)
+                    await _get(transport, server.url, read_limit=0.1)
                 assert await busy == (200, [b"a"])
                 assert await _get(transport, server.url) == (200, [b"ok"])
 
@@ -510,7 +512,7 @@ class TestPool:
             async with RawServer([OK_CHUNKED + b"1\r\na\r\n", 1.0]) as server:
                 transport = AsyncioTransport()
                 with pytest.raises(httpx2.ReadTimeout, match=r"no data from the server for 0\.2 s"):
-                    await _get(transport, server.url, timeout=0.2)
+                    await _get(transport, server.url, read_limit=0.2)
             assert transport.open_connections == 0
 
         run(go())
@@ -644,7 +646,7 @@ class TestSDKClientsOnTheTransport:
 
 
 def _work_tool() -> ToolSpec:
-    async def work(arguments: dict[str, Any], ctx: Any) -> ToolOutput:
+    async def work(arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
         return ToolOutput(f"did {arguments['n']}")
 
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
@@ -697,7 +699,8 @@ class TestWireRoute:
             KEY, base_url="http://127.0.0.1:9", transport=AsyncioTransport()
         )
         assert provider.route is not None
-        assert KEY not in repr(provider.route) and KEY not in repr(provider)
+        assert KEY not in repr(provider.route)
+        assert KEY not in repr(provider)
         assert "http://127.0.0.1:9/v1/messages" in repr(provider.route)
 
     def test_a_client_without_static_credentials_is_refused_at_construction(
@@ -830,11 +833,13 @@ def test_a_long_lived_loop_keeps_its_client_until_aclose() -> None:
             await provider.complete(request)
             client = provider.client
             await provider.complete(request)
-            assert provider.client is client and not client.is_closed()
+            assert provider.client is client
+            assert not client.is_closed()
             duties = [t for t in asyncio.all_tasks() if "loop's end" in t.get_name()]
             assert len(duties) == 1
             await provider.aclose()
             await asyncio.sleep(0)
-            assert client.is_closed() and duties[0].done()
+            assert client.is_closed()
+            assert duties[0].done()
 
     run(go())

@@ -125,7 +125,8 @@ class TestTimeServerOverStdio:
         )
         state = Harness(HarnessParams(model="scripted:m", tools=tools), [provider]).run_sync("go")
         ok, bad = results(state)
-        assert json.loads(ok.content)["timezone"] == "Europe/Lisbon" and not ok.is_error
+        assert json.loads(ok.content)["timezone"] == "Europe/Lisbon"
+        assert not ok.is_error
         assert bad.is_error
         assert bad.content == (
             "Error executing tool get_current_time: Invalid timezone: "
@@ -150,13 +151,15 @@ class TestTimeServerOverStdio:
 
         pid, now, state = asyncio.run(main())
         [result] = results(state)
-        assert not result.is_error and json.loads(result.content)["timezone"] == "UTC"
-        assert len(now) == 1 and now[0] != pid
+        assert not result.is_error
+        assert json.loads(result.content)["timezone"] == "UTC"
+        assert len(now) == 1
+        assert now[0] != pid
         assert children("mcp_server_time") == []
 
 
-async def wait_for(condition: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
+async def wait_for(condition: Any, limit: float = 10.0) -> None:
+    deadline = time.monotonic() + limit
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
         await asyncio.sleep(0.02)
@@ -185,7 +188,8 @@ class TestCrash:
             "MCP server 'demo' exited during the call to 'slow'; "
             "it will be started again at the next call"
         )
-        assert not after.is_error and int(after.content) != pid
+        assert not after.is_error
+        assert int(after.content) != pid
         assert state.exit_reason == "model_complete"
 
     def test_command_that_does_not_exist(self) -> None:
@@ -272,7 +276,8 @@ class TestDemoOverHTTP:
             "it was stopped",
             result.content,
         )
-        assert len(new) == 1 and new[0]["notified"] is True
+        assert len(new) == 1
+        assert new[0]["notified"] is True
 
     def test_abort_sends_notifications_cancelled(self, demo_url: str) -> None:
         """Aborting the run during a call cancels it on the server too."""
@@ -289,7 +294,8 @@ class TestDemoOverHTTP:
 
         state, new = asyncio.run(main())
         assert state.exit_reason == "aborted"
-        assert len(new) == 1 and new[0]["notified"] is True
+        assert len(new) == 1
+        assert new[0]["notified"] is True
 
     def test_list_changed_brings_the_new_tool(self, demo_url: str) -> None:
         """A server's tools/list_changed re-reads its tools: the running params keep
@@ -368,7 +374,8 @@ class TestDemoOverHTTP:
 
         names, echoed = asyncio.run(main())
         assert reported == ["RuntimeError('host bug')"]
-        assert "other_tool" in names and echoed == "still here"
+        assert "other_tool" in names
+        assert echoed == "still here"
 
     def test_result_contents_become_text(self, demo_url: str) -> None:
         """Images, resource links, embedded resources and structured content map to text
@@ -386,7 +393,8 @@ class TestDemoOverHTTP:
             "a pixel:\n[image: image/png, 70 bytes; not shown: tool results carry text only]"
         )
         image = out["picture"].value["content"][1]
-        assert image["type"] == "image" and image["mimeType"] == "image/png"
+        assert image["type"] == "image"
+        assert image["mimeType"] == "image/png"
         assert out["link"].content == (
             "[resource link: report.pdf <file:///srv/report.pdf>, application/pdf: "
             "the quarterly report]"
@@ -475,7 +483,7 @@ class TestOptions:
     def test_bad_constructor_arguments(self) -> None:
         """Misuse is caught at construction, with the fix."""
         with pytest.raises(ToolDefinitionError, match=r"write args=\['-m', 'srv'\]"):
-            MCPServer.stdio("python", "-m srv")  # type: ignore[arg-type]
+            MCPServer.stdio("python", "-m srv")
         with pytest.raises(ToolDefinitionError, match="needs an http:// or https:// URL"):
             MCPServer.http("localhost:8000/mcp")
         with pytest.raises(ToolDefinitionError, match=r"timeouts\['slow'\] must be a positive"):

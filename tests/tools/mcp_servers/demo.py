@@ -31,6 +31,14 @@ PNG = base64.b64decode(
 
 def build() -> MCPServer:
     server = MCPServer("innerloop-demo", log_level="ERROR")
+    _add_call_tools(server)
+    _add_content_tools(server)
+    return server
+
+
+def _add_call_tools(server: MCPServer) -> None:
+    """Tools about the calls themselves: echo, pid, slow (records cancellations), fail,
+    add_tool (changes the tool list)."""
     cancelled: list[dict[str, Any]] = []
 
     @server.tool()
@@ -65,6 +73,26 @@ def build() -> MCPServer:
     def cancellations() -> list[dict[str, Any]]:
         """The calls of `slow` that were cancelled."""
         return list(cancelled)
+
+    @server.tool()
+    def fail(reason: str) -> str:
+        """Always fails with the reason given."""
+        raise ToolError(reason)
+
+    @server.tool()
+    async def add_tool(name: str, ctx: Context) -> str:
+        """Register a new tool called `name` and tell the client the tool list changed."""
+
+        def added() -> str:
+            return f"{name} works"
+
+        server.add_tool(added, name=name, description=f"A tool added at run time: {name}.")
+        await ctx.session.send_tool_list_changed()
+        return f"added {name}"
+
+
+def _add_content_tools(server: MCPServer) -> None:
+    """Tools whose results carry images, links, embedded resources, structured content."""
 
     @server.tool()
     def picture() -> types.CallToolResult:
@@ -114,24 +142,6 @@ def build() -> MCPServer:
     def report() -> types.CallToolResult:
         """Structured content only, no text."""
         return types.CallToolResult(content=[], structured_content={"total": 3, "unit": "km"})
-
-    @server.tool()
-    def fail(reason: str) -> str:
-        """Always fails with the reason given."""
-        raise ToolError(reason)
-
-    @server.tool()
-    async def add_tool(name: str, ctx: Context) -> str:
-        """Register a new tool called `name` and tell the client the tool list changed."""
-
-        def added() -> str:
-            return f"{name} works"
-
-        server.add_tool(added, name=name, description=f"A tool added at run time: {name}.")
-        await ctx.session.send_tool_list_changed()
-        return f"added {name}"
-
-    return server
 
 
 def main() -> None:
