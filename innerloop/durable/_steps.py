@@ -92,6 +92,7 @@ class StepProvider:
                 "dialect": request.dialect,
                 "model": request.model,
                 "payload": request.payload,
+                "time_limit": request.time_limit,
             },
         }
         try:

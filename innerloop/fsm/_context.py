@@ -58,6 +58,7 @@ def request_settings(params: HarnessParams) -> RequestSettings:
         top_p=params.top_p,
         cache_tools=params.cache_tools,
         cache_last_user_turn=params.cache_last_user_turn,
+        call_deadline=params.call_deadline,
     )
 
 

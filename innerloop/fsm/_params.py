@@ -195,6 +195,10 @@ class HarnessParams:
     """Refuse undated model aliases (pin a dated id so behaviour cannot change silently)."""
     cache_tools: bool = attrs.field(default=False, validator=_FLAG)
     cache_last_user_turn: bool = attrs.field(default=False, validator=_FLAG)
+    call_deadline: float | None = attrs.field(default=600.0, validator=optional(number(gt=0)))
+    """Seconds one model call may take from the request to the end of its stream (a server
+    trickling bytes within each read timeout is stopped here); past it, the call fails as
+    a transient timeout and is retried once. None: no overall limit."""
 
     def __attrs_post_init__(self) -> None:
         """The checks that read more than one field, each a small method."""

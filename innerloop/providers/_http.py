@@ -228,8 +228,11 @@ class HTTPModelStream:
         close: Callable[[], Awaitable[object]],
         assembler: Assembler,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        deadline: float | None = None,
     ) -> None:
         self._provider = provider
+        self._deadline = deadline
+        """Event-loop time by which the whole response must have arrived."""
         self._chunks = chunks
         self._content_type = content_type
         self._close = close
@@ -246,14 +249,16 @@ class HTTPModelStream:
                 assembler.feed_json(loads(self._provider, data) if data.strip() else None, out)
             else:
                 splitter = SSESplitter(self._max, self._provider)
-                feed = assembler.feed
+                feed, deadline = assembler.feed, self._deadline
+                now = asyncio.get_running_loop().time
                 async for chunk in self._chunks:
+                    if deadline is not None and now() > deadline:
+                        raise self._past_deadline()
                     for data in splitter.feed(chunk):
                         feed(data, out)
-                    if out:
-                        for event in out:
-                            yield event
-                        out.clear()
+                    for event in out:
+                        yield event
+                    out.clear()
                 for data in splitter.finish():
                     feed(data, out)
             response = assembler.finish(out)
@@ -275,10 +280,21 @@ class HTTPModelStream:
             return malformed(self._provider, what)
         return error_from_exception(self._provider, exc, "mid-stream")
 
+    def _past_deadline(self) -> ProviderError:
+        return ProviderError(
+            ErrorCategory.TRANSIENT,
+            "timeout: the call took longer than its deadline "
+            "(HarnessParams.call_deadline); the response kept arriving too slowly",
+            provider=self._provider,
+        )
+
     async def _body(self) -> bytes:
         """A whole non-streaming body, up to the event limit."""
         parts, size = [], 0
+        deadline, now = self._deadline, asyncio.get_running_loop().time
         async for chunk in self._chunks:
+            if deadline is not None and now() > deadline:
+                raise self._past_deadline()
             parts.append(chunk)
             size += len(chunk)
             if size > self._max:
@@ -427,13 +443,21 @@ class HTTPProvider:
     async def open(self, request: WireRequest) -> HTTPModelStream:
         """Send ``request``; returns once the response status is known."""
         assembler = self._assembler(request)
+        loop = asyncio.get_running_loop()
+        limit = request.time_limit
+        deadline = None if limit is None else loop.time() + limit
         if self.route is not None:
             raw = await self.route.send(self.name, request.payload)
             content_type = raw.header("content-type") or ""
             return HTTPModelStream(
-                self.name, raw.decoded(), content_type, raw.aclose, assembler, self.max_event_bytes
+                self.name,
+                raw.decoded(),
+                content_type,
+                raw.aclose,
+                assembler,
+                self.max_event_bytes,
+                deadline,
             )
-        loop = asyncio.get_running_loop()
         if loop is not self._loop:
             self._adopt(loop)
         manager = self._send(request.payload)
@@ -448,7 +472,13 @@ class HTTPProvider:
 
         content_type = http.headers.get("content-type", "")
         return HTTPModelStream(
-            self.name, http.aiter_bytes(), content_type, close, assembler, self.max_event_bytes
+            self.name,
+            http.aiter_bytes(),
+            content_type,
+            close,
+            assembler,
+            self.max_event_bytes,
+            deadline,
         )
 
     async def complete(self, request: WireRequest) -> ModelResponse:

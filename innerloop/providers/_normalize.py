@@ -49,6 +49,8 @@ class WireRequest:
     dialect: str
     model: str
     payload: dict[str, Any]
+    time_limit: float | None = None
+    """Seconds the whole call may take, from sending to the end of the stream."""
 
 
 def _definitions(value: Sequence[Any]) -> tuple[dict[str, Any], ...]:
@@ -80,6 +82,8 @@ class RequestSettings:
     top_p: float | None = None
     cache_tools: bool = False
     cache_last_user_turn: bool = False
+    call_deadline: float | None = None
+    """Seconds the whole call may take (carried on the request as ``time_limit``)."""
 
 
 def normalize(messages: Sequence[Message], dialect: Dialect | str) -> list[dict[str, Any]]:
@@ -279,4 +283,4 @@ def build_request(
     if settings.top_p is not None:
         payload["top_p"] = settings.top_p
     payload["messages"] = messages
-    return WireRequest(str(dialect), model, payload)
+    return WireRequest(str(dialect), model, payload, settings.call_deadline)

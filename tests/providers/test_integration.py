@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from innerloop import Harness, HarnessParams, HarnessState
-from innerloop._events import Backoff, Event, Fallback
+from innerloop._errors import ParamsError
+from innerloop._events import Backoff, Event, Fallback, Transition
 from innerloop._messages import Message, TextBlock, ThinkingBlock, ToolResultBlock
 from innerloop.providers import AnthropicProvider, AsyncioTransport, OpenAIProvider
 from innerloop.testing import (
@@ -20,6 +21,7 @@ from innerloop.testing import (
     RateLimit,
     SlowReply,
     StreamError,
+    Trickle,
     Truncated,
     reply,
     thinking,
@@ -285,3 +287,42 @@ def test_harness_is_importable_from_package() -> None:
     assert AnthropicProvider(ANTHROPIC_KEY).name == "anthropic"
     assert OpenAIProvider(OPENAI_KEY).name == "openai"
     assert Harness is not None
+
+
+@pytest.mark.parametrize("route", ["sdk", "wire"])
+@pytest.mark.parametrize("server_cls", [AnthropicServer, OpenAIServer])
+def test_a_trickling_stream_hits_the_call_deadline_and_is_retried(
+    make_harness: Any, route: str, server_cls: type[AnthropicServer] | type[OpenAIServer]
+) -> None:
+    """A server sending one byte every 50 ms keeps each read within its timeout; the call
+    deadline (0.5 s here) ends the call as a transient timeout, retried once at once."""
+    script: list[Step] = [Trickle(piece=1, interval=0.05), reply("recovered")]
+    with server_cls(script) as server:
+        transport = AsyncioTransport() if route == "wire" else None
+        if server_cls is AnthropicServer:
+            provider: Any = AnthropicProvider(
+                ANTHROPIC_KEY, base_url=server.base_url, transport=transport
+            )
+            model = CLAUDE
+        else:
+            provider = OpenAIProvider(OPENAI_KEY, base_url=server.base_url, transport=transport)
+            model = GPT
+        events: list[Any] = []
+        started = time.monotonic()
+        state = make_harness(_params(model=model, call_deadline=0.5), [provider]).run_sync(
+            "hi", on_event=events.append
+        )
+        took = time.monotonic() - started
+    assert state.exit_reason == "model_complete"
+    assert state.history[-1].text == "recovered"
+    assert state.errors == {"transient": 1}
+    assert 0.5 <= took < 5
+    path = [(e.source, e.target, e.guard) for e in events if isinstance(e, Transition)]
+    assert ("stream", "call", "transient_retry") in path
+
+
+def test_the_call_deadline_is_checked_at_construction() -> None:
+    for bad in (0, -1.0, float("nan"), float("inf"), "600"):
+        with pytest.raises(ParamsError, match="call_deadline"):
+            _params(call_deadline=bad)
+    assert _params(call_deadline=None).call_deadline is None
