@@ -27,3 +27,12 @@ def test_using_it_example_runs(
         tool_result = server.requests[1].body["messages"][-1]["content"][0]
     assert capsys.readouterr().out == "model_complete It is sunny in Lisbon.\n"
     assert tool_result["content"] == "sunny in Lisbon"
+
+
+def test_testing_your_loop_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """The 'Testing your loop' example: a loopback server, a 503 retried, a final state of
+    the host's own."""
+    code = re.search(r"## Testing your loop\n.*?```python\n(.*?)```", README.read_text(), re.S)
+    assert code is not None
+    exec(compile(code.group(1), "README.md", "exec"), {})
+    assert capsys.readouterr().out == "escalated {'transient': 1}\n"

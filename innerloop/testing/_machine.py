@@ -88,10 +88,29 @@ def machine_at(
 
 
 class TransitionCoverage:
-    """Records the transitions taken, per machine name, and reports the ones never taken."""
+    """Records the transitions taken, per machine name, and reports the ones never taken.
+
+    The pytest plugin reports the default machine; :meth:`track` a custom machine's spec
+    to have it reported (and, with ``--innerloop-coverage-strict``, gated) too."""
 
     def __init__(self) -> None:
         self.taken: dict[str, dict[tuple[str, str, str | None], int]] = {}
+        self.specs: dict[str, MachineSpec] = {}
+
+    def track(self, spec: MachineSpec | CompiledMachine) -> None:
+        """Report ``spec``'s transitions at the end of the session, under its name."""
+        spec = spec.spec if isinstance(spec, CompiledMachine) else spec
+        known = self.specs.get(spec.name)
+        if known is not None and known.transitions != spec.transitions:
+            raise ValueError(
+                f"two different machines are both named {spec.name!r}: give each its own "
+                "name with MachineSpec.renamed() so their coverage is counted apart"
+            )
+        self.specs[spec.name] = spec
+
+    def untracked(self) -> list[str]:
+        """Names of machines that took transitions but whose spec was not tracked."""
+        return sorted(set(self.taken) - set(self.specs))
 
     def on_transition(self, machine: str, transition: TransitionSpec) -> None:
         counts = self.taken.setdefault(machine, {})
