@@ -7,10 +7,12 @@ rules are generic, so this bottom module never imports the layers above it:
 - an attrs class: its fields by name (a field with ``init=False`` is not written);
   tuples and sets become lists, read-only mappings dicts, enums their values, datetimes
   ISO 8601 text. Reading fills missing fields with their defaults and ignores unknown keys.
-- a content block: ``{"type": tag, ...fields}``; read back by its ``type``.
-- an event: ``{"type": tag, ...fields}`` (the shapes of ``docs/event-log.md``); read back
-  by ``type`` among every imported subclass of :class:`~innerloop.Event`, so the events of
-  custom states load too.
+- a content block (an attrs class whose ``type`` field is a fixed tag):
+  ``{"type": tag, ...fields}``; a union of blocks is read back by ``type``.
+- an event (a subclass of a class marked with :func:`tagged_base`, as
+  :class:`~innerloop.Event` is): ``{"type": tag, ...fields}`` (the shapes of
+  ``docs/event-log.md``); read back by ``type`` among every imported subclass, so the
+  events of custom states load too.
 - :class:`~innerloop.ProviderError`: ``category``, ``message``, ``provider``, ``status``,
   ``retry_after``, ``raw``.
 - an attrs class that holds code (a field typed as a callable, like ``ToolSpec``): its
@@ -28,7 +30,7 @@ import functools
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 import attrs
 import cattrs
@@ -37,13 +39,28 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 from cattrs.preconf.json import make_converter as _json_converter
 from cattrs.v import transform_error
 
-from innerloop._errors import ConversionError, ErrorCategory, ProviderError
+from innerloop._errors import ConversionError, ProviderError
 
-if TYPE_CHECKING:
-    from innerloop._events import Event
-    from innerloop._messages import Block
+__all__ = [
+    "holds_code",
+    "make_converter",
+    "member_by_value",
+    "structure",
+    "tagged_base",
+    "unstructure",
+]
 
-__all__ = ["holds_code", "make_converter", "member_by_value", "structure", "unstructure"]
+_TAGGED = "__json_tagged_base__"
+"""Class attribute marking a class hierarchy whose members cross JSON as
+``{"type": cls.type, ...fields}`` and are read back by ``type`` (see :func:`tagged_base`)."""
+
+
+def tagged_base(cls: type[T]) -> type[T]:
+    """Mark ``cls`` as the base of a tagged family (the events): every subclass is written
+    with its ``type`` class attribute and read back by it, among the subclasses imported
+    so far. The mark is a class attribute; this module keeps no registry."""
+    setattr(cls, _TAGGED, cls)
+    return cls
 
 T = TypeVar("T")
 
@@ -76,53 +93,23 @@ def make_converter() -> cattrs.Converter:
     """A new converter with every rule above. :func:`unstructure` and :func:`structure`
     share one (made at first use, never changed); make your own only to add the hooks of
     a higher layer."""
-    # imported here, not at the top: _messages and _events call this module at run time
-    from innerloop._events import Event
-    from innerloop._messages import (
-        Block,
-        ImageBlock,
-        RedactedThinkingBlock,
-        TextBlock,
-        ThinkingBlock,
-        ToolResultBlock,
-        ToolUseBlock,
-    )
-
-    blocks: dict[str, type[Any]] = {
-        attrs.fields(cls).type.default: cls
-        for cls in (
-            TextBlock,
-            ThinkingBlock,
-            RedactedThinkingBlock,
-            ImageBlock,
-            ToolUseBlock,
-            ToolResultBlock,
-        )
-    }
-
-    def is_event(cls: Any) -> bool:
-        return isinstance(cls, type) and issubclass(cls, Event)
-
     c = _json_converter(
         unstruct_collection_overrides={Sequence: list},
         unstructure_fallback_factory=_refuse_unknown,
     )
     c.register_unstructure_hook_factory(holds_code, _code_unstructure)
     c.register_structure_hook_factory(holds_code, _code_structure_refused)
-    block_classes = tuple(blocks.values())
+    c.register_unstructure_hook_factory(_is_block, _tagged)
     c.register_unstructure_hook_factory(
-        lambda t: isinstance(t, type) and issubclass(t, block_classes), _tagged
-    )
-    c.register_unstructure_hook_factory(
-        lambda t: t == tuple[Block, ...], lambda _, conv: _blocks_unstructure(blocks, conv)
+        _is_block_tuple, lambda t, conv: _blocks_unstructure(_blocks_of(t.__args__[0]), conv)
     )
     c.register_structure_hook_factory(
-        lambda t: t == Block, lambda _, conv: _block_structure(blocks, conv)
+        _is_block_union, lambda t, conv: _block_structure(_blocks_of(t), conv)
     )
-    c.register_unstructure_hook_factory(is_event, _event_unstructure)
-    c.register_structure_hook_factory(is_event, _event_structure)
-    c.register_unstructure_hook_factory(_is_provider_error, lambda _: _error_unstructure)
-    c.register_structure_hook(ProviderError, _structure_error)
+    c.register_unstructure_hook_factory(_is_event, _event_unstructure)
+    c.register_structure_hook_factory(_is_event, _event_structure)
+    c.register_unstructure_hook_factory(_is_provider_error, lambda _: ProviderError.fields)
+    c.register_structure_hook(ProviderError, lambda data, _: ProviderError.from_fields(data))
     for base in (enum.Enum, enum.StrEnum, enum.IntEnum):  # str and int would win otherwise
         c.register_structure_hook(base, lambda value, cls: member_by_value(cls, value))
     return c
@@ -292,6 +279,42 @@ def _code_lookup(
 # -- content blocks ---------------------------------------------------------------------------
 
 
+def _is_block(cls: Any) -> bool:
+    """A content block: an attrs class whose ``type`` field is a fixed tag (a str default
+    it is not built with)."""
+    if not (isinstance(cls, type) and attrs.has(cls)):
+        return False
+    field = attrs.fields_dict(cls).get("type")
+    return field is not None and not field.init and isinstance(field.default, str)
+
+
+def _union_args(tp: Any) -> tuple[Any, ...]:
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return typing.get_args(tp)
+    return ()
+
+
+def _is_block_union(tp: Any) -> bool:
+    """A union of content blocks (``Block``)."""
+    args = _union_args(tp)
+    return bool(args) and all(_is_block(a) for a in args)
+
+
+def _is_block_tuple(tp: Any) -> bool:
+    """``tuple[Block, ...]``: a message's content."""
+    args = typing.get_args(tp)
+    return (
+        typing.get_origin(tp) is tuple
+        and len(args) == 2
+        and args[1] is Ellipsis
+        and _is_block_union(args[0])
+    )
+
+
+def _blocks_of(union: Any) -> dict[str, type[Any]]:
+    return {attrs.fields(cls).type.default: cls for cls in _union_args(union)}
+
+
 def _tagged(cls: type[Any], conv: cattrs.Converter) -> Callable[[Any], dict[str, Any]]:
     tag = attrs.fields(cls).type.default
     fields = make_dict_unstructure_fn(cls, conv, type=override(omit=True))
@@ -308,10 +331,10 @@ def _blocks_unstructure(
 
 def _block_structure(
     blocks: Mapping[str, type[Any]], conv: cattrs.Converter
-) -> Callable[[Any, Any], Block]:
+) -> Callable[[Any, Any], Any]:
     hooks = {tag: (cls, conv.get_structure_hook(cls)) for tag, cls in blocks.items()}
 
-    def block(data: Any, _: Any) -> Block:
+    def block(data: Any, _: Any) -> Any:
         kind = data.get("type") if isinstance(data, Mapping) else None
         found = hooks.get(kind) if isinstance(kind, str) else None
         if found is None:
@@ -321,7 +344,7 @@ def _block_structure(
                 data,
             )
         cls, hook = found
-        return hook(data, cls)  # type: ignore[no-any-return]
+        return hook(data, cls)
 
     return block
 
@@ -329,7 +352,11 @@ def _block_structure(
 # -- events -------------------------------------------------------------------------------------
 
 
-def _event_unstructure(cls: type[Event], conv: cattrs.Converter) -> Callable[[Any], Any]:
+def _is_event(cls: Any) -> bool:
+    return isinstance(cls, type) and getattr(cls, _TAGGED, None) is not None
+
+
+def _event_unstructure(cls: type[Any], conv: cattrs.Converter) -> Callable[[Any], Any]:
     if not _is_attrs(cls):
         return lambda obj: conv.unstructure(obj, unstructure_as=type(obj))
     tag = cls.type
@@ -337,8 +364,8 @@ def _event_unstructure(cls: type[Event], conv: cattrs.Converter) -> Callable[[An
     return lambda obj: {"type": tag, **fields(obj)}
 
 
-def _event_classes(base: type[Event]) -> dict[str, type[Event]]:
-    found: dict[str, type[Event]] = {}
+def _event_classes(base: type[Any]) -> dict[str, type[Any]]:
+    found: dict[str, type[Any]] = {}
     stack = [base]
     while stack:
         cls = stack.pop()
@@ -354,7 +381,7 @@ def _event_classes(base: type[Event]) -> dict[str, type[Event]]:
     return found
 
 
-def _event_structure(cls: type[Event], conv: cattrs.Converter) -> Callable[[Any, Any], Any]:
+def _event_structure(cls: type[Any], conv: cattrs.Converter) -> Callable[[Any, Any], Any]:
     if _is_attrs(cls):
         fields = make_dict_structure_fn(cls, conv)
 
@@ -389,28 +416,6 @@ def _event_structure(cls: type[Event], conv: cattrs.Converter) -> Callable[[Any,
 
 def _is_provider_error(cls: Any) -> bool:
     return isinstance(cls, type) and issubclass(cls, ProviderError)
-
-
-def _error_unstructure(error: ProviderError) -> dict[str, Any]:
-    return {
-        "category": error.category.value,
-        "message": error.message,
-        "provider": error.provider,
-        "status": error.status,
-        "retry_after": error.retry_after,
-        "raw": error.raw,
-    }
-
-
-def _structure_error(data: Any, _: Any) -> ProviderError:
-    return ProviderError(
-        ErrorCategory(data["category"]),
-        data["message"],
-        provider=data.get("provider") or "",
-        status=data.get("status"),
-        retry_after=data.get("retry_after"),
-        raw=data.get("raw"),
-    )
 
 
 @functools.cache

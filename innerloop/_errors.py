@@ -14,6 +14,7 @@ leave a run: every runtime failure is routed by the machine and ends in a final 
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
@@ -123,9 +124,30 @@ class ProviderError(InnerloopError):
             provider=provider,
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form without ``raw`` (a diagnostic carries the body scrubbed, apart);
-        ``innerloop._convert.unstructure(error)`` is the whole, lossless form."""
-        from innerloop._convert import unstructure
+    def fields(self) -> dict[str, Any]:
+        """Every field as JSON data, ``raw`` included: the lossless form (what
+        ``innerloop._convert.unstructure(error)`` gives)."""
+        return {
+            "category": self.category.value,
+            "message": self.message,
+            "provider": self.provider,
+            "status": self.status,
+            "retry_after": self.retry_after,
+            "raw": self.raw,
+        }
 
-        return {k: v for k, v in unstructure(self).items() if k != "raw"}
+    @classmethod
+    def from_fields(cls, data: Mapping[str, Any]) -> ProviderError:
+        """The inverse of :meth:`fields`."""
+        return cls(
+            ErrorCategory(data["category"]),
+            data["message"],
+            provider=data.get("provider") or "",
+            status=data.get("status"),
+            retry_after=data.get("retry_after"),
+            raw=data.get("raw"),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form without ``raw`` (a diagnostic carries the body scrubbed, apart)."""
+        return {k: v for k, v in self.fields().items() if k != "raw"}

@@ -37,6 +37,7 @@ __all__ = [
 ]
 
 
+@_convert.tagged_base
 class Event:
     """Base of all events."""
 

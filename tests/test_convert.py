@@ -449,6 +449,7 @@ def harness_params(draw: st.DrawFn) -> HarnessParams:
             )
         ),
         "max_parallel_tools": draw(st.integers(1, 16)),
+        "call_deadline": draw(st.none() | positive),
         "eager_tools": draw(st.booleans()),
         "strict_models": draw(st.booleans()),
         "cache_tools": draw(st.booleans()),
