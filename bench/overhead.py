@@ -31,7 +31,8 @@ import attrs
 
 from innerloop import Harness, HarnessParams, Message, ToolResultBlock, ToolSpec
 from innerloop.fsm import DEFAULT_SPEC, compile_spec, request_settings
-from innerloop.providers import build_request, final_response
+from innerloop.lowlevel import build_request
+from innerloop.providers import final_response
 from innerloop.recovery import TiktokenCounter
 from innerloop.testing import FakeProvider, Reply, reply, tool_call
 from innerloop.tools import ToolContext, ToolOutput

@@ -1,10 +1,17 @@
 """The building blocks under innerloop's friendly names, for hosts that assemble their own
 pieces: compaction planning, the tokenizer file, diagnostics, cost arithmetic, backoff
-arithmetic, and the pure request builders. The names in ``innerloop`` and its packages
+arithmetic, the pure request builders and error mapping, output capping and schema
+generation. The names in ``innerloop`` and its packages
 are the ones most code needs; these are stable too, but rarely needed.
 """
 
 from innerloop.fsm._context import request_settings
+from innerloop.providers._errors import (
+    error_from_body,
+    error_from_exception,
+    error_from_status,
+    parse_retry_after,
+)
 from innerloop.providers._normalize import RequestSettings, WireRequest, build_request, normalize
 from innerloop.recovery._compaction import (
     SUMMARY_INSTRUCTIONS,
@@ -17,6 +24,8 @@ from innerloop.recovery._diagnostic import build_diagnostic, hash_content, scrub
 from innerloop.recovery._policy import backoff_delay
 from innerloop.recovery._pricing import add_cost
 from innerloop.recovery._tokens import CL100K_SHA256, count_message, find_cl100k_data, load_cl100k
+from innerloop.tools._output import cap_output
+from innerloop.tools._schema import schema_for
 
 __all__ = [
     "CL100K_SHA256",
@@ -28,14 +37,20 @@ __all__ = [
     "backoff_delay",
     "build_diagnostic",
     "build_request",
+    "cap_output",
     "count_message",
+    "error_from_body",
+    "error_from_exception",
+    "error_from_status",
     "find_cl100k_data",
     "hash_content",
     "load_cl100k",
     "marker_text",
     "normalize",
+    "parse_retry_after",
     "plan_cut",
     "render_transcript",
     "request_settings",
+    "schema_for",
     "scrub_secrets",
 ]

@@ -1,15 +1,11 @@
-"""Canonical messages <-> provider wire formats, the provider protocol, and the Anthropic and
-OpenAI providers over their official SDKs."""
+"""The provider protocol and the Anthropic and OpenAI providers over their official SDKs.
+
+The pure request builders and the error mapping under them are in
+:mod:`innerloop.lowlevel`."""
 
 from innerloop.providers._anthropic import AnthropicProvider
 from innerloop.providers._base import ModelStream, Provider, final_response
-from innerloop.providers._errors import (
-    error_from_body,
-    error_from_exception,
-    error_from_status,
-    parse_retry_after,
-)
-from innerloop.providers._normalize import Dialect, WireRequest, build_request, normalize
+from innerloop.providers._normalize import Dialect, WireRequest
 from innerloop.providers._openai import OpenAIProvider
 from innerloop.providers._transport import AsyncioTransport
 
@@ -21,11 +17,5 @@ __all__ = [
     "OpenAIProvider",
     "Provider",
     "WireRequest",
-    "build_request",
-    "error_from_body",
-    "error_from_exception",
-    "error_from_status",
     "final_response",
-    "normalize",
-    "parse_retry_after",
 ]

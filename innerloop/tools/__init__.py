@@ -5,11 +5,10 @@ their sandbox."""
 from innerloop.tools._builtins import BUILTIN_SETS, builtin_tools
 from innerloop.tools._define import Toolset, tool
 from innerloop.tools._mcp import MCPServer, MCPServerError
-from innerloop.tools._output import OutputLimits, cap_output
+from innerloop.tools._output import OutputLimits
 from innerloop.tools._process import ProcessResult, run_process
 from innerloop.tools._runner import ToolRunner
 from innerloop.tools._sandbox import BASE_ENV, Sandbox, SandboxError, SandboxWarning
-from innerloop.tools._schema import schema_for
 from innerloop.tools._spec import (
     DEFAULT_TIMEOUTS,
     ToolCallResult,
@@ -45,10 +44,8 @@ __all__ = [
     "Toolset",
     "Workspace",
     "builtin_tools",
-    "cap_output",
     "openai_strict_schema",
     "run_process",
-    "schema_for",
     "tool",
     "validate",
 ]

@@ -13,15 +13,8 @@ import httpx2
 import pytest
 
 from innerloop import ProviderError
-from innerloop.providers import (
-    AnthropicProvider,
-    AsyncioTransport,
-    OpenAIProvider,
-    WireRequest,
-    error_from_exception,
-    error_from_status,
-    parse_retry_after,
-)
+from innerloop.lowlevel import error_from_exception, error_from_status, parse_retry_after
+from innerloop.providers import AnthropicProvider, AsyncioTransport, OpenAIProvider, WireRequest
 from innerloop.providers._errors import EXCEPTION_TABLE, category_of
 from innerloop.testing import (
     AnthropicServer,

@@ -24,7 +24,7 @@ from innerloop._messages import (
 )
 from innerloop.fsm import request_settings
 from innerloop.fsm._params import Thinking
-from innerloop.providers import build_request, normalize
+from innerloop.lowlevel import build_request, normalize
 from innerloop.tools import ToolContext, ToolOutput, ToolSpec, tool
 
 ANTHROPIC_ID = re.compile(r"^[A-Za-z0-9_-]+$")

@@ -16,7 +16,7 @@ from innerloop._messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from innerloop.providers import normalize
+from innerloop.lowlevel import normalize
 from innerloop.testing import assert_valid_history
 
 WORDS = st.text(alphabet="abcdefghij klmnop,.\n", min_size=0, max_size=120)

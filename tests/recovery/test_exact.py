@@ -12,7 +12,8 @@ from innerloop import HarnessParams
 from innerloop._events import Compacted, Event, Transition
 from innerloop._messages import Message
 from innerloop.fsm import HarnessState, request_settings
-from innerloop.providers import WireRequest, build_request
+from innerloop.lowlevel import build_request
+from innerloop.providers import WireRequest
 from innerloop.recovery import AnthropicTokenCounter, RecoveryPolicy, RequestTokenCounter
 from innerloop.testing import ScriptedProvider, reply
 from tests.recovery._count_server import COUNT_PATH, count_server

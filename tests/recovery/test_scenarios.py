@@ -12,8 +12,7 @@ from innerloop._events import Alert, Compacted, Event, Transition
 from innerloop._messages import Message, TextBlock, Usage
 from innerloop.fsm import HarnessState
 from innerloop.fsm._params import SpendBudget
-from innerloop.lowlevel import marker_text
-from innerloop.providers import normalize
+from innerloop.lowlevel import marker_text, normalize
 from innerloop.recovery import (
     MessageTokenCache,
     Price,

@@ -18,7 +18,7 @@ from innerloop._events import (
     ToolUseStart,
 )
 from innerloop.fsm import request_settings
-from innerloop.providers import build_request
+from innerloop.lowlevel import build_request
 from innerloop.testing import (
     FakeClock,
     FakeProvider,

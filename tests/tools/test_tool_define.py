@@ -18,7 +18,8 @@ from typing_extensions import TypedDict
 
 import innerloop.tools
 from innerloop import HarnessParams, ParamsError, ToolDefinitionError
-from innerloop.tools import ToolCallResult, ToolContext, Toolset, ToolSpec, schema_for, tool
+from innerloop.lowlevel import schema_for
+from innerloop.tools import ToolCallResult, ToolContext, Toolset, ToolSpec, tool
 
 
 class Color(enum.Enum):

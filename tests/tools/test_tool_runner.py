@@ -18,6 +18,7 @@ import pytest
 
 from innerloop import HarnessParams
 from innerloop._messages import ToolUseBlock
+from innerloop.lowlevel import cap_output
 from innerloop.recovery import ApproxTokenCounter
 from innerloop.tools import (
     OutputLimits,
@@ -25,7 +26,6 @@ from innerloop.tools import (
     ToolError,
     ToolOutput,
     ToolRunner,
-    cap_output,
     run_process,
     tool,
 )

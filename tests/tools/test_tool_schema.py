@@ -15,14 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from innerloop import ToolDefinitionError
-from innerloop.tools import (
-    ToolSchema,
-    ToolSpec,
-    openai_strict_schema,
-    schema_for,
-    tool,
-    validate,
-)
+from innerloop.lowlevel import schema_for
+from innerloop.tools import ToolSchema, ToolSpec, openai_strict_schema, tool, validate
 
 
 class Size(enum.Enum):
