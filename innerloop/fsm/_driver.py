@@ -8,7 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Callable,
+    Container,
+    Iterator,
+    Sequence,
+)
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from statemachine import StateMachine
@@ -56,8 +63,14 @@ class RunObserver(Protocol):
     def start_run(self, run: Run) -> RunHooks: ...
 
 
-def _ignore(event: Event) -> None:
-    """The watcher of a run nobody watches."""
+class _EveryType:
+    """Contains every event type (the run observers watch them all)."""
+
+    def __contains__(self, item: object) -> bool:
+        return True
+
+
+_EVERY_TYPE = _EveryType()
 
 
 class PhaseScope:
@@ -229,30 +242,30 @@ class Run:
             observer.on_transition(self.machine.name, taken)
         return taken
 
-    def _watcher(self) -> Callable[[Event], None] | None:
-        """Who sees each event of this run: the event logger (the event types enabled now)
-        and the run observers' hooks (which also watch the default tool runner)."""
+    def _watcher(self) -> tuple[Callable[[Event], None], Container[type[Event]]]:
+        """Who sees the events of this run, and which event types they want: the event
+        logger (the types whose log level is enabled now) and the run observers' hooks
+        (every type; they also watch the default tool runner). The driver checks the
+        type first (a set look-up) and calls the watcher only for the types it wants."""
         hooks = self._hooks = tuple(o.start_run(self) for o in self.run_observers)
         if hooks and isinstance(self.deps.tools, ToolRunner):
             self.deps.tools.observers = hooks
         log = event_logger()
-        watchers = ((log,) if log else ()) + tuple(h.on_event for h in hooks)
-        if not watchers:
-            return None
-        if len(watchers) == 1:
-            return watchers[0]
+        if not hooks:
+            return log.__call__, frozenset(log.rules)
+        watchers = ((log.__call__,) if log else ()) + tuple(h.on_event for h in hooks)
 
         def watch(event: Event) -> None:
             for w in watchers:
                 w(event)
 
-        return watch
+        return watch, _EVERY_TYPE
 
     async def events(self) -> AsyncGenerator[Event, None]:
         """Run to a final state, yielding every stream and run event."""
         self._loop = asyncio.get_running_loop()
         self.signal.set_waker(self._wake)
-        watch = self._watcher() or _ignore
+        watch, watched = self._watcher()
         error: BaseException | None = None
         try:
             while self.current not in self.machine.finals:
@@ -260,34 +273,37 @@ class Run:
                     handler, is_gen = self.machine.handlers[self.current]
                     if is_gen:
                         async for ev in self._gen_phase(handler):
-                            watch(ev)
+                            if type(ev) in watched:
+                                watch(ev)
                             yield ev
                     else:
                         _, events = await self._await_phase(handler(self.ctx))
                         for ev in events or ():
-                            watch(ev)
+                            if type(ev) in watched:
+                                watch(ev)
                             yield ev
                 source = self.current
                 taken = self.step()
                 ev = Transition(source, taken.target, taken.guard)
-                watch(ev)
+                if Transition in watched:
+                    watch(ev)
                 yield ev
-            ev = self._finish()
-            watch(ev)
-            yield ev
-        except GeneratorExit:
-            raise  # the host stopped reading: not a failure of the run
+            yield self._finish(watch, watched)
         except BaseException as exc:
-            error = exc
+            # GeneratorExit: the host stopped reading, which is no failure of the run
+            error = None if isinstance(exc, GeneratorExit) else exc
             raise
         finally:
             await self._close(error)
 
-    def _finish(self) -> Finished:
+    def _finish(self, watch: Callable[[Event], None], watched: Container[type[Event]]) -> Finished:
         state = self.state
         state.final_state = self.current
         state.exit_reason = self.machine.exit_reason(self.current)
-        return Finished(state.exit_reason, self.current, state.turns, state.usage, state.cost_usd)
+        ev = Finished(state.exit_reason, self.current, state.turns, state.usage, state.cost_usd)
+        if Finished in watched:
+            watch(ev)
+        return ev
 
     async def _close(self, error: BaseException | None) -> None:
         self.signal.set_waker(None)

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
-from opentelemetry.propagate import inject
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from innerloop import _convert
@@ -59,10 +58,24 @@ __all__ = ["Tracing"]
 
 _SCOPE = "innerloop"
 _MODEL_STATES = frozenset({"call", "stream"})
+_TRANSITIONS: dict[tuple[str, str, str | None], dict[str, str]] = {}
+"""The attributes of each transition event, made once per edge (the SDK copies them)."""
 
 
 def _clean(value: str) -> str:
     return scrub_secrets(value)
+
+
+def _trace_env(span: Span) -> dict[str, str]:
+    """``TRACEPARENT`` (and ``TRACESTATE``) naming ``span``, as W3C trace context; the
+    environment-variable carrier of OpenTelemetry's specification."""
+    sc = span.get_span_context()
+    if not sc.is_valid:
+        return {}
+    env = {"TRACEPARENT": f"00-{sc.trace_id:032x}-{sc.span_id:016x}-{sc.trace_flags:02x}"}
+    if sc.trace_state:
+        env["TRACESTATE"] = sc.trace_state.to_header()
+    return env
 
 
 class Tracing:
@@ -137,14 +150,15 @@ class RunTrace:
             self._recovery(event)
 
     def _transition(self, ev: Transition) -> None:
-        self.agent.add_event(
-            "transition",
-            {
+        key = (ev.source, ev.target, ev.guard)
+        attributes = _TRANSITIONS.get(key)
+        if attributes is None:
+            attributes = _TRANSITIONS[key] = {
                 "innerloop.transition.source": ev.source,
                 "innerloop.transition.target": ev.target,
                 "innerloop.transition.guard": ev.guard or "",
-            },
-        )
+            }
+        self.agent.add_event("transition", attributes)
         if ev.source in _MODEL_STATES and ev.target != "stream":
             self._end_chat()
         if ev.target == "call" and self.chat is None:
@@ -339,10 +353,7 @@ class RunTrace:
             attributes=attributes,
         )
         ctx = trace.set_span_in_context(span, self.parent)
-        carrier: dict[str, str] = {}
-        inject(carrier, context=ctx)
-        env = {k.upper(): v for k, v in carrier.items()}
-        return span, otel_context.attach(ctx), CHILD_ENV.set(env)
+        return span, otel_context.attach(ctx), CHILD_ENV.set(_trace_env(span))
 
     def tool_finished(self, handle: tuple[Span, object, object], result: ToolCallResult) -> None:
         span, token, env_token = handle

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -157,7 +157,7 @@ class ToolRunner:
             # one call, nothing started early: run it in this task (no task, no extra
             # event-loop round trips); an abort cancels it right here
             try:
-                return ToolBatch((await self._guarded(scope, calls[0]),))
+                return ToolBatch((await self._call(scope, calls[0]),))
             except asyncio.CancelledError:
                 return ToolBatch((aborted_result(calls[0]),), cancelled=True)
         wanted = {c.id for c in calls}
@@ -183,14 +183,14 @@ class ToolRunner:
         return ToolBatch(tuple(t.result() for t in tasks))
 
     def _start(self, scope: ToolScope, call: ToolUseBlock) -> asyncio.Task[ToolCallResult]:
-        return asyncio.ensure_future(self._guarded(scope, call))
+        return asyncio.ensure_future(self._call(scope, call))
+
+    def _call(self, run: ToolScope, call: ToolUseBlock) -> Coroutine[Any, Any, ToolCallResult]:
+        """The coroutine that runs ``call``: watched when there are observers (no extra
+        await layer when there are none)."""
+        return self._observed(run, call) if self.observers else self._guarded(run, call)
 
     async def _guarded(self, run: ToolScope, call: ToolUseBlock) -> ToolCallResult:
-        if self.observers:
-            return await self._observed(run, call)
-        return await self._unobserved(run, call)
-
-    async def _unobserved(self, run: ToolScope, call: ToolUseBlock) -> ToolCallResult:
         try:
             return await self._run_one(run, call)
         except (asyncio.CancelledError, KeyboardInterrupt):
@@ -209,7 +209,7 @@ class ToolRunner:
         handles = [o.tool_started(call, spec, timeout) for o in self.observers]
         observers, result = self.observers, aborted_result(call)
         try:
-            result = await self._unobserved(run, call)
+            result = await self._guarded(run, call)
             return result
         finally:
             for observer, handle in zip(reversed(observers), reversed(handles), strict=True):
