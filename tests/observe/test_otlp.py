@@ -4,9 +4,13 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import re
 import socket
+from pathlib import Path
 from typing import Any
 
+from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from opentelemetry.sdk.resources import Resource
@@ -91,3 +95,49 @@ def test_spans_reach_a_real_otlp_receiver(make_harness: Any) -> None:
     assert _attributes(tool)["gen_ai.tool.name"] == "echo"
     assert _attributes(tool)["innerloop.tool.outcome"] == "ok"
     assert [e.name for e in agent.events].count("transition") == 12
+
+
+def test_readme_tracing_snippet_sends_spans(make_harness: Any) -> None:
+    """The README's tracing snippet, run as written against a receiver on loopback (the
+    exporter's endpoint comes from the environment, as the comment says)."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    code = re.search(r"## Seeing a run: tracing and logging\n.*?```python\n(.*?)```", readme, re.S)
+    assert code is not None
+    port = _free_port()
+    params = HarnessParams(model="scripted:m-20250101", system="s")
+    namespace: dict[str, Any] = {
+        "Harness": lambda p, providers, observers: make_harness(p, providers, observers=observers),
+        "params": params,
+        "providers": ScriptedProvider([reply("hi")]),
+    }
+    old = trace._TRACER_PROVIDER  # the snippet sets the global provider: put it back
+    old_once = trace._TRACER_PROVIDER_SET_ONCE._done
+    env = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{port}"
+    try:
+        exec(compile(code.group(1), "README.md", "exec"), namespace)
+
+        async def scenario() -> Span:
+            settings = OtelTapHttpProtobufReceiverSettings(http_port=port)
+            receiver = await OtelTapHttpProtobufReceiver(settings).start()
+            try:
+                waiting = asyncio.ensure_future(
+                    receiver.await_trace(lambda s: s.name == "invoke_agent innerloop", timeout=10)
+                )
+                await asyncio.sleep(0)
+                await namespace["harness"].run("go")
+                assert await asyncio.to_thread(namespace["provider"].force_flush, 10_000)
+                return await waiting
+            finally:
+                await receiver.stop()
+
+        span = asyncio.run(scenario())
+    finally:
+        namespace["provider"].shutdown()
+        trace._TRACER_PROVIDER = old
+        trace._TRACER_PROVIDER_SET_ONCE._done = old_once
+        if env is None:
+            os.environ.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+        else:
+            os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = env
+    assert _attributes(span)["innerloop.exit_reason"] == "model_complete"
