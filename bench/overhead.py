@@ -8,6 +8,8 @@ request, open and drain the stream, run the tool, append the results) runs in:
 * a plain while-loop;
 * innerloop on its lean table engine (the default), the same with a context budget (so
   every new message is tokenized with tiktoken), and on python-statemachine's ``send``;
+* innerloop traced by ``innerloop.observe.Tracing`` into the OpenTelemetry SDK's in-memory
+  exporter, when the SDK is installed (``pip install -e '.[otel]'``);
 * LangGraph, when installed (``pip install -e '.[bench]'``): a model node and a tool node.
 
 Each run is ``--turns`` iterations on a fresh history (a host's loop, not a 1,000-turn
@@ -24,7 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypedDict
 
 import attrs
@@ -95,7 +97,9 @@ async def plain_loop(turns: int) -> int:
         await tool_turn(history)
 
 
-def innerloop_runner(engine: str, budget: int | None = None) -> RunFn:
+def innerloop_runner(
+    engine: str, budget: int | None = None, observers: Sequence[Any] = ()
+) -> RunFn:
     async def run(turns: int) -> int:
         harness = Harness(
             attrs.evolve(params(turns), context_budget=budget),
@@ -103,10 +107,36 @@ def innerloop_runner(engine: str, budget: int | None = None) -> RunFn:
             machine=MACHINE,
             engine=engine,  # type: ignore[arg-type]
             token_counter=COUNTER,
+            observers=observers,
         )
         state = await harness.run("go")
         assert state.exit_reason == "model_complete", state.exit_reason
         return state.turns
+
+    return run
+
+
+def traced_runner() -> RunFn | None:
+    """The table engine traced by ``innerloop.observe.Tracing`` into the SDK's in-memory
+    exporter (a simple span processor: each span is exported as it ends)."""
+    try:
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        from innerloop.observe import Tracing
+    except ImportError:
+        return None
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing = Tracing(tracer_provider=provider, meter_provider=MeterProvider())
+    inner = innerloop_runner("table", observers=[tracing])
+
+    async def run(turns: int) -> int:
+        exporter.clear()  # keep memory flat across batches
+        return await inner(turns)
 
     return run
 
@@ -179,6 +209,9 @@ def main() -> None:
         "innerloop (+ context budget)": innerloop_runner("table", budget=100_000),
         "innerloop (statemachine send)": innerloop_runner("statemachine"),
     }
+    traced = traced_runner()
+    if traced is not None:
+        contenders["innerloop (traced, in-memory)"] = traced
     lg = langgraph_runner()
     if lg is not None:
         contenders["langgraph"] = lg
@@ -197,6 +230,9 @@ def main() -> None:
         print(f"{name:32s} {us:10.1f} {us - plain:12.1f}")
     ours = results["innerloop (table engine)"]
     print(f"innerloop overhead per iteration: {ours - plain:.1f} µs (target <= 200 µs)")
+    if "innerloop (traced, in-memory)" in results:
+        cost = results["innerloop (traced, in-memory)"] - ours
+        print(f"tracing on (in-memory exporter): +{cost:.1f} µs per iteration (target <= 50 µs)")
     if "langgraph" in results:
         lgv = results["langgraph"]
         print(f"innerloop / langgraph, time per iteration: {ours / lgv:.3f} (target <= 0.25)")

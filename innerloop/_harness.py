@@ -11,7 +11,7 @@ from innerloop._tasks import Task
 from innerloop.fsm._compile import CompiledMachine, compile_spec
 from innerloop.fsm._context import Deps
 from innerloop.fsm._default import DEFAULT_SPEC
-from innerloop.fsm._driver import Engine, Run, TransitionObserver
+from innerloop.fsm._driver import Engine, Run, RunObserver, TransitionObserver
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._spec import MachineSpec
 from innerloop.fsm._state import HarnessState
@@ -32,7 +32,10 @@ def _provider_map(providers: Mapping[str, Provider] | Iterable[Provider]) -> dic
 
 class Harness:
     """Runs the loop for ``params`` with the given providers (keyed by provider name, as
-    used in ``params.model`` and ``params.fallbacks``)."""
+    used in ``params.model`` and ``params.fallbacks``).
+
+    ``observers`` watch every run: a :class:`TransitionObserver` sees each transition, a
+    :class:`RunObserver` (``innerloop.observe.Tracing``) each event and tool call."""
 
     def __init__(
         self,
@@ -43,7 +46,7 @@ class Harness:
         clock: Clock | None = None,
         token_counter: TokenCounter | None = None,
         compactor: Compactor | None = None,
-        observers: Sequence[TransitionObserver] = (),
+        observers: Sequence[TransitionObserver | RunObserver] = (),
         engine: Engine = "table",
         tool_runner_factory: Callable[[], ToolExecutor] = ToolRunner,
     ) -> None:

@@ -26,6 +26,7 @@ def make_harness(transition_coverage: TransitionCoverage, clock: FakeClock) -> A
         if isinstance(providers, ScriptedProvider):
             providers = [providers]
         kwargs.setdefault("clock", clock)
-        return Harness(params, providers, observers=(transition_coverage,), **kwargs)
+        observers = (transition_coverage, *kwargs.pop("observers", ()))
+        return Harness(params, providers, observers=observers, **kwargs)
 
     return make

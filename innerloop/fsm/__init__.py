@@ -3,7 +3,7 @@
 from innerloop.fsm._compile import CompiledMachine, compile_spec
 from innerloop.fsm._context import Deps, PhaseContext, TurnScope, request_settings
 from innerloop.fsm._default import DEFAULT_SPEC
-from innerloop.fsm._driver import Run, TransitionObserver
+from innerloop.fsm._driver import Run, RunHooks, RunObserver, TransitionObserver
 from innerloop.fsm._guards import DEFAULT_GUARDS
 from innerloop.fsm._params import HarnessParams, ModelChoice, SpendBudget, Thinking
 from innerloop.fsm._spec import Guard, Handler, MachineSpec, StateSpec, TransitionSpec
@@ -25,6 +25,8 @@ __all__ = [
     "OutcomeEnum",
     "PhaseContext",
     "Run",
+    "RunHooks",
+    "RunObserver",
     "SpendBudget",
     "StateSpec",
     "Task",

@@ -8,25 +8,69 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
-from typing import Any, Literal, Protocol
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Callable,
+    Container,
+    Iterator,
+    Sequence,
+)
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from statemachine import StateMachine
 
 from innerloop._events import Event, Finished, Transition
+from innerloop._log import event_logger
 from innerloop.fsm._compile import CompiledMachine
 from innerloop.fsm._context import AbortSignal, Deps, PhaseContext, TurnScope, request_settings
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._spec import Handler, TransitionSpec
 from innerloop.fsm._state import HarnessState
+from innerloop.tools._runner import ToolObserver, ToolRunner
 
-__all__ = ["Run", "TransitionObserver"]
+__all__ = ["Run", "RunHooks", "RunObserver", "TransitionObserver"]
 
 Engine = Literal["table", "statemachine"]
 
 
+@runtime_checkable
 class TransitionObserver(Protocol):
     def on_transition(self, machine: str, transition: TransitionSpec) -> None: ...
+
+
+class RunHooks(ToolObserver, Protocol):
+    """What a :class:`RunObserver` watches one run with (see ``innerloop.observe``).
+
+    ``on_event`` sees every event the driver emits, when it emits it (a transition just
+    before the target's handler runs), including the events a quiet ``run()`` never makes
+    visible to the host; ``on_finish`` is called once when the run's event stream closes,
+    with the exception that ended it, if any. As a :class:`ToolObserver` it also sees each
+    tool call of the default tool runner start and finish, in the call's own task."""
+
+    def on_event(self, event: Event) -> None: ...
+
+    def on_finish(self, error: BaseException | None) -> None: ...
+
+
+@runtime_checkable
+class RunObserver(Protocol):
+    """An observer given to ``Harness(observers=...)`` that watches whole runs (tracing).
+
+    ``start_run`` is called when a run's events start flowing and returns the hooks that
+    watch that run. Without any, the driver pays nothing."""
+
+    def start_run(self, run: Run) -> RunHooks: ...
+
+
+class _EveryType:
+    """Contains every event type (the run observers watch them all)."""
+
+    def __contains__(self, item: object) -> bool:
+        return True
+
+
+_EVERY_TYPE = _EveryType()
 
 
 class PhaseScope:
@@ -85,7 +129,7 @@ class Run:
         state: HarnessState,
         deps: Deps,
         *,
-        observers: Sequence[TransitionObserver] = (),
+        observers: Sequence[TransitionObserver | RunObserver] = (),
         engine: Engine = "table",
         start_at: str | None = None,
     ) -> None:
@@ -96,7 +140,12 @@ class Run:
         self.signal = AbortSignal(state)
         self.scope = TurnScope(request_settings(params))
         self.ctx = PhaseContext(params, state, deps, self.scope, self.signal)
-        self.observers = tuple(observers)
+        self.observers: tuple[TransitionObserver, ...] = tuple(
+            o for o in observers if isinstance(o, TransitionObserver)
+        )
+        self.run_observers: tuple[RunObserver, ...] = tuple(
+            o for o in observers if isinstance(o, RunObserver)
+        )
         self.engine = engine
         self.current = start_at or machine.initial
         self._sm: StateMachine | None = None
@@ -105,6 +154,7 @@ class Run:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._phase: PhaseScope | None = None
         """The cancel scope of the handler await in progress, if any."""
+        self._hooks: tuple[RunHooks, ...] = ()
         self._abort_safe = frozenset(s.name for s in machine.spec.states if s.runs_when_aborting)
 
     @property
@@ -192,40 +242,80 @@ class Run:
             observer.on_transition(self.machine.name, taken)
         return taken
 
+    def _watcher(self) -> tuple[Callable[[Event], None], Container[type[Event]]]:
+        """Who sees the events of this run, and which event types they want: the event
+        logger (the types whose log level is enabled now) and the run observers' hooks
+        (every type; they also watch the default tool runner). The driver checks the
+        type first (a set look-up) and calls the watcher only for the types it wants."""
+        hooks = self._hooks = tuple(o.start_run(self) for o in self.run_observers)
+        if hooks and isinstance(self.deps.tools, ToolRunner):
+            self.deps.tools.observers = hooks
+        log = event_logger()
+        if not hooks:
+            return log.__call__, frozenset(log.rules)
+        watchers = ((log.__call__,) if log else ()) + tuple(h.on_event for h in hooks)
+
+        def watch(event: Event) -> None:
+            for w in watchers:
+                w(event)
+
+        return watch, _EVERY_TYPE
+
     async def events(self) -> AsyncGenerator[Event, None]:
         """Run to a final state, yielding every stream and run event."""
         self._loop = asyncio.get_running_loop()
         self.signal.set_waker(self._wake)
+        watch, watched = self._watcher()
+        error: BaseException | None = None
         try:
             while self.current not in self.machine.finals:
                 if self.state.abort is None or self.current in self._abort_safe:
                     handler, is_gen = self.machine.handlers[self.current]
                     if is_gen:
                         async for ev in self._gen_phase(handler):
+                            if type(ev) in watched:
+                                watch(ev)
                             yield ev
                     else:
                         _, events = await self._await_phase(handler(self.ctx))
                         for ev in events or ():
+                            if type(ev) in watched:
+                                watch(ev)
                             yield ev
                 source = self.current
                 taken = self.step()
-                yield Transition(source, taken.target, taken.guard)
-            self.state.final_state = self.current
-            self.state.exit_reason = self.machine.exit_reason(self.current)
-            yield Finished(
-                self.state.exit_reason,
-                self.current,
-                self.state.turns,
-                self.state.usage,
-                self.state.cost_usd,
-            )
+                ev = Transition(source, taken.target, taken.guard)
+                if Transition in watched:
+                    watch(ev)
+                yield ev
+            yield self._finish(watch, watched)
+        except BaseException as exc:
+            # GeneratorExit: the host stopped reading, which is no failure of the run
+            error = None if isinstance(exc, GeneratorExit) else exc
+            raise
         finally:
-            self.signal.set_waker(None)
+            await self._close(error)
+
+    def _finish(self, watch: Callable[[Event], None], watched: Container[type[Event]]) -> Finished:
+        state = self.state
+        state.final_state = self.current
+        state.exit_reason = self.machine.exit_reason(self.current)
+        ev = Finished(state.exit_reason, self.current, state.turns, state.usage, state.cost_usd)
+        if Finished in watched:
+            watch(ev)
+        return ev
+
+    async def _close(self, error: BaseException | None) -> None:
+        self.signal.set_waker(None)
+        try:
             # eager tool calls whose message was dropped (max_tokens) must not outlive the run
             await self.deps.tools.cancel_all()
             if self.scope.stream is not None:
                 stream, self.scope.stream = self.scope.stream, None
                 await stream.aclose()
+        finally:
+            for hooks in self._hooks:
+                hooks.on_finish(error)
 
     async def run(self) -> HarnessState:
         """Run to the end, discarding events; returns the state. The streamed deltas are

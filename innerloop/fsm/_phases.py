@@ -25,6 +25,7 @@ from innerloop._events import (
     ToolExecuted,
     ToolUseComplete,
 )
+from innerloop._log import log_model_failure
 from innerloop._messages import (
     Block,
     Message,
@@ -205,6 +206,7 @@ async def normalize(ctx: PhaseContext) -> None:
 
 
 def _record_failure(ctx: PhaseContext, error: ProviderError) -> None:
+    log_model_failure(error)
     state = ctx.state
     state.error = error
     state.count_error(error.category.value)

@@ -24,11 +24,12 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 import attrs
 
-__all__ = ["ProcessResult", "run_process"]
+__all__ = ["CHILD_ENV", "ProcessResult", "run_process"]
 
 CAPTURE_LIMIT = 1 << 20
 """Bytes kept of each stream (half from the start, half from the end); the rest is counted
@@ -189,6 +190,19 @@ def _reaped(argv: Sequence[str]) -> list[str]:
     return [sys.executable, "-I", "-S", "-c", _REAPER, str(os.getpid()), *argv]
 
 
+CHILD_ENV: ContextVar[Mapping[str, str] | None] = ContextVar("innerloop_child_env", default=None)
+"""Variables added to the environment of every process :func:`run_process` starts in this
+context (a sandbox's allowlist included): a tool observer sets ``TRACEPARENT`` here in a
+tool call's own context, so the call's processes join its trace."""
+
+
+def _with_child_env(env: Mapping[str, str] | None) -> Mapping[str, str] | None:
+    extra = CHILD_ENV.get()
+    if not extra:
+        return env
+    return {**(os.environ if env is None else env), **extra}
+
+
 async def run_process(
     argv: Sequence[str],
     *,
@@ -211,6 +225,7 @@ async def run_process(
     start = time.monotonic()
     if reaper:
         argv = _reaped(argv)
+    env = _with_child_env(env)
     transport, protocol = await _spawn(argv, cwd, env, stdin is not None, reaper)
     proc = asyncio.subprocess.Process(transport, protocol, asyncio.get_running_loop())
     out, err = _Capture(capture_limit), _Capture(capture_limit)

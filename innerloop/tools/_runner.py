@@ -18,15 +18,16 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
 from innerloop._messages import ToolUseBlock
 from innerloop.recovery._tokens import ApproxTokenCounter, TokenCounter
 from innerloop.tools._output import OutputLimits, cap_output
+from innerloop.tools._process import CHILD_ENV
 from innerloop.tools._schema import validate
 from innerloop.tools._spec import (
     ToolCallResult,
@@ -41,10 +42,31 @@ from innerloop.tools._spec import (
 if TYPE_CHECKING:
     from innerloop.recovery._tokens import MessageTokenCache
 
-__all__ = ["ABORTED_TOOL", "ToolBatch", "ToolExecutor", "ToolRunner", "ToolScope"]
+__all__ = [
+    "ABORTED_TOOL",
+    "CHILD_ENV",
+    "ToolBatch",
+    "ToolExecutor",
+    "ToolObserver",
+    "ToolRunner",
+    "ToolScope",
+]
 
 ABORTED_TOOL = "not run: the run was aborted before this tool call completed"
 """The result of a call that had not finished when its run was aborted."""
+
+
+class ToolObserver(Protocol):
+    """Watches each tool call of a :class:`ToolRunner` (tracing). ``tool_started`` runs in
+    the call's own task, before its arguments are checked; whatever it returns is handed
+    back to ``tool_finished`` with the result, in the same task (also when the call was
+    cancelled, with the ``ABORTED_TOOL`` result)."""
+
+    def tool_started(self, call: ToolUseBlock, spec: ToolSpec | None, timeout: float | None) -> Any:
+        """Start watching ``call`` (``spec`` is None for an unknown tool)."""
+
+    def tool_finished(self, handle: Any, result: ToolCallResult) -> None:
+        """``call`` finished with ``result``."""
 
 
 class ToolScope(Protocol):
@@ -115,6 +137,8 @@ class ToolRunner:
         self.limits = limits or OutputLimits()
         self.token_counter = token_counter
         self.workspace = Path(workspace) if workspace is not None else None
+        self.observers: tuple[ToolObserver, ...] = ()
+        """Watch every call (the driver sets its run observers' hooks here)."""
         self._eager: dict[str, asyncio.Task[ToolCallResult]] = {}
         self._semaphore: asyncio.Semaphore | None = None
 
@@ -133,7 +157,7 @@ class ToolRunner:
             # one call, nothing started early: run it in this task (no task, no extra
             # event-loop round trips); an abort cancels it right here
             try:
-                return ToolBatch((await self._guarded(scope, calls[0]),))
+                return ToolBatch((await self._call(scope, calls[0]),))
             except asyncio.CancelledError:
                 return ToolBatch((aborted_result(calls[0]),), cancelled=True)
         wanted = {c.id for c in calls}
@@ -159,7 +183,12 @@ class ToolRunner:
         return ToolBatch(tuple(t.result() for t in tasks))
 
     def _start(self, scope: ToolScope, call: ToolUseBlock) -> asyncio.Task[ToolCallResult]:
-        return asyncio.ensure_future(self._guarded(scope, call))
+        return asyncio.ensure_future(self._call(scope, call))
+
+    def _call(self, run: ToolScope, call: ToolUseBlock) -> Coroutine[Any, Any, ToolCallResult]:
+        """The coroutine that runs ``call``: watched when there are observers (no extra
+        await layer when there are none)."""
+        return self._observed(run, call) if self.observers else self._guarded(run, call)
 
     async def _guarded(self, run: ToolScope, call: ToolUseBlock) -> ToolCallResult:
         try:
@@ -172,6 +201,19 @@ class ToolRunner:
                 f"tool {call.name!r} could not be run: {type(exc).__name__}: {exc}",
                 _name(exc),
             )
+
+    async def _observed(self, run: ToolScope, call: ToolUseBlock) -> ToolCallResult:
+        """``_guarded`` with the observers told of the call's start and result."""
+        spec = run.params.tool(call.name)
+        timeout = run.params.timeout_for(spec) if spec is not None else None
+        handles = [o.tool_started(call, spec, timeout) for o in self.observers]
+        observers, result = self.observers, aborted_result(call)
+        try:
+            result = await self._guarded(run, call)
+            return result
+        finally:
+            for observer, handle in zip(reversed(observers), reversed(handles), strict=True):
+                observer.tool_finished(handle, result)
 
     async def cancel_all(self) -> None:
         """Cancel every eagerly started call (and kill its processes)."""

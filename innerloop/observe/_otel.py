@@ -1,0 +1,381 @@
+"""OpenTelemetry tracing and metrics, after the GenAI semantic conventions.
+
+``Harness(..., observers=[Tracing()])`` traces every run:
+
+- ``invoke_agent {agent}``: one span per run (a child of whatever span is current when the
+  run starts), with every transition as a span event (source, target, guard) and the
+  recovery figures as events (backoff, fallback, compaction, alert, abort);
+- ``chat {model}``: one span per model call, from entering ``call`` until the stream is
+  consumed or fails, with the request and response models, the response id, the finish
+  reason and the token counts; a failed call records its error category;
+- ``execute_tool {name}``: one span per tool call, in the call's own task, with its id,
+  category, timeout and outcome; the processes the call starts get ``TRACEPARENT``.
+
+Metrics: ``gen_ai.client.token.usage`` and ``gen_ai.client.operation.duration``.
+
+Message content (prompts, answers, tool arguments and results) is recorded only with
+``capture_content=True``, and every text is scrubbed of keys and tokens first.
+
+Only ``opentelemetry-api`` is needed here; without an SDK configured every call is a no-op.
+Spans of the default machine's ``call`` and ``stream`` states make the chat spans: a custom
+machine that keeps those names keeps its chat spans.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import metrics, trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+from innerloop import _convert
+from innerloop._events import (
+    Abort,
+    Alert,
+    Backoff,
+    Compacted,
+    Event,
+    Fallback,
+    Finished,
+    ModelResponseEvent,
+    Transition,
+)
+from innerloop._messages import ModelResponse, ToolUseBlock
+from innerloop._secrets import scrub_secrets
+from innerloop.tools._process import CHILD_ENV
+from innerloop.tools._spec import ToolCallResult, ToolSpec
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
+
+    from innerloop.fsm._driver import Run
+
+__all__ = ["Tracing"]
+
+_SCOPE = "innerloop"
+_MODEL_STATES = frozenset({"call", "stream"})
+_TRANSITIONS: dict[tuple[str, str, str | None], dict[str, str]] = {}
+"""The attributes of each transition event, made once per edge (the SDK copies them)."""
+
+
+def _clean(value: str) -> str:
+    return scrub_secrets(value)
+
+
+def _trace_env(span: Span) -> dict[str, str]:
+    """``TRACEPARENT`` (and ``TRACESTATE``) naming ``span``, as W3C trace context; the
+    environment-variable carrier of OpenTelemetry's specification."""
+    sc = span.get_span_context()
+    if not sc.is_valid:
+        return {}
+    env = {"TRACEPARENT": f"00-{sc.trace_id:032x}-{sc.span_id:016x}-{sc.trace_flags:02x}"}
+    if sc.trace_state:
+        env["TRACESTATE"] = sc.trace_state.to_header()
+    return env
+
+
+class Tracing:
+    """A :class:`~innerloop.fsm.RunObserver` that traces runs with OpenTelemetry.
+
+    ``tracer_provider`` and ``meter_provider`` default to the global ones (set by the
+    host's SDK set-up); ``capture_content=True`` records messages and tool arguments and
+    results (scrubbed of credentials); ``agent_name`` names the ``invoke_agent`` span."""
+
+    def __init__(
+        self,
+        *,
+        tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
+        capture_content: bool = False,
+        agent_name: str = "innerloop",
+    ) -> None:
+        self.tracer = trace.get_tracer(_SCOPE, tracer_provider=tracer_provider)
+        meter = metrics.get_meter(_SCOPE, meter_provider=meter_provider)
+        self.token_usage = meter.create_histogram(
+            "gen_ai.client.token.usage", unit="{token}", description="Tokens used per call"
+        )
+        self.duration = meter.create_histogram(
+            "gen_ai.client.operation.duration", unit="s", description="Duration of a call"
+        )
+        self.capture_content = capture_content
+        self.agent_name = agent_name
+
+    def start_run(self, run: Run) -> RunTrace:
+        """The hooks that trace ``run`` (called by the driver when the run starts)."""
+        return RunTrace(self, run)
+
+    def __repr__(self) -> str:
+        return f"Tracing(capture_content={self.capture_content}, agent_name={self.agent_name!r})"
+
+
+class RunTrace:
+    """The spans of one run (see :class:`Tracing`)."""
+
+    def __init__(self, tracing: Tracing, run: Run) -> None:
+        self.tracing = tracing
+        self.run = run
+        choice = run.ctx.choice
+        self.agent = tracing.tracer.start_span(
+            f"invoke_agent {tracing.agent_name}",
+            kind=SpanKind.INTERNAL,
+            attributes={
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": tracing.agent_name,
+                "gen_ai.provider.name": choice.provider,
+                "gen_ai.request.model": choice.model,
+                "innerloop.machine": run.machine.name,
+            },
+        )
+        self.parent = trace.set_span_in_context(self.agent)
+        self.chat: Span | None = None
+        self.chat_start = 0.0
+        self.chat_attributes: dict[str, str] = {}
+        if tracing.capture_content and run.params.system:
+            self.agent.set_attribute("gen_ai.system_instructions", _clean(run.params.system))
+
+    # -- events --------------------------------------------------------------------------
+
+    def on_event(self, event: Event) -> None:
+        if isinstance(event, Transition):
+            self._transition(event)
+        elif isinstance(event, ModelResponseEvent):
+            self._response(event.response)
+        elif isinstance(event, Finished):
+            self._finished(event)
+        else:
+            self._recovery(event)
+
+    def _transition(self, ev: Transition) -> None:
+        key = (ev.source, ev.target, ev.guard)
+        attributes = _TRANSITIONS.get(key)
+        if attributes is None:
+            attributes = _TRANSITIONS[key] = {
+                "innerloop.transition.source": ev.source,
+                "innerloop.transition.target": ev.target,
+                "innerloop.transition.guard": ev.guard or "",
+            }
+        self.agent.add_event("transition", attributes)
+        if ev.source in _MODEL_STATES and ev.target != "stream":
+            self._end_chat()
+        if ev.target == "call" and self.chat is None:
+            self._start_chat()
+
+    def _recovery(self, event: Event) -> None:
+        if isinstance(event, Backoff):
+            attributes: dict[str, Any] = {
+                "innerloop.backoff.attempt": event.attempt,
+                "innerloop.backoff.delay": event.delay,
+                "innerloop.backoff.total_wait": event.total_wait,
+            }
+            if event.retry_after is not None:
+                attributes["innerloop.backoff.retry_after"] = event.retry_after
+            self.agent.add_event("backoff", attributes)
+        elif isinstance(event, Fallback):
+            self.agent.add_event(
+                "fallback",
+                {
+                    "innerloop.fallback.from_provider": event.from_provider,
+                    "innerloop.fallback.from_model": event.from_model,
+                    "innerloop.fallback.to_provider": event.to_provider,
+                    "innerloop.fallback.to_model": event.to_model,
+                    "innerloop.fallback.reason": event.reason,
+                },
+            )
+        elif isinstance(event, Compacted):
+            self.agent.add_event(
+                "compacted",
+                {
+                    "innerloop.compaction.reason": event.reason,
+                    "innerloop.compaction.tokens_before": event.tokens_before,
+                    "innerloop.compaction.tokens_after": event.tokens_after,
+                    "innerloop.compaction.removed_messages": event.removed_messages,
+                },
+            )
+        elif isinstance(event, Alert):
+            self.agent.add_event(
+                "alert",
+                {
+                    "innerloop.alert.kind": event.kind,
+                    "innerloop.alert.message": _clean(event.message),
+                },
+            )
+        elif isinstance(event, Abort):
+            self._abort(event)
+
+    def _abort(self, event: Abort) -> None:
+        attributes = {"innerloop.abort.reason": _clean(event.reason)}
+        error = (event.diagnostic or {}).get("error")
+        if isinstance(error, dict) and error.get("category"):
+            attributes["error.type"] = str(error["category"])
+        self.agent.add_event("abort", attributes)
+
+    # -- the chat span -------------------------------------------------------------------
+
+    def _start_chat(self) -> None:
+        run, tracing = self.run, self.tracing
+        choice = run.ctx.choice
+        self.chat_attributes = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": choice.provider,
+            "gen_ai.request.model": choice.model,
+        }
+        attributes: dict[str, Any] = dict(self.chat_attributes)
+        attributes["innerloop.turn"] = run.state.turns + 1
+        attributes["gen_ai.request.max_tokens"] = run.params.max_output_tokens
+        if run.params.temperature is not None:
+            attributes["gen_ai.request.temperature"] = run.params.temperature
+        if tracing.capture_content:
+            messages = [_convert.unstructure(m) for m in run.state.history]
+            attributes["gen_ai.input.messages"] = _clean(json.dumps(messages, default=str))
+        self.chat = tracing.tracer.start_span(
+            f"chat {choice.model}", context=self.parent, kind=SpanKind.CLIENT, attributes=attributes
+        )
+        self.chat_start = time.monotonic()
+
+    def _response(self, response: ModelResponse) -> None:
+        chat = self.chat
+        if chat is None:
+            return
+        usage = response.usage
+        model = response.model or self.chat_attributes.get("gen_ai.request.model", "")
+        chat.set_attributes(
+            {
+                "gen_ai.response.model": model,
+                "gen_ai.response.finish_reasons": [response.stop_reason or "unknown"],
+                "gen_ai.usage.input_tokens": usage.input_tokens,
+                "gen_ai.usage.output_tokens": usage.output_tokens,
+                "gen_ai.usage.cache_read.input_tokens": usage.cache_read_tokens,
+                "gen_ai.usage.cache_creation.input_tokens": usage.cache_creation_tokens,
+            }
+        )
+        response_id = getattr(response, "id", None)  # when the providers keep it
+        if response_id:
+            chat.set_attribute("gen_ai.response.id", str(response_id))
+        self.chat_attributes["gen_ai.response.model"] = model
+        metric = dict(self.chat_attributes)
+        record = self.tracing.token_usage.record
+        record(usage.input_tokens, {**metric, "gen_ai.token.type": "input"})
+        record(usage.output_tokens, {**metric, "gen_ai.token.type": "output"})
+        if self.tracing.capture_content:
+            output = _convert.unstructure(response.message)
+            chat.set_attribute("gen_ai.output.messages", _clean(json.dumps([output], default=str)))
+
+    def _end_chat(self) -> None:
+        chat, self.chat = self.chat, None
+        if chat is None:
+            return
+        metric: dict[str, Any] = dict(self.chat_attributes)
+        error = self.run.state.error
+        if error is not None:
+            category = error.category.value
+            metric["error.type"] = category
+            chat.set_attribute("error.type", category)
+            if error.status is not None:
+                chat.set_attribute("http.response.status_code", error.status)
+            message = _clean(str(error))
+            chat.add_event(
+                "exception", {"exception.type": type(error).__name__, "exception.message": message}
+            )
+            chat.set_status(Status(StatusCode.ERROR, message))
+        elif self.run.state.abort is not None:
+            metric["error.type"] = "aborted"
+            chat.set_attribute("error.type", "aborted")
+        self.tracing.duration.record(time.monotonic() - self.chat_start, metric)
+        chat.end()
+
+    # -- the end -------------------------------------------------------------------------
+
+    def _finished(self, ev: Finished) -> None:
+        agent = self.agent
+        agent.set_attributes(
+            {
+                "innerloop.exit_reason": ev.exit_reason,
+                "innerloop.final_state": ev.final_state,
+                "innerloop.turns": ev.turns,
+                "gen_ai.usage.input_tokens": ev.usage.input_tokens,
+                "gen_ai.usage.output_tokens": ev.usage.output_tokens,
+            }
+        )
+        if ev.cost_usd is not None:
+            agent.set_attribute("innerloop.cost_usd", ev.cost_usd)
+        diagnostic = self.run.state.diagnostic
+        if diagnostic is not None:
+            error = diagnostic.get("error")
+            category = error.get("category") if isinstance(error, dict) else None
+            agent.set_attribute("error.type", str(category or ev.exit_reason))
+            agent.set_status(
+                Status(StatusCode.ERROR, _clean(str(diagnostic.get("reason") or ev.exit_reason)))
+            )
+
+    def on_finish(self, error: BaseException | None) -> None:
+        if self.chat is not None:
+            self._end_chat()
+        if error is not None:
+            self.agent.set_attribute("error.type", type(error).__name__)
+            self.agent.add_event(
+                "exception",
+                {
+                    "exception.type": type(error).__name__,
+                    "exception.message": _clean(str(error)),
+                },
+            )
+            self.agent.set_status(Status(StatusCode.ERROR, _clean(str(error))))
+        self.agent.end()
+
+    # -- tool calls ----------------------------------------------------------------------
+
+    def tool_started(
+        self, call: ToolUseBlock, spec: ToolSpec | None, timeout: float | None
+    ) -> tuple[Span, object, object]:
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": call.name,
+            "gen_ai.tool.call.id": call.id,
+            "gen_ai.tool.type": "function",
+        }
+        if spec is not None:
+            attributes["innerloop.tool.category"] = spec.category
+            if spec.description:
+                attributes["gen_ai.tool.description"] = spec.description
+        if timeout is not None:
+            attributes["innerloop.tool.timeout"] = timeout
+        if self.tracing.capture_content:
+            arguments = json.dumps(dict(call.input), default=str)
+            attributes["gen_ai.tool.call.arguments"] = _clean(arguments)
+        span = self.tracing.tracer.start_span(
+            f"execute_tool {call.name}",
+            context=self.parent,
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+        )
+        ctx = trace.set_span_in_context(span, self.parent)
+        return span, otel_context.attach(ctx), CHILD_ENV.set(_trace_env(span))
+
+    def tool_finished(self, handle: tuple[Span, object, object], result: ToolCallResult) -> None:
+        span, token, env_token = handle
+        CHILD_ENV.reset(env_token)  # type: ignore[arg-type]
+        otel_context.detach(token)  # type: ignore[arg-type]
+        outcome = (
+            "timeout"
+            if result.timed_out
+            else "aborted"
+            if result.error == "aborted"
+            else "error"
+            if result.is_error
+            else "ok"
+        )
+        span.set_attribute("innerloop.tool.outcome", outcome)
+        span.set_attribute("innerloop.tool.duration", result.duration)
+        if result.is_error:
+            span.set_attribute("error.type", result.error or "tool_error")
+            span.set_status(Status(StatusCode.ERROR, _clean(result.output[:500])))
+        if self.tracing.capture_content:
+            span.set_attribute("gen_ai.tool.call.result", _clean(result.output))
+        span.end()
+
+    def __repr__(self) -> str:
+        return f"<RunTrace {self.agent.get_span_context().trace_id:032x}>"
