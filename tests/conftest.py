@@ -4,9 +4,15 @@ from collections.abc import Iterable
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from innerloop import Harness, HarnessParams
 from innerloop.testing import FakeClock, ScriptedProvider, TransitionCoverage
+
+# no per-example deadline: these machines are shared and noisy, and the first example of
+# a test may build caches (the converter's hooks); speed is checked by bench/, not here
+settings.register_profile("innerloop", deadline=None)
+settings.load_profile("innerloop")
 
 
 @pytest.fixture
