@@ -61,6 +61,7 @@ from innerloop._events import (
 from innerloop._messages import ToolUseBlock, Usage
 from innerloop.fsm import CompiledMachine, compile_spec
 from innerloop.fsm._default import DEFAULT_SPEC
+from innerloop.fsm._driver import TransitionObserver
 from innerloop.fsm._params import SpendBudget
 from innerloop.fsm._state import HarnessState
 from innerloop.providers import AnthropicProvider, AsyncioTransport, OpenAIProvider
@@ -93,7 +94,8 @@ KEYS = (ANTHROPIC_KEY, OPENAI_KEY)
 MODELS = {"anthropic": "claude-sonnet-4-5-20250929", "openai": "gpt-4o-mini-2024-07-18"}
 PROVIDERS = ("anthropic_sdk", "anthropic_wire", "openai_sdk", "openai_wire")
 MAX_EVENT_BYTES = 64 * 1024
-HTTP_TIMEOUT = 1.0
+HTTP_TIMEOUT = 3.0
+"""Ends a hang; generous, so a loaded machine's slow answer is not mistaken for one."""
 RUN_DEADLINE = 30.0
 TAG = re.compile(r"chaos-run-(\d+)")
 
@@ -112,10 +114,17 @@ def expected_category(step: Step) -> str:
         if step.kind in ("overloaded", "rate_limited", "context_overflow", "fatal"):
             return step.category.value
         return "transient"
-    if isinstance(step, StreamError) and step.error_type == "overloaded_error":
-        return "overloaded"
+    if isinstance(step, StreamError):
+        return STREAM_ERRORS[step.error_type][1]
     return "transient"  # Truncated, other StreamErrors, Oversized past the cap, Trickle, Raw
 
+
+STREAM_ERRORS = {  # error type in the stream -> (message, category it must count as)
+    "api_error": ("boom", "transient"),
+    "overloaded_error": ("Overloaded", "overloaded"),
+    "rate_limit_error": ("rate limit exceeded", "rate_limited"),
+    "invalid_request_error": ("prompt is too long: 212345 tokens > 200000", "context_overflow"),
+}
 
 # -- tools ------------------------------------------------------------------------------------
 
@@ -186,6 +195,8 @@ PLAIN_CALLS: tuple[tuple[str, dict[str, Any], str], ...] = (
 )
 TOOL_TIMEOUTS = {"shell": 2.0, "code": 2.0, "network": 0.5, "file": 2.0}
 """Generous for a loaded machine: a quick command must not time out, a sleeper must."""
+TOOL_LIMITS = {"run_shell": 2.0, "run_python": 2.0, "tasks": 2.0, "add": 2.0}
+TOOL_LIMITS.update(dict.fromkeys(("lookup", "flaky", "slow"), 0.5))
 
 
 def chaos_tools(workspace: str, tag: str) -> tuple[ToolSpec, ...]:
@@ -214,8 +225,9 @@ class Plan:
     spend_tokens: int | None
     context_budget: int | None
     tasks: tuple[str, ...]
-    abort: tuple[str, float] | None
-    """(how, when): ``time`` / ``thread`` after seconds, ``event`` after that many events."""
+    abort: tuple[str, float | str] | None
+    """(how, when): ``time`` / ``thread`` after seconds, ``event`` after that many events,
+    ``state`` as the run enters that state."""
 
     @property
     def tag(self) -> str:
@@ -239,7 +251,8 @@ def _fault(rng: random.Random) -> Step:  # noqa: C901  one table of weighted cho
     if r < 0.66:
         return Truncated(reply("a reply cut short " * 4), rng.randint(1, 6))
     if r < 0.72:
-        return StreamError(rng.choice(("api_error", "overloaded_error")), "boom", rng.randint(0, 3))
+        error_type = rng.choice(sorted(STREAM_ERRORS))
+        return StreamError(error_type, STREAM_ERRORS[error_type][0], rng.randint(0, 3))
     if r < 0.76:
         return Oversized(MAX_EVENT_BYTES * 2, piece=16 * 1024)
     if r < 0.80:
@@ -253,6 +266,29 @@ def _fault(rng: random.Random) -> Step:  # noqa: C901  one table of weighted cho
     if r < 0.97:
         return Raw(503, (("content-type", "text/html"),), b"<html>upstream down</html>")
     return Raw(200, (("content-type", "application/json"),), b"{not json", rng.random() < 0.5)
+
+
+ABORT_STATES = (
+    "assemble",
+    "compact",
+    "normalize",
+    "call",
+    "stream",
+    "execute",
+    "check",
+    "backoff",
+    "fallback",
+)
+
+
+def _limited(rng: random.Random) -> Step:
+    """A rate-limit answer: a 429, a 529, or a rate-limit error in the stream."""
+    r = rng.random()
+    if r < 0.5:
+        return RateLimit(rng.choice((None, 1.0, 4.0)), rng.choice(("seconds", "ms", "date")))
+    if r < 0.75:
+        return Fault.overloaded(rng.choice((None, 2.0)))
+    return StreamError("rate_limit_error", "rate limit exceeded", rng.randint(0, 3))
 
 
 def _tool_reply(
@@ -284,6 +320,8 @@ def plan(seed: int) -> Plan:
     expect: dict[str, str] = {}
     steps: list[Step] = []
     for n in range(turns):
+        if rng.random() < 0.06:  # a storm: past the backoff retries, on to the fallback
+            steps += [_limited(rng) for _ in range(6)]
         while rng.random() < 0.4:
             steps.append(_fault(rng))
         if n == turns - 1:
@@ -295,10 +333,15 @@ def plan(seed: int) -> Plan:
             steps.append(_tool_reply(rng, seed, n, expect, n == task_turn))
         else:
             steps.append(_tool_reply(rng, seed, n, expect, n == task_turn))
-    abort = None
-    if rng.random() < 0.12:
-        how = rng.choice(("time", "thread", "event"))
-        abort = (how, float(rng.randint(1, 60)) if how == "event" else rng.uniform(0, 0.4))
+    abort: tuple[str, float | str] | None = None
+    if rng.random() < 0.2:
+        how = rng.choice(("time", "thread", "event", "state", "state"))
+        if how == "event":
+            abort = (how, float(rng.randint(1, 80)))
+        elif how == "state":
+            abort = (how, rng.choice(ABORT_STATES))
+        else:
+            abort = (how, rng.uniform(0, 0.4))
     return Plan(
         seed,
         primary,
@@ -325,9 +368,12 @@ class Board:
         self.lock = threading.Lock()
 
     def add(self, p: Plan) -> None:
+        self.put(p.tag, p.steps)
+
+    def put(self, tag: str, steps: Sequence[Step]) -> None:
         with self.lock:
-            self.scripts[p.tag] = collections.deque(p.steps)
-            self.served[p.tag] = []
+            self.scripts[tag] = collections.deque(steps)
+            self.served[tag] = []
 
     def take(self, tag: str) -> Step | None:
         with self.lock:
@@ -394,6 +440,8 @@ class Outcome:
     served: list[Step]
     abort_fired: bool
     seconds: float
+    errors: list[str] = attrs.Factory(list)
+    """The failures of the run's calls, in order."""
     late_tools: int = 0
 
 
@@ -415,7 +463,7 @@ def _params(p: Plan, tools: tuple[ToolSpec, ...]) -> HarnessParams:
 
 def _arm_abort(p: Plan, run: Any, fired: list[bool]) -> Callable[[], None]:
     """Schedule the plan's host abort; returns the disarm function."""
-    if p.abort is None or p.abort[0] == "event":
+    if p.abort is None or p.abort[0] in ("event", "state"):
         return lambda: None
 
     def fire() -> None:
@@ -423,6 +471,7 @@ def _arm_abort(p: Plan, run: Any, fired: list[bool]) -> Callable[[], None]:
         run.abort(f"chaos abort of {p.tag}")
 
     how, when = p.abort
+    assert isinstance(when, float)
     if how == "thread":
         timer = threading.Timer(when, fire)
         timer.daemon = True
@@ -436,14 +485,22 @@ async def play(p: Plan, harness: Harness, board: Board) -> Outcome:
     board.add(p)
     run = harness.start("Do the chaos task.", tasks=p.tasks)
     events: list[Event] = []
+    errors: list[str] = []
     fired = [False]
     disarm = _arm_abort(p, run, fired)
     started = time.monotonic()
 
+    how, when = p.abort if p.abort is not None else ("", "")
+
     async def consume() -> None:
         async for event in run.events():
             events.append(event)
-            if p.abort is not None and p.abort[0] == "event" and len(events) == int(p.abort[1]):
+            if isinstance(event, Transition) and event.source in ("call", "stream"):
+                if run.state.error is not None:
+                    errors.append(str(run.state.error)[:200])
+            if (how == "event" and len(events) == when) or (
+                how == "state" and isinstance(event, Transition) and event.target == when
+            ):
                 fired[0] = True
                 run.abort(f"chaos abort of {p.tag}")
 
@@ -454,7 +511,8 @@ async def play(p: Plan, harness: Harness, board: Board) -> Outcome:
         served = board.remove(p.tag)
     if p.abort is not None and p.abort[0] == "thread":
         await asyncio.sleep(0)  # a timer thread that fired has set its flag
-    return Outcome(p.seed, run.state, events, served, fired[0], time.monotonic() - started)
+    seconds = time.monotonic() - started
+    return Outcome(p.seed, run.state, events, served, fired[0], seconds, errors)
 
 
 # -- the invariants ---------------------------------------------------------------------------
@@ -531,7 +589,7 @@ def _problems_served(o: Outcome, calls: int, failures: int) -> Iterator[str]:
         expected["fatal"] += exhausted
     got = collections.Counter({TURN: s.turns, **s.errors})
     if +expected != +got:
-        yield f"served {dict(expected)} but the run counted {dict(+got)}"
+        yield f"served {dict(expected)} but the run counted {dict(+got)}; errors: {o.errors}"
 
 
 PROCESS_TOOLS = frozenset(name for name, _, _ in PROCESS_CALLS)
@@ -549,16 +607,15 @@ def _spawns(p: Plan) -> bool:
 
 
 def _problems_tools(o: Outcome, p: Plan) -> Iterator[str]:
-    """Each tool ends as it behaves. A quick command may still hit its limit on a loaded
+    """Each tool ends as it behaves. A quick one may still hit its limit on a loaded
     machine: that is a timeout at the limit, counted in ``o.late_tools``, not a break."""
     for e in o.events:
         if not isinstance(e, ToolExecuted):
             continue
         want = p.tool_expectations.get(e.tool_use_id)
         got = "timeout" if e.timed_out else "error" if e.is_error else "ok"
-        limit = TOOL_TIMEOUTS["shell" if e.name == "run_shell" else "code"]
-        if got == "timeout" and e.name in PROCESS_TOOLS and e.duration >= limit:
-            o.late_tools += want != got
+        if got == "timeout" and want != "timeout" and e.duration >= TOOL_LIMITS[e.name]:
+            o.late_tools += 1
             continue
         if want is not None and want != got:
             said = e.output[:200]
@@ -708,6 +765,8 @@ class Report:
     breaks: list[Break] = attrs.Factory(list)
     exits: collections.Counter[str] = attrs.Factory(collections.Counter)
     aborts: int = 0
+    outcomes: dict[int, tuple[Outcome, Plan, Harness]] = attrs.Factory(dict)
+    """Each run's outcome, plan and harness (with ``keep=True``), to inspect or replay."""
     late_tools: int = 0
     """Quick process tools that hit their limit on a loaded machine (not a break)."""
     steps: collections.Counter[str] = attrs.Factory(collections.Counter)
@@ -752,6 +811,20 @@ def _make_providers(servers: dict[str, LoopbackServer]) -> dict[str, Any]:
     return providers
 
 
+async def _warm_up(providers: dict[str, Any], board: Board) -> None:
+    """One call on each provider first: the SDKs import their types at the first request,
+    which takes seconds on a loaded machine, and must not count against a run's timeout."""
+    for k, name in enumerate(providers):
+        tag = f"chaos-run-{10**12 + k}"
+        board.put(tag, [reply("warm")])
+        params = HarnessParams(model=f"{name}:{MODELS[name.split('_')[0]]}", system=tag)
+        state = await Harness(params, providers).run("warm up")
+        board.remove(tag)
+        if state.exit_reason != "model_complete":
+            ended = f"{state.exit_reason}: {state.error}"
+            raise RuntimeError(f"the warm-up run on {name} ended {ended}")
+
+
 @attrs.define
 class _Campaign:
     board: Board
@@ -759,6 +832,8 @@ class _Campaign:
     workspace: str
     noise: Noise
     report: Report
+    keep: bool = False
+    observers: Sequence[TransitionObserver] = ()
     in_flight: set[int] = attrs.Factory(set)
     machine: CompiledMachine = attrs.Factory(lambda: compile_spec(DEFAULT_SPEC))
     counter: TiktokenCounter = attrs.Factory(TiktokenCounter)
@@ -771,6 +846,7 @@ class _Campaign:
             machine=self.machine,
             clock=FakeClock(),
             token_counter=self.counter,
+            observers=self.observers,
         )
         self.in_flight.add(seed)
         try:
@@ -788,6 +864,8 @@ class _Campaign:
             report.steps.update(type(s).__name__ for s in o.served)
             report.breaks += [Break(seed, what) for what in check_run(o, p, harness)]
             report.late_tools += o.late_tools
+            if self.keep:
+                report.outcomes[seed] = (o, p, harness)
         left = await leftovers(slot) if _spawns(p) else []
         if left:
             report.breaks.append(Break(seed, f"processes left behind: {left[:3]}"))
@@ -798,7 +876,12 @@ class _Campaign:
 
 
 async def _campaign(
-    seeds: Sequence[int], jobs: int, report: Report, progress: Callable[[Report], None] | None
+    seeds: Sequence[int],
+    jobs: int,
+    report: Report,
+    progress: Callable[[Report], None] | None,
+    keep: bool,
+    observers: Sequence[TransitionObserver],
 ) -> None:
     board = Board()
     noise = Noise()
@@ -813,7 +896,8 @@ async def _campaign(
         listening(noise),
     ):
         providers = _make_providers(servers)
-        campaign = _Campaign(board, providers, workspace, noise, report)
+        await _warm_up(providers, board)
+        campaign = _Campaign(board, providers, workspace, noise, report, keep, observers)
         slots: asyncio.Queue[tuple[str, tuple[ToolSpec, ...]]] = asyncio.Queue()
         for k in range(jobs):
             slots.put_nowait((f"slot-{k}", chaos_tools(workspace, f"slot-{k}")))
@@ -846,12 +930,16 @@ def run_campaign(
     seed: int = 0,
     jobs: int = 8,
     progress: Callable[[Report], None] | None = None,
+    keep: bool = False,
+    observers: Sequence[TransitionObserver] = (),
 ) -> Report:
-    """``runs`` runs, seeds ``seed`` to ``seed + runs - 1``, ``jobs`` at a time."""
+    """``runs`` runs, seeds ``seed`` to ``seed + runs - 1``, ``jobs`` at a time; with
+    ``keep``, each run's outcome stays in ``report.outcomes``; ``observers`` watch every
+    run's transitions."""
     report = Report()
     started = time.monotonic()
     try:
-        asyncio.run(_campaign(range(seed, seed + runs), jobs, report, progress))
+        asyncio.run(_campaign(range(seed, seed + runs), jobs, report, progress, keep, observers))
     finally:
         report.seconds = time.monotonic() - started
     return report

@@ -1,10 +1,30 @@
-"""The chaos campaign's slice: 300 seeded runs with random faults, 0 breaks."""
+"""The chaos campaign (``tests/chaos_runner.py``): its 300-run slice, and its checks, which
+must see a broken invariant when there is one."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import subprocess
+import sys
 import time
+import warnings
 
-from tests.chaos_runner import plan, run_campaign
+import attrs
+import pytest
+
+from innerloop._messages import Message, TextBlock, ToolUseBlock
+from tests.chaos_runner import (
+    ANTHROPIC_KEY,
+    Noise,
+    Report,
+    check_run,
+    descendants,
+    leftovers,
+    listening,
+    plan,
+    run_campaign,
+)
 
 
 def test_300_seeded_runs_break_nothing() -> None:
@@ -14,9 +34,130 @@ def test_300_seeded_runs_break_nothing() -> None:
     assert report.runs == 300
     assert report.breaks == [], report.summary(first=10)
     assert time.monotonic() - started < 60, report.summary()
+    # the slice reaches every way a run ends, and host aborts fire
+    assert set(report.exits) == {
+        "model_complete",
+        "tasks_complete",
+        "max_turns_exceeded",
+        "budget_exceeded",
+        "aborted",
+        "failed",
+    }, report.summary()
+    assert report.aborts > 0
 
 
 def test_a_plan_depends_on_its_seed_alone() -> None:
     """The same seed plans the same run; another seed, another run."""
     assert plan(7) == plan(7)
     assert plan(7) != plan(8)
+
+
+@pytest.fixture(scope="module")
+def kept() -> Report:
+    """A few clean runs, kept to be tampered with."""
+    report = run_campaign(12, seed=40, jobs=4, keep=True)
+    assert report.breaks == [], report.summary()
+    return report
+
+
+def _finished(kept: Report) -> tuple[object, ...]:
+    """A run that ended model_complete, with a copy of its state to spoil."""
+    for outcome, p, harness in kept.outcomes.values():
+        if outcome.state.exit_reason == "model_complete" and not outcome.abort_fired:
+            state = attrs.evolve(outcome.state, history=list(outcome.state.history))
+            return attrs.evolve(outcome, state=state), p, harness
+    raise AssertionError("no run of the kept slice ended model_complete")
+
+
+class TestCheckRun:
+    def test_a_key_in_the_state_is_a_break(self, kept: Report) -> None:
+        """A history quoting the key breaks the no-key invariant."""
+        outcome, p, harness = _finished(kept)
+        outcome.state.history += [Message.user(f"my key is {ANTHROPIC_KEY}")]  # type: ignore[attr-defined]
+        assert "an API key in the state" in check_run(outcome, p, harness)  # type: ignore[arg-type]
+
+    def test_an_unanswered_tool_call_is_a_break(self, kept: Report) -> None:
+        """An assistant tool call with no result after it breaks the history invariant."""
+        outcome, p, harness = _finished(kept)
+        outcome.state.history += [  # type: ignore[attr-defined]
+            Message.user("again"),
+            Message("assistant", (TextBlock("hm"), ToolUseBlock("toolu_x", "lookup", {}))),
+        ]
+        problems = check_run(outcome, p, harness)  # type: ignore[arg-type]
+        assert any("'toolu_x'" in problem and "no tool_result" in problem for problem in problems)
+
+    def test_a_turn_counted_twice_is_a_break(self, kept: Report) -> None:
+        """A turn counter off by one breaks the counters invariant."""
+        outcome, p, harness = _finished(kept)
+        outcome.state.turns += 1  # type: ignore[attr-defined]
+        problems = check_run(outcome, p, harness)  # type: ignore[arg-type]
+        assert any(problem.startswith("turns ") for problem in problems), problems
+
+    def test_a_wrong_exit_reason_is_a_break(self, kept: Report) -> None:
+        """An exit_reason that is not its final state's breaks the final-state invariant."""
+        outcome, p, harness = _finished(kept)
+        outcome.state.exit_reason = "tasks_complete"  # type: ignore[attr-defined]
+        assert (
+            "exit_reason 'tasks_complete' does not match final state 'model_complete'"
+            in check_run(outcome, p, harness)  # type: ignore[arg-type]
+        )
+
+    def test_a_clean_run_has_no_problem(self, kept: Report) -> None:
+        """Untouched, the same run keeps every invariant."""
+        outcome, p, harness = _finished(kept)
+        assert check_run(outcome, p, harness) == []  # type: ignore[arg-type]
+
+
+def test_a_process_left_behind_is_found_by_its_slot() -> None:
+    """A process with the slot's marker in its environment is a leftover of that slot."""
+    env = {**os.environ, "CHAOS_RUN": "slot-test"}
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=env)
+    try:
+        found = asyncio.run(leftovers("slot-test", grace=0.1))
+        assert [pid for pid, _ in found] == [child.pid]
+        assert descendants("slot-other") == []
+    finally:
+        child.kill()
+        child.wait()
+    assert descendants("slot-test") == []
+
+
+def test_a_warning_is_heard() -> None:
+    """A warning raised while listening is drained as noise, and only once."""
+    noise = Noise()
+    with listening(noise):
+        warnings.warn("socket left open", ResourceWarning, stacklevel=1)
+    assert noise.drain() == ["warning ResourceWarning: socket left open"]
+    assert noise.drain() == []
+
+
+# -- bugs the campaign found --------------------------------------------------------------
+
+
+def test_an_abort_right_after_message_complete_keeps_the_model_response() -> None:
+    """Seeds 1999, 3930, 4099, 4177: a host aborting as it reads ``message_complete``
+    cut off the ``model_response`` of a turn already counted in ``state.turns``."""
+    from innerloop import Harness, HarnessParams
+    from innerloop.testing import FakeClock, ScriptedProvider, reply
+
+    async def main() -> tuple[list[str], int, str | None]:
+        provider = ScriptedProvider([reply("hello")])
+        params = HarnessParams(model="scripted:model-20250101")
+        run = Harness(params, [provider], clock=FakeClock()).start("hi")
+        seen = []
+        async for event in run.events():
+            seen.append(event.type)
+            if event.type == "message_complete":
+                run.abort("the host has read enough")
+        return seen, run.state.turns, run.state.exit_reason
+
+    seen, turns, exit_reason = asyncio.run(main())
+    assert seen[seen.index("message_complete") :] == [
+        "message_complete",
+        "model_response",
+        "transition",
+        "abort",
+        "transition",
+        "finished",
+    ]
+    assert (turns, exit_reason) == (1, "aborted")
