@@ -14,6 +14,8 @@ import attrs
 import pytest
 
 from innerloop._messages import Message, TextBlock, ToolUseBlock
+from innerloop.fsm._default import DEFAULT_SPEC
+from innerloop.testing import TransitionCoverage
 from tests.chaos_runner import (
     ANTHROPIC_KEY,
     Noise,
@@ -27,10 +29,12 @@ from tests.chaos_runner import (
 )
 
 
-def test_300_seeded_runs_break_nothing() -> None:
-    """Every run of seeds 0-299 keeps every invariant, in under a minute."""
+def test_300_seeded_runs_break_nothing(transition_coverage: TransitionCoverage) -> None:
+    """Every run of seeds 0-299 keeps every invariant, in under a minute, and the slice
+    goes down every recovery route."""
     started = time.monotonic()
-    report = run_campaign(300, seed=0, jobs=32)
+    slice_coverage = TransitionCoverage()
+    report = run_campaign(300, seed=0, jobs=32, observers=(transition_coverage, slice_coverage))
     assert report.runs == 300
     assert report.breaks == [], report.summary(first=10)
     assert time.monotonic() - started < 60, report.summary()
@@ -44,6 +48,24 @@ def test_300_seeded_runs_break_nothing() -> None:
         "failed",
     }, report.summary()
     assert report.aborts > 0
+    missing = slice_coverage.missing(DEFAULT_SPEC)
+    taken = {(t.source, t.target) for t in DEFAULT_SPEC.transitions if t not in missing}
+    routes = {
+        ("call", "backoff"),
+        ("stream", "backoff"),
+        ("call", "fallback"),
+        ("stream", "fallback"),
+        ("fallback", "normalize"),
+        ("call", "compact"),
+        ("stream", "compact"),
+        ("compact", "abort"),
+        ("call", "call"),
+        ("stream", "call"),
+        ("execute", "abort"),
+        ("abort", "aborted"),
+        ("abort", "failed"),
+    }
+    assert routes <= taken, routes - taken
 
 
 def test_a_plan_depends_on_its_seed_alone() -> None:
