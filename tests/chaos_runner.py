@@ -66,6 +66,7 @@ from innerloop.fsm._params import SpendBudget
 from innerloop.fsm._state import HarnessState
 from innerloop.providers import AnthropicProvider, AsyncioTransport, OpenAIProvider
 from innerloop.providers._normalize import normalize
+from innerloop.recovery._policy import backoff_delay
 from innerloop.recovery._tokens import TiktokenCounter
 from innerloop.testing import (
     AnthropicServer,
@@ -542,6 +543,29 @@ def _problems_history(o: Outcome) -> Iterator[str]:
         yield f"the state does not round-trip through JSON: {exc!r}"
 
 
+def _problems_backoff(o: Outcome, harness: Harness) -> Iterator[str]:
+    """Retry-After overrides the 1 s doubling schedule; a fallback comes after exactly the
+    policy's backoff retries on the model it leaves."""
+    policy = harness.params.recovery
+    since = 0  # backoffs since the last turn or fallback
+    for e in o.events:
+        if isinstance(e, Backoff):
+            since += 1
+            want = (
+                e.retry_after
+                if e.retry_after is not None
+                else backoff_delay(policy, e.attempt, None)
+            )
+            if e.delay != want or e.attempt != since:
+                yield f"backoff {e} should wait {want} s as attempt {since}"
+        elif isinstance(e, Fallback):
+            if since != policy.max_rate_limit_retries:
+                yield f"fell back after {since} backoffs, not {policy.max_rate_limit_retries}"
+            since = 0
+        elif isinstance(e, ModelResponseEvent):
+            since = 0
+
+
 def _problems_counters(o: Outcome, harness: Harness) -> Iterator[str]:
     s, ev = o.state, o.events
     responses = [e for e in ev if isinstance(e, ModelResponseEvent)]
@@ -633,6 +657,7 @@ def check_run(o: Outcome, p: Plan, harness: Harness) -> list[str]:
         _problems_final(o, harness),
         _problems_history(o),
         _problems_counters(o, harness),
+        _problems_backoff(o, harness),
         _problems_tools(o, p),
         _problems_keys(o),
     )

@@ -13,6 +13,7 @@ import warnings
 import attrs
 import pytest
 
+from innerloop._events import Backoff
 from innerloop._messages import Message, TextBlock, ToolUseBlock
 from innerloop.fsm._default import DEFAULT_SPEC
 from innerloop.testing import TransitionCoverage
@@ -183,3 +184,17 @@ def test_an_abort_right_after_message_complete_keeps_the_model_response() -> Non
         "finished",
     ]
     assert (turns, exit_reason) == (1, "aborted")
+
+
+def test_a_backoff_ignoring_retry_after_is_a_break(kept: Report) -> None:
+    """A backoff that does not wait the Retry-After breaks the backoff invariant."""
+    outcome, p, harness = next(
+        kept_run
+        for kept_run in kept.outcomes.values()
+        if not kept_run[0].abort_fired and any(isinstance(e, Backoff) for e in kept_run[0].events)
+    )
+    waits = [i for i, e in enumerate(outcome.events) if isinstance(e, Backoff)]
+    events = list(outcome.events)
+    events[waits[0]] = attrs.evolve(events[waits[0]], delay=123.0)  # type: ignore[misc]
+    problems = check_run(attrs.evolve(outcome, events=events), p, harness)
+    assert any(problem.startswith("backoff ") for problem in problems), problems
