@@ -6,8 +6,9 @@ providers (Anthropic or OpenAI, each on the SDK's route or on the ``AsyncioTrans
 wire route), maybe a fallback on the other dialect, a script of model calls (replies with
 tool calls, max_tokens cuts, a final answer) with faults between them (429s with every
 Retry-After form, 529s, 5xx, malformed, wrong-shape, unindexed, corrupt-gzip, empty and
-dropped streams, in-stream errors, oversized events, trickles, hangs, context overflow,
-a bad key), tools that fail, time out or start processes, and maybe a host abort.
+dropped streams, connection resets (TCP RST), in-stream errors, oversized events,
+trickles, hangs, context overflow, a bad key), tools that fail, time out or start
+processes, and maybe a host abort.
 
 The two loopback servers stay up for the whole campaign; each run's script is served by
 the run's tag (in its system prompt), so runs interleave freely. Each model call takes
@@ -36,6 +37,8 @@ import logging
 import os
 import random
 import re
+import socket
+import struct
 import sys
 import tempfile
 import threading
@@ -100,15 +103,28 @@ HTTP_TIMEOUT = 3.0
 RUN_DEADLINE = 30.0
 TAG = re.compile(r"chaos-run-(\d+)")
 
+
+@attrs.frozen
+class Reset:
+    """``reply`` cut after ``after_events`` frames by a connection reset (TCP RST)."""
+
+    reply: Reply
+    after_events: int = 2
+
+
+ChaosStep = Step | Reset
+
 # -- what a step does to the run ----------------------------------------------------------
 
 TURN = "turn"
 
 
-def expected_category(step: Step) -> str:
+def expected_category(step: ChaosStep) -> str:
     """What a served step must end as: a model turn or an error category."""
     if isinstance(step, Reply):
         return TURN
+    if isinstance(step, Reset):
+        return "transient"
     if isinstance(step, RateLimit):
         return "rate_limited"
     if isinstance(step, Fault):
@@ -219,7 +235,7 @@ class Plan:
     seed: int
     primary: str
     fallback: str | None
-    steps: tuple[Step, ...]
+    steps: tuple[ChaosStep, ...]
     tool_expectations: dict[str, str]
     """tool_use id -> ok | error | timeout"""
     max_turns: int
@@ -235,7 +251,7 @@ class Plan:
         return f"chaos-run-{self.seed}"
 
 
-def _fault(rng: random.Random) -> Step:  # noqa: C901  one table of weighted choices
+def _fault(rng: random.Random) -> ChaosStep:  # noqa: C901  one table of weighted choices
     r = rng.random()
     if r < 0.25:
         form = rng.choice(("seconds", "ms", "date"))
@@ -249,8 +265,10 @@ def _fault(rng: random.Random) -> Step:  # noqa: C901  one table of weighted cho
             ("malformed", "wrong_shape", "missing_index", "corrupt_gzip", "empty", "dropped")
         )
         return Fault(kind, None, None, kind, rng.randint(0, 4))
-    if r < 0.66:
+    if r < 0.63:
         return Truncated(reply("a reply cut short " * 4), rng.randint(1, 6))
+    if r < 0.66:
+        return Reset(reply("a reply reset " * 4), rng.randint(0, 6))
     if r < 0.72:
         error_type = rng.choice(sorted(STREAM_ERRORS))
         return StreamError(error_type, STREAM_ERRORS[error_type][0], rng.randint(0, 3))
@@ -275,7 +293,7 @@ ABORT_STATES = (
 )
 
 
-def _limited(rng: random.Random) -> Step:
+def _limited(rng: random.Random) -> ChaosStep:
     """A rate-limit answer: a 429, a 529, or a rate-limit error in the stream."""
     r = rng.random()
     if r < 0.5:
@@ -312,7 +330,7 @@ def plan(seed: int) -> Plan:
     turns = rng.randint(1, 4)
     task_turn = rng.randrange(turns) if tasks else -1
     expect: dict[str, str] = {}
-    steps: list[Step] = []
+    steps: list[ChaosStep] = []
     for n in range(turns):
         if rng.random() < 0.06:  # a storm: past the backoff retries, on to the fallback
             steps += [_limited(rng) for _ in range(6)]
@@ -357,19 +375,19 @@ class Board:
     """The scripts of the runs in flight, by tag; both servers take from it."""
 
     def __init__(self) -> None:
-        self.scripts: dict[str, collections.deque[Step]] = {}
-        self.served: dict[str, list[Step]] = {}
+        self.scripts: dict[str, collections.deque[ChaosStep]] = {}
+        self.served: dict[str, list[ChaosStep]] = {}
         self.lock = threading.Lock()
 
     def add(self, p: Plan) -> None:
         self.put(p.tag, p.steps)
 
-    def put(self, tag: str, steps: Sequence[Step]) -> None:
+    def put(self, tag: str, steps: Sequence[ChaosStep]) -> None:
         with self.lock:
             self.scripts[tag] = collections.deque(steps)
             self.served[tag] = []
 
-    def take(self, tag: str) -> Step | None:
+    def take(self, tag: str) -> ChaosStep | None:
         with self.lock:
             script = self.scripts.get(tag)
             if not script:
@@ -378,7 +396,7 @@ class Board:
             self.served[tag].append(step)
             return step
 
-    def remove(self, tag: str) -> list[Step]:
+    def remove(self, tag: str) -> list[ChaosStep]:
         with self.lock:
             self.scripts.pop(tag, None)
             return self.served.pop(tag, [])
@@ -408,8 +426,21 @@ def _routed(base: type[LoopbackServer], board: Board) -> LoopbackServer:
                 return self._error(400, "invalid_request_error", message)  # type: ignore[no-any-return]
             self.played += 1
             stream = bool(body.get("stream"))
+            if isinstance(step, Reset):
+                plan = self._render(Truncated(step.reply, step.after_events), stream, "m")
+                resets.add(id(plan))
+                return plan  # type: ignore[no-any-return]
             return self._render(step, stream, str(body.get("model")))  # type: ignore[no-any-return]
 
+        async def _send(self, writer: asyncio.StreamWriter, plan: _Plan, keep: bool) -> None:
+            await super()._send(writer, plan, keep)
+            if id(plan) in resets:  # the frames are out: now a TCP RST, not a FIN
+                resets.discard(id(plan))
+                sock = writer.get_extra_info("socket")
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                writer.transport.abort()
+
+    resets: set[int] = set()
     server: LoopbackServer = Routed()
     server.requests = collections.deque(maxlen=8)  # type: ignore[assignment]
     return server
@@ -431,7 +462,7 @@ class Outcome:
     seed: int
     state: HarnessState
     events: list[Event]
-    served: list[Step]
+    served: list[ChaosStep]
     abort_fired: bool
     seconds: float
     errors: list[str] = attrs.Factory(list)
