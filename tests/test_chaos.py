@@ -4,7 +4,11 @@ must see a broken invariant when there is one."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -198,3 +202,35 @@ def test_a_backoff_ignoring_retry_after_is_a_break(kept: Report) -> None:
     events[waits[0]] = attrs.evolve(events[waits[0]], delay=123.0)  # type: ignore[misc]
     problems = check_run(attrs.evolve(outcome, events=events), p, harness)
     assert any(problem.startswith("backoff ") for problem in problems), problems
+
+
+def test_a_loopback_server_stops_writing_to_a_client_that_reset(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Seed 9999 of the 10,000: a client that hung up (an abort) before its reply went
+    out made the server write every remaining frame into the dead socket, and asyncio
+    logged ``socket.send() raised exception.``"""
+    from innerloop.testing import AnthropicServer, reply
+
+    server = AnthropicServer()
+
+    async def main() -> None:
+        accepted: asyncio.Future[asyncio.StreamWriter] = asyncio.Future()
+        listener = await asyncio.start_server(lambda r, w: accepted.set_result(w), "127.0.0.1", 0)
+        port = listener.sockets[0].getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        writer = await accepted
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.close()  # a reset, as when the host aborts the call
+        await asyncio.sleep(0.05)
+        plan = server._events(server.frames(reply("x " * 400), "model"))
+        assert len(plan.chunks) > 20
+        with contextlib.suppress(ConnectionError):
+            await server._send(writer, plan, True)
+        writer.close()
+        listener.close()
+        await listener.wait_closed()
+
+    with caplog.at_level(logging.WARNING, logger="asyncio"):
+        asyncio.run(main())
+    assert [r.getMessage() for r in caplog.records] == []
