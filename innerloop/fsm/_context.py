@@ -117,6 +117,10 @@ class TurnScope:
     """Tokens of the system prompt and tool definitions (counted once per run)."""
     quiet: bool = False
     """Nobody reads the stream events (``Run.run()``), so none is made."""
+    reporting: bool = False
+    """A handler has booked a result in the state and is yielding the events that report
+    it: an abort waits until they are out (a counted turn always has its
+    ``model_response``)."""
 
 
 @attrs.frozen(eq=False)

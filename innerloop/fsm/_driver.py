@@ -219,7 +219,11 @@ class Run:
         agen = handler(self.ctx)
         try:
             while True:
-                if self.state.abort is not None and self.current not in self._abort_safe:
+                if (
+                    self.state.abort is not None
+                    and self.current not in self._abort_safe
+                    and not self.scope.reporting
+                ):
                     return  # asked for between two events, e.g. by the host consuming them
                 try:
                     done, ev = await self._await_phase(agen.__anext__())

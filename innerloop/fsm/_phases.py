@@ -270,8 +270,12 @@ async def stream(ctx: PhaseContext) -> AsyncIterator[Event]:
             if isinstance(event, MessageComplete):
                 response = _accept(ctx, event.response)
                 completed = True
-                yield event
-                yield ModelResponseEvent(response, state.turns)
+                scope.reporting = True  # an abort now must not lose the turn's events
+                try:
+                    yield event
+                    yield ModelResponseEvent(response, state.turns)
+                finally:
+                    scope.reporting = False
                 break
             if eager and isinstance(event, ToolUseComplete):
                 tools.prestart(ctx, event.tool_use)

@@ -475,19 +475,29 @@ class LoopbackServer:
             writer.writelines(plan.chunks)
             await writer.drain()
             return
-        for i, chunk in enumerate(plan.chunks):
-            if plan.delay and i:
-                await asyncio.sleep(plan.delay)
-            if chunk:
-                writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-            if plan.delay or plan.drop:
-                await writer.drain()
+        if not await self._chunks(writer, plan):
+            return
         if plan.trickle is not None:
             await self._trickle(writer, plan.trickle)
             return
         if not plan.drop:
             writer.write(b"0\r\n\r\n")
         await writer.drain()
+
+    @staticmethod
+    async def _chunks(writer: asyncio.StreamWriter, plan: _Plan) -> bool:
+        """Write the plan's chunks of a chunked body; False when the client hung up (an
+        abort) meanwhile: asyncio logs every write to a dead socket, so none is made."""
+        for i, chunk in enumerate(plan.chunks):
+            if plan.delay and i:
+                await asyncio.sleep(plan.delay)
+            if writer.transport.is_closing():
+                return False
+            if chunk:
+                writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            if plan.delay or plan.drop:
+                await writer.drain()
+        return True
 
     @staticmethod
     async def _trickle(writer: asyncio.StreamWriter, step: Trickle) -> None:
