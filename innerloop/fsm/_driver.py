@@ -20,13 +20,22 @@ from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._spec import Handler, TransitionSpec
 from innerloop.fsm._state import HarnessState
 
-__all__ = ["Run", "TransitionObserver"]
+__all__ = ["Run", "StepHook", "TransitionObserver"]
 
 Engine = Literal["table", "statemachine"]
 
 
 class TransitionObserver(Protocol):
     def on_transition(self, machine: str, transition: TransitionSpec) -> None: ...
+
+
+class StepHook(Protocol):
+    """Called after every transition of one run, with the run in its new state (its
+    ``state.final_state`` already set when that state is final). A checkpoint writer is
+    one (``innerloop.checkpoint``); it runs before the next handler, so what it saves is
+    saved before anything else happens."""
+
+    def __call__(self, run: Run, transition: TransitionSpec) -> None: ...
 
 
 class PhaseScope:
@@ -88,6 +97,8 @@ class Run:
         observers: Sequence[TransitionObserver] = (),
         engine: Engine = "table",
         start_at: str | None = None,
+        run_id: str | None = None,
+        on_step: StepHook | None = None,
     ) -> None:
         self.machine = machine
         self.params = params
@@ -99,6 +110,9 @@ class Run:
         self.observers = tuple(observers)
         self.engine = engine
         self.current = start_at or machine.initial
+        self.run_id = run_id
+        """The run's id in a checkpoint store (None when nothing checkpoints it)."""
+        self.on_step = on_step
         self._sm: StateMachine | None = None
         if engine == "statemachine":
             self._sm = machine.instantiate(self.ctx, at=self.current)
@@ -188,8 +202,13 @@ class Run:
         else:
             taken = self.machine.select(self.current, self.ctx)
         self.current = taken.target
+        if taken.target in self.machine.finals:
+            self.state.final_state = taken.target
+            self.state.exit_reason = self.machine.exit_reason(taken.target)
         for observer in self.observers:
             observer.on_transition(self.machine.name, taken)
+        if self.on_step is not None:
+            self.on_step(self, taken)
         return taken
 
     async def events(self) -> AsyncGenerator[Event, None]:
@@ -199,6 +218,7 @@ class Run:
         try:
             while self.current not in self.machine.finals:
                 if self.state.abort is None or self.current in self._abort_safe:
+                    self.scope.current = self.current
                     handler, is_gen = self.machine.handlers[self.current]
                     if is_gen:
                         async for ev in self._gen_phase(handler):
@@ -210,8 +230,6 @@ class Run:
                 source = self.current
                 taken = self.step()
                 yield Transition(source, taken.target, taken.guard)
-            self.state.final_state = self.current
-            self.state.exit_reason = self.machine.exit_reason(self.current)
             yield Finished(
                 self.state.exit_reason,
                 self.current,
@@ -237,6 +255,10 @@ class Run:
         finally:
             self.scope.quiet = False
         return self.state
+
+    def run_sync(self) -> HarnessState:
+        """:meth:`run` on a private event loop, for hosts without one."""
+        return asyncio.run(self.run())
 
     def iter_sync(self) -> Iterator[Event]:
         """The events, for hosts without an event loop (runs a private loop)."""

@@ -1,0 +1,264 @@
+"""The SQL both stores share (SQLite and PostgreSQL): schema, migrations, queries.
+
+Tables (prefixed ``innerloop_`` so they can live in an application's database):
+
+- ``meta``: ``schema_version``.
+- ``runs``: one summary row per run (the only row ever updated).
+- ``messages``: ``(run_id, idx) -> JSON``, append-only: each message is written once.
+- ``checkpoints``: ``(run_id, seq) -> state JSON`` without history, plus the range of
+  messages (``history_start``, ``history_len``) that is its history. Append-only.
+
+A store opened on an older schema runs the missing :data:`MIGRATIONS` in one
+transaction; a newer one is refused and left alone.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any, NoReturn
+
+from innerloop.checkpoint._types import (
+    SCHEMA_VERSION,
+    CheckpointError,
+    CheckpointInfo,
+    CheckpointSchemaError,
+    CheckpointWrite,
+    RunInfo,
+    StoredRows,
+    UnknownRunError,
+)
+
+__all__ = ["MIGRATIONS", "SQLStore"]
+
+_V1 = (
+    "CREATE TABLE innerloop_runs (run_id TEXT PRIMARY KEY, machine TEXT NOT NULL, "
+    "parent_run_id TEXT, parent_seq INTEGER, status TEXT NOT NULL, exit_reason TEXT, "
+    "state TEXT NOT NULL, turns INTEGER NOT NULL, cost_usd DOUBLE PRECISION, "
+    "checkpoints INTEGER NOT NULL, created DOUBLE PRECISION NOT NULL, "
+    "updated DOUBLE PRECISION NOT NULL)",
+    "CREATE TABLE innerloop_messages (run_id TEXT NOT NULL, idx INTEGER NOT NULL, "
+    "data TEXT NOT NULL, PRIMARY KEY (run_id, idx))",
+    "CREATE TABLE innerloop_checkpoints (run_id TEXT NOT NULL, seq INTEGER NOT NULL, "
+    "state TEXT NOT NULL, source TEXT, guard TEXT, history_start INTEGER NOT NULL, "
+    "history_len INTEGER NOT NULL, data TEXT NOT NULL, created DOUBLE PRECISION NOT NULL, "
+    "PRIMARY KEY (run_id, seq))",
+)
+
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _V1),)
+"""``(version, statements)`` in order: what takes a store from the version before to
+``version``. A new schema adds an entry (and raises ``SCHEMA_VERSION``); never edit one."""
+
+_INFO = "run_id, seq, state, source, guard, history_start, history_len, created"
+_RUN = (
+    "run_id, machine, status, exit_reason, state, turns, cost_usd, checkpoints, "
+    "parent_run_id, parent_seq, created, updated"
+)
+
+
+class SQLStore(abc.ABC):
+    """A :class:`~innerloop.checkpoint.Checkpointer` on a DB-API connection. Thread-safe
+    (one connection, a lock); each process opens its own store."""
+
+    where: str
+    migrations: Sequence[tuple[int, Sequence[str]]] = MIGRATIONS
+    version: int = SCHEMA_VERSION
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    # -- what a dialect provides ----------------------------------------------------------
+
+    @abc.abstractmethod
+    def _transaction(self) -> contextlib.AbstractContextManager[Any]:
+        """A write transaction (serialized against other writers); yields a cursor."""
+
+    @abc.abstractmethod
+    def _read(self) -> contextlib.AbstractContextManager[Any]:
+        """A read-only snapshot; yields a cursor."""
+
+    @abc.abstractmethod
+    def _sql(self, query: str) -> str:
+        """``query`` (written with ``?`` placeholders) in the driver's style."""
+
+    @abc.abstractmethod
+    def _table_exists(self, cur: Any, table: str) -> bool: ...
+
+    @abc.abstractmethod
+    def _is_duplicate(self, exc: BaseException) -> bool: ...
+
+    def _lock_schema(self, cur: Any) -> None:
+        """Keep other processes out of the migration (a write transaction may not)."""
+
+    _octets = "LENGTH(CAST(data AS BLOB))"
+
+    # -- schema ---------------------------------------------------------------------------
+
+    def _found_version(self, cur: Any) -> int:
+        if not self._table_exists(cur, "innerloop_meta"):
+            return 0
+        cur.execute(self._sql("SELECT value FROM innerloop_meta WHERE key = ?"), ("schema_version",))
+        row = cur.fetchone()
+        return int(row[0]) if row else 0
+
+    def _migrate(self) -> None:
+        """Bring the schema to ``self.version``; refuse a newer one, writing nothing."""
+        with self._read() as cur:
+            found = self._found_version(cur)
+        if found > self.version:
+            raise CheckpointSchemaError(found, self.version, self.where)
+        if found == self.version:
+            return
+        with self._transaction() as cur:
+            self._lock_schema(cur)
+            found = self._found_version(cur)  # another process may have done it meanwhile
+            if found > self.version:
+                raise CheckpointSchemaError(found, self.version, self.where)
+            if found == 0:
+                cur.execute("CREATE TABLE innerloop_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+                cur.execute(
+                    self._sql("INSERT INTO innerloop_meta (key, value) VALUES (?, ?)"),
+                    ("schema_version", "0"),
+                )
+            for version, statements in self.migrations:
+                if found < version <= self.version:
+                    for statement in statements:
+                        cur.execute(statement)
+            cur.execute(
+                self._sql("UPDATE innerloop_meta SET value = ? WHERE key = ?"),
+                (str(self.version), "schema_version"),
+            )
+
+    # -- the protocol ---------------------------------------------------------------------
+
+    def create_run(
+        self,
+        run_id: str,
+        machine: str,
+        *,
+        parent_run_id: str | None = None,
+        parent_seq: int | None = None,
+        now: float | None = None,
+    ) -> None:
+        at = time.time() if now is None else now
+        try:
+            with self._transaction() as cur:
+                cur.execute(
+                    self._sql(
+                        f"INSERT INTO innerloop_runs ({_RUN}) "
+                        "VALUES (?, ?, 'running', NULL, '', 0, 0.0, 0, ?, ?, ?, ?)"
+                    ),
+                    (run_id, machine, parent_run_id, parent_seq, at, at),
+                )
+        except Exception as exc:
+            if self._is_duplicate(exc):
+                raise CheckpointError(
+                    f"a run {run_id!r} is already in {self.where}; pick another run id"
+                ) from exc
+            raise
+
+    def write(self, checkpoint: CheckpointWrite) -> None:
+        info = checkpoint.info
+        with self._transaction() as cur:
+            if checkpoint.messages:
+                cur.executemany(
+                    self._sql("INSERT INTO innerloop_messages (run_id, idx, data) VALUES (?, ?, ?)"),
+                    [(info.run_id, i, text) for i, text in checkpoint.messages],
+                )
+            cur.execute(
+                self._sql(
+                    f"INSERT INTO innerloop_checkpoints ({_INFO}, data) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                ),
+                (
+                    info.run_id, info.seq, info.state, info.source, info.guard,
+                    info.history_start, info.history_len, info.created, checkpoint.data,
+                ),
+            )
+            cur.execute(
+                self._sql(
+                    "UPDATE innerloop_runs SET status = ?, exit_reason = ?, state = ?, turns = ?, "
+                    "cost_usd = ?, checkpoints = ?, updated = ? WHERE run_id = ?"
+                ),
+                (
+                    checkpoint.status, checkpoint.exit_reason, info.state, checkpoint.turns,
+                    checkpoint.cost_usd, info.seq, info.created, info.run_id,
+                ),
+            )
+            if cur.rowcount != 1:
+                raise UnknownRunError(info.run_id)
+
+    def rows(self, run_id: str, seq: int | None = None) -> StoredRows:
+        with self._read() as cur:
+            if seq is None:
+                cur.execute(
+                    self._sql(
+                        f"SELECT {_INFO}, data FROM innerloop_checkpoints WHERE run_id = ? "
+                        "ORDER BY seq DESC LIMIT 1"
+                    ),
+                    (run_id,),
+                )
+            else:
+                cur.execute(
+                    self._sql(
+                        f"SELECT {_INFO}, data FROM innerloop_checkpoints "
+                        "WHERE run_id = ? AND seq = ?"
+                    ),
+                    (run_id, seq),
+                )
+            row = cur.fetchone()
+            if row is None:
+                self._missing(cur, run_id, seq)
+            info = CheckpointInfo(*row[:8])
+            cur.execute(
+                self._sql(
+                    "SELECT data FROM innerloop_messages WHERE run_id = ? AND idx >= ? AND idx < ? "
+                    "ORDER BY idx"
+                ),
+                (run_id, info.history_start, info.history_start + info.history_len),
+            )
+            messages = [r[0] for r in cur.fetchall()]
+        return StoredRows(info, row[8], messages)
+
+    def _missing(self, cur: Any, run_id: str, seq: int | None) -> NoReturn:
+        cur.execute(self._sql("SELECT checkpoints FROM innerloop_runs WHERE run_id = ?"), (run_id,))
+        run = cur.fetchone()
+        if run is None:
+            raise UnknownRunError(run_id)
+        raise UnknownRunError(run_id, seq, int(run[0]))
+
+    def checkpoints(self, run_id: str) -> list[CheckpointInfo]:
+        with self._read() as cur:
+            cur.execute(
+                self._sql(
+                    f"SELECT {_INFO} FROM innerloop_checkpoints WHERE run_id = ? ORDER BY seq"
+                ),
+                (run_id,),
+            )
+            found = [CheckpointInfo(*r) for r in cur.fetchall()]
+            if not found:
+                cur.execute(self._sql("SELECT 1 FROM innerloop_runs WHERE run_id = ?"), (run_id,))
+                if cur.fetchone() is None:
+                    raise UnknownRunError(run_id)
+        return found
+
+    def runs(self) -> list[RunInfo]:
+        with self._read() as cur:
+            cur.execute(f"SELECT {_RUN} FROM innerloop_runs ORDER BY updated DESC, run_id")
+            return [RunInfo(*r) for r in cur.fetchall()]
+
+    def stored_bytes(self) -> int:
+        with self._read() as cur:
+            total = 0
+            for table in ("innerloop_messages", "innerloop_checkpoints"):
+                cur.execute(f"SELECT COALESCE(SUM({self._octets}), 0) FROM {table}")
+                total += int(cur.fetchone()[0])
+        return total
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        with self._lock:
+            yield
