@@ -9,14 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from innerloop._errors import ResumeError
-
 from innerloop._events import Event
 from innerloop._messages import Message
 from innerloop._tasks import Task
 from innerloop.checkpoint import (
     Checkpoint,
-    CheckpointEvery,
     Checkpointer,
+    CheckpointEvery,
     CheckpointWriter,
     RunInfo,
     decode,
@@ -178,6 +177,7 @@ class Harness:
         if isinstance(run, Run) and run.run_id is not None and self.checkpointer is not None:
             run = run.run_id
         if isinstance(run, str):
+            self._store("resume")
             last = self.checkpoint(run)
             at, state = self._continue(run, last.info.state, last.state, answer)
             return self._run(state, at, run, self._writer(run, last))
@@ -234,9 +234,7 @@ class Harness:
             state.final_state = state.exit_reason = None
             where = self.machine.initial
         child = new_run_id or uuid.uuid4().hex
-        store.create_run(
-            child, self.machine.name, parent_run_id=run_id, parent_seq=parent.info.seq
-        )
+        store.create_run(child, self.machine.name, parent_run_id=run_id, parent_seq=parent.info.seq)
         self._writer(child).save(state, where)
         return self.resume(child, answer)
 

@@ -38,8 +38,7 @@ class PostgresCheckpointer(SQLStore):
             import psycopg
         except ImportError as exc:  # pragma: no cover - the extra is part of dev
             raise ImportError(
-                "the PostgreSQL checkpoint store needs psycopg 3: "
-                "pip install 'innerloop[postgres]'"
+                "the PostgreSQL checkpoint store needs psycopg 3: pip install 'innerloop[postgres]'"
             ) from exc
         super().__init__()
         self._psycopg = psycopg

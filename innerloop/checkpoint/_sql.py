@@ -90,7 +90,7 @@ class SQLStore(abc.ABC):
     @abc.abstractmethod
     def _is_duplicate(self, exc: BaseException) -> bool: ...
 
-    def _lock_schema(self, cur: Any) -> None:
+    def _lock_schema(self, cur: Any) -> None:  # noqa: B027 (optional: most need none)
         """Keep other processes out of the migration (a write transaction may not)."""
 
     _octets = "LENGTH(CAST(data AS BLOB))"
@@ -100,7 +100,9 @@ class SQLStore(abc.ABC):
     def _found_version(self, cur: Any) -> int:
         if not self._table_exists(cur, "innerloop_meta"):
             return 0
-        cur.execute(self._sql("SELECT value FROM innerloop_meta WHERE key = ?"), ("schema_version",))
+        cur.execute(
+            self._sql("SELECT value FROM innerloop_meta WHERE key = ?"), ("schema_version",)
+        )
         row = cur.fetchone()
         return int(row[0]) if row else 0
 
@@ -118,7 +120,9 @@ class SQLStore(abc.ABC):
             if found > self.version:
                 raise CheckpointSchemaError(found, self.version, self.where)
             if found == 0:
-                cur.execute("CREATE TABLE innerloop_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+                cur.execute(
+                    "CREATE TABLE innerloop_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+                )
                 cur.execute(
                     self._sql("INSERT INTO innerloop_meta (key, value) VALUES (?, ?)"),
                     ("schema_version", "0"),
@@ -165,7 +169,9 @@ class SQLStore(abc.ABC):
         with self._transaction() as cur:
             if checkpoint.messages:
                 cur.executemany(
-                    self._sql("INSERT INTO innerloop_messages (run_id, idx, data) VALUES (?, ?, ?)"),
+                    self._sql(
+                        "INSERT INTO innerloop_messages (run_id, idx, data) VALUES (?, ?, ?)"
+                    ),
                     [(info.run_id, i, text) for i, text in checkpoint.messages],
                 )
             cur.execute(
@@ -174,8 +180,15 @@ class SQLStore(abc.ABC):
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 ),
                 (
-                    info.run_id, info.seq, info.state, info.source, info.guard,
-                    info.history_start, info.history_len, info.created, checkpoint.data,
+                    info.run_id,
+                    info.seq,
+                    info.state,
+                    info.source,
+                    info.guard,
+                    info.history_start,
+                    info.history_len,
+                    info.created,
+                    checkpoint.data,
                 ),
             )
             cur.execute(
@@ -184,8 +197,14 @@ class SQLStore(abc.ABC):
                     "cost_usd = ?, checkpoints = ?, updated = ? WHERE run_id = ?"
                 ),
                 (
-                    checkpoint.status, checkpoint.exit_reason, info.state, checkpoint.turns,
-                    checkpoint.cost_usd, info.seq, info.created, info.run_id,
+                    checkpoint.status,
+                    checkpoint.exit_reason,
+                    info.state,
+                    checkpoint.turns,
+                    checkpoint.cost_usd,
+                    info.seq,
+                    info.created,
+                    info.run_id,
                 ),
             )
             if cur.rowcount != 1:

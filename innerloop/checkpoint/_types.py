@@ -56,16 +56,14 @@ class CheckpointSchemaError(CheckpointError):
         )
 
 
-class CheckpointCorrupt(CheckpointError, ValueError):  # noqa: N818 (reads as a state)
+class CheckpointCorrupt(CheckpointError, ValueError):
     """A stored checkpoint (or a message it names) cannot be read back."""
 
     def __init__(self, run_id: str, seq: int, reason: str) -> None:
         self.run_id = run_id
         self.seq = seq
         self.reason = reason
-        hint = (
-            f"; fork from an earlier checkpoint (at={seq - 1})" if seq > 1 else ""
-        )
+        hint = f"; fork from an earlier checkpoint (at={seq - 1})" if seq > 1 else ""
         super().__init__(
             f"checkpoint {seq} of run {run_id!r} cannot be read: {reason}; the row was left "
             f"as it is{hint}"

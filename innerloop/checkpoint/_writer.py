@@ -86,14 +86,18 @@ class CheckpointWriter:
         every rewrite (compaction, a merged user message) makes new ones, so the first and
         the last stored message being the same objects tells."""
         seg, n = self._segment, len(self._segment)
-        return len(history) >= n and (n == 0 or (history[0] is seg[0] and history[n - 1] is seg[n - 1]))
+        return len(history) >= n and (
+            n == 0 or (history[0] is seg[0] and history[n - 1] is seg[n - 1])
+        )
 
     def save(
         self, state: HarnessState, at: str, source: str | None = None, guard: str | None = None
     ) -> CheckpointInfo:
         """Write a checkpoint of ``state`` at state ``at`` now."""
         history = state.history
-        start, stored = (self._start, len(self._segment)) if self._extends(history) else (self._next, 0)
+        start, stored = (
+            (self._start, len(self._segment)) if self._extends(history) else (self._next, 0)
+        )
         new = history[stored:]
         messages = [(start + stored + i, _dumps(unstructure(m))) for i, m in enumerate(new)]
         data = _dumps(unstructure(attrs.evolve(state, history=[])))
@@ -102,7 +106,12 @@ class CheckpointWriter:
         )
         self.store.write(
             CheckpointWrite(
-                info, data, messages, run_status(state), state.exit_reason, state.turns,
+                info,
+                data,
+                messages,
+                run_status(state),
+                state.exit_reason,
+                state.turns,
                 state.cost_usd,
             )
         )

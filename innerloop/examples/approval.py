@@ -11,7 +11,8 @@ ends in ``suspended`` with an ``approval`` interrupt listing the pending calls
 (``{"calls": [{"id", "name", "input"}, ...]}``), and ``harness.resume(run, answer)`` goes
 on, ``answer`` being True (run them all), False (deny them all) or ``{call_id: bool}``.
 With ``ask(call, state)`` (sync or async; True allows) the host answers at once, for hosts
-that can. The ``execute`` handler is wrapped so that a denied call never runs: it gets an ``is_error``
+that can. The ``execute`` handler is wrapped so that a denied call never runs: it gets an
+``is_error``
 tool result, ``denied by the user``, in its place, and the model carries on from there. The
 history stays valid (every call has exactly one result, in call order).
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import attrs
 
-from innerloop.fsm._params import HarnessParams, ModelChoice
 from innerloop._messages import ToolResultBlock
+from innerloop.fsm._params import HarnessParams, ModelChoice
 from innerloop.fsm._state import HarnessState, Interrupt, Outcome
 from innerloop.providers._base import ModelStream, Provider
 from innerloop.providers._normalize import RequestSettings, WireRequest

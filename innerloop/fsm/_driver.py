@@ -230,6 +230,8 @@ class Run:
                 source = self.current
                 taken = self.step()
                 yield Transition(source, taken.target, taken.guard)
+            self.state.final_state = self.current
+            self.state.exit_reason = self.machine.exit_reason(self.current)
             yield Finished(
                 self.state.exit_reason,
                 self.current,

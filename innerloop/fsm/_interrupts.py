@@ -93,13 +93,16 @@ def check_answer(state: HarnessState, answer: Any, run: str | None = None) -> In
     if state.final_state != "suspended" or interrupt is None:
         where = state.final_state or "running (not finished)"
         raise ResumeError(
-            run, f"it is not suspended (it is {where}), so it takes no answer; resume it "
-            "without one to continue a run that stopped mid-way", answer
+            run,
+            f"it is not suspended (it is {where}), so it takes no answer; resume it "
+            "without one to continue a run that stopped mid-way",
+            answer,
         )
     if answer is None:
         raise ResumeError(
-            run, f"it is suspended on a {interrupt.kind!r} interrupt; pass answer=... "
-            f"(it asked: {json.dumps(interrupt.payload)[:200]})"
+            run,
+            f"it is suspended on a {interrupt.kind!r} interrupt; pass answer=... "
+            f"(it asked: {json.dumps(interrupt.payload)[:200]})",
         )
     if not _is_json(answer):
         raise ResumeError(run, f"the answer must be JSON data, not {type(answer).__name__}", answer)
@@ -108,8 +111,10 @@ def check_answer(state: HarnessState, answer: Any, run: str | None = None) -> In
         _check_approval(run, ids, answer)
     elif interrupt.kind == "question" and len(ids) > 1 and not _keyed_by(answer, ids):
         raise ResumeError(
-            run, f"{len(ids)} tool calls asked; answer with a dict keyed by their ids: "
-            + ", ".join(repr(i) for i in ids), answer
+            run,
+            f"{len(ids)} tool calls asked; answer with a dict keyed by their ids: "
+            + ", ".join(repr(i) for i in ids),
+            answer,
         )
     return Interrupt(
         interrupt.kind, interrupt.payload, interrupt.state, ids, interrupt.done, True, answer

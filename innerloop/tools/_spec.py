@@ -34,7 +34,7 @@ class ToolError(Exception):
     (any other exception is reported with its type name)."""
 
 
-class ToolInterrupt(Exception):  # noqa: N818 (it is a signal, not an error)
+class ToolInterrupt(Exception):
     """Raised by :meth:`ToolContext.interrupt`: the call stops and asks ``payload``; the
     run ends ``suspended`` and the answer given to ``Harness.resume`` becomes this call's
     tool result. Let it propagate (the runner catches it)."""

@@ -14,8 +14,14 @@ from innerloop import (
 )
 from innerloop.examples import DENIED, with_approval
 from innerloop.fsm import DEFAULT_SPEC, Interrupt, Outcome, compile_spec
-from innerloop.testing import assert_valid_history
-from innerloop.testing import ScriptedProvider, TransitionCoverage, machine_at, reply, tool_call
+from innerloop.testing import (
+    ScriptedProvider,
+    TransitionCoverage,
+    assert_valid_history,
+    machine_at,
+    reply,
+    tool_call,
+)
 from innerloop.tools import ToolOutput, ToolSpec
 
 PARAMS = HarnessParams(model="scripted:m")
@@ -164,9 +170,7 @@ class TestSuspendForApproval:
         state = harness.resume(run, answer).run_sync()
         assert state.exit_reason == "model_complete"
         assert ran == expected_ran
-        assert state.history[2] == Message(
-            "user", tuple(ToolResultBlock(*r) for r in results)
-        )
+        assert state.history[2] == Message("user", tuple(ToolResultBlock(*r) for r in results))
         assert [m.role for m in state.history] == ["user", "assistant", "user", "assistant"]
         assert state.interrupt is None
         assert_valid_history(state.history)
@@ -192,8 +196,11 @@ class TestSuspendForApproval:
         ("answer", "message"),
         [
             (None, "it is suspended on a 'approval' interrupt; pass answer="),
-            ("yes", "an approval answer is True (run them all), False (deny them all) or "
-             "{tool_use_id: bool} for 'c1', 'c2', not str"),
+            (
+                "yes",
+                "an approval answer is True (run them all), False (deny them all) or "
+                "{tool_use_id: bool} for 'c1', 'c2', not str",
+            ),
             ({"c1": True}, "no verdict for 'c2'; an approval answer is"),
             ({"c1": True, "c2": False, "c9": True}, "no pending call 'c9'; an approval"),
             ({"c1": True, "c2": "no"}, "not a bool for 'c2'; an approval answer is"),
@@ -212,7 +219,8 @@ class TestSuspendForApproval:
         with pytest.raises(ResumeError) as err:
             harness.resume(run, answer)
         assert message in str(err.value)
-        assert state.interrupt is before and state.final_state == "suspended"
+        assert state.interrupt is before
+        assert state.final_state == "suspended"
 
     def test_resume_of_a_finished_run_refused(self, make_harness: Any) -> None:
         """A run that is not suspended takes no answer."""

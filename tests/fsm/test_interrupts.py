@@ -37,7 +37,11 @@ def test_question_suspends_then_answer_is_the_tool_result(make_harness: Any) -> 
     ran: list[str] = []
     provider = ScriptedProvider(
         [
-            reply("asking", tool_call("ask", {"q": "branch?"}, id="a1"), tool_call("echo", {}, id="e1")),
+            reply(
+                "asking",
+                tool_call("ask", {"q": "branch?"}, id="a1"),
+                tool_call("echo", {}, id="e1"),
+            ),
             reply("done on main"),
         ]
     )
@@ -84,7 +88,9 @@ def test_two_questions_need_a_keyed_answer(make_harness: Any) -> None:
     harness = make_harness(params([]), provider)
     run = harness.start("go")
     run.run_sync()
-    with pytest.raises(ResumeError, match=r"2 tool calls asked; answer with a dict keyed by their ids: 'a1', 'a2'"):
+    with pytest.raises(
+        ResumeError, match=r"2 tool calls asked; answer with a dict keyed by their ids: 'a1', 'a2'"
+    ):
         harness.resume(run, "both")
     state = harness.resume(run, {"a1": "X", "a2": "Y"}).run_sync()
     assert state.history[2] == Message(
@@ -100,4 +106,5 @@ def test_answer_must_be_json(make_harness: Any) -> None:
     run.run_sync()
     with pytest.raises(ResumeError, match="the answer must be JSON data, not object"):
         harness.resume(run, object())
-    assert run.state.interrupt is not None and not run.state.interrupt.answered
+    assert run.state.interrupt is not None
+    assert not run.state.interrupt.answered
