@@ -61,8 +61,14 @@ class PostgresCheckpointer(SQLStore):
     def _sql(self, query: str) -> str:
         return query.replace("?", "%s")
 
-    def _lock_schema(self, cur: Any) -> None:
-        cur.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+    def _migrate(self) -> None:
+        # a session lock taken before the transaction starts: one taken inside it would
+        # leave that transaction reading the catalog as it was before the wait
+        self._conn.execute("SELECT pg_advisory_lock(%s)", (_SCHEMA_LOCK,))
+        try:
+            super()._migrate()
+        finally:
+            self._conn.execute("SELECT pg_advisory_unlock(%s)", (_SCHEMA_LOCK,))
 
     def _table_exists(self, cur: Any, table: str) -> bool:
         cur.execute("SELECT to_regclass(%s) IS NOT NULL", (table,))

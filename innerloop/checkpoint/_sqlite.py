@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,14 +34,28 @@ class SQLiteCheckpointer(SQLStore):
         self._conn = sqlite3.connect(
             self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
         )
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute(f"PRAGMA synchronous={synchronous}")
-        self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
         try:
-            self._migrate()
+            self._open(busy_timeout, synchronous)
         except BaseException:
             self._conn.close()
             raise
+
+    def _open(self, busy_timeout: float, synchronous: str) -> None:
+        """Switch to WAL and migrate. Many processes creating one file at once can meet
+        SQLite's few "locked" answers that skip the busy handler (switching the journal
+        mode is one): those are retried until ``busy_timeout``."""
+        deadline = time.monotonic() + busy_timeout
+        while True:
+            try:
+                self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                self._conn.execute(f"PRAGMA synchronous={synchronous}")
+                self._migrate()
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[Any]:
