@@ -15,8 +15,8 @@ from innerloop.tools._spec import (
     ToolCallResult,
     ToolContext,
     ToolError,
-    ToolInterrupt,
     ToolHandler,
+    ToolInterrupt,
     ToolOutput,
     ToolSpec,
 )

@@ -32,7 +32,7 @@ def crash_tools(workdir: Path) -> list[ToolSpec]:
     """``record`` logs each execution (fsynced); ``block`` hangs until ``release`` exists."""
 
     async def record(args: Any, ctx: ToolContext) -> ToolOutput:
-        with open(workdir / "ran.log", "a") as log:
+        with open(workdir / "ran.log", "a") as log:  # noqa: ASYNC230 (a few bytes, fsynced)
             log.write(f"record {args['x']}\n")
             log.flush()
             os.fsync(log.fileno())
@@ -42,7 +42,7 @@ def crash_tools(workdir: Path) -> list[ToolSpec]:
         import asyncio
 
         (workdir / "blocking").touch()
-        while not (workdir / "release").exists():
+        while not (workdir / "release").exists():  # noqa: ASYNC110 (set by another process)
             await asyncio.sleep(0.05)
         return ToolOutput("released")
 
