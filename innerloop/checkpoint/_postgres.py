@@ -12,7 +12,14 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from innerloop.checkpoint._sql import SQLStore
+from innerloop.checkpoint._sql import (
+    _INSERT_CHECKPOINT,
+    _UPDATE_RUN,
+    SQLStore,
+    _checkpoint_row,
+    _run_row,
+)
+from innerloop.checkpoint._types import CheckpointWrite, UnknownRunError
 
 __all__ = ["PostgresCheckpointer"]
 
@@ -27,6 +34,13 @@ def _redacted(url: str) -> str:
     scheme, _, userinfo = head.partition("//")
     user = userinfo.split(":", 1)[0]
     return f"{scheme}//{user}:***@{tail}"
+
+
+_WRITE = (
+    "WITH m AS (INSERT INTO innerloop_messages (run_id, idx, data) "
+    "SELECT %s, * FROM unnest(%s::integer[], %s::text[])), "
+    "c AS (" + _INSERT_CHECKPOINT.replace("?", "%s") + ") " + _UPDATE_RUN.replace("?", "%s")
+)
 
 
 class PostgresCheckpointer(SQLStore):
@@ -56,6 +70,25 @@ class PostgresCheckpointer(SQLStore):
             yield cur
 
     _read = _transaction
+
+    def write(self, checkpoint: CheckpointWrite) -> None:
+        """One statement, so one round trip (and atomic by itself): the messages, the
+        checkpoint and the run's summary row."""
+        info = checkpoint.info
+        with self._lock, self._conn.cursor() as cur:
+            cur.execute(
+                _WRITE,
+                (
+                    info.run_id,
+                    [i for i, _ in checkpoint.messages],
+                    [text for _, text in checkpoint.messages],
+                    *_checkpoint_row(checkpoint),
+                    *_run_row(checkpoint),
+                ),
+            )
+            if cur.rowcount != 1:
+                raise UnknownRunError(info.run_id)
+
     _octets = "octet_length(data)"
 
     def _sql(self, query: str) -> str:

@@ -44,8 +44,8 @@ _V1 = (
     "data TEXT NOT NULL, PRIMARY KEY (run_id, idx))",
     "CREATE TABLE innerloop_checkpoints (run_id TEXT NOT NULL, seq INTEGER NOT NULL, "
     "state TEXT NOT NULL, source TEXT, guard TEXT, history_start INTEGER NOT NULL, "
-    "history_len INTEGER NOT NULL, data TEXT NOT NULL, created DOUBLE PRECISION NOT NULL, "
-    "PRIMARY KEY (run_id, seq))",
+    "history_len INTEGER NOT NULL, base INTEGER NOT NULL, data TEXT NOT NULL, "
+    "created DOUBLE PRECISION NOT NULL, PRIMARY KEY (run_id, seq))",
 )
 
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _V1),)
@@ -57,6 +57,31 @@ _RUN = (
     "run_id, machine, status, exit_reason, state, turns, cost_usd, checkpoints, "
     "parent_run_id, parent_seq, created, updated"
 )
+
+
+_INSERT_CHECKPOINT = (
+    f"INSERT INTO innerloop_checkpoints ({_INFO}, base, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_UPDATE_RUN = (
+    "UPDATE innerloop_runs SET status = ?, exit_reason = ?, state = ?, turns = ?, "
+    "cost_usd = ?, checkpoints = ?, updated = ? WHERE run_id = ?"
+)
+
+
+def _checkpoint_row(checkpoint: CheckpointWrite) -> tuple[Any, ...]:
+    i = checkpoint.info
+    return (
+        *(i.run_id, i.seq, i.state, i.source, i.guard, i.history_start, i.history_len),
+        *(i.created, checkpoint.base, checkpoint.data),
+    )
+
+
+def _run_row(checkpoint: CheckpointWrite) -> tuple[Any, ...]:
+    i = checkpoint.info
+    return (
+        *(checkpoint.status, checkpoint.exit_reason, i.state, checkpoint.turns),
+        *(checkpoint.cost_usd, i.seq, i.created, i.run_id),
+    )
 
 
 class SQLStore(abc.ABC):
@@ -174,39 +199,8 @@ class SQLStore(abc.ABC):
                     ),
                     [(info.run_id, i, text) for i, text in checkpoint.messages],
                 )
-            cur.execute(
-                self._sql(
-                    f"INSERT INTO innerloop_checkpoints ({_INFO}, data) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                ),
-                (
-                    info.run_id,
-                    info.seq,
-                    info.state,
-                    info.source,
-                    info.guard,
-                    info.history_start,
-                    info.history_len,
-                    info.created,
-                    checkpoint.data,
-                ),
-            )
-            cur.execute(
-                self._sql(
-                    "UPDATE innerloop_runs SET status = ?, exit_reason = ?, state = ?, turns = ?, "
-                    "cost_usd = ?, checkpoints = ?, updated = ? WHERE run_id = ?"
-                ),
-                (
-                    checkpoint.status,
-                    checkpoint.exit_reason,
-                    info.state,
-                    checkpoint.turns,
-                    checkpoint.cost_usd,
-                    info.seq,
-                    info.created,
-                    info.run_id,
-                ),
-            )
+            cur.execute(self._sql(_INSERT_CHECKPOINT), _checkpoint_row(checkpoint))
+            cur.execute(self._sql(_UPDATE_RUN), _run_row(checkpoint))
             if cur.rowcount != 1:
                 raise UnknownRunError(info.run_id)
 
@@ -215,7 +209,7 @@ class SQLStore(abc.ABC):
             if seq is None:
                 cur.execute(
                     self._sql(
-                        f"SELECT {_INFO}, data FROM innerloop_checkpoints WHERE run_id = ? "
+                        f"SELECT {_INFO}, base FROM innerloop_checkpoints WHERE run_id = ? "
                         "ORDER BY seq DESC LIMIT 1"
                     ),
                     (run_id,),
@@ -223,7 +217,7 @@ class SQLStore(abc.ABC):
             else:
                 cur.execute(
                     self._sql(
-                        f"SELECT {_INFO}, data FROM innerloop_checkpoints "
+                        f"SELECT {_INFO}, base FROM innerloop_checkpoints "
                         "WHERE run_id = ? AND seq = ?"
                     ),
                     (run_id, seq),
@@ -234,13 +228,21 @@ class SQLStore(abc.ABC):
             info = CheckpointInfo(*row[:8])
             cur.execute(
                 self._sql(
+                    "SELECT seq, data FROM innerloop_checkpoints WHERE run_id = ? "
+                    "AND seq >= ? AND seq <= ? ORDER BY seq"
+                ),
+                (run_id, row[8], info.seq),
+            )
+            chain = [(int(r[0]), r[1]) for r in cur.fetchall()]
+            cur.execute(
+                self._sql(
                     "SELECT data FROM innerloop_messages WHERE run_id = ? AND idx >= ? AND idx < ? "
                     "ORDER BY idx"
                 ),
                 (run_id, info.history_start, info.history_start + info.history_len),
             )
             messages = [r[0] for r in cur.fetchall()]
-        return StoredRows(info, row[8], messages)
+        return StoredRows(info, chain, messages)
 
     def _missing(self, cur: Any, run_id: str, seq: int | None) -> NoReturn:
         cur.execute(self._sql("SELECT checkpoints FROM innerloop_runs WHERE run_id = ?"), (run_id,))

@@ -139,7 +139,10 @@ class CheckpointWrite:
 
     info: CheckpointInfo
     data: str
-    """The state without its history, as JSON text."""
+    """The state without its history, as JSON text: whole (``{"full": ...}``) or as what
+    changed since the checkpoint before (``{"set": ..., "append": ...}``)."""
+    base: int
+    """The whole checkpoint this one builds on (its own ``seq`` when it is whole)."""
     messages: Sequence[tuple[int, str]]
     status: RunStatus
     exit_reason: str | None
@@ -152,7 +155,8 @@ class StoredRows:
     """A checkpoint's raw rows, before decoding."""
 
     info: CheckpointInfo
-    data: str
+    data: Sequence[tuple[int, str]]
+    """``(seq, data)`` from its whole base checkpoint up to it, in order."""
     messages: Sequence[str]
 
 
