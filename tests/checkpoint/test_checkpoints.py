@@ -461,3 +461,35 @@ def everything_stored(store: Checkpointer) -> str:
         cur = conn.execute(f"SELECT * FROM {table}")
         rows += [repr(r) for r in cur.fetchall()]
     return "\n".join(rows)
+
+
+def test_every_checkpoint_reads_back_across_whole_ones(store: Checkpointer) -> None:
+    """150 checkpoints (whole ones every 64, deltas between): each reads back as the
+    state was when it was written, whatever changed (scalars, grown lists, edited dicts,
+    replaced objects, a list that shrank)."""
+    from innerloop._convert import unstructure
+    from innerloop.fsm import Task
+
+    store.create_run("d", "innerloop")
+    writer = CheckpointWriter(store, "d")
+    state = HarnessState(history=[Message.user("go")])
+    expected = []
+    for i in range(150):
+        state.turns = i // 3
+        state.resolved_models.append(f"m{i}")
+        if i % 5 == 0:
+            state.tasks.append(Task(f"t{i}", "do it"))
+        if i % 7 == 0 and state.tasks:
+            state.tasks[0].done = not state.tasks[0].done
+        state.notes["n"] = {"i": i, "even": i % 2 == 0}
+        state.errors["transient"] = i // 10
+        if i == 100:
+            state.resolved_models = ["reset"]
+        if i % 2:
+            state.history.append(Message.assistant(f"a{i}"))
+        else:
+            state.history.append(Message.user(f"u{i}"))
+        writer.save(state, "check")
+        expected.append(unstructure(state))
+    for seq, want in enumerate(expected, start=1):
+        assert unstructure(decode_at(store, "d", seq)) == want, seq
