@@ -12,14 +12,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from innerloop.checkpoint._sql import (
-    _INSERT_CHECKPOINT,
-    _UPDATE_RUN,
-    SQLStore,
-    _checkpoint_row,
-    _run_row,
-)
-from innerloop.checkpoint._types import CheckpointWrite, UnknownRunError
+from innerloop.checkpoint._sql import _INSERT_CHECKPOINT, SQLStore, _checkpoint_row
+from innerloop.checkpoint._types import CheckpointWrite
 
 __all__ = ["PostgresCheckpointer"]
 
@@ -38,8 +32,7 @@ def _redacted(url: str) -> str:
 
 _WRITE = (
     "WITH m AS (INSERT INTO innerloop_messages (run_id, idx, data) "
-    "SELECT %s, * FROM unnest(%s::integer[], %s::text[])), "
-    "c AS (" + _INSERT_CHECKPOINT.replace("?", "%s") + ") " + _UPDATE_RUN.replace("?", "%s")
+    "SELECT %s, * FROM unnest(%s::integer[], %s::text[])) " + _INSERT_CHECKPOINT.replace("?", "%s")
 )
 
 
@@ -72,22 +65,23 @@ class PostgresCheckpointer(SQLStore):
     _read = _transaction
 
     def write(self, checkpoint: CheckpointWrite) -> None:
-        """One statement, so one round trip (and atomic by itself): the messages, the
-        checkpoint and the run's summary row."""
+        """One statement, so one round trip (and atomic by itself): the messages and the
+        checkpoint."""
         info = checkpoint.info
-        with self._lock, self._conn.cursor() as cur:
-            cur.execute(
-                _WRITE,
-                (
-                    info.run_id,
-                    [i for i, _ in checkpoint.messages],
-                    [text for _, text in checkpoint.messages],
-                    *_checkpoint_row(checkpoint),
-                    *_run_row(checkpoint),
-                ),
-            )
-            if cur.rowcount != 1:
-                raise UnknownRunError(info.run_id)
+        try:
+            with self._lock, self._conn.cursor() as cur:
+                cur.execute(
+                    _WRITE,
+                    (
+                        info.run_id,
+                        [i for i, _ in checkpoint.messages],
+                        [text for _, text in checkpoint.messages],
+                        *_checkpoint_row(checkpoint),
+                    ),
+                )
+        except Exception as exc:
+            self._write_failed(exc, info)
+            raise
 
     _octets = "octet_length(data)"
 
@@ -109,6 +103,9 @@ class PostgresCheckpointer(SQLStore):
 
     def _is_duplicate(self, exc: BaseException) -> bool:
         return isinstance(exc, self._psycopg.errors.UniqueViolation)
+
+    def _is_missing_run(self, exc: BaseException) -> bool:
+        return isinstance(exc, self._psycopg.errors.ForeignKeyViolation)
 
     def close(self) -> None:
         with self._lock:

@@ -36,16 +36,15 @@ __all__ = ["MIGRATIONS", "SQLStore"]
 
 _V1 = (
     "CREATE TABLE innerloop_runs (run_id TEXT PRIMARY KEY, machine TEXT NOT NULL, "
-    "parent_run_id TEXT, parent_seq INTEGER, status TEXT NOT NULL, exit_reason TEXT, "
-    "state TEXT NOT NULL, turns INTEGER NOT NULL, cost_usd DOUBLE PRECISION, "
-    "checkpoints INTEGER NOT NULL, created DOUBLE PRECISION NOT NULL, "
-    "updated DOUBLE PRECISION NOT NULL)",
+    "parent_run_id TEXT, parent_seq INTEGER, created DOUBLE PRECISION NOT NULL)",
     "CREATE TABLE innerloop_messages (run_id TEXT NOT NULL, idx INTEGER NOT NULL, "
     "data TEXT NOT NULL, PRIMARY KEY (run_id, idx))",
     "CREATE TABLE innerloop_checkpoints (run_id TEXT NOT NULL, seq INTEGER NOT NULL, "
     "state TEXT NOT NULL, source TEXT, guard TEXT, history_start INTEGER NOT NULL, "
     "history_len INTEGER NOT NULL, base INTEGER NOT NULL, data TEXT NOT NULL, "
-    "created DOUBLE PRECISION NOT NULL, PRIMARY KEY (run_id, seq))",
+    "created DOUBLE PRECISION NOT NULL, status TEXT NOT NULL, exit_reason TEXT, "
+    "turns INTEGER NOT NULL, cost_usd DOUBLE PRECISION, PRIMARY KEY (run_id, seq), "
+    "FOREIGN KEY (run_id) REFERENCES innerloop_runs (run_id))",
 )
 
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _V1),)
@@ -53,18 +52,19 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _V1),)
 ``version``. A new schema adds an entry (and raises ``SCHEMA_VERSION``); never edit one."""
 
 _INFO = "run_id, seq, state, source, guard, history_start, history_len, created"
-_RUN = (
-    "run_id, machine, status, exit_reason, state, turns, cost_usd, checkpoints, "
-    "parent_run_id, parent_seq, created, updated"
+_RUNS = (
+    "SELECT r.run_id, r.machine, COALESCE(c.status, 'running'), c.exit_reason, "
+    "COALESCE(c.state, ''), COALESCE(c.turns, 0), c.cost_usd, COALESCE(c.seq, 0), "
+    "r.parent_run_id, r.parent_seq, r.created, COALESCE(c.created, r.created) AS updated "
+    "FROM innerloop_runs r LEFT JOIN innerloop_checkpoints c ON c.run_id = r.run_id AND "
+    "c.seq = (SELECT MAX(seq) FROM innerloop_checkpoints m WHERE m.run_id = r.run_id) "
+    "ORDER BY updated DESC, r.run_id"
 )
-
+"""The runs with the summary of their latest checkpoint (a write touches no run row)."""
 
 _INSERT_CHECKPOINT = (
-    f"INSERT INTO innerloop_checkpoints ({_INFO}, base, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-_UPDATE_RUN = (
-    "UPDATE innerloop_runs SET status = ?, exit_reason = ?, state = ?, turns = ?, "
-    "cost_usd = ?, checkpoints = ?, updated = ? WHERE run_id = ?"
+    f"INSERT INTO innerloop_checkpoints ({_INFO}, base, data, status, exit_reason, turns, "
+    "cost_usd) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -72,15 +72,8 @@ def _checkpoint_row(checkpoint: CheckpointWrite) -> tuple[Any, ...]:
     i = checkpoint.info
     return (
         *(i.run_id, i.seq, i.state, i.source, i.guard, i.history_start, i.history_len),
-        *(i.created, checkpoint.base, checkpoint.data),
-    )
-
-
-def _run_row(checkpoint: CheckpointWrite) -> tuple[Any, ...]:
-    i = checkpoint.info
-    return (
-        *(checkpoint.status, checkpoint.exit_reason, i.state, checkpoint.turns),
-        *(checkpoint.cost_usd, i.seq, i.created, i.run_id),
+        *(i.created, checkpoint.base, checkpoint.data, checkpoint.status),
+        *(checkpoint.exit_reason, checkpoint.turns, checkpoint.cost_usd),
     )
 
 
@@ -114,6 +107,10 @@ class SQLStore(abc.ABC):
 
     @abc.abstractmethod
     def _is_duplicate(self, exc: BaseException) -> bool: ...
+
+    @abc.abstractmethod
+    def _is_missing_run(self, exc: BaseException) -> bool:
+        """A foreign key violation: a checkpoint for a run that was never created."""
 
     def _lock_schema(self, cur: Any) -> None:  # noqa: B027 (optional: most need none)
         """Keep other processes out of the migration (a write transaction may not)."""
@@ -177,10 +174,10 @@ class SQLStore(abc.ABC):
             with self._transaction() as cur:
                 cur.execute(
                     self._sql(
-                        f"INSERT INTO innerloop_runs ({_RUN}) "
-                        "VALUES (?, ?, 'running', NULL, '', 0, 0.0, 0, ?, ?, ?, ?)"
+                        "INSERT INTO innerloop_runs (run_id, machine, parent_run_id, "
+                        "parent_seq, created) VALUES (?, ?, ?, ?, ?)"
                     ),
-                    (run_id, machine, parent_run_id, parent_seq, at, at),
+                    (run_id, machine, parent_run_id, parent_seq, at),
                 )
         except Exception as exc:
             if self._is_duplicate(exc):
@@ -191,18 +188,29 @@ class SQLStore(abc.ABC):
 
     def write(self, checkpoint: CheckpointWrite) -> None:
         info = checkpoint.info
-        with self._transaction() as cur:
-            if checkpoint.messages:
-                cur.executemany(
-                    self._sql(
-                        "INSERT INTO innerloop_messages (run_id, idx, data) VALUES (?, ?, ?)"
-                    ),
-                    [(info.run_id, i, text) for i, text in checkpoint.messages],
-                )
-            cur.execute(self._sql(_INSERT_CHECKPOINT), _checkpoint_row(checkpoint))
-            cur.execute(self._sql(_UPDATE_RUN), _run_row(checkpoint))
-            if cur.rowcount != 1:
-                raise UnknownRunError(info.run_id)
+        try:
+            with self._transaction() as cur:
+                if checkpoint.messages:
+                    cur.executemany(
+                        self._sql(
+                            "INSERT INTO innerloop_messages (run_id, idx, data) VALUES (?, ?, ?)"
+                        ),
+                        [(info.run_id, i, text) for i, text in checkpoint.messages],
+                    )
+                cur.execute(self._sql(_INSERT_CHECKPOINT), _checkpoint_row(checkpoint))
+        except Exception as exc:
+            self._write_failed(exc, info)
+            raise
+
+    def _write_failed(self, exc: BaseException, info: CheckpointInfo) -> None:
+        """Raise the error that says what went wrong, if it is one of ours."""
+        if self._is_missing_run(exc):
+            raise UnknownRunError(info.run_id) from exc
+        if self._is_duplicate(exc):
+            raise CheckpointError(
+                f"checkpoint {info.seq} of run {info.run_id!r} is already in {self.where}: "
+                "another process is writing this run; nothing was overwritten"
+            ) from exc
 
     def rows(self, run_id: str, seq: int | None = None) -> StoredRows:
         with self._read() as cur:
@@ -245,11 +253,14 @@ class SQLStore(abc.ABC):
         return StoredRows(info, chain, messages)
 
     def _missing(self, cur: Any, run_id: str, seq: int | None) -> NoReturn:
-        cur.execute(self._sql("SELECT checkpoints FROM innerloop_runs WHERE run_id = ?"), (run_id,))
-        run = cur.fetchone()
-        if run is None:
+        cur.execute(self._sql("SELECT 1 FROM innerloop_runs WHERE run_id = ?"), (run_id,))
+        if cur.fetchone() is None:
             raise UnknownRunError(run_id)
-        raise UnknownRunError(run_id, seq, int(run[0]))
+        cur.execute(
+            self._sql("SELECT COALESCE(MAX(seq), 0) FROM innerloop_checkpoints WHERE run_id = ?"),
+            (run_id,),
+        )
+        raise UnknownRunError(run_id, seq, int(cur.fetchone()[0]))
 
     def checkpoints(self, run_id: str) -> list[CheckpointInfo]:
         with self._read() as cur:
@@ -268,7 +279,7 @@ class SQLStore(abc.ABC):
 
     def runs(self) -> list[RunInfo]:
         with self._read() as cur:
-            cur.execute(f"SELECT {_RUN} FROM innerloop_runs ORDER BY updated DESC, run_id")
+            cur.execute(_RUNS)
             return [RunInfo(*r) for r in cur.fetchall()]
 
     def stored_bytes(self) -> int:

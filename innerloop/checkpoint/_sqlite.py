@@ -48,6 +48,7 @@ class SQLiteCheckpointer(SQLStore):
         while True:
             try:
                 self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+                self._conn.execute("PRAGMA foreign_keys=ON")
                 self._conn.execute("PRAGMA journal_mode=WAL")
                 self._conn.execute(f"PRAGMA synchronous={synchronous}")
                 self._migrate()
@@ -87,7 +88,10 @@ class SQLiteCheckpointer(SQLStore):
         return cur.fetchone() is not None
 
     def _is_duplicate(self, exc: BaseException) -> bool:
-        return isinstance(exc, sqlite3.IntegrityError)
+        return isinstance(exc, sqlite3.IntegrityError) and "UNIQUE" in str(exc)
+
+    def _is_missing_run(self, exc: BaseException) -> bool:
+        return isinstance(exc, sqlite3.IntegrityError) and "FOREIGN KEY" in str(exc)
 
     def close(self) -> None:
         with self._lock:

@@ -493,3 +493,17 @@ def test_every_checkpoint_reads_back_across_whole_ones(store: Checkpointer) -> N
         expected.append(unstructure(state))
     for seq, want in enumerate(expected, start=1):
         assert unstructure(decode_at(store, "d", seq)) == want, seq
+
+
+def test_a_second_writer_overwrites_nothing(store: Checkpointer) -> None:
+    """Two writers of one run (two processes resuming it at once): the second one's
+    checkpoint is refused, the first one's stays; a run never created takes none."""
+    store.create_run("r", "innerloop")
+    first = CheckpointWriter(store, "r")
+    first.save(HarnessState(history=[Message.user("first")]), "assemble")
+    second = CheckpointWriter(store, "r")
+    with pytest.raises(CheckpointError, match=r"^checkpoint 1 of run 'r' is already in "):
+        second.save(HarnessState(history=[Message.user("second")]), "assemble")
+    assert decode_latest(store, "r").history == [Message.user("first")]
+    with pytest.raises(UnknownRunError, match=r"^no run 'ghost' in the checkpoint store"):
+        CheckpointWriter(store, "ghost").save(HarnessState(), "assemble")
