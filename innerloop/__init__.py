@@ -10,6 +10,7 @@ from innerloop._errors import (
     InnerloopError,
     ParamsError,
     ProviderError,
+    ResumeError,
     SpecError,
     ToolDefinitionError,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "ProviderError",
     "RecoveryPolicy",
     "RedactedThinkingBlock",
+    "ResumeError",
     "SpecError",
     "SpendBudget",
     "StateSpec",

@@ -62,6 +62,7 @@ def tagged_base(cls: type[T]) -> type[T]:
     setattr(cls, _TAGGED, cls)
     return cls
 
+
 T = TypeVar("T")
 
 _PLAIN = (int, float, bool, type(None))

@@ -5,6 +5,8 @@
     ├── SpecError (ValueError)        a machine spec that cannot run, raised at compile
     ├── ToolDefinitionError (ValueError)  a tool that cannot be defined
     ├── ConversionError (ValueError)  data that cannot be written as, or read from, JSON
+    ├── ResumeError (ValueError)      a resume that cannot go on: the run is not suspended,
+    │                                 the answer has the wrong shape
     └── ProviderError                 a model call failed; ``category`` drives recovery
 
 Only ``ParamsError``, ``SpecError`` and ``ToolDefinitionError`` (programmer errors) ever
@@ -23,6 +25,7 @@ __all__ = [
     "InnerloopError",
     "ParamsError",
     "ProviderError",
+    "ResumeError",
     "SpecError",
     "ToolDefinitionError",
 ]
@@ -67,6 +70,17 @@ class ConversionError(InnerloopError, ValueError):
         self.reason = reason
         self.value = value
         super().__init__(reason)
+
+
+class ResumeError(InnerloopError, ValueError):
+    """A run cannot be resumed as asked: it is not suspended (or is, and no answer was
+    given), or the answer does not fit its interrupt. Nothing was changed or written."""
+
+    def __init__(self, run: str | None, reason: str, answer: Any = None) -> None:
+        self.run = run
+        self.reason = reason
+        self.answer = answer
+        super().__init__(f"run {run!r}: {reason}" if run is not None else reason)
 
 
 class ErrorCategory(enum.StrEnum):

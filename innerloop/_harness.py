@@ -3,15 +3,30 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
+from innerloop._errors import ResumeError
 from innerloop._events import Event
 from innerloop._messages import Message
 from innerloop._tasks import Task
+from innerloop.checkpoint import (
+    Checkpoint,
+    Checkpointer,
+    CheckpointEvery,
+    CheckpointWriter,
+    RunInfo,
+    decode,
+    open_checkpointer,
+    resume_point,
+)
 from innerloop.fsm._compile import CompiledMachine, compile_spec
 from innerloop.fsm._context import Deps
 from innerloop.fsm._default import DEFAULT_SPEC
 from innerloop.fsm._driver import Engine, Run, RunObserver, TransitionObserver
+from innerloop.fsm._interrupts import check_answer
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._spec import MachineSpec
 from innerloop.fsm._state import HarnessState
@@ -35,7 +50,13 @@ class Harness:
     used in ``params.model`` and ``params.fallbacks``).
 
     ``observers`` watch every run: a :class:`TransitionObserver` sees each transition, a
-    :class:`RunObserver` (``innerloop.observe.Tracing``) each event and tool call."""
+    :class:`RunObserver` (``innerloop.observe.Tracing``) each event and tool call.
+
+    With a ``checkpointer`` (a store, or a URL for :func:`~innerloop.checkpoint.
+    open_checkpointer`), every run gets an id and is checkpointed at the transitions
+    ``checkpoint_every`` picks; :meth:`resume`, :meth:`fork` and :meth:`runs` read the
+    store. Without one, :meth:`resume` takes a suspended run (or its state) in memory.
+    """
 
     def __init__(
         self,
@@ -49,6 +70,8 @@ class Harness:
         observers: Sequence[TransitionObserver | RunObserver] = (),
         engine: Engine = "table",
         tool_runner_factory: Callable[[], ToolExecutor] = ToolRunner,
+        checkpointer: Checkpointer | str | Path | None = None,
+        checkpoint_every: CheckpointEvery = "transition",
     ) -> None:
         self.params = params
         self.providers = _provider_map(providers)
@@ -66,6 +89,10 @@ class Harness:
         self.observers = tuple(observers)
         self.engine: Engine = engine
         self.tool_runner_factory = tool_runner_factory
+        if isinstance(checkpointer, str | Path):
+            checkpointer = open_checkpointer(checkpointer)
+        self.checkpointer = checkpointer
+        self.checkpoint_every: CheckpointEvery = checkpoint_every
 
     def start(
         self,
@@ -74,14 +101,43 @@ class Harness:
         state: HarnessState | None = None,
         tasks: Iterable[str] = (),
         start_at: str | None = None,
+        run_id: str | None = None,
     ) -> Run:
-        """A new run. ``prompt`` is appended as a user message to ``state``'s history."""
+        """A new run. ``prompt`` is appended as a user message to ``state``'s history.
+        With a checkpointer, the run is recorded as ``run_id`` (a new id by default) and
+        its first checkpoint is written now."""
         state = state if state is not None else HarnessState()
         if prompt is not None:
             message = prompt if isinstance(prompt, Message) else Message.user(prompt)
             state.history.append(message)
         for i, text in enumerate(tasks, start=len(state.tasks) + 1):
             state.tasks.append(Task(f"t{i}", text))
+        at = start_at or self.machine.initial
+        writer = None
+        if self.checkpointer is not None:
+            run_id = run_id or uuid.uuid4().hex
+            self.checkpointer.create_run(run_id, self.machine.name)
+            writer = self._writer(run_id)
+            writer.save(state, at)
+        return self._run(state, at, run_id, writer)
+
+    def _writer(self, run_id: str, last: Checkpoint | None = None) -> CheckpointWriter:
+        assert self.checkpointer is not None
+        if last is None:
+            return CheckpointWriter(self.checkpointer, run_id, every=self.checkpoint_every)
+        info = last.info
+        return CheckpointWriter(
+            self.checkpointer,
+            run_id,
+            every=self.checkpoint_every,
+            seq=info.seq,
+            segment_start=info.history_start,
+            segment=last.state.history,
+        )
+
+    def _run(
+        self, state: HarnessState, at: str, run_id: str | None, writer: CheckpointWriter | None
+    ) -> Run:
         return Run(
             self.machine,
             self.params,
@@ -89,8 +145,101 @@ class Harness:
             self.deps(),
             observers=self.observers,
             engine=self.engine,
-            start_at=start_at,
+            start_at=at,
+            run_id=run_id,
+            on_step=writer,
         )
+
+    # -- checkpoints: resume, fork, list ---------------------------------------------------
+
+    def _store(self, what: str) -> Checkpointer:
+        if self.checkpointer is None:
+            raise ResumeError(
+                None,
+                f"{what} by run id needs a checkpoint store; pass "
+                "Harness(..., checkpointer='sqlite:///runs.db') (or a Checkpointer)",
+            )
+        return self.checkpointer
+
+    def checkpoint(self, run_id: str, seq: int | None = None) -> Checkpoint:
+        """Checkpoint ``seq`` of a stored run (its latest when None), read back."""
+        return decode(self._store("reading a checkpoint").rows(run_id, seq))
+
+    def runs(self) -> list[RunInfo]:
+        """Every stored run: status, exit reason, turns, cost; most recent first."""
+        return self._store("listing runs").runs()
+
+    def resume(self, run: Run | HarnessState | str, answer: Any = None) -> Run:
+        """Continue a run; returns a :class:`Run` to drive like one from :meth:`start`.
+
+        ``run`` is a run id (from the store: after a suspend as after a crash, from its
+        latest checkpoint), or a suspended ``Run`` or its state (in memory). A suspended
+        run needs ``answer`` (see :class:`~innerloop.fsm.Interrupt`); a run that stopped
+        mid-way takes none. :class:`~innerloop.ResumeError` says what does not fit, and
+        nothing is written then."""
+        if isinstance(run, Run) and run.run_id is not None and self.checkpointer is not None:
+            run = run.run_id
+        if isinstance(run, str):
+            self._store("resume")
+            last = self.checkpoint(run)
+            at, state = self._continue(run, last.info.state, last.state, answer)
+            return self._run(state, at, run, self._writer(run, last))
+        state = run.state if isinstance(run, Run) else run
+        at, state = self._continue(None, state.final_state, state, answer)
+        return self._run(state, at, None, None)
+
+    def _continue(
+        self, run_id: str | None, at: str | None, state: HarnessState, answer: Any
+    ) -> tuple[str, HarnessState]:
+        """Where the run goes on and its state then (the answer recorded)."""
+        if state.final_state == "suspended" or run_id is None or answer is not None:
+            state.interrupt = check_answer(state, answer, run_id)
+            at = state.interrupt.state
+        elif state.final_state is not None:
+            raise ResumeError(
+                run_id,
+                f"it finished ({state.final_state}); fork it from an earlier checkpoint "
+                "to run again from there",
+            )
+        assert at is not None
+        state.final_state = state.exit_reason = None
+        return resume_point(at), state
+
+    def fork(
+        self,
+        run_id: str,
+        *,
+        at: int | None = None,
+        edit: Callable[[HarnessState], HarnessState | None] | None = None,
+        answer: Any = None,
+        new_run_id: str | None = None,
+    ) -> Run:
+        """A new run from checkpoint ``at`` of ``run_id`` (its latest when None); the
+        parent is left as it is. ``edit(state)`` may change the state first (or return
+        a new one). From a finished checkpoint the fork starts a new turn at the initial
+        state, so ``edit`` must add a user message then."""
+        store = self._store("fork")
+        parent = self.checkpoint(run_id, at)
+        state = parent.state
+        if edit is not None:
+            state = edit(state) or state
+        where = parent.info.state
+        if state.final_state == "suspended":
+            check_answer(state, answer, run_id)  # refused before anything is written
+        if state.final_state is not None and state.final_state != "suspended":
+            if not state.history or state.history[-1].role != "user":
+                raise ResumeError(
+                    run_id,
+                    f"checkpoint {parent.info.seq} is final ({state.final_state}): a fork "
+                    "from it starts a new turn, so edit= must end the history with a user "
+                    "message",
+                )
+            state.final_state = state.exit_reason = None
+            where = self.machine.initial
+        child = new_run_id or uuid.uuid4().hex
+        store.create_run(child, self.machine.name, parent_run_id=run_id, parent_seq=parent.info.seq)
+        self._writer(child).save(state, where)
+        return self.resume(child, answer)
 
     def deps(self) -> Deps:
         """The services of a new run (its own token cache and tool executor)."""

@@ -1,4 +1,4 @@
-"""Command line: ``innerloop run | demo | diagram``.
+"""Command line: ``innerloop run | runs | demo | diagram``.
 
 Exit codes (also in README.md):
 
@@ -8,6 +8,7 @@ Exit codes (also in README.md):
 2     bad usage: unknown option, bad value, missing API key
 3     a limit was reached (max_turns_exceeded or budget_exceeded)
 4     aborted (Ctrl-C / SIGINT, or the host aborted)
+5     suspended: the run waits for an answer (``innerloop runs resume``)
 ====  ==========================================================
 """
 
@@ -18,6 +19,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -34,6 +36,7 @@ EXIT_CODES = {
     "max_turns_exceeded": 3,
     "budget_exceeded": 3,
     "aborted": 4,
+    "suspended": 5,
 }
 USAGE_ERROR = 2
 KEY_VARS = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
@@ -81,12 +84,31 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="innerloop",
         description="The inner agentic loop as an explicit state machine.",
-        epilog="exit codes: 0 complete, 1 failed, 2 usage, 3 limit reached, 4 aborted",
+        epilog=(
+            "exit codes: 0 complete, 1 failed, 2 usage, 3 limit reached, 4 aborted, 5 suspended"
+        ),
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run a task against a real model")
     run.add_argument("task", help="what the agent should do")
+    add_run_options(run)
+    run.add_argument("--db", metavar="URL", help="checkpoint the run into this store")
+    run.add_argument("--run-id", help="the run's id in the store (default: a new one)")
+
+    demo = sub.add_parser("demo", help="offline demo of every recovery branch (no API key)")
+    demo.add_argument("--out", type=Path, default=Path("runs/demo"), help="output directory")
+    demo.add_argument("--no-live", action="store_true", help="plain lines instead of live view")
+
+    from innerloop.diagrams import _cli as diagram_cli
+
+    _add_runs_parser(sub)
+    diagram_cli.add_parser(sub)
+    return parser
+
+
+def add_run_options(run: argparse.ArgumentParser) -> None:
+    """The options that build a run's params and providers (``run``, ``runs resume``)."""
     run.add_argument("--provider", choices=sorted(KEY_VARS), default="anthropic")
     run.add_argument("--model", help="model id (default: a pinned model of the provider)")
     run.add_argument(
@@ -109,15 +131,6 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--system", type=Path, help="file holding the system prompt")
     run.add_argument("--prices", type=Path, help="JSON price table overriding the defaults")
     run.add_argument("--no-live", action="store_true", help="plain lines instead of live view")
-
-    demo = sub.add_parser("demo", help="offline demo of every recovery branch (no API key)")
-    demo.add_argument("--out", type=Path, default=Path("runs/demo"), help="output directory")
-    demo.add_argument("--no-live", action="store_true", help="plain lines instead of live view")
-
-    from innerloop.diagrams import _cli as diagram_cli
-
-    diagram_cli.add_parser(sub)
-    return parser
 
 
 def _load_prices(path: Path | None) -> dict[str, Any] | None:
@@ -246,7 +259,7 @@ def _run_params(args: argparse.Namespace) -> Any:
         raise UsageError(str(exc)) from None
 
 
-def _summary(state: Any, log_path: Path | None) -> None:
+def _summary(state: Any, log_path: Path | None, run_id: str | None = None) -> None:
     cost = format_cost(state.cost_usd)
     print(
         f"exit_reason={state.exit_reason} turns={state.turns} "
@@ -255,12 +268,19 @@ def _summary(state: Any, log_path: Path | None) -> None:
     )
     if state.diagnostic:
         print(f"diagnostic: {json.dumps(state.diagnostic)[:500]}")
+    if state.interrupt is not None and state.final_state == "suspended":
+        print(f"waiting for an answer to: {json.dumps(state.interrupt.payload)[:500]}")
+    if run_id is not None:
+        print(f"run id: {run_id}")
     if log_path is not None:
         print(f"event log: {log_path}")
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def build_harness(args: argparse.Namespace, db: str | None) -> tuple[Any, dict[str, Any]]:
+    """The harness the run options describe (checkpointing into ``db``), and its
+    providers."""
     from innerloop import Harness
+    from innerloop.checkpoint import CheckpointError
 
     params = _run_params(args)
     base_url = _base_url(args.base_url)
@@ -270,9 +290,26 @@ def cmd_run(args: argparse.Namespace) -> int:
             providers[choice.provider] = _build_provider(
                 choice.provider, base_url if i == 0 else None
             )
-    harness = Harness(params, providers)
-    log = _open_log(args.log, {"command": "run", "model": str(params.model)})
-    run = harness.start(args.task)
+    try:
+        return Harness(params, providers, checkpointer=db), providers
+    except (CheckpointError, ValueError, OSError) as exc:
+        raise UsageError(f"--db: {exc}") from None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from innerloop.checkpoint import CheckpointError
+
+    harness, providers = build_harness(args, args.db)
+    try:
+        run = harness.start(args.task, run_id=args.run_id)
+    except CheckpointError as exc:
+        raise UsageError(f"--run-id: {exc}") from None
+    return drive_run(run, providers, args)
+
+
+def drive_run(run: Any, providers: Mapping[str, Any], args: argparse.Namespace) -> int:
+    """Drive a run in the terminal (live view, log, signals); its exit code."""
+    log = _open_log(args.log, {"command": args.command, "model": str(run.params.model)})
 
     async def play(view: Any) -> None:
         try:
@@ -287,7 +324,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         if log is not None:
             log.close()
-    _summary(run.state, args.log)
+    _summary(run.state, args.log, run.run_id)
     return exit_code(run.state.exit_reason)
 
 
@@ -318,9 +355,150 @@ def _command(args: argparse.Namespace) -> int:
         return cmd_run(args)
     if args.command == "demo":
         return cmd_demo(args)
+    if args.command == "runs":
+        return cmd_runs(args)
     from innerloop.diagrams import _cli as diagram_cli
 
     return diagram_cli.run(args)
+
+
+# -- innerloop runs ---------------------------------------------------------------------
+
+RUNS_HELP = """innerloop runs: the runs of a checkpoint store.
+
+    innerloop runs list --db URL
+    innerloop runs show RUN_ID --db URL [--diagram FILE] [--spec MODULE:ATTR]
+    innerloop runs resume RUN_ID --db URL [--answer JSON] [run options]
+    innerloop runs fork RUN_ID --db URL [--at N] [--message TEXT] [--answer JSON] [run options]
+
+resume and fork take the options of innerloop run (provider, model, tools, ...):
+params are code and are never stored, so give the ones the run was started with.
+"""
+
+
+def _add_runs_parser(subparsers: Any) -> None:
+    runs = subparsers.add_parser(
+        "runs",
+        help="list, show, resume or fork the runs of a checkpoint store",
+        description=RUNS_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = runs.add_subparsers(dest="runs_command", required=True)
+    listing = sub.add_parser("list", help="every run: status, exit reason, turns, cost")
+    show = sub.add_parser("show", help="a run's path of states, its interrupt, its last message")
+    show.add_argument("run_id")
+    show.add_argument("--diagram", metavar="FILE", help="write the run's trace diagram here")
+    show.add_argument("--spec", metavar="MODULE:ATTR", help="the machine, if not the default")
+    resume = sub.add_parser("resume", help="continue a suspended or interrupted run")
+    resume.add_argument("run_id")
+    fork = sub.add_parser("fork", help="start a new run from a checkpoint of another")
+    fork.add_argument("run_id")
+    fork.add_argument("--at", type=int, help="the checkpoint (default: the latest)")
+    fork.add_argument("--message", help="a user message to add first")
+    for p in (listing, show, resume, fork):
+        p.add_argument("--db", metavar="URL", required=True, help="the checkpoint store")
+    for p in (resume, fork):
+        p.add_argument("--answer", help="the answer to a suspended run (JSON, else text)")
+        add_run_options(p)
+
+
+def _answer(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from innerloop._errors import ResumeError
+    from innerloop.checkpoint import CheckpointError
+
+    try:
+        if args.runs_command in ("list", "show"):
+            return _read_only(args)
+        return _continue(args)
+    except (CheckpointError, ResumeError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _read_only(args: argparse.Namespace) -> int:
+    from innerloop.checkpoint import open_checkpointer
+
+    try:
+        store = open_checkpointer(args.db)
+    except (ValueError, OSError) as exc:
+        raise UsageError(f"--db: {exc}") from None
+    try:
+        if args.runs_command == "list":
+            _list(store)
+        else:
+            _show(store, args)
+    finally:
+        store.close()
+    return 0
+
+
+def _list(store: Any) -> None:
+    from innerloop._console import format_cost
+
+    print(f"{'run id':34} {'status':10} {'exit reason':20} {'turns':>5} {'cost':>10}  updated")
+    for r in store.runs():
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.updated))
+        parent = f"  (fork of {r.parent_run_id} at {r.parent_seq})" if r.parent_run_id else ""
+        print(
+            f"{r.run_id:34} {r.status:10} {r.exit_reason or '-':20} {r.turns:>5} "
+            f"{format_cost(r.cost_usd):>10}  {when}{parent}"
+        )
+
+
+def _show(store: Any, args: argparse.Namespace) -> None:
+    from innerloop.checkpoint import decode
+    from innerloop.diagrams import Trace, build_diagram
+
+    infos = store.checkpoints(args.run_id)
+    last = decode(store.rows(args.run_id))
+    state = last.state
+    path = [i.state for i in infos]
+    print(
+        f"run {args.run_id}: {state.final_state or 'running'}, {state.turns} turns, "
+        f"{len(infos)} checkpoints"
+    )
+    print("path: " + " -> ".join(path))
+    if state.interrupt is not None:
+        print(f"waiting ({state.interrupt.kind}): {json.dumps(state.interrupt.payload)}")
+    if state.history:
+        message = state.history[-1]
+        print(f"last message ({message.role}): {message.text[:500]}")
+    if args.diagram:
+        from innerloop.diagrams._cli import SUFFIX_FORMATS, _output, load_spec
+        from innerloop.fsm import DEFAULT_SPEC
+
+        steps = tuple((i.source, i.state, i.guard) for i in infos if i.source is not None)
+        trace = Trace(steps, state.final_state, state.exit_reason)
+        spec = load_spec(args.spec) if args.spec else DEFAULT_SPEC
+        fmt = SUFFIX_FORMATS.get(Path(args.diagram).suffix.lower(), "svg")
+        Path(args.diagram).write_bytes(_output(build_diagram(spec, trace=trace), fmt))
+        print(f"trace diagram: {args.diagram}")
+
+
+def _continue(args: argparse.Namespace) -> int:
+    from innerloop._messages import Message
+
+    harness, providers = build_harness(args, args.db)
+    answer = _answer(args.answer)
+    if args.runs_command == "resume":
+        run = harness.resume(args.run_id, answer)
+    else:
+        message = args.message
+
+        def edit(state: Any) -> None:
+            if message is not None:
+                state.history.append(Message.user(message))
+
+        run = harness.fork(args.run_id, at=args.at, edit=edit, answer=answer)
+    return int(drive_run(run, providers, args))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Installs the Debian packages innerloop needs when they are missing.
 # graphviz provides the `dot` binary used for SVG/PNG diagrams.
-# postgresql provides the server the durable (DBOS) tests start on a free port.
+# postgresql provides the server the durable (DBOS) and checkpoint tests start on a free port.
 # bubblewrap provides `bwrap`, the sandbox of the run_shell and run_python tools.
 set -eu
 MISSING=""

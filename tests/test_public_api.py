@@ -20,6 +20,7 @@ PACKAGES = [
     "innerloop.durable",
     "innerloop.examples",
     "innerloop.lowlevel",
+    "innerloop.checkpoint",
     "innerloop.observe",
 ]
 

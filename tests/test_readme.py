@@ -36,3 +36,29 @@ def test_testing_your_loop_example_runs(capsys: pytest.CaptureFixture[str]) -> N
     assert code is not None
     exec(compile(code.group(1), "README.md", "exec"), {})
     assert capsys.readouterr().out == "escalated {'transient': 1}\n"
+
+
+def test_pause_resume_example_runs(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The 'Pause, resume and fork' example suspends for approval, writes runs.db, and
+    resumes by run id to the end."""
+    code = re.search(r"## Pause, resume and fork\n.*?```python\n(.*?)```", README.read_text(), re.S)
+    assert code is not None
+    script = [
+        reply(tool_call("delete_file", {"path": "build.log"})),
+        reply("Done: build.log is gone."),
+    ]
+    monkeypatch.chdir(tmp_path)
+    with AnthropicServer(script) as server:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-readme")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
+        exec(compile(code.group(1), "README.md", "exec"), {})
+        tool_result = server.requests[1].body["messages"][-1]["content"][0]
+    assert capsys.readouterr().out == (
+        "suspended ['delete_file']\n"
+        "model_complete Done: build.log is gone.\n"
+        "[('finished', 'model_complete', 2)]\n"
+    )
+    assert tool_result["content"] == "deleted build.log"
+    assert (tmp_path / "runs.db").exists()

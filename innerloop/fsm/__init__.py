@@ -3,11 +3,18 @@
 from innerloop.fsm._compile import CompiledMachine, compile_spec
 from innerloop.fsm._context import Deps, PhaseContext, TurnScope, request_settings
 from innerloop.fsm._default import DEFAULT_SPEC
-from innerloop.fsm._driver import Run, RunHooks, RunObserver, TransitionObserver
+from innerloop.fsm._driver import Run, RunHooks, RunObserver, StepHook, TransitionObserver
 from innerloop.fsm._guards import DEFAULT_GUARDS
 from innerloop.fsm._params import HarnessParams, ModelChoice, SpendBudget, Thinking
 from innerloop.fsm._spec import Guard, Handler, MachineSpec, StateSpec, TransitionSpec
-from innerloop.fsm._state import AbortRequest, HarnessState, Outcome, OutcomeEnum, Task
+from innerloop.fsm._state import (
+    AbortRequest,
+    HarnessState,
+    Interrupt,
+    Outcome,
+    OutcomeEnum,
+    Task,
+)
 
 __all__ = [
     "DEFAULT_GUARDS",
@@ -19,6 +26,7 @@ __all__ = [
     "Handler",
     "HarnessParams",
     "HarnessState",
+    "Interrupt",
     "MachineSpec",
     "ModelChoice",
     "Outcome",
@@ -29,6 +37,7 @@ __all__ = [
     "RunObserver",
     "SpendBudget",
     "StateSpec",
+    "StepHook",
     "Task",
     "Thinking",
     "TransitionObserver",

@@ -14,13 +14,14 @@ Guards read only ``params`` and ``state``; handlers may use everything.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
+from innerloop._messages import ToolResultBlock
 from innerloop.fsm._params import HarnessParams, ModelChoice
-from innerloop.fsm._state import HarnessState
+from innerloop.fsm._state import HarnessState, Interrupt, Outcome
 from innerloop.providers._base import ModelStream, Provider
 from innerloop.providers._normalize import RequestSettings, WireRequest
 from innerloop.recovery._clock import Clock
@@ -121,6 +122,8 @@ class TurnScope:
     """A handler has booked a result in the state and is yielding the events that report
     it: an abort waits until they are out (a counted turn always has its
     ``model_response``)."""
+    current: str = ""
+    """The state whose handler runs (kept by the driver)."""
 
 
 @attrs.frozen(eq=False)
@@ -132,6 +135,11 @@ class PhaseContext:
     deps: Deps
     scope: TurnScope
     signal: AbortSignal = attrs.field(repr=False)
+
+    @property
+    def current_state(self) -> str:
+        """The state whose handler runs."""
+        return self.scope.current
 
     @property
     def choice(self) -> ModelChoice:
@@ -160,3 +168,30 @@ class PhaseContext:
 
     def abort(self, reason: str = "abort requested") -> None:
         self.signal.request(reason)
+
+    def interrupt(
+        self,
+        kind: str,
+        payload: Any,
+        *,
+        tool_use_ids: Sequence[str] = (),
+        done: Sequence[ToolResultBlock] = (),
+    ) -> None:
+        """Pause the run for an answer from outside: the ``interrupted`` guard takes it to
+        ``suspended`` (add that transition to a custom state that calls this). On
+        ``Harness.resume(run, answer)`` this state's handler runs again and finds the
+        answer in :attr:`resumed`."""
+        self.state.interrupt = Interrupt(
+            kind, payload, self.current_state, tuple(tool_use_ids), tuple(done)
+        )
+        self.state.outcome = Outcome.INTERRUPTED
+
+    @property
+    def resumed(self) -> Interrupt | None:
+        """The answered interrupt this state raised, when the run was just resumed here;
+        the handler takes it (``state.interrupt`` is cleared) and goes on."""
+        pending = self.state.interrupt
+        if pending is None or not pending.answered or pending.state != self.current_state:
+            return None
+        self.state.interrupt = None
+        return pending

@@ -15,7 +15,7 @@ stream     abort [abort_requested] · backoff [rate_limited_retry] ·
            fallback [rate_limited_fallback] · call [transient_retry] ·
            compact [context_overflow] · abort [failed] · compact [truncated] ·
            execute [has_tool_calls] · check
-execute    abort [abort_requested] · check
+execute    abort [abort_requested] · suspended [interrupted] · check
 check      abort [abort_requested] · max_turns_exceeded [turn_limit_continuing] ·
            budget_exceeded [spend_exceeded] · model_complete [model_finished] ·
            tasks_complete [tasks_complete] · assemble
@@ -60,6 +60,7 @@ STATES = (
     StateSpec("budget_exceeded", "final", "budget_exceeded", "the spend budget is spent"),
     StateSpec("aborted", "final", "aborted", "the host aborted the run"),
     StateSpec("failed", "final", "failed", "an unrecoverable error; see the diagnostic"),
+    StateSpec("suspended", "final", "suspended", "waiting for an answer; resume the run"),
 )
 
 _MODEL_ERRORS = (
@@ -90,6 +91,7 @@ TRANSITIONS = (
     T("stream", "execute", "has_tool_calls"),
     T("stream", "check"),
     T("execute", "abort", "abort_requested", "recovery"),
+    T("execute", "suspended", "interrupted", "exit"),
     T("execute", "check"),
     T("check", "abort", "abort_requested", "recovery"),
     T("check", "max_turns_exceeded", "turn_limit_continuing", "exit"),

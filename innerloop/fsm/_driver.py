@@ -29,7 +29,7 @@ from innerloop.fsm._spec import Handler, TransitionSpec
 from innerloop.fsm._state import HarnessState
 from innerloop.tools._runner import ToolObserver, ToolRunner
 
-__all__ = ["Run", "RunHooks", "RunObserver", "TransitionObserver"]
+__all__ = ["Run", "RunHooks", "RunObserver", "StepHook", "TransitionObserver"]
 
 Engine = Literal["table", "statemachine"]
 
@@ -71,6 +71,15 @@ class _EveryType:
 
 
 _EVERY_TYPE = _EveryType()
+
+
+class StepHook(Protocol):
+    """Called after every transition of one run, with the run in its new state (its
+    ``state.final_state`` already set when that state is final). A checkpoint writer is
+    one (``innerloop.checkpoint``); it runs before the next handler, so what it saves is
+    saved before anything else happens."""
+
+    def __call__(self, run: Run, transition: TransitionSpec) -> None: ...
 
 
 class PhaseScope:
@@ -132,6 +141,8 @@ class Run:
         observers: Sequence[TransitionObserver | RunObserver] = (),
         engine: Engine = "table",
         start_at: str | None = None,
+        run_id: str | None = None,
+        on_step: StepHook | None = None,
     ) -> None:
         self.machine = machine
         self.params = params
@@ -148,6 +159,9 @@ class Run:
         )
         self.engine = engine
         self.current = start_at or machine.initial
+        self.run_id = run_id
+        """The run's id in a checkpoint store (None when nothing checkpoints it)."""
+        self.on_step = on_step
         self._sm: StateMachine | None = None
         if engine == "statemachine":
             self._sm = machine.instantiate(self.ctx, at=self.current)
@@ -242,8 +256,13 @@ class Run:
         else:
             taken = self.machine.select(self.current, self.ctx)
         self.current = taken.target
+        if taken.target in self.machine.finals:
+            self.state.final_state = taken.target
+            self.state.exit_reason = self.machine.exit_reason(taken.target)
         for observer in self.observers:
             observer.on_transition(self.machine.name, taken)
+        if self.on_step is not None:
+            self.on_step(self, taken)
         return taken
 
     def _watcher(self) -> tuple[Callable[[Event], None], Container[type[Event]]]:
@@ -274,6 +293,7 @@ class Run:
         try:
             while self.current not in self.machine.finals:
                 if self.state.abort is None or self.current in self._abort_safe:
+                    self.scope.current = self.current
                     handler, is_gen = self.machine.handlers[self.current]
                     if is_gen:
                         async for ev in self._gen_phase(handler):
@@ -331,6 +351,10 @@ class Run:
         finally:
             self.scope.quiet = False
         return self.state
+
+    def run_sync(self) -> HarnessState:
+        """:meth:`run` on a private event loop, for hosts without one."""
+        return asyncio.run(self.run())
 
     def iter_sync(self) -> Iterator[Event]:
         """The events, for hosts without an event loop (runs a private loop)."""

@@ -21,6 +21,11 @@ def abort_requested(ctx: PhaseContext) -> bool:
     return ctx.state.abort is not None
 
 
+def interrupted(ctx: PhaseContext) -> bool:
+    """The phase paused the run for an answer from outside (``ctx.interrupt``)."""
+    return ctx.state.outcome == Outcome.INTERRUPTED
+
+
 def turn_limit(ctx: PhaseContext) -> bool:
     """No model turn is left."""
     params, state = ctx.params, ctx.state
@@ -138,6 +143,7 @@ DEFAULT_GUARDS: Mapping[str, Guard] = {
     g.__name__: g
     for g in (
         abort_requested,
+        interrupted,
         turn_limit,
         over_context_budget,
         cannot_shrink,

@@ -36,6 +36,7 @@ from innerloop._messages import (
     Usage,
 )
 from innerloop.fsm._context import PhaseContext
+from innerloop.fsm._interrupts import answered_batch, suspend_for_questions
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._state import Outcome
 from innerloop.providers._normalize import build_request
@@ -221,7 +222,10 @@ async def call(ctx: PhaseContext) -> None:
     """Open the streaming request."""
     state, scope = ctx.state, ctx.scope
     state.error = None
-    assert scope.request is not None, "call runs after normalize"
+    if scope.request is None:  # resumed here from a checkpoint: normalize again
+        scope.request = build_request(
+            scope.settings, state.history, ctx.provider.dialect, ctx.choice.model
+        )
     try:
         scope.stream = await ctx.provider.open(scope.request)
     except Exception as exc:
@@ -342,9 +346,18 @@ async def execute_batch(ctx: PhaseContext, batch: ToolBatch) -> AsyncIterator[Ev
 
 
 async def execute(ctx: PhaseContext) -> AsyncIterator[Event]:
-    """Run the last assistant message's tool calls and append their results."""
+    """Run the last assistant message's tool calls and append their results.
+
+    A call that asks a question (``ToolContext.interrupt``) suspends the run; resumed
+    here, the answer is that call's result and the finished calls keep theirs."""
     calls = ctx.state.history[-1].tool_uses
-    batch = await ctx.deps.tools.run_calls(ctx, calls)
+    resumed = ctx.resumed
+    if resumed is not None:
+        batch = answered_batch(calls, resumed)
+    else:
+        batch = await ctx.deps.tools.run_calls(ctx, calls)
+        if suspend_for_questions(ctx, calls, batch):
+            return
     async for event in execute_batch(ctx, batch):
         yield event
 

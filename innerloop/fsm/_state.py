@@ -14,10 +14,10 @@ from typing import Any
 import attrs
 
 from innerloop._errors import ProviderError
-from innerloop._messages import Message, ModelResponse, Usage
+from innerloop._messages import Message, ModelResponse, ToolResultBlock, Usage
 from innerloop._tasks import Task
 
-__all__ = ["AbortRequest", "HarnessState", "Outcome", "OutcomeEnum", "Task"]
+__all__ = ["AbortRequest", "HarnessState", "Interrupt", "Outcome", "OutcomeEnum", "Task"]
 
 
 class OutcomeEnum(StrEnum):
@@ -48,6 +48,7 @@ class Outcome(OutcomeEnum):
     WAITED = "waited"
     SWITCHED = "switched"
     ABORTED = "aborted"
+    INTERRUPTED = "interrupted"
 
 
 @attrs.frozen
@@ -56,6 +57,32 @@ class AbortRequest:
 
     reason: str = "abort requested by the host"
     at: float = attrs.Factory(time.time)
+
+
+@attrs.frozen
+class Interrupt:
+    """A run paused to wait for an answer from outside (a person, another system).
+
+    The run ends in the final state ``suspended`` holding this record;
+    ``Harness.resume(run, answer)`` enters ``state`` again with ``answer`` set, and the
+    handler of that state (the one that interrupted) reads it and goes on.
+    """
+
+    kind: str
+    """``"approval"`` (answer: True, False, or ``{tool_use_id: bool}``), ``"question"``
+    (a tool asked; answer: its tool result, or ``{tool_use_id: answer}`` when several
+    asked) or a custom state's own kind."""
+    payload: Any
+    """What the host is asked, as JSON data."""
+    state: str
+    """The state that interrupted; the run resumes there."""
+    tool_use_ids: tuple[str, ...] = ()
+    """The tool calls waiting for the answer."""
+    done: tuple[ToolResultBlock, ...] = ()
+    """Results of calls of the same batch that had finished: they never run again."""
+    answered: bool = False
+    answer: Any = None
+    """Set by ``Harness.resume``; JSON data."""
 
 
 @attrs.define(eq=False)
@@ -78,6 +105,8 @@ class HarnessState:
     """True once the run has fallen back from its primary model."""
     abort: AbortRequest | None = None
     """The pending abort request, if any (the first one wins)."""
+    interrupt: Interrupt | None = None
+    """The pending interrupt: set by ``ctx.interrupt`` (or a tool's), read on resume."""
     outcome: OutcomeEnum = Outcome.STARTED
     """What the last phase did; the guards read it."""
     exit_reason: str | None = None

@@ -15,6 +15,7 @@ from innerloop.tools._spec import (
     ToolContext,
     ToolError,
     ToolHandler,
+    ToolInterrupt,
     ToolOutput,
     ToolSpec,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "ToolContext",
     "ToolError",
     "ToolHandler",
+    "ToolInterrupt",
     "ToolOutput",
     "ToolRunner",
     "ToolSchema",

@@ -33,6 +33,7 @@ from innerloop.tools._spec import (
     ToolCallResult,
     ToolContext,
     ToolError,
+    ToolInterrupt,
     ToolOutput,
     ToolParams,
     ToolSpec,
@@ -285,6 +286,8 @@ class ToolRunner:
                 return self._timed_out(ctx, spec, call, time.monotonic() - start)
             except ToolError as exc:
                 return result(str(exc), "tool_error")
+            except ToolInterrupt as exc:
+                return result("", None, interrupt=exc.payload)
             except BaseException as exc:  # the tool's failure goes back to the model
                 if _belongs_to_host(exc):
                     raise

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import attrs
 
@@ -18,6 +18,7 @@ __all__ = [
     "ToolContext",
     "ToolError",
     "ToolHandler",
+    "ToolInterrupt",
     "ToolOutput",
     "ToolParams",
     "ToolSpec",
@@ -31,6 +32,16 @@ DEFAULT_TIMEOUTS: Mapping[str, float] = {"file": 5.0, "shell": 30.0, "network": 
 class ToolError(Exception):
     """Raise it from a tool to report a failure to the model with exactly this message
     (any other exception is reported with its type name)."""
+
+
+class ToolInterrupt(Exception):
+    """Raised by :meth:`ToolContext.interrupt`: the call stops and asks ``payload``; the
+    run ends ``suspended`` and the answer given to ``Harness.resume`` becomes this call's
+    tool result. Let it propagate (the runner catches it)."""
+
+    def __init__(self, payload: Any) -> None:
+        self.payload = payload
+        super().__init__(f"the tool asked: {payload!r}")
 
 
 @attrs.frozen
@@ -100,6 +111,15 @@ class ToolContext:
         history is closed validly, and the run ends in ``aborted``."""
         self.request_abort(reason)
 
+    def interrupt(self, payload: Any) -> NoReturn:
+        """Stop this call and ask the host ``payload`` (JSON data: a question, a choice).
+
+        The other calls of the turn finish; the run ends in ``suspended`` and
+        ``Harness.resume(run, answer)`` makes the answer this call's tool result (a string
+        as it is, other JSON as its JSON text). Tools run in a child process
+        (``isolated=True``) cannot interrupt."""
+        raise ToolInterrupt(payload)
+
     def keep_partial(self, result: Any) -> None:
         """Record the ``stdout``/``stderr`` of ``result`` (anything with those attributes)
         as what this call printed before it was stopped."""
@@ -164,3 +184,5 @@ class ToolCallResult:
     error: str | None = None
     """Why the call failed: ``invalid_arguments``, ``unknown_tool``, ``timeout``, ``aborted``,
     ``tool_error`` or the name of the exception the tool raised."""
+    interrupt: Any = attrs.field(default=None, eq=False, repr=False)
+    """What the call asked through ``ctx.interrupt`` (JSON data), when it did."""

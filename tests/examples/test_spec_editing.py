@@ -9,7 +9,7 @@ from innerloop.fsm import DEFAULT_SPEC, MachineSpec, StateSpec, TransitionSpec, 
 T = TransitionSpec
 FINALS = (
     "'model_complete', 'tasks_complete', 'max_turns_exceeded', 'budget_exceeded', "
-    "'aborted', 'failed'"
+    "'aborted', 'failed', 'suspended'"
 )
 
 
@@ -95,6 +95,7 @@ class TestEditing:
         spec = DEFAULT_SPEC.add_transition(T("execute", "failed", "abort_requested", "exit"))
         assert [str(t) for t in spec.transitions_from("execute")] == [
             "execute -> abort [abort_requested]",
+            "execute -> suspended [interrupted]",
             "execute -> failed [abort_requested]",
             "execute -> check",
         ]

@@ -42,6 +42,7 @@ def test_default_spec_compiles_to_statemachine_class() -> None:
         "budget_exceeded": "budget_exceeded",
         "aborted": "aborted",
         "failed": "failed",
+        "suspended": "suspended",
     }
 
 

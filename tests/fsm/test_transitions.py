@@ -44,6 +44,10 @@ def _response(stop: str, *, tools: bool = False) -> ModelResponse:
     return ModelResponse(Message("assistant", blocks), stop)
 
 
+def interrupted(s: HarnessState) -> None:
+    s.outcome = Outcome.INTERRUPTED
+
+
 def aborting(s: HarnessState) -> None:
     s.request_abort("test abort")
 
@@ -149,6 +153,7 @@ CASES: list[tuple[str, Callable[[HarnessState], None], str, str | None]] = [
     ("stream", tool_calls, "execute", "has_tool_calls"),
     ("stream", finished, "check", None),
     ("execute", aborting, "abort", "abort_requested"),
+    ("execute", interrupted, "suspended", "interrupted"),
     ("execute", nothing, "check", None),
     ("check", aborting, "abort", "abort_requested"),
     ("check", limit_while_continuing, "max_turns_exceeded", "turn_limit_continuing"),

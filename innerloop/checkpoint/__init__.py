@@ -1,0 +1,57 @@
+"""Checkpoints: save a run at the transitions you choose, resume it, fork it.
+
+    harness = Harness(params, providers, checkpointer="sqlite:///runs.db")
+    run = harness.start("Clean up the repo")       # checkpointed at every transition
+    ...                                            # crash, or the run ends suspended
+    state = await harness.resume(run_id, answer=True).run()
+    child = harness.fork(run_id, at=3, edit=lambda s: ...)
+
+Stores: :class:`SQLiteCheckpointer` (a file; the default), :class:`PostgresCheckpointer`
+(psycopg 3) and :class:`MemoryCheckpointer` (tests); :func:`open_checkpointer` picks one
+from a URL. Each implements :class:`Checkpointer`.
+"""
+
+from innerloop.checkpoint._memory import MemoryCheckpointer
+from innerloop.checkpoint._open import open_checkpointer, resume_point
+from innerloop.checkpoint._postgres import PostgresCheckpointer
+from innerloop.checkpoint._sql import MIGRATIONS
+from innerloop.checkpoint._sqlite import SQLiteCheckpointer
+from innerloop.checkpoint._types import (
+    SCHEMA_VERSION,
+    Checkpoint,
+    CheckpointCorrupt,
+    Checkpointer,
+    CheckpointError,
+    CheckpointInfo,
+    CheckpointSchemaError,
+    CheckpointWrite,
+    RunInfo,
+    RunStatus,
+    StoredRows,
+    UnknownRunError,
+)
+from innerloop.checkpoint._writer import CheckpointEvery, CheckpointWriter, decode
+
+__all__ = [
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "Checkpoint",
+    "CheckpointCorrupt",
+    "CheckpointError",
+    "CheckpointEvery",
+    "CheckpointInfo",
+    "CheckpointSchemaError",
+    "CheckpointWrite",
+    "CheckpointWriter",
+    "Checkpointer",
+    "MemoryCheckpointer",
+    "PostgresCheckpointer",
+    "RunInfo",
+    "RunStatus",
+    "SQLiteCheckpointer",
+    "StoredRows",
+    "UnknownRunError",
+    "decode",
+    "open_checkpointer",
+    "resume_point",
+]

@@ -1,0 +1,115 @@
+"""The store for several hosts: PostgreSQL through psycopg 3 (``pip install
+'innerloop[postgres]'``).
+
+Each write is one transaction at READ COMMITTED. Runs only ever insert rows under their
+own key and update their own summary row, so concurrent runs never conflict (no
+serialization failure to retry); a schema migration holds an advisory lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from innerloop.checkpoint._sql import _INSERT_CHECKPOINT, SQLStore, _checkpoint_row
+from innerloop.checkpoint._types import CheckpointWrite
+
+__all__ = ["PostgresCheckpointer"]
+
+_SCHEMA_LOCK = 0x1E4E_C0DE  # pg_advisory_xact_lock key of innerloop's migrations
+
+
+def _redacted(url: str) -> str:
+    """``url`` without its password (for messages)."""
+    head, sep, tail = url.rpartition("@")
+    if not sep or ":" not in head.split("//", 1)[-1]:
+        return url
+    scheme, _, userinfo = head.partition("//")
+    user = userinfo.split(":", 1)[0]
+    return f"{scheme}//{user}:***@{tail}"
+
+
+_WRITE = (
+    "WITH m AS (INSERT INTO innerloop_messages (run_id, idx, data) "
+    "SELECT %s, * FROM unnest(%s::integer[], %s::text[])) " + _INSERT_CHECKPOINT.replace("?", "%s")
+)
+
+
+class PostgresCheckpointer(SQLStore):
+    """Checkpoints in the PostgreSQL database at ``url`` (``postgresql://user@host/db``).
+    The tables are created (or migrated) on first use."""
+
+    def __init__(self, url: str, *, connect_timeout: float = 10.0) -> None:
+        try:
+            import psycopg
+        except ImportError as exc:  # pragma: no cover - the extra is part of dev
+            raise ImportError(
+                "the PostgreSQL checkpoint store needs psycopg 3: pip install 'innerloop[postgres]'"
+            ) from exc
+        super().__init__()
+        self._psycopg = psycopg
+        self.where = f"PostgreSQL database {_redacted(url)}"
+        self._conn = psycopg.connect(url, autocommit=True, connect_timeout=int(connect_timeout))
+        try:
+            self._migrate()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[Any]:
+        with self._lock, self._conn.transaction(), self._conn.cursor() as cur:
+            yield cur
+
+    _read = _transaction
+
+    def write(self, checkpoint: CheckpointWrite) -> None:
+        """One statement, so one round trip (and atomic by itself): the messages and the
+        checkpoint."""
+        info = checkpoint.info
+        try:
+            with self._lock, self._conn.cursor() as cur:
+                cur.execute(
+                    _WRITE,
+                    (
+                        info.run_id,
+                        [i for i, _ in checkpoint.messages],
+                        [text for _, text in checkpoint.messages],
+                        *_checkpoint_row(checkpoint),
+                    ),
+                )
+        except Exception as exc:
+            self._write_failed(exc, info)
+            raise
+
+    _octets = "octet_length(data)"
+
+    def _sql(self, query: str) -> str:
+        return query.replace("?", "%s")
+
+    def _migrate(self) -> None:
+        # a session lock taken before the transaction starts: one taken inside it would
+        # leave that transaction reading the catalog as it was before the wait
+        self._conn.execute("SELECT pg_advisory_lock(%s)", (_SCHEMA_LOCK,))
+        try:
+            super()._migrate()
+        finally:
+            self._conn.execute("SELECT pg_advisory_unlock(%s)", (_SCHEMA_LOCK,))
+
+    def _table_exists(self, cur: Any, table: str) -> bool:
+        cur.execute("SELECT to_regclass(%s) IS NOT NULL", (table,))
+        return bool(cur.fetchone()[0])
+
+    def _is_duplicate(self, exc: BaseException) -> bool:
+        return isinstance(exc, self._psycopg.errors.UniqueViolation)
+
+    def _is_missing_run(self, exc: BaseException) -> bool:
+        return isinstance(exc, self._psycopg.errors.ForeignKeyViolation)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __repr__(self) -> str:
+        return f"PostgresCheckpointer({self.where!r})"

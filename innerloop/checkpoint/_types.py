@@ -1,0 +1,194 @@
+"""What a checkpoint store holds and the protocol every store implements.
+
+A store keeps three things per run: the run's summary (a row that changes), its messages
+(append-only, each written once) and its checkpoints (append-only). A checkpoint is the
+run's :class:`~innerloop.HarnessState` at a transition, without its history: it names a
+range of the run's stored messages instead (``history_start``, ``history_len``). So a run
+of n messages stores each message once, whatever the number of checkpoints, and storage
+grows with the new messages only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal, Protocol
+
+import attrs
+
+from innerloop._errors import InnerloopError
+from innerloop.fsm._state import HarnessState
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Checkpoint",
+    "CheckpointCorrupt",
+    "CheckpointError",
+    "CheckpointInfo",
+    "CheckpointSchemaError",
+    "CheckpointWrite",
+    "Checkpointer",
+    "RunInfo",
+    "RunStatus",
+    "StoredRows",
+    "UnknownRunError",
+]
+
+SCHEMA_VERSION = 1
+"""The schema this innerloop writes. A store with an older one is migrated when opened;
+a newer one is refused (:class:`CheckpointSchemaError`)."""
+
+RunStatus = Literal["running", "suspended", "finished"]
+
+
+class CheckpointError(InnerloopError):
+    """A checkpoint store cannot do what was asked; nothing was written."""
+
+
+class CheckpointSchemaError(CheckpointError):
+    """The store was written by a newer innerloop (its schema version is higher)."""
+
+    def __init__(self, found: int, supported: int, where: str) -> None:
+        self.found = found
+        self.supported = supported
+        super().__init__(
+            f"{where} has checkpoint schema version {found}, newer than the {supported} this "
+            "innerloop reads; upgrade innerloop (the store was left as it is)"
+        )
+
+
+class CheckpointCorrupt(CheckpointError, ValueError):
+    """A stored checkpoint (or a message it names) cannot be read back."""
+
+    def __init__(self, run_id: str, seq: int, reason: str) -> None:
+        self.run_id = run_id
+        self.seq = seq
+        self.reason = reason
+        hint = f"; fork from an earlier checkpoint (at={seq - 1})" if seq > 1 else ""
+        super().__init__(
+            f"checkpoint {seq} of run {run_id!r} cannot be read: {reason}; the row was left "
+            f"as it is{hint}"
+        )
+
+
+class UnknownRunError(CheckpointError, LookupError):
+    """No run (or no checkpoint) with that id in the store."""
+
+    def __init__(self, run_id: str, seq: int | None = None, count: int = 0) -> None:
+        self.run_id = run_id
+        self.seq = seq
+        if seq is None and count == 0:
+            message = (
+                f"no run {run_id!r} in the checkpoint store; `innerloop runs list --db URL` "
+                "(or harness.runs()) lists the runs it holds"
+            )
+        elif seq is None:
+            message = f"run {run_id!r} has no checkpoint yet"
+        else:
+            message = (
+                f"run {run_id!r} has no checkpoint {seq}; its checkpoints are 1 to {count} "
+                f"(`innerloop runs show {run_id} --db URL` lists them)"
+            )
+        super().__init__(message)
+
+
+@attrs.frozen
+class CheckpointInfo:
+    """One checkpoint: the run entered ``state`` by ``source -> state [guard]``."""
+
+    run_id: str
+    seq: int
+    """1, 2, 3, ... within the run; what ``fork(at=...)`` takes."""
+    state: str
+    source: str | None
+    guard: str | None
+    history_start: int
+    history_len: int
+    created: float
+
+
+@attrs.frozen(eq=False)
+class Checkpoint:
+    """A checkpoint read back: its info and the run's state then (history included)."""
+
+    info: CheckpointInfo
+    state: HarnessState
+
+
+@attrs.frozen
+class RunInfo:
+    """A run's summary, as ``harness.runs()`` and ``innerloop runs list`` show it."""
+
+    run_id: str
+    machine: str
+    status: RunStatus
+    exit_reason: str | None
+    state: str
+    """The state of its latest checkpoint."""
+    turns: int
+    cost_usd: float | None
+    checkpoints: int
+    parent_run_id: str | None
+    parent_seq: int | None
+    created: float
+    updated: float
+
+
+@attrs.frozen
+class CheckpointWrite:
+    """One checkpoint to write, with the messages it adds (JSON text, by index)."""
+
+    info: CheckpointInfo
+    data: str
+    """The state without its history, as JSON text: whole (``{"full": ...}``) or as what
+    changed since the checkpoint before (``{"set": ..., "append": ...}``)."""
+    base: int
+    """The whole checkpoint this one builds on (its own ``seq`` when it is whole)."""
+    messages: Sequence[tuple[int, str]]
+    status: RunStatus
+    exit_reason: str | None
+    turns: int
+    cost_usd: float | None
+
+
+@attrs.frozen
+class StoredRows:
+    """A checkpoint's raw rows, before decoding."""
+
+    info: CheckpointInfo
+    data: Sequence[tuple[int, str]]
+    """``(seq, data)`` from its whole base checkpoint up to it, in order."""
+    messages: Sequence[str]
+
+
+class Checkpointer(Protocol):
+    """A checkpoint store. Every write is one transaction: a checkpoint is either wholly
+    there or not at all, and a reader never sees half of one. Nothing is ever updated in
+    place but the run's summary row."""
+
+    def create_run(
+        self,
+        run_id: str,
+        machine: str,
+        *,
+        parent_run_id: str | None = None,
+        parent_seq: int | None = None,
+    ) -> None:
+        """Record a new run; :class:`CheckpointError` if the id is taken."""
+
+    def write(self, checkpoint: CheckpointWrite) -> None:
+        """Add the messages and the checkpoint, and update the run's summary, at once."""
+
+    def rows(self, run_id: str, seq: int | None = None) -> StoredRows:
+        """The raw rows of checkpoint ``seq`` (the latest when None);
+        :class:`UnknownRunError` when there is none."""
+
+    def checkpoints(self, run_id: str) -> list[CheckpointInfo]:
+        """Every checkpoint of the run, oldest first."""
+
+    def runs(self) -> list[RunInfo]:
+        """Every run, most recently updated first."""
+
+    def stored_bytes(self) -> int:
+        """Bytes of message and checkpoint data stored (for the linear-storage check)."""
+
+    def close(self) -> None: ...

@@ -1,0 +1,145 @@
+"""Interrupts: a run pauses in ``suspended`` for an answer from outside, and goes on.
+
+Two kinds are built in. ``question``: a tool called ``ctx.interrupt(payload)``; the answer
+becomes that call's tool result. ``approval``: a state asks whether tool calls may run
+(``innerloop.examples.with_approval``); the answer allows or denies them. A custom state
+may raise its own kind with ``ctx.interrupt(kind, payload)``; its answer is any JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from innerloop._errors import ResumeError
+from innerloop._messages import ToolResultBlock, ToolUseBlock
+from innerloop.fsm._context import PhaseContext
+from innerloop.fsm._state import HarnessState, Interrupt
+from innerloop.tools._runner import ToolBatch
+from innerloop.tools._spec import ToolCallResult
+
+__all__ = ["answer_text", "answered_batch", "check_answer", "suspend_for_questions"]
+
+
+def suspend_for_questions(
+    ctx: PhaseContext, calls: Sequence[ToolUseBlock], batch: ToolBatch
+) -> bool:
+    """Interrupt the run when a call of ``batch`` asked a question; True when it did.
+    The finished calls keep their results in the interrupt: they never run again."""
+    asking = [r for r in batch.results if r.interrupt is not None]
+    if not asking or batch.cancelled:
+        return False
+    questions = [
+        {"tool_use_id": r.tool_use_id, "tool": r.name, "question": r.interrupt} for r in asking
+    ]
+    done = [
+        ToolResultBlock(r.tool_use_id, r.output, r.is_error)
+        for r in batch.results
+        if r.interrupt is None
+    ]
+    ctx.interrupt(
+        "question",
+        {"questions": questions},
+        tool_use_ids=[r.tool_use_id for r in asking],
+        done=done,
+    )
+    return True
+
+
+def answer_text(answer: Any) -> str:
+    """A tool result's text for an answer: a string as it is, other JSON as JSON text."""
+    return answer if isinstance(answer, str) else json.dumps(answer)
+
+
+def answered_batch(calls: Sequence[ToolUseBlock], interrupt: Interrupt) -> ToolBatch:
+    """The whole batch after the questions were answered, in call order."""
+    done = {b.tool_use_id: b for b in interrupt.done}
+    answers = _per_call(interrupt)
+    results = []
+    for call in calls:
+        if call.id in answers:
+            results.append(ToolCallResult(call.id, call.name, answer_text(answers[call.id])))
+        else:
+            block = done[call.id]
+            results.append(ToolCallResult(call.id, call.name, block.content, block.is_error))
+    return ToolBatch(tuple(results))
+
+
+def _per_call(interrupt: Interrupt) -> Mapping[str, Any]:
+    ids = interrupt.tool_use_ids
+    if len(ids) == 1 and not _keyed_by(interrupt.answer, ids):
+        return {ids[0]: interrupt.answer}
+    answer: Mapping[str, Any] = interrupt.answer
+    return answer
+
+
+def _keyed_by(answer: Any, ids: Sequence[str]) -> bool:
+    return isinstance(answer, Mapping) and set(answer) == set(ids)
+
+
+def _is_json(value: Any) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def check_answer(state: HarnessState, answer: Any, run: str | None = None) -> Interrupt:
+    """The suspended run's interrupt with ``answer`` set; :class:`ResumeError` naming the
+    problem when the run is not suspended or the answer does not fit."""
+    interrupt = state.interrupt
+    if state.final_state != "suspended" or interrupt is None:
+        where = state.final_state or "running (not finished)"
+        raise ResumeError(
+            run,
+            f"it is not suspended (it is {where}), so it takes no answer; resume it "
+            "without one to continue a run that stopped mid-way",
+            answer,
+        )
+    if answer is None:
+        raise ResumeError(
+            run,
+            f"it is suspended on a {interrupt.kind!r} interrupt; pass answer=... "
+            f"(it asked: {json.dumps(interrupt.payload)[:200]})",
+        )
+    if not _is_json(answer):
+        raise ResumeError(run, f"the answer must be JSON data, not {type(answer).__name__}", answer)
+    ids = interrupt.tool_use_ids
+    if interrupt.kind == "approval":
+        _check_approval(run, ids, answer)
+    elif interrupt.kind == "question" and len(ids) > 1 and not _keyed_by(answer, ids):
+        raise ResumeError(
+            run,
+            f"{len(ids)} tool calls asked; answer with a dict keyed by their ids: "
+            + ", ".join(repr(i) for i in ids),
+            answer,
+        )
+    return Interrupt(
+        interrupt.kind, interrupt.payload, interrupt.state, ids, interrupt.done, True, answer
+    )
+
+
+def _check_approval(run: str | None, ids: Sequence[str], answer: Any) -> None:
+    if isinstance(answer, bool):
+        return
+    expected = "True (run them all), False (deny them all) or {tool_use_id: bool} for " + (
+        ", ".join(repr(i) for i in ids)
+    )
+    if not isinstance(answer, Mapping):
+        raise ResumeError(
+            run, f"an approval answer is {expected}, not {type(answer).__name__}", answer
+        )
+    missing = [i for i in ids if i not in answer]
+    unknown = [k for k in answer if k not in ids]
+    wrong = [k for k, v in answer.items() if not isinstance(v, bool)]
+    if missing or unknown or wrong:
+        parts = []
+        if missing:
+            parts.append("no verdict for " + ", ".join(map(repr, missing)))
+        if unknown:
+            parts.append("no pending call " + ", ".join(map(repr, unknown)))
+        if wrong:
+            parts.append("not a bool for " + ", ".join(map(repr, wrong)))
+        raise ResumeError(run, "; ".join(parts) + f"; an approval answer is {expected}", answer)
