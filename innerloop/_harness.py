@@ -18,6 +18,7 @@ from innerloop.fsm._state import HarnessState
 from innerloop.providers._base import Provider
 from innerloop.recovery._clock import Clock, SystemClock
 from innerloop.recovery._compaction import Compactor, TruncatingCompactor
+from innerloop.recovery._gate import RateLimitGates, shared_gates
 from innerloop.recovery._tokens import MessageTokenCache, TiktokenCounter, TokenCounter
 from innerloop.tools._runner import ToolExecutor, ToolRunner
 
@@ -46,6 +47,7 @@ class Harness:
         observers: Sequence[TransitionObserver] = (),
         engine: Engine = "table",
         tool_runner_factory: Callable[[], ToolExecutor] = ToolRunner,
+        gates: RateLimitGates | None = None,
     ) -> None:
         self.params = params
         self.providers = _provider_map(providers)
@@ -63,6 +65,8 @@ class Harness:
         self.observers = tuple(observers)
         self.engine: Engine = engine
         self.tool_runner_factory = tool_runner_factory
+        self.gates = gates if gates is not None else shared_gates()
+        """The rate-limit gates (process-wide by default: runs share what a 429 taught)."""
 
     def start(
         self,
@@ -98,6 +102,7 @@ class Harness:
             compactor=self.compactor,
             fallback_compactor=self.fallback_compactor,
             tools=self.tool_runner_factory(),
+            gates=self.gates,
         )
 
     async def run(self, prompt: str | Message | None = None, **kwargs: object) -> HarnessState:

@@ -25,6 +25,7 @@ from innerloop.providers._base import ModelStream, Provider
 from innerloop.providers._normalize import RequestSettings, WireRequest
 from innerloop.recovery._clock import Clock
 from innerloop.recovery._compaction import Compactor
+from innerloop.recovery._gate import RateLimitGates, shared_gates
 from innerloop.recovery._tokens import MessageTokenCache
 from innerloop.tools._runner import ToolExecutor
 from innerloop.tools._spec import ToolSpec
@@ -101,6 +102,8 @@ class Deps:
     fallback_compactor: Compactor
     """Takes over when ``compactor`` fails (deterministic truncation by default)."""
     tools: ToolExecutor
+    gates: RateLimitGates = attrs.field(factory=shared_gates)
+    """The rate-limit gates shared with the other runs of the process."""
 
 
 @attrs.define

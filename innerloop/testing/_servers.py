@@ -182,6 +182,9 @@ class LoopbackServer:
         self._stop: asyncio.Event | None = None
         self._ready = threading.Event()
         self._start_error: BaseException | None = None
+        self._storm: tuple[float, RateLimit] | None = None
+        self.storm_requests: list[float] = []
+        """When (``time.monotonic()``) each request answered by the storm arrived."""
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -198,6 +201,12 @@ class LoopbackServer:
     def push(self, *steps: Step) -> None:
         """Append steps to the script."""
         self.script.extend(steps)
+
+    def storm(self, seconds: float, retry_after: float | None = None) -> None:
+        """For the next ``seconds`` (real time), answer every request with a 429 (with
+        ``retry_after``, if given) without playing the script; then play it again."""
+        self._storm = (time.monotonic() + seconds, RateLimit(retry_after))
+        self.storm_requests = []
 
     def start(self) -> LoopbackServer:
         if self._thread is not None:
@@ -316,6 +325,13 @@ class LoopbackServer:
     def _plan(self, path: str, body: Any) -> _Plan:
         if path != self.path:
             return self._error(404, "not_found_error", f"no route {path}; this serves {self.path}")
+        stream = bool(isinstance(body, dict) and body.get("stream"))
+        model = str(body.get("model") or self.model) if isinstance(body, dict) else self.model
+        if self._storm is not None:
+            now = time.monotonic()
+            if now < self._storm[0]:
+                self.storm_requests.append(now)
+                return self._render(self._storm[1], stream, model)
         if self.played >= len(self.script):
             return self._error(
                 400,
@@ -324,8 +340,6 @@ class LoopbackServer:
             )
         step = self.script[self.played]
         self.played += 1
-        stream = bool(isinstance(body, dict) and body.get("stream"))
-        model = str(body.get("model") or self.model) if isinstance(body, dict) else self.model
         return self._render(step, stream, model)
 
     def _render(self, step: Step, stream: bool, model: str) -> _Plan:
