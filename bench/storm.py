@@ -52,6 +52,7 @@ async def measure(
     retry_after: float | None = None,
     failures: int = 10,
     cooldown: float = 5.0,
+    max_cooldown: float = 60.0,
 ) -> dict[str, Any]:
     """Run ``loops`` loops through a ``storm``-second 429 storm; the figures."""
     server = AnthropicServer([reply("ok")] * (loops + 17))
@@ -59,7 +60,9 @@ async def measure(
     transport = AsyncioTransport(max_connections=loops + 64)
     provider = AnthropicProvider(KEY, base_url=server.base_url, transport=transport)
     clock = ScaledClock(factor) if factor != 1.0 else SystemClock()
-    gates = RateLimitGates(failures=failures if gate else 10**9, cooldown=cooldown)
+    gates = RateLimitGates(
+        failures=failures if gate else 10**9, cooldown=cooldown, max_cooldown=max_cooldown
+    )
     harness = Harness(
         HarnessParams(model=MODEL, system="storm", max_turns=1),
         [provider],
@@ -111,6 +114,7 @@ def main() -> None:
     parser.add_argument("--retry-after", type=float, default=None)
     parser.add_argument("--failures", type=int, default=10, help="failures that open the circuit")
     parser.add_argument("--cooldown", type=float, default=5.0)
+    parser.add_argument("--max-cooldown", type=float, default=60.0)
     args = parser.parse_args()
     figures = asyncio.run(
         measure(
@@ -121,6 +125,7 @@ def main() -> None:
             retry_after=args.retry_after,
             failures=args.failures,
             cooldown=args.cooldown,
+            max_cooldown=args.max_cooldown,
         )
     )
     print(json.dumps(figures, indent=2))

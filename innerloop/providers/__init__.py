@@ -1,5 +1,5 @@
-"""Canonical messages <-> provider wire formats, the provider protocol, and the Anthropic and
-OpenAI providers over their official SDKs."""
+"""Canonical messages <-> provider wire formats, the provider protocol, and the Anthropic,
+OpenAI Chat Completions and OpenAI Responses providers over their official SDKs."""
 
 from innerloop.providers._anthropic import AnthropicProvider
 from innerloop.providers._base import ModelStream, Provider, final_response
@@ -11,6 +11,7 @@ from innerloop.providers._errors import (
 )
 from innerloop.providers._normalize import Dialect, WireRequest, build_request, normalize
 from innerloop.providers._openai import OpenAIProvider
+from innerloop.providers._responses import OpenAIResponsesProvider
 from innerloop.providers._transport import AsyncioTransport
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "Dialect",
     "ModelStream",
     "OpenAIProvider",
+    "OpenAIResponsesProvider",
     "Provider",
     "WireRequest",
     "build_request",

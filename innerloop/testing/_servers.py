@@ -24,7 +24,7 @@ import json
 import threading
 import time
 from collections.abc import Iterable
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Self
 
 import attrs
 
@@ -45,6 +45,7 @@ __all__ = [
     "RateLimit",
     "Raw",
     "RecordedRequest",
+    "ResponsesServer",
     "SlowReply",
     "StreamError",
     "Trickle",
@@ -208,7 +209,7 @@ class LoopbackServer:
         self._storm = (time.monotonic() + seconds, RateLimit(retry_after))
         self.storm_requests = []
 
-    def start(self) -> LoopbackServer:
+    def start(self) -> Self:
         if self._thread is not None:
             raise RuntimeError(f"{type(self).__name__} is already running on {self.url}")
         self._ready = threading.Event()
@@ -229,13 +230,13 @@ class LoopbackServer:
         thread.join(10)
         self._thread = None
 
-    def __enter__(self) -> LoopbackServer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    async def __aenter__(self) -> LoopbackServer:
+    async def __aenter__(self) -> Self:
         return self.start()
 
     async def __aexit__(self, *exc: object) -> None:
@@ -760,6 +761,169 @@ class OpenAIServer(LoopbackServer):
                 "messages resulted in 130512 tokens. Please reduce the length of the messages.",
                 "type": "invalid_request_error",
                 "param": "messages",
+                "code": "context_length_exceeded",
+            }
+        }
+        return self._json(400, body)
+
+
+_INCOMPLETE_REASONS = {"max_tokens": "max_output_tokens", "refusal": "content_filter"}
+
+
+class ResponsesServer(LoopbackServer):
+    """``POST /v1/responses`` (OpenAI's Responses API); give the SDK
+    ``base_url=server.base_url``. A thinking block of a reply streams as a reasoning item
+    with a summary and an ``encrypted_content`` of ``enc:<text>``."""
+
+    dialect = "responses"
+    path = "/v1/responses"
+    api_prefix = "/v1"
+
+    def _usage(self, u: Usage) -> dict[str, Any]:
+        prompt = u.input_tokens + u.cache_read_tokens
+        return {
+            "input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": u.cache_read_tokens, "cache_write_tokens": 0},
+            "output_tokens": u.output_tokens,
+            "output_tokens_details": {"reasoning_tokens": u.thinking_tokens},
+            "total_tokens": prompt + u.output_tokens,
+        }
+
+    def _items(self, r: Reply) -> list[dict[str, Any]]:
+        """The reply's output items, complete."""
+        items: list[dict[str, Any]] = []
+        for b in r.blocks:
+            n = next(self._ids)
+            if isinstance(b, ThinkingBlock):
+                summary = [{"type": "summary_text", "text": b.thinking}] if b.thinking else []
+                items.append(
+                    {
+                        "type": "reasoning",
+                        "id": f"rs_{n:04d}",
+                        "summary": summary,
+                        "encrypted_content": f"enc:{b.thinking}",
+                    }
+                )
+            elif isinstance(b, TextBlock):
+                content = [{"type": "output_text", "text": b.text, "annotations": []}]
+                items.append(
+                    {
+                        "type": "message",
+                        "id": f"msg_{n:04d}",
+                        "role": "assistant",
+                        "status": "completed",
+                        "content": content,
+                    }
+                )
+            elif isinstance(b, ToolUseBlock):
+                items.append(
+                    {
+                        "type": "function_call",
+                        "id": f"fc_{n:04d}",
+                        "call_id": self._tool_id(b),
+                        "name": b.name,
+                        "arguments": json.dumps(b.input),
+                        "status": "completed",
+                    }
+                )
+        return items
+
+    def _response(self, r: Reply, model: str, items: list[dict[str, Any]]) -> dict[str, Any]:
+        reason = _INCOMPLETE_REASONS.get(r.stop_reason)
+        return {
+            "id": f"resp_{next(self._ids):04d}",
+            "object": "response",
+            "created_at": 1_760_000_000,
+            "model": r.model or model,
+            "status": "incomplete" if reason else "completed",
+            "incomplete_details": {"reason": reason} if reason else None,
+            "error": None,
+            "output": items,
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            "usage": self._usage(r.usage),
+        }
+
+    def _item_events(self, index: int, item: dict[str, Any]) -> list[dict[str, Any]]:
+        """``output_item.added``, the item's deltas, ``output_item.done``."""
+        kind = item["type"]
+        opened = dict(item)
+        base = {"output_index": index, "item_id": item["id"]}
+        if kind == "message":
+            opened["content"] = []
+            name, text = "output_text", item["content"][0]["text"]
+            extra: dict[str, Any] = {"content_index": 0, "logprobs": []}
+        elif kind == "function_call":
+            opened["arguments"] = ""
+            name, text, extra = "function_call_arguments", item["arguments"], {}
+        else:
+            opened.update(summary=[], encrypted_content=None)
+            name = "reasoning_summary_text"
+            text, extra = "".join(s["text"] for s in item["summary"]), {"summary_index": 0}
+        added = {"type": "response.output_item.added", "output_index": index, "item": opened}
+        deltas = [
+            {"type": f"response.{name}.delta", **base, **extra, "delta": p}
+            for p in (_pieces(text, self.chunk_size) if text else ())
+        ]
+        done = {"type": "response.output_item.done", "output_index": index, "item": item}
+        return [added, *deltas, done]
+
+    def frames(self, r: Reply, model: str) -> list[bytes]:
+        items = self._items(r)
+        response = self._response(r, model, items)
+        started = {**response, "status": "in_progress", "output": [], "usage": None}
+        events: list[dict[str, Any]] = [{"type": "response.created", "response": started}]
+        for index, item in enumerate(items):
+            events += self._item_events(index, item)
+        if r.incomplete_tool is not None:
+            name, partial = r.incomplete_tool
+            index, n = len(items), next(self._ids)
+            call = {
+                "type": "function_call",
+                "id": f"fc_{n:04d}",
+                "call_id": f"call_{n:04d}",
+                "name": name,
+                "arguments": "",
+            }
+            events += [
+                {"type": "response.output_item.added", "output_index": index, "item": call},
+                {
+                    "type": "response.function_call_arguments.delta",
+                    "output_index": index,
+                    "item_id": call["id"],
+                    "delta": partial,
+                },
+            ]
+        end = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
+        events.append({"type": end, "response": response})
+        return [_sse(e["type"], {**e, "sequence_number": i}) for i, e in enumerate(events)]
+
+    def message_json(self, r: Reply, model: str) -> dict[str, Any]:
+        return self._response(r, model, self._items(r))
+
+    def error_json(self, error_type: str, message: str) -> dict[str, Any]:
+        kind = {"rate_limit_error": "rate_limit_exceeded"}.get(error_type, error_type)
+        return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+    def error_frame(self, error_type: str, message: str) -> bytes:
+        kind = {"overloaded_error": "server_error"}.get(error_type, error_type)
+        return _sse(None, {"type": "error", "code": kind, "message": message, "param": None})
+
+    def unindexed_frames(self, model: str) -> list[bytes]:
+        """Argument deltas that name no output item."""
+        frames = self.frames(reply(tool_call("lookup", {"query": "a long query"})), model)
+        return [
+            f.replace(b'"output_index":0,', b"") if b"arguments.delta" in f else f for f in frames
+        ]
+
+    def prompt_too_long(self) -> _Plan:
+        body = {
+            "error": {
+                "message": "Your input exceeds the context window of this model. Please adjust "
+                "your input and try again.",
+                "type": "invalid_request_error",
+                "param": "input",
                 "code": "context_length_exceeded",
             }
         }
