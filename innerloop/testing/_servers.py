@@ -866,8 +866,44 @@ class ResponsesServer(LoopbackServer):
             {"type": f"response.{name}.delta", **base, **extra, "delta": p}
             for p in (_pieces(text, self.chunk_size) if text else ())
         ]
+        opens, closes = self._part_events(kind, base, text, extra)
         done = {"type": "response.output_item.done", "output_index": index, "item": item}
-        return [added, *deltas, done]
+        return [added, *opens, *deltas, *closes, done]
+
+    @staticmethod
+    def _part_events(
+        kind: str, base: dict[str, Any], text: str, extra: dict[str, Any]
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The part and ``.done`` events around an item's deltas, as the API sends them."""
+        if kind == "function_call":
+            return [], [
+                {"type": "response.function_call_arguments.done", **base, "arguments": text}
+            ]
+        if kind == "message":
+            part = {"type": "output_text", "annotations": [], "logprobs": []}
+            at = {**base, "content_index": 0}
+            return (
+                [{"type": "response.content_part.added", **at, "part": {**part, "text": ""}}],
+                [
+                    {"type": "response.output_text.done", **at, "text": text, "logprobs": []},
+                    {"type": "response.content_part.done", **at, "part": {**part, "text": text}},
+                ],
+            )
+        if not text:
+            return [], []
+        at = {**base, **extra}
+        part = {"type": "summary_text"}
+        return (
+            [{"type": "response.reasoning_summary_part.added", **at, "part": {**part, "text": ""}}],
+            [
+                {"type": "response.reasoning_summary_text.done", **at, "text": text},
+                {
+                    "type": "response.reasoning_summary_part.done",
+                    **at,
+                    "part": {**part, "text": text},
+                },
+            ],
+        )
 
     def frames(self, r: Reply, model: str) -> list[bytes]:
         items = self._items(r)
