@@ -48,12 +48,16 @@ def _definition(tool: ToolSpec) -> dict[str, Any]:
 
 def request_settings(params: HarnessParams) -> RequestSettings:
     """The part of ``params`` a provider request carries."""
+    thinking = params.thinking
     return RequestSettings(
         max_output_tokens=params.max_output_tokens,
         system=params.system,
         tools=tuple(_definition(t) for t in params.tools),
         tool_choice=params.tool_choice,
-        thinking_budget=params.thinking.budget_tokens if params.thinking is not None else None,
+        thinking_budget=thinking.budget_tokens if thinking is not None else None,
+        thinking_adaptive=thinking.adaptive if thinking is not None else False,
+        thinking_effort=thinking.effort if thinking is not None else None,
+        thinking_summary=thinking.summary if thinking is not None else None,
         stop_sequences=params.stop_sequences,
         temperature=params.temperature,
         top_p=params.top_p,

@@ -24,6 +24,7 @@ from innerloop._messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from innerloop.providers._reasoning import family_of
 
 __all__ = [
     "DIALECTS",
@@ -87,6 +88,13 @@ class RequestSettings:
     with ``strict: true``)."""
     tool_choice: str = "auto"
     thinking_budget: int | None = None
+    """Anthropic's extended thinking budget."""
+    thinking_adaptive: bool = False
+    """Anthropic's adaptive thinking, where the model takes it."""
+    thinking_effort: str | None = None
+    """OpenAI's reasoning effort (Anthropic's output effort where the model takes it)."""
+    thinking_summary: str | None = None
+    """The reasoning summaries the Responses API streams, when it reasons."""
     stop_sequences: tuple[str, ...] = attrs.field(default=(), converter=_strings)
     temperature: float | None = None
     top_p: float | None = None
@@ -351,8 +359,6 @@ def _anthropic_payload(settings: RequestSettings, history: Sequence[Message]) ->
             defs[-1]["cache_control"] = CACHE
         payload["tools"] = defs
         payload["tool_choice"] = _anthropic_tool_choice(settings.tool_choice)
-    if settings.thinking_budget is not None:
-        payload["thinking"] = {"type": "enabled", "budget_tokens": settings.thinking_budget}
     if settings.stop_sequences:
         payload["stop_sequences"] = list(settings.stop_sequences)
     if settings.cache_last_user_turn and messages and messages[-1]["role"] == "user":
@@ -400,5 +406,37 @@ def build_request(
         payload["temperature"] = settings.temperature
     if settings.top_p is not None:
         payload["top_p"] = settings.top_p
+    payload.update(_reasoning(settings, str(dialect), model))
     payload["input" if dialect == "responses" else "messages"] = messages
     return WireRequest(str(dialect), model, payload)
+
+
+def _reasoning(settings: RequestSettings, dialect: str, model: str) -> dict[str, Any]:
+    """The reasoning fields of a request, as far as ``model``'s family takes them (all of
+    them for a model of no known family)."""
+    family = family_of(model)
+    budget, adaptive, effort = (
+        settings.thinking_budget,
+        settings.thinking_adaptive,
+        settings.thinking_effort,
+    )
+    if family is not None:
+        budget = budget if family.budget else None
+        adaptive = adaptive and family.adaptive
+        effort = effort if effort in family.efforts else None
+    out: dict[str, Any] = {}
+    if dialect == "anthropic":
+        if adaptive:
+            out["thinking"] = {"type": "adaptive"}
+        elif budget is not None:
+            out["thinking"] = {"type": "enabled", "budget_tokens": budget}
+        if effort is not None:
+            out["output_config"] = {"effort": effort}
+    elif dialect == "openai" and effort is not None:
+        out["reasoning_effort"] = effort
+    elif dialect == "responses" and effort is not None:
+        reasoning = {"effort": effort}
+        if settings.thinking_summary is not None:
+            reasoning["summary"] = settings.thinking_summary
+        out["reasoning"] = reasoning
+    return out
