@@ -129,6 +129,8 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]
     body: Any
+    query: str = ""
+    """The query string, without the ``?``."""
 
 
 @attrs.define
@@ -161,7 +163,8 @@ class LoopbackServer:
     """The shared HTTP machinery; subclasses render replies and errors in their dialect."""
 
     dialect: ClassVar[str] = ""
-    path: ClassVar[str] = ""
+    path: str = ""
+    """The one route served (a class default; a constructor argument for cloud routes)."""
     api_prefix: ClassVar[str] = ""
 
     def __init__(
@@ -170,7 +173,10 @@ class LoopbackServer:
         *,
         model: str = "loopback-model-20250101",
         chunk_size: int = 16,
+        path: str | None = None,
     ) -> None:
+        if path is not None:  # a cloud route's path (Vertex, Azure) instead of the API's own
+            self.path = path
         self.script: list[Step] = list(script)
         self.model = model
         self.chunk_size = chunk_size
@@ -313,8 +319,8 @@ class LoopbackServer:
             body: Any = json.loads(raw) if raw else None
         except ValueError:
             body = raw.decode("utf-8", "replace")
-        path = target.split("?", 1)[0]
-        self.requests.append(RecordedRequest(method, path, headers, body))
+        path, _, query = target.partition("?")
+        self.requests.append(RecordedRequest(method, path, headers, body, query))
         try:
             plan = self._plan(path, body)
         except Exception as exc:  # a bad script step: tell the client, keep serving
