@@ -410,7 +410,7 @@ def harness_params(draw: st.DrawFn) -> HarnessParams:
     thinking = draw(st.none() | st.builds(Thinking, st.integers(1024, 4096)))
     if chain[0].model.startswith("gpt-4o"):  # a primary model that does not reason
         thinking = None
-    max_output = draw(st.integers(1, 8192)) + (thinking.budget_tokens if thinking else 0)
+    max_output = draw(st.integers(1, 8192)) + ((thinking.budget_tokens or 0) if thinking else 0)
     choices = ["auto", "none"]
     if tools and thinking is None:
         choices += ["any", *(f"tool:{t.name}" for t in tools)]
