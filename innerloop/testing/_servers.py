@@ -370,6 +370,12 @@ class LoopbackServer:
             plan = self._error(429, "rate_limit_error", "rate limit exceeded")
             plan.headers += self._retry_after(step)
             return plan
+        if isinstance(step, Fault):
+            return self._fault(step, model)
+        return self._wire_step(step, model)
+
+    def _wire_step(self, step: Oversized | Trickle | Raw, model: str) -> _Plan:
+        """The steps that shape the bytes on the wire."""
         if isinstance(step, Oversized):
             chunk_size, self.chunk_size = self.chunk_size, step.size
             try:
@@ -389,7 +395,7 @@ class LoopbackServer:
                 body = gzip.compress(body)
                 headers.append(("content-encoding", "gzip"))
             return _Plan(step.status, headers, [body])
-        return self._fault(step, model)
+        raise TypeError(f"not a script step: {step!r}")
 
     @staticmethod
     def _retry_after(step: RateLimit) -> list[tuple[str, str]]:
@@ -406,6 +412,28 @@ class LoopbackServer:
         kind = fault.kind
         if kind == "hang":
             return _Plan(200, [], [], hang=True)
+        broken = self._broken_stream(fault, model)
+        if broken is not None:
+            return broken
+        if kind == "rate_limited":
+            return self._render(RateLimit(fault.retry_after), True, model)
+        if kind == "context_overflow":
+            return self.prompt_too_long()
+        error_type = {
+            "overloaded": "overloaded_error",
+            "server_error": "api_error",
+        }.get(kind, "invalid_request_error")
+        status = fault.status or 500
+        if status == 401:
+            error_type = "authentication_error"
+        plan = self._error(status, error_type, fault.message or kind)
+        if fault.retry_after is not None:
+            plan.headers += self._retry_after(RateLimit(fault.retry_after))
+        return plan
+
+    def _broken_stream(self, fault: Fault, model: str) -> _Plan | None:
+        """The faults that break a stream that opened; None for the others."""
+        kind = fault.kind
         if kind == "malformed":
             frames = self.frames(reply("this stream breaks"), model)
             return self._events([*frames[:2], b'data: {"type": "content_block_delta", "ind\n\n'])
@@ -428,21 +456,7 @@ class LoopbackServer:
             )
             plan.drop = True
             return plan
-        if kind == "rate_limited":
-            return self._render(RateLimit(fault.retry_after), True, model)
-        if kind == "context_overflow":
-            return self.prompt_too_long()
-        error_type = {
-            "overloaded": "overloaded_error",
-            "server_error": "api_error",
-        }.get(kind, "invalid_request_error")
-        status = fault.status or 500
-        if status == 401:
-            error_type = "authentication_error"
-        plan = self._error(status, error_type, fault.message or kind)
-        if fault.retry_after is not None:
-            plan.headers += self._retry_after(RateLimit(fault.retry_after))
-        return plan
+        return None
 
     def _json(self, status: int, body: Any) -> _Plan:
         return _Plan(status, [("content-type", "application/json")], [json.dumps(body).encode()])
