@@ -237,3 +237,26 @@ def test_open_circuit_without_fallback_waits_for_the_probe(
     assert [e.delay for e in events if isinstance(e, Backoff)] == [1.0, 29.0]
     assert gates.gate(provider, "m-20250101").state == "closed"
     assert state.total_wait == 30.0
+
+
+def test_abort_ends_a_wait_at_the_gate() -> None:
+    """A run waiting out an open circuit (real time) is aborted at once by the host."""
+    import asyncio
+    import time
+
+    from innerloop import Harness
+
+    async def main() -> tuple[str | None, float]:
+        gates = RateLimitGates(failures=1, cooldown=30.0)
+        provider = ScriptedProvider([Fault.rate_limited(), reply("never")])
+        quick = RecoveryPolicy(backoff_initial=0.01, backoff_max=0.01)  # at the gate by 0.3 s
+        run = Harness(params(recovery=quick), [provider], gates=gates).start("go")
+        asyncio.get_running_loop().call_later(0.3, run.abort, "host stop")
+        start = time.monotonic()
+        state = await run.run()
+        return state.exit_reason, time.monotonic() - start
+
+    reason, took = asyncio.run(main())
+    assert reason == "aborted"
+    assert took >= 0.3
+    assert took < 5.0  # not the 30 s cool-down
