@@ -5,9 +5,12 @@ write, so the server costs next to nothing) and consumes every event:
 
 - innerloop AnthropicProvider vs anthropic ``messages.stream`` (and ``create(stream=True)``)
 - innerloop OpenAIProvider vs openai ``chat.completions.create(stream=True)``
+- innerloop OpenAIResponsesProvider vs openai ``responses.stream`` (and
+  ``responses.create(stream=True)``)
 
 Run: ``PYTHONPATH=. /tmp/v/bin/python bench/stream.py [--events 4000] [--rounds 7]``
-Targets: <= 0.5x anthropic messages.stream, <= 0.25x openai create(stream=True).
+Targets: <= 0.5x anthropic messages.stream, <= 0.25x openai create(stream=True),
+<= 0.5x openai responses.stream.
 """
 
 from __future__ import annotations
@@ -21,14 +24,27 @@ from collections.abc import Awaitable, Callable
 import anthropic
 import openai
 
-from innerloop.providers import AnthropicProvider, OpenAIProvider, WireRequest
-from innerloop.testing import AnthropicServer, OpenAIServer, Raw, reply, tool_call
+from innerloop.providers import (
+    AnthropicProvider,
+    OpenAIProvider,
+    OpenAIResponsesProvider,
+    WireRequest,
+)
+from innerloop.testing import (
+    AnthropicServer,
+    LoopbackServer,
+    OpenAIServer,
+    Raw,
+    ResponsesServer,
+    reply,
+    tool_call,
+)
 
 KEY = "sk-bench-0000000000000000"
 SSE = (("content-type", "text/event-stream"),)
 
 
-def _body(server_cls: type[AnthropicServer] | type[OpenAIServer], events: int) -> tuple[bytes, int]:
+def _body(server_cls: type[LoopbackServer], events: int) -> tuple[bytes, int]:
     """An SSE body with about ``events`` frames: text in 4-char deltas plus a tool call."""
     server = server_cls(chunk_size=4)
     text = "word " * (events * 4 // 5)
@@ -116,6 +132,40 @@ async def bench_openai(events: int, rounds: int) -> dict[str, float]:
     return {k: v / frames * 1e6 for k, v in result.items()}
 
 
+async def bench_responses(events: int, rounds: int) -> dict[str, float]:
+    body, frames = _body(ResponsesServer, events)
+    payload = {"model": "bench-model", "input": "go", "store": False}
+    with ResponsesServer([Raw(200, SSE, body)] * (3 * (rounds + 1))) as server:
+        provider = OpenAIResponsesProvider(KEY, base_url=server.base_url)
+        client = openai.AsyncOpenAI(api_key=KEY, base_url=server.base_url, max_retries=0)
+        request = WireRequest("responses", "bench-model", {**payload, "stream": True})
+
+        async def ours() -> None:
+            stream = await provider.open(request)
+            async for _ in stream:
+                pass
+            await stream.aclose()
+
+        async def sdk_stream() -> None:
+            async with client.responses.stream(**payload) as s:  # type: ignore[call-overload]
+                async for _ in s:
+                    pass
+
+        async def sdk_create() -> None:
+            s = await client.responses.create(**payload, stream=True)  # type: ignore[call-overload]
+            async for _ in s:
+                pass
+
+        result = {
+            "innerloop": await _time(rounds, ours),
+            "responses.stream": await _time(rounds, sdk_stream),
+            "responses.create(stream=True)": await _time(rounds, sdk_create),
+        }
+        await provider.aclose()
+        await client.close()
+    return {k: v / frames * 1e6 for k, v in result.items()}
+
+
 def _report(title: str, result: dict[str, float], baseline: str, target: float) -> bool:
     print(f"{title}: µs per streamed event (median of rounds)")
     for name, us in result.items():
@@ -130,8 +180,10 @@ def _report(title: str, result: dict[str, float], baseline: str, target: float) 
 async def main(events: int, rounds: int) -> int:
     a = await bench_anthropic(events, rounds)
     o = await bench_openai(events, rounds)
+    r = await bench_responses(events, rounds)
     ok = _report("anthropic", a, "messages.stream", 0.5)
     ok = _report("openai", o, "chat.completions.create(stream=True)", 0.25) and ok
+    ok = _report("openai responses", r, "responses.stream", 0.5) and ok
     return 0 if ok else 1
 
 

@@ -33,6 +33,7 @@ from innerloop.fsm._state import HarnessState
 from innerloop.providers._base import Provider
 from innerloop.recovery._clock import Clock, SystemClock
 from innerloop.recovery._compaction import Compactor, TruncatingCompactor
+from innerloop.recovery._gate import RateLimitGates, shared_gates
 from innerloop.recovery._tokens import MessageTokenCache, TiktokenCounter, TokenCounter
 from innerloop.tools._runner import ToolExecutor, ToolRunner
 
@@ -72,6 +73,7 @@ class Harness:
         tool_runner_factory: Callable[[], ToolExecutor] = ToolRunner,
         checkpointer: Checkpointer | str | Path | None = None,
         checkpoint_every: CheckpointEvery = "transition",
+        gates: RateLimitGates | None = None,
     ) -> None:
         self.params = params
         self.providers = _provider_map(providers)
@@ -93,6 +95,8 @@ class Harness:
             checkpointer = open_checkpointer(checkpointer)
         self.checkpointer = checkpointer
         self.checkpoint_every: CheckpointEvery = checkpoint_every
+        self.gates = gates if gates is not None else shared_gates()
+        """The rate-limit gates (process-wide by default: runs share what a 429 taught)."""
 
     def start(
         self,
@@ -250,6 +254,7 @@ class Harness:
             compactor=self.compactor,
             fallback_compactor=self.fallback_compactor,
             tools=self.tool_runner_factory(),
+            gates=self.gates,
         )
 
     async def run(self, prompt: str | Message | None = None, **kwargs: object) -> HarnessState:

@@ -21,7 +21,7 @@ from innerloop.recovery._compaction import (
     render_transcript,
 )
 from innerloop.recovery._diagnostic import build_diagnostic, hash_content, scrub_secrets
-from innerloop.recovery._policy import backoff_delay
+from innerloop.recovery._policy import backoff_delay, jitter_fraction
 from innerloop.recovery._pricing import add_cost
 from innerloop.recovery._tokens import CL100K_SHA256, count_message, find_cl100k_data, load_cl100k
 from innerloop.tools._output import cap_output
@@ -44,6 +44,7 @@ __all__ = [
     "error_from_status",
     "find_cl100k_data",
     "hash_content",
+    "jitter_fraction",
     "load_cl100k",
     "marker_text",
     "normalize",

@@ -91,6 +91,10 @@ class WorkflowClock:
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(seconds, 0.0))
 
+    def jitter(self) -> float:
+        """Backoff jitter from the workflow's seeded random: the same on every replay."""
+        return 1.0 - workflow.random().random()
+
 
 def _retry(params: HarnessParams, options: TemporalOptions) -> RetryPolicy:
     policy = params.recovery

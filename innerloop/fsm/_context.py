@@ -26,6 +26,7 @@ from innerloop.providers._base import ModelStream, Provider
 from innerloop.providers._normalize import RequestSettings, WireRequest
 from innerloop.recovery._clock import Clock
 from innerloop.recovery._compaction import Compactor
+from innerloop.recovery._gate import RateLimitGates, shared_gates
 from innerloop.recovery._tokens import MessageTokenCache
 from innerloop.tools._runner import ToolExecutor
 from innerloop.tools._spec import ToolSpec
@@ -48,12 +49,16 @@ def _definition(tool: ToolSpec) -> dict[str, Any]:
 
 def request_settings(params: HarnessParams) -> RequestSettings:
     """The part of ``params`` a provider request carries."""
+    thinking = params.thinking
     return RequestSettings(
         max_output_tokens=params.max_output_tokens,
         system=params.system,
         tools=tuple(_definition(t) for t in params.tools),
         tool_choice=params.tool_choice,
-        thinking_budget=params.thinking.budget_tokens if params.thinking is not None else None,
+        thinking_budget=thinking.budget_tokens if thinking is not None else None,
+        thinking_adaptive=thinking.adaptive if thinking is not None else False,
+        thinking_effort=thinking.effort if thinking is not None else None,
+        thinking_summary=thinking.summary if thinking is not None else None,
         stop_sequences=params.stop_sequences,
         temperature=params.temperature,
         top_p=params.top_p,
@@ -103,6 +108,8 @@ class Deps:
     fallback_compactor: Compactor
     """Takes over when ``compactor`` fails (deterministic truncation by default)."""
     tools: ToolExecutor
+    gates: RateLimitGates = attrs.field(factory=shared_gates)
+    """The rate-limit gates shared with the other runs of the process."""
 
 
 @attrs.define

@@ -21,6 +21,7 @@ from innerloop._validators import (
     string,
     tuple_of,
 )
+from innerloop.providers._reasoning import EFFORTS, family_of
 from innerloop.recovery._policy import RecoveryPolicy
 from innerloop.recovery._pricing import DEFAULT_PRICES, Price
 from innerloop.tools._spec import DEFAULT_TIMEOUTS, ToolSpec
@@ -78,11 +79,63 @@ def _choices(values: Iterable[str | ModelChoice]) -> tuple[ModelChoice, ...]:
     return tuple(ModelChoice.parse(v, f"fallbacks[{i}]") for i, v in enumerate(values))
 
 
+_T = "thinking."
+
+
+_BUDGET = integer(ge=1024, prefix=_T)
+
+
+def _budget(instance: object, attribute: attrs.Attribute[Any], value: int | None) -> None:
+    if value is not None:
+        _BUDGET(instance, attribute, value)
+
+
+def _effort(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    if value is not None and value not in EFFORTS:
+        raise ParamsError(
+            _T + attribute.name,
+            f"must be one of {', '.join(EFFORTS)} or None, got {value!r}",
+            value,
+        )
+
+
+def _summary(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    if value is not None and value not in ("auto", "concise", "detailed"):
+        raise ParamsError(
+            _T + attribute.name, f"must be 'auto', 'concise', 'detailed' or None, got {value!r}"
+        )
+
+
 @attrs.frozen
 class Thinking:
-    """Extended thinking with a token budget (Anthropic's minimum is 1024)."""
+    """Reasoning for every model in the chain, each taking what its family takes:
 
-    budget_tokens: int = attrs.field(validator=integer(ge=1024, prefix="thinking."))
+    - ``budget_tokens``: Anthropic's extended thinking budget (at least 1024);
+    - ``adaptive``: Anthropic's adaptive thinking, on the models that take it (Claude 4.6);
+    - ``effort``: OpenAI's reasoning effort (Chat Completions and Responses), and
+      Anthropic's output effort on the models that take it;
+    - ``summary``: the reasoning summaries the Responses API streams (None: none).
+
+    ``Thinking(2048)`` is a budget. The params check each setting against each model's
+    family (see ``innerloop.providers._reasoning``)."""
+
+    budget_tokens: int | None = attrs.field(default=None, validator=_budget)
+    effort: str | None = attrs.field(default=None, validator=_effort)
+    adaptive: bool = attrs.field(default=False, validator=boolean(prefix=_T))
+    summary: str | None = attrs.field(default="auto", validator=_summary)
+
+    def __attrs_post_init__(self) -> None:
+        if self.budget_tokens is None and self.effort is None and not self.adaptive:
+            raise ParamsError(
+                "thinking",
+                "sets no reasoning: give budget_tokens (Anthropic), effort (OpenAI) or "
+                "adaptive=True, or leave thinking=None",
+            )
+        if self.adaptive and self.budget_tokens is not None:
+            raise ParamsError(
+                "thinking.adaptive",
+                "adaptive thinking takes no budget: drop budget_tokens or adaptive",
+            )
 
 
 _SPEND = "spend_budget."
@@ -286,11 +339,49 @@ class HarnessParams:
                 f"extended thinking is incompatible with a forced tool choice "
                 f"({self.tool_choice!r}); use 'auto' or 'none'",
             )
-        if self.max_output_tokens <= self.thinking.budget_tokens:
+        budget = self.thinking.budget_tokens
+        if budget is not None and self.max_output_tokens <= budget:
             raise ParamsError(
                 "max_output_tokens",
-                f"must exceed thinking.budget_tokens ({self.thinking.budget_tokens}), "
-                f"got {self.max_output_tokens}",
+                f"must exceed thinking.budget_tokens ({budget}), got {self.max_output_tokens}",
+            )
+        for i, choice in enumerate(self.model_chain):
+            self._check_family(choice, "model" if i == 0 else f"fallbacks[{i - 1}]")
+
+    def _check_family(self, choice: ModelChoice, field: str) -> None:
+        """``thinking`` against the family of one model of the chain."""
+        thinking, family = self.thinking, family_of(choice.model)
+        if thinking is None or family is None:
+            return
+        if not family.reasons:
+            if field == "model":  # a fallback that does not reason is sent no reasoning
+                raise ParamsError(
+                    "thinking",
+                    f"{choice.model} does not reason: leave thinking=None or pick a "
+                    "reasoning model",
+                )
+            return
+        if thinking.effort is not None and family.efforts and thinking.effort not in family.efforts:
+            raise ParamsError(
+                "thinking.effort",
+                f"{choice.model} ({field}) takes effort {', '.join(family.efforts)}, "
+                f"got {thinking.effort!r}",
+            )
+        if thinking.adaptive and not family.adaptive and family.budget:
+            raise ParamsError(
+                "thinking.adaptive",
+                f"{choice.model} ({field}) has no adaptive thinking: give budget_tokens instead",
+            )
+        takes = (
+            (family.budget and thinking.budget_tokens is not None)
+            or (family.adaptive and thinking.adaptive)
+            or (bool(family.efforts) and thinking.effort is not None)
+        )
+        if not takes and field == "model":  # a fallback may reason by its own default
+            wants = "budget_tokens" if family.budget else "effort"
+            raise ParamsError(
+                "thinking",
+                f"{choice.model} ({field}, {family.name}) takes thinking.{wants}, which is unset",
             )
 
     @property

@@ -42,7 +42,8 @@ from innerloop.fsm._state import Outcome
 from innerloop.providers._normalize import build_request
 from innerloop.recovery._compaction import CompactionRequest, CompactionResult
 from innerloop.recovery._diagnostic import build_diagnostic
-from innerloop.recovery._policy import backoff_delay
+from innerloop.recovery._gate import RateLimitGate
+from innerloop.recovery._policy import backoff_delay, jitter_fraction
 from innerloop.recovery._pricing import add_cost, price_for
 from innerloop.tools._runner import ABORTED_TOOL, ToolBatch
 from innerloop.tools._spec import ToolCallResult
@@ -218,19 +219,64 @@ def _record_failure(ctx: PhaseContext, error: ProviderError) -> None:
     state.outcome = Outcome.FAILED
 
 
-async def call(ctx: PhaseContext) -> None:
-    """Open the streaming request."""
-    state, scope = ctx.state, ctx.scope
+def _gate(ctx: PhaseContext) -> RateLimitGate:
+    return ctx.deps.gates.gate(ctx.provider, ctx.choice.model)
+
+
+def _has_fallback(ctx: PhaseContext) -> bool:
+    return ctx.state.active + 1 < len(ctx.params.model_chain)
+
+
+def _gate_failure(ctx: PhaseContext, error: ProviderError) -> None:
+    """Tell the model's shared gate how a sent call failed; when that leaves the circuit
+    open, the run's retries on this model are pointless: it falls back at once."""
+    gate = _gate(ctx)
+    if error.category not in (ErrorCategory.RATE_LIMITED, ErrorCategory.OVERLOADED):
+        gate.release()
+        return
+    gate.failure(ctx.deps.clock.monotonic(), error.retry_after)
+    if gate.state == "open" and _has_fallback(ctx):
+        ctx.state.rate_limit_failures = ctx.params.recovery.max_rate_limit_retries
+
+
+def _circuit_open(ctx: PhaseContext, wait: float) -> None:
+    """Fail the call without sending it: the guards fall back at once."""
+    state, choice = ctx.state, ctx.choice
+    error = ProviderError(
+        ErrorCategory.RATE_LIMITED,
+        f"circuit open for {choice.provider}:{choice.model} (rate limited by many calls in a "
+        f"row; the next probe in {wait:.1f} s): falling back without sending",
+        provider=choice.provider,
+        retry_after=wait,
+    )
+    _record_failure(ctx, error)
+    state.rate_limit_failures = ctx.params.recovery.max_rate_limit_retries + 1
+
+
+async def call(ctx: PhaseContext) -> AsyncIterator[Event]:
+    """Pass the model's rate-limit gate, then open the streaming request."""
+    state, scope, clock = ctx.state, ctx.scope, ctx.deps.clock
     state.error = None
     if scope.request is None:  # resumed here from a checkpoint: normalize again
         scope.request = build_request(
             scope.settings, state.history, ctx.provider.dialect, ctx.choice.model
         )
+    gate = _gate(ctx)
+    while (admission := gate.admit(clock.monotonic())).wait > 0:
+        if admission.circuit_open and _has_fallback(ctx):
+            _circuit_open(ctx, admission.wait)
+            return
+        yield Backoff(state.rate_limit_failures, admission.wait, None, state.total_wait)
+        await clock.sleep(admission.wait)
+        state.total_wait += admission.wait
     try:
         scope.stream = await ctx.provider.open(scope.request)
     except Exception as exc:
-        _record_failure(ctx, ProviderError.wrap(exc, ctx.choice.provider))
+        error = ProviderError.wrap(exc, ctx.choice.provider)
+        _gate_failure(ctx, error)
+        _record_failure(ctx, error)  # counts this failure: past the retries when open
         return
+    gate.success()
     state.outcome = Outcome.OPENED
 
 
@@ -293,7 +339,10 @@ async def stream(ctx: PhaseContext) -> AsyncIterator[Event]:
             )
     except Exception as exc:
         await tools.cancel_all()
-        _record_failure(ctx, ProviderError.wrap(exc, ctx.choice.provider))
+        error = ProviderError.wrap(exc, ctx.choice.provider)
+        if error.category in (ErrorCategory.RATE_LIMITED, ErrorCategory.OVERLOADED):
+            _gate_failure(ctx, error)  # overloaded mid-stream
+        _record_failure(ctx, error)
     finally:
         scope.stream = None
         await model_stream.aclose()
@@ -373,7 +422,8 @@ async def backoff(ctx: PhaseContext) -> AsyncIterator[Event]:
     error = state.error
     retry_after = error.retry_after if error is not None else None
     state.backoff_attempts += 1
-    delay = backoff_delay(ctx.params.recovery, state.rate_limit_failures, retry_after)
+    jitter = jitter_fraction(ctx.deps.clock)
+    delay = backoff_delay(ctx.params.recovery, state.rate_limit_failures, retry_after, jitter)
     yield Backoff(state.rate_limit_failures, delay, retry_after, state.total_wait + delay)
     await ctx.deps.clock.sleep(delay)
     state.total_wait += delay

@@ -1,4 +1,5 @@
-"""The provider protocol and the Anthropic and OpenAI providers over their official SDKs.
+"""The provider protocol and the Anthropic, OpenAI Chat Completions and OpenAI Responses
+providers over their official SDKs.
 
 The pure request builders and the error mapping under them are in
 :mod:`innerloop.lowlevel`."""
@@ -7,6 +8,7 @@ from innerloop.providers._anthropic import AnthropicProvider
 from innerloop.providers._base import ModelStream, Provider, final_response
 from innerloop.providers._normalize import Dialect, WireRequest
 from innerloop.providers._openai import OpenAIProvider
+from innerloop.providers._responses import OpenAIResponsesProvider
 from innerloop.providers._transport import AsyncioTransport
 
 __all__ = [
@@ -15,6 +17,7 @@ __all__ = [
     "Dialect",
     "ModelStream",
     "OpenAIProvider",
+    "OpenAIResponsesProvider",
     "Provider",
     "WireRequest",
     "final_response",

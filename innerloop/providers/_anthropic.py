@@ -250,7 +250,10 @@ class AnthropicProvider(HTTPProvider):
         name: str = "anthropic",
         timeout: float = 600.0,
         default_headers: dict[str, str] | None = None,
-        client: anthropic.AsyncAnthropic | None = None,
+        client: anthropic.AsyncAnthropic
+        | anthropic.AsyncAnthropicVertex
+        | anthropic.AsyncAnthropicBedrock
+        | None = None,
         transport: httpx2.AsyncBaseTransport | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:

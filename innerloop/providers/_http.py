@@ -307,6 +307,14 @@ class HTTPModelStream:
             await self._close()
 
 
+_CLOUD_ROUTES = {
+    "AsyncAnthropicVertex": "Vertex AI's per-model :streamRawPredict path",
+    "AsyncAnthropicBedrock": "Bedrock's per-request SigV4 signing and per-model path",
+    "AsyncAzureOpenAI": "Azure's per-deployment path and api-version query",
+}
+"""Clients whose requests the SDK rewrites per call: they keep the SDK's route."""
+
+
 @attrs.frozen
 class WireRoute:
     """Requests written by innerloop itself onto an ``AsyncioTransport``, skipping the SDK's
@@ -323,6 +331,14 @@ class WireRoute:
         """The route for ``path`` under ``client``'s base URL. Credentials must be static
         (an API key or token); a client that signs or refreshes each request keeps the
         SDK's own route: pass no transport then."""
+        for base_cls in type(client).__mro__:
+            why = _CLOUD_ROUTES.get(base_cls.__name__)
+            if why is not None:
+                raise ValueError(
+                    f"{type(client).__name__} builds each request itself ({why}), so innerloop "
+                    "cannot write its requests on an AsyncioTransport; drop the transport "
+                    "argument to keep the SDK's own route"
+                )
         every = {**client.default_headers, **client.auth_headers}
         headers = {k: v for k, v in every.items() if isinstance(v, str)}  # not the SDK's Omit
         static = any(k.lower() in ("x-api-key", "authorization") for k in headers)

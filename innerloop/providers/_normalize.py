@@ -24,10 +24,23 @@ from innerloop._messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from innerloop.providers._reasoning import family_of
 
-__all__ = ["Dialect", "RequestSettings", "WireRequest", "build_request", "normalize"]
+__all__ = [
+    "DIALECTS",
+    "RESPONSES_SIGNATURE",
+    "Dialect",
+    "RequestSettings",
+    "WireRequest",
+    "build_request",
+    "normalize",
+]
 
-Dialect: TypeAlias = Literal["anthropic", "openai"]
+Dialect: TypeAlias = Literal["anthropic", "openai", "responses"]
+DIALECTS = ("anthropic", "openai", "responses")
+RESPONSES_SIGNATURE = "openai-responses:"
+"""The prefix of a ``ThinkingBlock.signature`` that holds a Responses API reasoning item
+(its id and ``encrypted_content``, as JSON): sent back to the Responses API only."""
 ERROR_PREFIX = "[tool error] "
 CACHE = {"type": "ephemeral"}
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9_-]")
@@ -77,6 +90,13 @@ class RequestSettings:
     with ``strict: true``)."""
     tool_choice: str = "auto"
     thinking_budget: int | None = None
+    """Anthropic's extended thinking budget."""
+    thinking_adaptive: bool = False
+    """Anthropic's adaptive thinking, where the model takes it."""
+    thinking_effort: str | None = None
+    """OpenAI's reasoning effort (Anthropic's output effort where the model takes it)."""
+    thinking_summary: str | None = None
+    """The reasoning summaries the Responses API streams, when it reasons."""
     stop_sequences: tuple[str, ...] = attrs.field(default=(), converter=_strings)
     temperature: float | None = None
     top_p: float | None = None
@@ -92,7 +112,9 @@ def normalize(messages: Sequence[Message], dialect: Dialect | str) -> list[dict[
         return _anthropic_messages(messages)
     if dialect == "openai":
         return _openai_messages(messages)
-    raise ValueError(f"unknown dialect {dialect!r}; expected 'anthropic' or 'openai'")
+    if dialect == "responses":
+        return _responses_input(messages)
+    raise ValueError(f"unknown dialect {dialect!r}; expected one of {', '.join(DIALECTS)}")
 
 
 # -- Anthropic --------------------------------------------------------------------------------
@@ -102,8 +124,8 @@ def _anthropic_block(block: Block) -> dict[str, Any] | None:
     if isinstance(block, TextBlock):
         return {"type": "text", "text": block.text} if block.text else None
     if isinstance(block, ThinkingBlock):
-        if not block.signature:
-            return None  # unsigned reasoning (from another dialect) would be rejected
+        if not block.signature or block.signature.startswith(RESPONSES_SIGNATURE):
+            return None  # unsigned reasoning (or OpenAI's) would be rejected
         return {"type": "thinking", "thinking": block.thinking, "signature": block.signature}
     if isinstance(block, RedactedThinkingBlock):
         return {"type": "redacted_thinking", "data": block.data}
@@ -201,6 +223,110 @@ def _openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     return out
 
 
+# -- OpenAI Responses -------------------------------------------------------------------------
+
+
+def _reasoning_item(block: ThinkingBlock) -> dict[str, Any] | None:
+    """A Responses reasoning item kept in a thinking block; None for another dialect's."""
+    if not block.signature.startswith(RESPONSES_SIGNATURE):
+        return None
+    kept = json.loads(block.signature[len(RESPONSES_SIGNATURE) :])
+    summary = [{"type": "summary_text", "text": block.thinking}] if block.thinking else []
+    item: dict[str, Any] = {"type": "reasoning", "id": kept["id"], "summary": summary}
+    if kept.get("encrypted_content"):
+        item["encrypted_content"] = kept["encrypted_content"]
+    return item
+
+
+def _responses_user_part(block: Block) -> dict[str, Any] | None:
+    if isinstance(block, TextBlock):
+        return {"type": "input_text", "text": block.text} if block.text else None
+    if isinstance(block, ImageBlock):
+        url = f"data:{block.media_type};base64,{block.data}"
+        return {"type": "input_image", "image_url": url, "detail": "auto"}
+    return None
+
+
+def _responses_assistant(message: Message, out: list[dict[str, Any]]) -> None:
+    """Reasoning, text and calls as input items, in the order the model made them."""
+    for block in message.content:
+        if isinstance(block, ThinkingBlock):
+            item = _reasoning_item(block)
+            if item is not None:
+                out.append(item)
+        elif isinstance(block, TextBlock) and block.text:
+            out.append({"role": "assistant", "content": block.text})
+        elif isinstance(block, ToolUseBlock):
+            arguments = json.dumps(block.input, separators=(",", ":"))
+            out.append(
+                {
+                    "type": "function_call",
+                    "call_id": block.id,
+                    "name": block.name,
+                    "arguments": arguments,
+                }
+            )
+
+
+def _responses_input(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role == "assistant":
+            _responses_assistant(message, out)
+            continue
+        for block in message.content:
+            if isinstance(block, ToolResultBlock):
+                content = ERROR_PREFIX + block.content if block.is_error else block.content
+                out.append(
+                    {
+                        "type": "function_call_output",
+                        "call_id": block.tool_use_id,
+                        "output": content,
+                    }
+                )
+        parts = [p for p in (_responses_user_part(b) for b in message.content) if p is not None]
+        if parts:
+            out.append({"role": "user", "content": parts})
+    return out
+
+
+def _responses_tool(definition: dict[str, Any]) -> dict[str, Any]:
+    tool = {
+        "type": "function",
+        "name": definition["name"],
+        "description": definition["description"],
+    }
+    strict = definition.get("strict_schema")
+    if strict is not None:
+        tool.update(parameters=strict, strict=True)
+    else:
+        tool.update(parameters=definition["input_schema"], strict=False)
+    return tool
+
+
+def _responses_tool_choice(choice: str) -> Any:
+    if choice.startswith("tool:"):
+        return {"type": "function", "name": choice[len("tool:") :]}
+    return {"any": "required"}.get(choice, choice)
+
+
+def _responses_payload(settings: RequestSettings, history: Sequence[Message]) -> dict[str, Any]:
+    """Stateless (``store: false``): reasoning items come back encrypted and are sent again
+    with the history. The Responses API takes no stop sequences: they are not sent."""
+    payload: dict[str, Any] = {
+        "max_output_tokens": settings.max_output_tokens,
+        "store": False,
+        "include": ["reasoning.encrypted_content"],
+    }
+    if settings.system:
+        payload["instructions"] = settings.system
+    if settings.tools:
+        payload["tools"] = [_responses_tool(t) for t in settings.tools]
+        payload["tool_choice"] = _responses_tool_choice(settings.tool_choice)
+    payload["messages"] = _responses_input(history)
+    return payload
+
+
 # -- whole requests ---------------------------------------------------------------------------
 
 
@@ -237,8 +363,6 @@ def _anthropic_payload(settings: RequestSettings, history: Sequence[Message]) ->
             defs[-1]["cache_control"] = CACHE
         payload["tools"] = defs
         payload["tool_choice"] = _anthropic_tool_choice(settings.tool_choice)
-    if settings.thinking_budget is not None:
-        payload["thinking"] = {"type": "enabled", "budget_tokens": settings.thinking_budget}
     if settings.stop_sequences:
         payload["stop_sequences"] = list(settings.stop_sequences)
     if settings.cache_last_user_turn and messages and messages[-1]["role"] == "user":
@@ -264,7 +388,11 @@ def _openai_payload(settings: RequestSettings, history: Sequence[Message]) -> di
     return payload
 
 
-_PAYLOADS = {"anthropic": _anthropic_payload, "openai": _openai_payload}
+_PAYLOADS = {
+    "anthropic": _anthropic_payload,
+    "openai": _openai_payload,
+    "responses": _responses_payload,
+}
 
 
 def build_request(
@@ -273,7 +401,7 @@ def build_request(
     """The full streaming request body for ``dialect``: system, tools, settings, messages."""
     make = _PAYLOADS.get(dialect)
     if make is None:
-        raise ValueError(f"unknown dialect {dialect!r}; expected 'anthropic' or 'openai'")
+        raise ValueError(f"unknown dialect {dialect!r}; expected one of {', '.join(DIALECTS)}")
     payload: dict[str, Any] = {"model": model, "stream": True}
     body = make(settings, history)
     messages = body.pop("messages")
@@ -282,5 +410,37 @@ def build_request(
         payload["temperature"] = settings.temperature
     if settings.top_p is not None:
         payload["top_p"] = settings.top_p
-    payload["messages"] = messages
+    payload.update(_reasoning(settings, str(dialect), model))
+    payload["input" if dialect == "responses" else "messages"] = messages
     return WireRequest(str(dialect), model, payload, settings.call_deadline)
+
+
+def _reasoning(settings: RequestSettings, dialect: str, model: str) -> dict[str, Any]:
+    """The reasoning fields of a request, as far as ``model``'s family takes them (all of
+    them for a model of no known family)."""
+    family = family_of(model)
+    budget, adaptive, effort = (
+        settings.thinking_budget,
+        settings.thinking_adaptive,
+        settings.thinking_effort,
+    )
+    if family is not None:
+        budget = budget if family.budget else None
+        adaptive = adaptive and family.adaptive
+        effort = effort if effort in family.efforts else None
+    out: dict[str, Any] = {}
+    if dialect == "anthropic":
+        if adaptive:
+            out["thinking"] = {"type": "adaptive"}
+        elif budget is not None:
+            out["thinking"] = {"type": "enabled", "budget_tokens": budget}
+        if effort is not None:
+            out["output_config"] = {"effort": effort}
+    elif dialect == "openai" and effort is not None:
+        out["reasoning_effort"] = effort
+    elif dialect == "responses" and effort is not None:
+        reasoning = {"effort": effort}
+        if settings.thinking_summary is not None:
+            reasoning["summary"] = settings.thinking_summary
+        out["reasoning"] = reasoning
+    return out

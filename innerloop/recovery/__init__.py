@@ -14,6 +14,7 @@ from innerloop.recovery._compaction import (
     TruncatingCompactor,
 )
 from innerloop.recovery._exact import AnthropicTokenCounter
+from innerloop.recovery._gate import Admission, RateLimitGate, RateLimitGates, shared_gates
 from innerloop.recovery._policy import RecoveryPolicy
 from innerloop.recovery._pricing import DEFAULT_PRICES, Price, cost_usd, merge_prices, price_for
 from innerloop.recovery._tokens import (
@@ -27,6 +28,7 @@ from innerloop.recovery._tokens import (
 
 __all__ = [
     "DEFAULT_PRICES",
+    "Admission",
     "AnthropicTokenCounter",
     "ApproxTokenCounter",
     "Clock",
@@ -35,6 +37,8 @@ __all__ = [
     "Compactor",
     "MessageTokenCache",
     "Price",
+    "RateLimitGate",
+    "RateLimitGates",
     "RecoveryPolicy",
     "RequestTokenCounter",
     "ScaledClock",
@@ -48,4 +52,5 @@ __all__ = [
     "cost_usd",
     "merge_prices",
     "price_for",
+    "shared_gates",
 ]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import random
+
 import attrs
 
 from innerloop._errors import ParamsError
 from innerloop._validators import integer, number, string
 
-__all__ = ["RecoveryPolicy", "backoff_delay"]
+__all__ = ["RecoveryPolicy", "backoff_delay", "jitter_fraction"]
 
 CONTINUATION_MESSAGE = "Your previous response was truncated. Continue from where you left off."
 TOOL_FAILURE_NOTICE = (
@@ -41,6 +43,9 @@ class RecoveryPolicy:
     backoff_factor: float = attrs.field(default=2.0, validator=number(ge=1, prefix=_R))
     """Each backoff wait is the previous one times this (1 keeps the wait constant)."""
     backoff_max: float = attrs.field(default=64.0, validator=number(gt=0, prefix=_R))
+    backoff_jitter: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    """Full jitter: each computed wait is drawn uniformly up to its exponential value, so
+    runs limited together do not retry together. A Retry-After is honoured as given."""
     max_rate_limit_retries: int = attrs.field(default=5, validator=integer(ge=0, prefix=_R))
     """Backoff retries on one provider before falling back to the next one."""
     transient_retries: int = attrs.field(default=1, validator=integer(ge=0, prefix=_R))
@@ -69,12 +74,29 @@ class RecoveryPolicy:
             )
 
 
-def backoff_delay(policy: RecoveryPolicy, attempt: int, retry_after: float | None) -> float:
+def backoff_delay(
+    policy: RecoveryPolicy, attempt: int, retry_after: float | None, jitter: float = 1.0
+) -> float:
     """Seconds to wait before retry number ``attempt`` (1-based).
 
-    A provider's Retry-After overrides the exponential schedule.
+    A provider's Retry-After overrides the exponential schedule and is taken as given.
+    ``jitter`` in (0, 1] is the share of the computed wait to use (see
+    :func:`jitter_fraction`); ignored when ``policy.backoff_jitter`` is off.
     """
     if retry_after is not None and retry_after >= 0:
         return float(retry_after)
     delay = policy.backoff_initial * policy.backoff_factor ** max(attempt - 1, 0)
-    return float(min(delay, policy.backoff_max))
+    delay = min(delay, policy.backoff_max)
+    if policy.backoff_jitter:
+        delay *= min(max(jitter, 0.0), 1.0)
+    return float(delay)
+
+
+def jitter_fraction(clock: object) -> float:
+    """A share in (0, 1] for full jitter: ``clock.jitter()`` when the clock has one (a
+    seeded ``FakeClock`` in tests, the workflow's deterministic random in Temporal), else
+    a fresh random draw."""
+    draw = getattr(clock, "jitter", None)
+    if callable(draw):
+        return float(draw())
+    return 1.0 - random.random()  # spreading retries: no secret here

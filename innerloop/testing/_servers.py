@@ -45,6 +45,7 @@ __all__ = [
     "RateLimit",
     "Raw",
     "RecordedRequest",
+    "ResponsesServer",
     "SlowReply",
     "StreamError",
     "Trickle",
@@ -128,6 +129,8 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]
     body: Any
+    query: str = ""
+    """The query string, without the ``?``."""
 
 
 @attrs.define
@@ -160,7 +163,8 @@ class LoopbackServer:
     """The shared HTTP machinery; subclasses render replies and errors in their dialect."""
 
     dialect: ClassVar[str] = ""
-    path: ClassVar[str] = ""
+    path: str = ""
+    """The one route served (a class default; a constructor argument for cloud routes)."""
     api_prefix: ClassVar[str] = ""
 
     def __init__(
@@ -169,7 +173,10 @@ class LoopbackServer:
         *,
         model: str = "loopback-model-20250101",
         chunk_size: int = 16,
+        path: str | None = None,
     ) -> None:
+        if path is not None:  # a cloud route's path (Vertex, Azure) instead of the API's own
+            self.path = path
         self.script: list[Step] = list(script)
         self.model = model
         self.chunk_size = chunk_size
@@ -182,6 +189,9 @@ class LoopbackServer:
         self._stop: asyncio.Event | None = None
         self._ready = threading.Event()
         self._start_error: BaseException | None = None
+        self._storm: tuple[float, RateLimit] | None = None
+        self.storm_requests: list[float] = []
+        """When (``time.monotonic()``) each request answered by the storm arrived."""
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -198,6 +208,12 @@ class LoopbackServer:
     def push(self, *steps: Step) -> None:
         """Append steps to the script."""
         self.script.extend(steps)
+
+    def storm(self, seconds: float, retry_after: float | None = None) -> None:
+        """For the next ``seconds`` (real time), answer every request with a 429 (with
+        ``retry_after``, if given) without playing the script; then play it again."""
+        self._storm = (time.monotonic() + seconds, RateLimit(retry_after))
+        self.storm_requests = []
 
     def start(self) -> Self:
         if self._thread is not None:
@@ -226,7 +242,7 @@ class LoopbackServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    async def __aenter__(self) -> LoopbackServer:
+    async def __aenter__(self) -> Self:
         return self.start()
 
     async def __aexit__(self, *exc: object) -> None:
@@ -303,8 +319,8 @@ class LoopbackServer:
             body: Any = json.loads(raw) if raw else None
         except ValueError:
             body = raw.decode("utf-8", "replace")
-        path = target.split("?", 1)[0]
-        self.requests.append(RecordedRequest(method, path, headers, body))
+        path, _, query = target.partition("?")
+        self.requests.append(RecordedRequest(method, path, headers, body, query))
         try:
             plan = self._plan(path, body)
         except Exception as exc:  # a bad script step: tell the client, keep serving
@@ -316,6 +332,13 @@ class LoopbackServer:
     def _plan(self, path: str, body: Any) -> _Plan:
         if path != self.path:
             return self._error(404, "not_found_error", f"no route {path}; this serves {self.path}")
+        stream = bool(isinstance(body, dict) and body.get("stream"))
+        model = str(body.get("model") or self.model) if isinstance(body, dict) else self.model
+        if self._storm is not None:
+            now = time.monotonic()
+            if now < self._storm[0]:
+                self.storm_requests.append(now)
+                return self._render(self._storm[1], stream, model)
         if self.played >= len(self.script):
             return self._error(
                 400,
@@ -324,8 +347,6 @@ class LoopbackServer:
             )
         step = self.script[self.played]
         self.played += 1
-        stream = bool(isinstance(body, dict) and body.get("stream"))
-        model = str(body.get("model") or self.model) if isinstance(body, dict) else self.model
         return self._render(step, stream, model)
 
     def _render(self, step: Step, stream: bool, model: str) -> _Plan:
@@ -399,11 +420,32 @@ class LoopbackServer:
             return [("retry-after", when)]
         return [("retry-after", f"{step.retry_after:g}")]
 
-    def _broken_stream(self, fault: Fault, model: str) -> _Plan | None:
-        """The faults that are a stream gone wrong (None for the error statuses)."""
+    def _fault(self, fault: Fault, model: str) -> _Plan:
         kind = fault.kind
         if kind == "hang":
             return _Plan(200, [], [], hang=True)
+        broken = self._broken_stream(fault, model)
+        if broken is not None:
+            return broken
+        if kind == "rate_limited":
+            return self._render(RateLimit(fault.retry_after), True, model)
+        if kind == "context_overflow":
+            return self.prompt_too_long()
+        error_type = {
+            "overloaded": "overloaded_error",
+            "server_error": "api_error",
+        }.get(kind, "invalid_request_error")
+        status = fault.status or 500
+        if status == 401:
+            error_type = "authentication_error"
+        plan = self._error(status, error_type, fault.message or kind)
+        if fault.retry_after is not None:
+            plan.headers += self._retry_after(RateLimit(fault.retry_after))
+        return plan
+
+    def _broken_stream(self, fault: Fault, model: str) -> _Plan | None:
+        """The faults that break a stream that opened; None for the others."""
+        kind = fault.kind
         if kind == "malformed":
             frames = self.frames(reply("this stream breaks"), model)
             return self._events([*frames[:2], b'data: {"type": "content_block_delta", "ind\n\n'])
@@ -427,27 +469,6 @@ class LoopbackServer:
             plan.drop = True
             return plan
         return None
-
-    def _fault(self, fault: Fault, model: str) -> _Plan:
-        kind = fault.kind
-        broken = self._broken_stream(fault, model)
-        if broken is not None:
-            return broken
-        if kind == "rate_limited":
-            return self._render(RateLimit(fault.retry_after), True, model)
-        if kind == "context_overflow":
-            return self.prompt_too_long()
-        error_type = {
-            "overloaded": "overloaded_error",
-            "server_error": "api_error",
-        }.get(kind, "invalid_request_error")
-        status = fault.status or 500
-        if status == 401:
-            error_type = "authentication_error"
-        plan = self._error(status, error_type, fault.message or kind)
-        if fault.retry_after is not None:
-            plan.headers += self._retry_after(RateLimit(fault.retry_after))
-        return plan
 
     def _json(self, status: int, body: Any) -> _Plan:
         return _Plan(status, [("content-type", "application/json")], [json.dumps(body).encode()])
@@ -782,6 +803,205 @@ class OpenAIServer(LoopbackServer):
                 "messages resulted in 130512 tokens. Please reduce the length of the messages.",
                 "type": "invalid_request_error",
                 "param": "messages",
+                "code": "context_length_exceeded",
+            }
+        }
+        return self._json(400, body)
+
+
+_INCOMPLETE_REASONS = {"max_tokens": "max_output_tokens", "refusal": "content_filter"}
+
+
+class ResponsesServer(LoopbackServer):
+    """``POST /v1/responses`` (OpenAI's Responses API); give the SDK
+    ``base_url=server.base_url``. A thinking block of a reply streams as a reasoning item
+    with a summary and an ``encrypted_content`` of ``enc:<text>``."""
+
+    dialect = "responses"
+    path = "/v1/responses"
+    api_prefix = "/v1"
+
+    def _usage(self, u: Usage) -> dict[str, Any]:
+        prompt = u.input_tokens + u.cache_read_tokens
+        return {
+            "input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": u.cache_read_tokens, "cache_write_tokens": 0},
+            "output_tokens": u.output_tokens,
+            "output_tokens_details": {"reasoning_tokens": u.thinking_tokens},
+            "total_tokens": prompt + u.output_tokens,
+        }
+
+    def _items(self, r: Reply) -> list[dict[str, Any]]:
+        """The reply's output items, complete."""
+        items: list[dict[str, Any]] = []
+        for b in r.blocks:
+            n = next(self._ids)
+            if isinstance(b, ThinkingBlock):
+                summary = [{"type": "summary_text", "text": b.thinking}] if b.thinking else []
+                items.append(
+                    {
+                        "type": "reasoning",
+                        "id": f"rs_{n:04d}",
+                        "summary": summary,
+                        "encrypted_content": f"enc:{b.thinking}",
+                    }
+                )
+            elif isinstance(b, TextBlock):
+                content = [{"type": "output_text", "text": b.text, "annotations": []}]
+                items.append(
+                    {
+                        "type": "message",
+                        "id": f"msg_{n:04d}",
+                        "role": "assistant",
+                        "status": "completed",
+                        "content": content,
+                    }
+                )
+            elif isinstance(b, ToolUseBlock):
+                items.append(
+                    {
+                        "type": "function_call",
+                        "id": f"fc_{n:04d}",
+                        "call_id": self._tool_id(b),
+                        "name": b.name,
+                        "arguments": json.dumps(b.input),
+                        "status": "completed",
+                    }
+                )
+        return items
+
+    def _response(self, r: Reply, model: str, items: list[dict[str, Any]]) -> dict[str, Any]:
+        reason = _INCOMPLETE_REASONS.get(r.stop_reason)
+        return {
+            "id": f"resp_{next(self._ids):04d}",
+            "object": "response",
+            "created_at": 1_760_000_000,
+            "model": r.model or model,
+            "status": "incomplete" if reason else "completed",
+            "incomplete_details": {"reason": reason} if reason else None,
+            "error": None,
+            "output": items,
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            "usage": self._usage(r.usage),
+        }
+
+    def _item_events(self, index: int, item: dict[str, Any]) -> list[dict[str, Any]]:
+        """``output_item.added``, the item's deltas, ``output_item.done``."""
+        kind = item["type"]
+        opened = dict(item)
+        base = {"output_index": index, "item_id": item["id"]}
+        if kind == "message":
+            opened["content"] = []
+            name, text = "output_text", item["content"][0]["text"]
+            extra: dict[str, Any] = {"content_index": 0, "logprobs": []}
+        elif kind == "function_call":
+            opened["arguments"] = ""
+            name, text, extra = "function_call_arguments", item["arguments"], {}
+        else:
+            opened.update(summary=[], encrypted_content=None)
+            name = "reasoning_summary_text"
+            text, extra = "".join(s["text"] for s in item["summary"]), {"summary_index": 0}
+        added = {"type": "response.output_item.added", "output_index": index, "item": opened}
+        deltas = [
+            {"type": f"response.{name}.delta", **base, **extra, "delta": p}
+            for p in (_pieces(text, self.chunk_size) if text else ())
+        ]
+        opens, closes = self._part_events(kind, base, text, extra)
+        done = {"type": "response.output_item.done", "output_index": index, "item": item}
+        return [added, *opens, *deltas, *closes, done]
+
+    @staticmethod
+    def _part_events(
+        kind: str, base: dict[str, Any], text: str, extra: dict[str, Any]
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The part and ``.done`` events around an item's deltas, as the API sends them."""
+        if kind == "function_call":
+            return [], [
+                {"type": "response.function_call_arguments.done", **base, "arguments": text}
+            ]
+        if kind == "message":
+            part = {"type": "output_text", "annotations": [], "logprobs": []}
+            at = {**base, "content_index": 0}
+            return (
+                [{"type": "response.content_part.added", **at, "part": {**part, "text": ""}}],
+                [
+                    {"type": "response.output_text.done", **at, "text": text, "logprobs": []},
+                    {"type": "response.content_part.done", **at, "part": {**part, "text": text}},
+                ],
+            )
+        if not text:
+            return [], []
+        at = {**base, **extra}
+        part = {"type": "summary_text"}
+        return (
+            [{"type": "response.reasoning_summary_part.added", **at, "part": {**part, "text": ""}}],
+            [
+                {"type": "response.reasoning_summary_text.done", **at, "text": text},
+                {
+                    "type": "response.reasoning_summary_part.done",
+                    **at,
+                    "part": {**part, "text": text},
+                },
+            ],
+        )
+
+    def frames(self, r: Reply, model: str) -> list[bytes]:
+        items = self._items(r)
+        response = self._response(r, model, items)
+        started = {**response, "status": "in_progress", "output": [], "usage": None}
+        events: list[dict[str, Any]] = [{"type": "response.created", "response": started}]
+        for index, item in enumerate(items):
+            events += self._item_events(index, item)
+        if r.incomplete_tool is not None:
+            name, partial = r.incomplete_tool
+            index, n = len(items), next(self._ids)
+            call = {
+                "type": "function_call",
+                "id": f"fc_{n:04d}",
+                "call_id": f"call_{n:04d}",
+                "name": name,
+                "arguments": "",
+            }
+            events += [
+                {"type": "response.output_item.added", "output_index": index, "item": call},
+                {
+                    "type": "response.function_call_arguments.delta",
+                    "output_index": index,
+                    "item_id": call["id"],
+                    "delta": partial,
+                },
+            ]
+        end = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
+        events.append({"type": end, "response": response})
+        return [_sse(e["type"], {**e, "sequence_number": i}) for i, e in enumerate(events)]
+
+    def message_json(self, r: Reply, model: str) -> dict[str, Any]:
+        return self._response(r, model, self._items(r))
+
+    def error_json(self, error_type: str, message: str) -> dict[str, Any]:
+        kind = {"rate_limit_error": "rate_limit_exceeded"}.get(error_type, error_type)
+        return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+    def error_frame(self, error_type: str, message: str) -> bytes:
+        kind = {"overloaded_error": "server_error"}.get(error_type, error_type)
+        return _sse(None, {"type": "error", "code": kind, "message": message, "param": None})
+
+    def unindexed_frames(self, model: str) -> list[bytes]:
+        """Argument deltas that name no output item."""
+        frames = self.frames(reply(tool_call("lookup", {"query": "a long query"})), model)
+        return [
+            f.replace(b'"output_index":0,', b"") if b"arguments.delta" in f else f for f in frames
+        ]
+
+    def prompt_too_long(self) -> _Plan:
+        body = {
+            "error": {
+                "message": "Your input exceeds the context window of this model. Please adjust "
+                "your input and try again.",
+                "type": "invalid_request_error",
+                "param": "input",
                 "code": "context_length_exceeded",
             }
         }

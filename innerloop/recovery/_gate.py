@@ -1,0 +1,209 @@
+"""A process-wide rate-limit gate per provider endpoint and model, with a circuit breaker.
+
+Without it, a thousand runs hitting a 429 storm each pay their own retries: six requests a
+run. With it, every run on the model shares what one learned:
+
+- a 429 or 529 with a Retry-After holds new calls of every run on that model until then;
+- after ``failures`` consecutive rate-limit failures (across runs) the model's circuit
+  opens for ``cooldown`` seconds: runs with a fallback model left switch to it at once,
+  the others wait at the gate instead of sending;
+- after the cool-down one call goes as the half-open probe while the others wait for its
+  answer: a success closes the circuit, a failure opens it again for twice the cool-down
+  (at most ``max_cooldown``).
+
+The gate reads time from the clock of the run that asks, so runs sharing a gate share a
+clock (real time, in production).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import weakref
+from typing import Any, Final, Literal
+
+import attrs
+
+from innerloop._errors import ParamsError
+
+__all__ = ["Admission", "RateLimitGate", "RateLimitGates", "shared_gates"]
+
+GateState = Literal["closed", "open", "half_open"]
+
+
+@attrs.frozen
+class Admission:
+    """The gate's answer to a run about to call the model."""
+
+    wait: float = 0.0
+    """Seconds to wait before asking again (0: send now)."""
+    circuit_open: bool = False
+    """The circuit is open (or its probe is out): a run with a fallback should switch now."""
+    probe: bool = False
+    """This call is the half-open probe: its outcome decides the circuit."""
+
+
+_GO: Final = Admission()
+
+
+def _positive(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ParamsError(name, f"must be a number > 0, got {value!r}", value)
+
+
+class RateLimitGate:
+    """The shared state of one provider endpoint and model; thread-safe."""
+
+    def __init__(
+        self,
+        *,
+        failures: int = 10,
+        cooldown: float = 5.0,
+        max_cooldown: float = 60.0,
+        probe_timeout: float = 60.0,
+    ) -> None:
+        if isinstance(failures, bool) or not isinstance(failures, int) or failures < 1:
+            raise ParamsError(
+                "gate.failures",
+                f"must be an int >= 1 (consecutive failures that open the circuit), got "
+                f"{failures!r}",
+                failures,
+            )
+        _positive("gate.cooldown", cooldown)
+        _positive("gate.max_cooldown", max_cooldown)
+        _positive("gate.probe_timeout", probe_timeout)
+        self.failures = failures
+        self.cooldown = float(cooldown)
+        self.max_cooldown = float(max(max_cooldown, cooldown))
+        self.probe_timeout = float(probe_timeout)
+        self._lock = threading.Lock()
+        self.consecutive = 0
+        """Consecutive rate-limit failures on this model, across runs."""
+        self.hold_until = float("-inf")
+        self.open_until: float | None = None
+        self._next_cooldown = self.cooldown
+        self._probe_deadline: float | None = None
+        self.opened = 0
+        """How many times the circuit opened."""
+        self.probes = 0
+        """How many half-open probes were let through."""
+
+    @property
+    def state(self) -> GateState:
+        if self.open_until is None:
+            return "closed"
+        return "half_open" if self._probe_deadline is not None else "open"
+
+    def admit(self, now: float) -> Admission:
+        """May a call go now? Call it right before sending."""
+        with self._lock:
+            if self.open_until is not None:
+                if now < self.open_until:
+                    return Admission(self.open_until - now, circuit_open=True)
+                if self._probe_deadline is not None and now < self._probe_deadline:
+                    # the probe is out: ask again after a tenth of a cool-down
+                    wait = min(self._probe_deadline - now, self.cooldown / 10)
+                    return Admission(wait, circuit_open=True)
+                self._probe_deadline = now + self.probe_timeout
+                self.probes += 1
+                return Admission(probe=True)
+            if now < self.hold_until:
+                return Admission(self.hold_until - now)
+            return _GO
+
+    def success(self) -> None:
+        """A call was accepted: the model serves again."""
+        with self._lock:
+            self.consecutive = 0
+            self.open_until = None
+            self._probe_deadline = None
+            self._next_cooldown = self.cooldown
+
+    def failure(self, now: float, retry_after: float | None) -> None:
+        """A call was rate limited or overloaded (``retry_after``: the server's wait)."""
+        with self._lock:
+            self.consecutive += 1
+            if retry_after is not None and retry_after >= 0:
+                self.hold_until = max(self.hold_until, now + retry_after)
+            probe_failed = self._probe_deadline is not None
+            if probe_failed or (self.open_until is None and self.consecutive >= self.failures):
+                cooldown = self._next_cooldown
+                self._next_cooldown = min(cooldown * 2, self.max_cooldown)
+                self.open_until = max(now + cooldown, self.hold_until)
+                self._probe_deadline = None
+                self.opened += 1
+
+    def release(self) -> None:
+        """A call ended neither way (another error): a probe it was may be retried."""
+        with self._lock:
+            self._probe_deadline = None
+
+    def __repr__(self) -> str:
+        return (
+            f"<RateLimitGate {self.state} consecutive={self.consecutive} "
+            f"opened={self.opened} probes={self.probes}>"
+        )
+
+
+def _endpoint(provider: Any) -> str | None:
+    """The base URL of an SDK-backed provider's client; None for other providers."""
+    base = getattr(getattr(provider, "client", None), "base_url", None)
+    return None if base is None else str(base)
+
+
+class RateLimitGates:
+    """The gates of a process, one per provider endpoint and model.
+
+    Providers with an SDK client are keyed by name and base URL, so runs with separate
+    provider objects for the same API share a gate; other providers by the object itself.
+    The settings apply to every gate made here."""
+
+    def __init__(
+        self,
+        *,
+        failures: int = 10,
+        cooldown: float = 5.0,
+        max_cooldown: float = 60.0,
+        probe_timeout: float = 60.0,
+    ) -> None:
+        self._make = functools.partial(
+            RateLimitGate,
+            failures=failures,
+            cooldown=cooldown,
+            max_cooldown=max_cooldown,
+            probe_timeout=probe_timeout,
+        )
+        self._make()  # the settings are checked here, once
+        self._lock = threading.Lock()
+        self._by_url: dict[tuple[str, str, str], RateLimitGate] = {}
+        self._by_object: weakref.WeakKeyDictionary[Any, dict[str, RateLimitGate]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def gate(self, provider: Any, model: str) -> RateLimitGate:
+        """The gate of ``provider``'s ``model`` (made on first use)."""
+        url = _endpoint(provider)
+        with self._lock:
+            if url is not None:
+                key = (str(getattr(provider, "name", "")), url, model)
+                found = self._by_url.get(key)
+                if found is None:
+                    found = self._by_url[key] = self._make()
+                return found
+            models = self._by_object.setdefault(provider, {})
+            found = models.get(model)
+            if found is None:
+                found = models[model] = self._make()
+            return found
+
+    def __repr__(self) -> str:
+        count = len(self._by_url) + sum(len(m) for m in self._by_object.values())
+        return f"<RateLimitGates gates={count}>"
+
+
+_SHARED = RateLimitGates()
+
+
+def shared_gates() -> RateLimitGates:
+    """The process-wide gates every harness uses unless given its own."""
+    return _SHARED
