@@ -69,6 +69,7 @@ from innerloop.fsm._params import SpendBudget
 from innerloop.fsm._state import HarnessState
 from innerloop.providers import AnthropicProvider, AsyncioTransport, OpenAIProvider
 from innerloop.providers._normalize import normalize
+from innerloop.recovery._gate import RateLimitGates
 from innerloop.recovery._policy import backoff_delay
 from innerloop.recovery._tokens import TiktokenCounter
 from innerloop.testing import (
@@ -717,12 +718,13 @@ def descendants(tag: str | None = None) -> list[tuple[int, str]]:
             continue
         parents[int(stat.rsplit(b")", 1)[1].split()[1])].append(int(name))
     found, todo = [], [os.getpid()]
-    marker = f"CHAOS_RUN={tag}".encode() + b"\0"
+    # a run's processes carry its marker; the others (a test's database server) are not ours
+    marker = f"CHAOS_RUN={tag}\0".encode() if tag is not None else b"CHAOS_RUN="
     while todo:
         for kid in parents.get(todo.pop(), ()):
             todo.append(kid)
             try:
-                if tag is not None and marker not in Path(f"/proc/{kid}/environ").read_bytes():
+                if marker not in Path(f"/proc/{kid}/environ").read_bytes():
                     continue
                 cmd = Path(f"/proc/{kid}/cmdline").read_bytes().replace(b"\0", b" ")
             except OSError:
@@ -880,7 +882,7 @@ async def _warm_up(providers: dict[str, Any], board: Board) -> None:
         tag = f"chaos-run-{10**12 + k}"
         board.put(tag, [reply("warm")])
         params = HarnessParams(model=f"{name}:{MODELS[name.split('_')[0]]}", system=tag)
-        state = await Harness(params, providers).run("warm up")
+        state = await Harness(params, providers, gates=RateLimitGates()).run("warm up")
         board.remove(tag)
         if state.exit_reason != "model_complete":
             ended = f"{state.exit_reason}: {state.error}"
@@ -909,6 +911,7 @@ class _Campaign:
             clock=FakeClock(),
             token_counter=self.counter,
             observers=self.observers,
+            gates=RateLimitGates(),  # each run its own: the invariants are per run
         )
         self.in_flight.add(seed)
         try:
