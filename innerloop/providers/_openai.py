@@ -213,10 +213,24 @@ class OpenAIAssembler:
         )
 
 
-def _sdk_client(**options: Any) -> openai.AsyncOpenAI:
+def sdk_client(**options: Any) -> openai.AsyncOpenAI:
     import openai  # seconds of import: only when a provider is built
 
     return openai.AsyncOpenAI(**options)
+
+
+def openai_key(
+    api_key: str | None, client: object, base_url: str | None, provider: type, hint: str
+) -> str | None:
+    """The key an OpenAI provider uses: the one given, else ``OPENAI_API_KEY``; none is
+    needed with a prebuilt ``client`` or a ``base_url`` (a local server). Raises the
+    missing-key error naming ``provider`` (with ``hint``) when there is none."""
+    if api_key or client is not None:
+        return api_key
+    api_key = os.environ.get("OPENAI_API_KEY") or ("unused" if base_url else None)
+    if not api_key:
+        raise missing_key(provider, "OPENAI_API_KEY", hint)
+    return api_key
 
 
 class OpenAIProvider(HTTPProvider):
@@ -247,16 +261,15 @@ class OpenAIProvider(HTTPProvider):
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
         self.name = name
-        if not api_key and client is None:
-            api_key = os.environ.get("OPENAI_API_KEY") or ("unused" if base_url else None)
-            if not api_key:
-                raise missing_key(
-                    OpenAIProvider,
-                    "OPENAI_API_KEY",
-                    " (a local OpenAI-compatible server needs none: give its base_url=)",
-                )
+        api_key = openai_key(
+            api_key,
+            client,
+            base_url,
+            OpenAIProvider,
+            " (a local OpenAI-compatible server needs none: give its base_url=)",
+        )
         self._connect(
-            _sdk_client,
+            sdk_client,
             client,
             transport,
             "chat/completions",

@@ -12,7 +12,6 @@ keyed by their ``call_id``. Usage: ``input_tokens`` excludes cached tokens (coun
 from __future__ import annotations
 
 import json
-import os
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -42,10 +41,10 @@ from innerloop.providers._http import (
     HTTPProvider,
     loads,
     malformed,
-    missing_key,
     parse_tool_input,
 )
 from innerloop.providers._normalize import RESPONSES_SIGNATURE, WireRequest
+from innerloop.providers._openai import openai_key, sdk_client
 
 __all__ = ["OpenAIResponsesProvider", "ResponsesAssembler"]
 
@@ -269,12 +268,6 @@ _HANDLERS = {
 }
 
 
-def _sdk_client(**options: Any) -> openai.AsyncOpenAI:
-    import openai  # seconds of import: only when a provider is built
-
-    return openai.AsyncOpenAI(**options)
-
-
 class OpenAIResponsesProvider(HTTPProvider):
     """The Responses API (``POST /responses``). ``api_key`` defaults to ``OPENAI_API_KEY``;
     with a ``base_url`` no key is needed; with neither, construction raises ``ValueError``.
@@ -297,16 +290,15 @@ class OpenAIResponsesProvider(HTTPProvider):
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
         self.name = name
-        if not api_key and client is None:
-            api_key = os.environ.get("OPENAI_API_KEY") or ("unused" if base_url else None)
-            if not api_key:
-                raise missing_key(
-                    OpenAIResponsesProvider,
-                    "OPENAI_API_KEY",
-                    " (a local server with the Responses API needs none: give its base_url=)",
-                )
+        api_key = openai_key(
+            api_key,
+            client,
+            base_url,
+            OpenAIResponsesProvider,
+            " (a local server with the Responses API needs none: give its base_url=)",
+        )
         self._connect(
-            _sdk_client,
+            sdk_client,
             client,
             transport,
             "responses",
