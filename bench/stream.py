@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import statistics
 import time
 from collections.abc import Awaitable, Callable
@@ -28,6 +29,7 @@ from innerloop.providers import (
     AnthropicProvider,
     OpenAIProvider,
     OpenAIResponsesProvider,
+    Provider,
     WireRequest,
 )
 from innerloop.testing import (
@@ -62,6 +64,14 @@ async def _time(rounds: int, once: Callable[[], Awaitable[None]]) -> float:
     return statistics.median(samples)
 
 
+async def _drain(provider: Provider, request: WireRequest) -> None:
+    """One call through innerloop's provider, every event read."""
+    stream = await provider.open(request)
+    async for _ in stream:
+        pass
+    await stream.aclose()
+
+
 async def bench_anthropic(events: int, rounds: int) -> dict[str, float]:
     body, frames = _body(AnthropicServer, events)
     payload = {
@@ -74,11 +84,7 @@ async def bench_anthropic(events: int, rounds: int) -> dict[str, float]:
         client = anthropic.AsyncAnthropic(api_key=KEY, base_url=server.base_url, max_retries=0)
         request = WireRequest("anthropic", "bench-model", {**payload, "stream": True})
 
-        async def ours() -> None:
-            stream = await provider.open(request)
-            async for _ in stream:
-                pass
-            await stream.aclose()
+        ours = functools.partial(_drain, provider, request)
 
         async def sdk_stream() -> None:
             async with client.messages.stream(**payload) as s:  # type: ignore[arg-type]
@@ -112,11 +118,7 @@ async def bench_openai(events: int, rounds: int) -> dict[str, float]:
         client = openai.AsyncOpenAI(api_key=KEY, base_url=server.base_url, max_retries=0)
         request = WireRequest("openai", "bench-model", {**payload, "stream": True})
 
-        async def ours() -> None:
-            stream = await provider.open(request)
-            async for _ in stream:
-                pass
-            await stream.aclose()
+        ours = functools.partial(_drain, provider, request)
 
         async def sdk_create() -> None:
             s = await client.chat.completions.create(**payload, stream=True)  # type: ignore[call-overload]
@@ -140,11 +142,7 @@ async def bench_responses(events: int, rounds: int) -> dict[str, float]:
         client = openai.AsyncOpenAI(api_key=KEY, base_url=server.base_url, max_retries=0)
         request = WireRequest("responses", "bench-model", {**payload, "stream": True})
 
-        async def ours() -> None:
-            stream = await provider.open(request)
-            async for _ in stream:
-                pass
-            await stream.aclose()
+        ours = functools.partial(_drain, provider, request)
 
         async def sdk_stream() -> None:
             async with client.responses.stream(**payload) as s:  # type: ignore[call-overload]

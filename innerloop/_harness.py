@@ -23,7 +23,7 @@ from innerloop.checkpoint import (
     resume_point,
 )
 from innerloop.fsm._compile import CompiledMachine, compile_spec
-from innerloop.fsm._context import Deps
+from innerloop.fsm._context import Deps, request_settings
 from innerloop.fsm._default import DEFAULT_SPEC
 from innerloop.fsm._driver import Engine, Run, RunObserver, TransitionObserver
 from innerloop.fsm._interrupts import check_answer
@@ -76,6 +76,8 @@ class Harness:
         gates: RateLimitGates | None = None,
     ) -> None:
         self.params = params
+        self.settings = request_settings(params)
+        """What every request of its runs carries besides the history (built once)."""
         self.providers = _provider_map(providers)
         missing = [c for c in params.model_chain if c.provider not in self.providers]
         if missing:
@@ -152,6 +154,7 @@ class Harness:
             start_at=at,
             run_id=run_id,
             on_step=writer,
+            settings=self.settings,
         )
 
     # -- checkpoints: resume, fork, list ---------------------------------------------------

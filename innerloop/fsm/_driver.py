@@ -27,6 +27,7 @@ from innerloop.fsm._context import AbortSignal, Deps, PhaseContext, TurnScope, r
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._spec import Handler, TransitionSpec
 from innerloop.fsm._state import HarnessState
+from innerloop.providers._normalize import RequestSettings
 from innerloop.tools._runner import ToolObserver, ToolRunner
 
 __all__ = ["Run", "RunHooks", "RunObserver", "StepHook", "TransitionObserver"]
@@ -143,13 +144,16 @@ class Run:
         start_at: str | None = None,
         run_id: str | None = None,
         on_step: StepHook | None = None,
+        settings: RequestSettings | None = None,
     ) -> None:
+        """``settings`` is ``request_settings(params)``, passed in by a harness that made
+        it once for all its runs (it builds every tool's definition)."""
         self.machine = machine
         self.params = params
         self.state = state
         self.deps = deps
         self.signal = AbortSignal(state)
-        self.scope = TurnScope(request_settings(params))
+        self.scope = TurnScope(settings or request_settings(params))
         self.ctx = PhaseContext(params, state, deps, self.scope, self.signal)
         self.observers: tuple[TransitionObserver, ...] = tuple(
             o for o in observers if isinstance(o, TransitionObserver)

@@ -122,27 +122,29 @@ class ResponsesAssembler:
             )
         return item
 
-    def _text_delta(self, event: dict[str, Any], out: list[StreamEvent]) -> None:
+    def _delta(self, event: dict[str, Any]) -> tuple[_Item, str]:
+        """The item a delta event extends, and its text (kept in the item when not empty)."""
         item = self._item(event)
         delta = event.get("delta") or ""
-        if event.get("type") == "response.refusal.delta":
-            self.refusal = True
         if delta:
             item.parts.append(delta)
+        return item, delta
+
+    def _text_delta(self, event: dict[str, Any], out: list[StreamEvent]) -> None:
+        if event.get("type") == "response.refusal.delta":
+            self.refusal = True
+        item, delta = self._delta(event)
+        if delta:
             out.append(TextDelta(item.index, delta))
 
     def _reasoning_delta(self, event: dict[str, Any], out: list[StreamEvent]) -> None:
-        item = self._item(event)
-        delta = event.get("delta") or ""
+        item, delta = self._delta(event)
         if delta:
-            item.parts.append(delta)
             out.append(ThinkingDelta(item.index, delta))
 
     def _arguments_delta(self, event: dict[str, Any], out: list[StreamEvent]) -> None:
-        item = self._item(event)
-        delta = event.get("delta") or ""
+        item, delta = self._delta(event)
         if delta:
-            item.parts.append(delta)
             out.append(ToolInputDelta(item.index, item.call_id, delta))
 
     def _item_done(self, event: dict[str, Any], out: list[StreamEvent]) -> None:
