@@ -66,9 +66,10 @@ def refuse_answer(workflow_id: str, state: HarnessState | None, answer: Any) -> 
     check_answer(state, answer, workflow_id)
 
 
-def resumed_run(harness: Harness, state: HarnessState, answer: Any) -> Run:
+def resumed_run(harness: Harness, workflow_id: str, state: HarnessState, answer: Any) -> Run:
     """The suspended run ``state`` going on with ``answer`` (checked again: a
-    :class:`ResumeError` leaves ``state`` as it was)."""
+    :class:`ResumeError` naming ``workflow_id`` leaves ``state`` as it was)."""
+    refuse_answer(workflow_id, state, answer)
     return harness.resume(state, answer)
 
 

@@ -233,7 +233,7 @@ class LoopWorkflow:
             return aborted_run(harness, run.state, self._abort)
         (answer,) = self._answer
         self._answer = None
-        return resumed_run(harness, run.state, answer)
+        return resumed_run(harness, workflow.info().workflow_id, run.state, answer)
 
     def _continue_as_new(self, start: dict[str, Any], run: Run, options: TemporalOptions) -> None:
         unread = self._events[max(self._acked - self._base, 0) :][-options.carry_events :]

@@ -22,6 +22,7 @@ from innerloop.fsm import Interrupt
 from innerloop.testing import assert_valid_history
 from tests.durable import app as test_app
 from tests.durable._checks import (
+    APPROVAL_REFUSED,
     assert_only_call_1_reran,
     model_turns,
     started,
@@ -281,12 +282,6 @@ async def suspended(handle: TemporalLoopHandle) -> Interrupt:
     while (interrupt := await handle.interrupt()) is None:  # noqa: ASYNC110  a query
         await asyncio.sleep(0.05)
     return interrupt
-
-
-APPROVAL_REFUSED = (
-    "an approval answer is True (run them all), False (deny them all) or "
-    "{tool_use_id: bool} for 'call_c', not str"
-)
 
 
 @pytest.mark.parametrize(
