@@ -48,6 +48,12 @@ def _provider_dict(value: Mapping[str, Provider]) -> dict[str, Provider]:
     return dict(value)
 
 
+def _observers(
+    value: Iterable[TransitionObserver | RunObserver],
+) -> tuple[TransitionObserver | RunObserver, ...]:
+    return tuple(value)
+
+
 def _machine(value: MachineSpec | CompiledMachine) -> CompiledMachine:
     return value if isinstance(value, CompiledMachine) else compile_spec(value)
 
@@ -69,7 +75,7 @@ class LoopDefinition:
     )
     token_counter: TokenCounter = attrs.Factory(ApproxTokenCounter)
     observers: tuple[TransitionObserver | RunObserver, ...] = attrs.field(
-        default=(), converter=tuple
+        default=(), converter=_observers
     )
     """Watch the run inside the workflow (for example ``innerloop.observe.Tracing``); a
     replayed or recovered workflow reports the steps it replays again."""
@@ -100,8 +106,7 @@ def loop_input(
     trace context (W3C ``traceparent``), so the workflow joins the host's trace."""
     if suspend_timeout is not None and not suspend_timeout > 0:
         raise ValueError(
-            f"suspend_timeout must be a positive number of seconds or None, not "
-            f"{suspend_timeout!r}"
+            f"suspend_timeout must be a positive number of seconds or None, not {suspend_timeout!r}"
         )
     return {
         "loop": loop,

@@ -20,6 +20,15 @@ waits again). :meth:`DBOSLoopClient.resume` checks the answer against that inter
 again (a message sent by other means), records a refusal as the event ``resume_refused``
 and keeps waiting. After the input's ``suspend_timeout`` the workflow ends in
 ``suspended``.
+
+A loop is one trace with its host: :meth:`DBOSLoopClient.start` puts the current
+OpenTelemetry context in the workflow's input (``propagate.inject``), the workflow runs
+under a ``innerloop.loop`` span of that trace (the run's own spans, from an
+``innerloop.observe.Tracing`` observer of the :class:`LoopDefinition`, nest under it), and
+each step gets the context in its arguments and runs under an ``innerloop.{step}`` span
+(so the processes a tool starts get its ``TRACEPARENT``). A recovered workflow opens a new
+``innerloop.loop`` span in the same trace; the steps it replays are not run, so they add
+no span.
 """
 
 from __future__ import annotations
@@ -30,6 +39,8 @@ from typing import Any
 
 import attrs
 from dbos import DBOS, DBOSClient, EnqueueOptions
+from opentelemetry import propagate, trace
+from opentelemetry.trace import Tracer, TracerProvider
 
 from innerloop._errors import ResumeError
 from innerloop._events import Transition
@@ -56,6 +67,9 @@ ABORT = "abort"
 RESUME = "resume"
 INTERRUPT = "interrupt"
 REFUSED = "resume_refused"
+TRACE = "trace"
+"""The key of the trace context (W3C headers) in a workflow's input and a step's args."""
+_SCOPE = "innerloop.durable"
 FOREVER = 10 * 365 * 24 * 3600.0
 """How long a suspended run waits when the input sets no ``suspend_timeout``."""
 
@@ -86,13 +100,21 @@ class DBOSLoops:
         *,
         queue: str = "innerloop",
         continue_at: Sequence[str] = ("assemble",),
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
+        """``tracer_provider``: where the ``innerloop.loop`` and step spans go (the
+        global one by default)."""
         self.app = app
         self.queue = queue
-        steps = {name: self._step(app, name) for name in (MODEL_CALL, TOOL_CALL, COMPACTION)}
+        tracer = trace.get_tracer(_SCOPE, tracer_provider=tracer_provider)
+        steps = {
+            name: self._step(app, name, tracer) for name in (MODEL_CALL, TOOL_CALL, COMPACTION)
+        }
 
         async def call(name: str, args: dict[str, Any]) -> dict[str, Any]:
-            return await steps[name](args)
+            carrier: dict[str, str] = {}
+            propagate.inject(carrier)
+            return await steps[name]({**args, TRACE: carrier})
 
         @DBOS.step(name="innerloop.now", retries_allowed=False)
         async def now() -> float:
@@ -100,6 +122,14 @@ class DBOSLoops:
 
         @DBOS.workflow(name=WORKFLOW_NAME)
         async def loop_workflow(start: dict[str, Any]) -> dict[str, Any]:
+            with tracer.start_as_current_span(
+                "innerloop.loop",
+                context=propagate.extract(start.get("trace") or {}),
+                attributes={"innerloop.loop": start["loop"], "dbos.workflow_id": _workflow_id()},
+            ):
+                return await run_loop(start)
+
+        async def run_loop(start: dict[str, Any]) -> dict[str, Any]:
             harness = app.harness(start["loop"], call, DBOSClock())
             run: Run | None = start_run(harness, start)
             limit = start.get("suspend_timeout") or FOREVER
@@ -120,12 +150,23 @@ class DBOSLoops:
         DBOS.register_queue(self.queue)
 
     @staticmethod
-    def _step(app: LoopApp, name: str) -> Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]:
+    def _step(
+        app: LoopApp, name: str, tracer: Tracer
+    ) -> Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]:
         @DBOS.step(name=f"innerloop.{name}", retries_allowed=False)
         async def step(args: dict[str, Any]) -> dict[str, Any]:
-            return await app.execute(name, args)
+            with tracer.start_as_current_span(
+                f"innerloop.{name}",
+                context=propagate.extract(args.get(TRACE) or {}),
+                attributes={"dbos.workflow_id": _workflow_id()},
+            ):
+                return await app.execute(name, args)
 
         return step
+
+
+def _workflow_id() -> str:
+    return DBOS.workflow_id or ""
 
 
 async def _drive(run: Run, continue_at: Sequence[str]) -> None:
@@ -202,7 +243,11 @@ class DBOSLoopClient:
             "queue_name": self.queue,
             "workflow_id": id,
         }
-        start = loop_input(loop, prompt, tasks=tasks, suspend_timeout=suspend_timeout)
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier)  # the host's trace, which the loop joins
+        start = loop_input(
+            loop, prompt, tasks=tasks, suspend_timeout=suspend_timeout, trace=carrier
+        )
         await self.client.enqueue_async(options, start)
 
     async def result(self, id: str) -> HarnessState:
