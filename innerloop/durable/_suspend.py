@@ -56,11 +56,11 @@ def interrupt_from_dict(data: Mapping[str, Any]) -> Interrupt:
 def refuse_answer(workflow_id: str, state: HarnessState | None, answer: Any) -> None:
     """Raise :class:`ResumeError` unless ``state`` is a suspended run that takes ``answer``."""
     if state is None or state.final_state != "suspended":
-        where = "starting" if state is None else state.final_state or "running"
+        where = "" if state is None else f" (it is {state.final_state or 'running'})"
         raise ResumeError(
             workflow_id,
-            f"it is not waiting for an answer (it is {where}); resume a durable run "
-            "while it is suspended (its interrupt says what it asks)",
+            f"it is not waiting for an answer{where}; resume a durable run while it "
+            "is suspended (its interrupt says what it asks)",
             answer,
         )
     check_answer(state, answer, workflow_id)

@@ -285,8 +285,15 @@ class LoopWorkflow:
 
     @resume.validator
     def _check_resume(self, answer: Any) -> None:
-        state = self._run.state if self._run is not None and self._waiting else None
+        state = self._run.state if self._run is not None else None
         try:
+            if state is not None and state.final_state == "suspended" and not self._waiting:
+                raise ResumeError(
+                    None,
+                    "it is not waiting for an answer any more: it has one already, or its "
+                    "suspend_timeout has passed",
+                    answer,
+                )
             refuse_answer(workflow.info().workflow_id, state, answer)
         except ResumeError as exc:
             raise ApplicationError(exc.reason, type="ResumeError", non_retryable=True) from None

@@ -414,3 +414,25 @@ def test_abort_while_suspended_closes_the_history(
     assert (closing.tool_use_id, closing.is_error) == ("call_c", True)
     assert_valid_history(state.history)
     assert tool_starts(log_dir) == []
+
+
+def test_answer_to_a_running_loop_is_refused(
+    temporal_server: TemporalServer, log_dir: Path, expected_history: list[dict[str, Any]]
+) -> None:
+    """A resume while the loop runs (not suspended) is refused and changes nothing."""
+    (log_dir / "hold-1").touch()
+
+    async def body(loops: TemporalLoops) -> tuple[Any, str]:
+        handle = await loops.start("tools", "go", id="running")
+        await until(started(log_dir, "call_1"), what="call_1 to start")
+        with pytest.raises(ResumeError) as info:
+            await handle.resume(True)
+        (log_dir / "hold-1").unlink()
+        return await handle.result(), str(info.value)
+
+    state, error = in_process_worker(temporal_server, "running", body)
+    assert error == (
+        "run 'running': it is not waiting for an answer (it is running); resume a durable "
+        "run while it is suspended (its interrupt says what it asks)"
+    )
+    assert [m.to_dict() for m in state.history] == expected_history
