@@ -203,6 +203,7 @@ async def _answered(
             continue
         await DBOS.set_event_async(INTERRUPT, None)
         return run
+    await DBOS.set_event_async(INTERRUPT, None)  # the workflow ends: nothing takes an answer
     return None
 
 

@@ -237,6 +237,9 @@ def test_suspend_timeout_and_abort_while_suspended(
     async def body(loops: DBOSLoopClient) -> tuple[Any, Any]:
         await loops.start("approval", "go", id="t", suspend_timeout=0.5)
         timed_out = await loops.result("t")
+        assert await loops.interrupt("t") is None
+        with pytest.raises(ResumeError, match=r"^run 't': it is not waiting for an answer; "):
+            await loops.resume("t", True)
         await loops.start("approval", "go", id="a")
         await suspended(loops, "a")
         await loops.abort("a", "no one will answer")
