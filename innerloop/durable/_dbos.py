@@ -124,7 +124,7 @@ class DBOSLoops:
         async def loop_workflow(start: dict[str, Any]) -> dict[str, Any]:
             with tracer.start_as_current_span(
                 "innerloop.loop",
-                context=propagate.extract(start.get("trace") or {}),
+                context=propagate.extract(start.get(TRACE) or {}),
                 attributes={"innerloop.loop": start["loop"], "dbos.workflow_id": _workflow_id()},
             ):
                 return await run_loop(start)
