@@ -10,14 +10,14 @@ stand-ins (:func:`LoopApp.start_run`) and the worker side executes the steps
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
 from innerloop._errors import ErrorCategory, ProviderError
 from innerloop._harness import Harness
 from innerloop._messages import ToolUseBlock, block_from_dict, message_from_dict
-from innerloop.durable._codec import error_to_dict, state_from_dict, tool_result_to_dict
+from innerloop.durable._codec import error_to_dict, tool_result_to_dict
 from innerloop.durable._steps import (
     COMPACTION,
     MODEL_CALL,
@@ -27,8 +27,10 @@ from innerloop.durable._steps import (
     StepProvider,
     StepToolRunner,
 )
+from innerloop.durable._suspend import start_run
 from innerloop.fsm._compile import CompiledMachine, compile_spec
 from innerloop.fsm._default import DEFAULT_SPEC
+from innerloop.fsm._driver import Run, RunObserver, TransitionObserver
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._spec import MachineSpec
 from innerloop.fsm._state import HarnessState
@@ -39,14 +41,17 @@ from innerloop.recovery._compaction import CompactionRequest, Compactor
 from innerloop.recovery._tokens import ApproxTokenCounter, MessageTokenCache, TokenCounter
 from innerloop.tools._runner import ToolRunner
 
-if TYPE_CHECKING:
-    from innerloop.fsm._driver import Run
-
 __all__ = ["LoopApp", "LoopDefinition", "loop_input"]
 
 
 def _provider_dict(value: Mapping[str, Provider]) -> dict[str, Provider]:
     return dict(value)
+
+
+def _observers(
+    value: Iterable[TransitionObserver | RunObserver],
+) -> tuple[TransitionObserver | RunObserver, ...]:
+    return tuple(value)
 
 
 def _machine(value: MachineSpec | CompiledMachine) -> CompiledMachine:
@@ -69,6 +74,11 @@ class LoopDefinition:
         default=attrs.Factory(lambda: compile_spec(DEFAULT_SPEC)), converter=_machine
     )
     token_counter: TokenCounter = attrs.Factory(ApproxTokenCounter)
+    observers: tuple[TransitionObserver | RunObserver, ...] = attrs.field(
+        default=(), converter=_observers
+    )
+    """Watch the run inside the workflow (for example ``innerloop.observe.Tracing``); a
+    replayed or recovered workflow reports the steps it replays again."""
 
     def __attrs_post_init__(self) -> None:
         missing = sorted({c.provider for c in self.params.model_chain} - set(self.providers))
@@ -86,14 +96,26 @@ def loop_input(
     tasks: Iterable[str] = (),
     state: Mapping[str, Any] | None = None,
     start_at: str | None = None,
+    suspend_timeout: float | None = None,
+    trace: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The JSON input of a durable loop workflow."""
+    """The JSON input of a durable loop workflow.
+
+    ``suspend_timeout``: seconds a suspended run waits for its answer before its workflow
+    ends in ``suspended`` (None: it waits as long as it takes). ``trace``: the host's
+    trace context (W3C ``traceparent``), so the workflow joins the host's trace."""
+    if suspend_timeout is not None and not suspend_timeout > 0:
+        raise ValueError(
+            f"suspend_timeout must be a positive number of seconds or None, not {suspend_timeout!r}"
+        )
     return {
         "loop": loop,
         "prompt": prompt,
         "tasks": list(tasks),
         "state": dict(state) if state is not None else None,
         "start_at": start_at,
+        "suspend_timeout": suspend_timeout,
+        "trace": dict(trace) if trace else None,
     }
 
 
@@ -140,18 +162,12 @@ class LoopApp:
             token_counter=d.token_counter,
             compactor=StepCompactor(name, call) if d.compactor is not None else None,
             tool_runner_factory=lambda: StepToolRunner(name, call),
+            observers=d.observers,
         )
 
     def start_run(self, start: Mapping[str, Any], call: StepCall, clock: Clock) -> Run:
         """The run a workflow drives, from its input (see :func:`loop_input`)."""
-        harness = self.harness(start["loop"], call, clock)
-        state = state_from_dict(start["state"]) if start.get("state") else None
-        return harness.start(
-            start.get("prompt"),
-            state=state,
-            tasks=start.get("tasks") or (),
-            start_at=start.get("start_at"),
-        )
+        return start_run(self.harness(start["loop"], call, clock), start)
 
     # -- the worker side --------------------------------------------------------------------
 

@@ -26,9 +26,9 @@ from typing import Any, TypeVar
 
 import attrs
 from temporalio import activity, workflow
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.service import RPCError
 from temporalio.worker import (
     ExecuteWorkflowInput,
@@ -38,13 +38,23 @@ from temporalio.worker import (
     WorkflowInterceptorClassInput,
 )
 
+from innerloop._errors import ResumeError
 from innerloop._events import Transition
+from innerloop._harness import Harness
 from innerloop.durable._app import LoopApp, loop_input
 from innerloop.durable._codec import state_from_dict, state_to_dict
 from innerloop.durable._steps import COMPACTION, MODEL_CALL, TOOL_CALL, StepCall, StepLost
+from innerloop.durable._suspend import (
+    aborted_run,
+    interrupt_from_dict,
+    interrupt_to_dict,
+    refuse_answer,
+    resumed_run,
+    start_run,
+)
 from innerloop.fsm._driver import Run
 from innerloop.fsm._params import HarnessParams
-from innerloop.fsm._state import HarnessState
+from innerloop.fsm._state import HarnessState, Interrupt
 
 __all__ = [
     "LoopWorkflow",
@@ -139,8 +149,13 @@ def _activity_caller(params: HarnessParams, options: TemporalOptions) -> StepCal
 
 @workflow.defn(name=WORKFLOW_NAME, sandboxed=False)
 class LoopWorkflow:
-    """One loop. Input: :func:`loop_input`. Query ``events(since)``; signals ``abort`` and
-    ``ack_events(next)`` (the host has read the events before ``next``)."""
+    """One loop. Input: :func:`loop_input`. Queries ``events(since)`` and ``interrupt``;
+    signals ``abort`` and ``ack_events(next)`` (the host has read the events before
+    ``next``); update ``resume(answer)``.
+
+    A run that suspends keeps its workflow open: it waits (a durable condition, no activity
+    running) for a ``resume`` update, checked like ``Harness.resume`` checks an answer, up
+    to the input's ``suspend_timeout`` (then the workflow ends in ``suspended``)."""
 
     def __init__(self) -> None:
         self._events: list[dict[str, Any]] = []
@@ -149,6 +164,9 @@ class LoopWorkflow:
         self._run: Run | None = None
         self._abort: str | None = None
         self._binding: tuple[LoopApp, TemporalOptions] | None = None
+        self._waiting = False
+        self._answer: tuple[Any] | None = None
+        self._ended = False
 
     def bind(self, app: LoopApp, options: TemporalOptions) -> None:
         self._binding = (app, options)
@@ -166,10 +184,22 @@ class LoopWorkflow:
         self._base = start.get("events_base", 0) - len(carried)
         self._acked = self._base
         call = _activity_caller(app.get(start["loop"]).params, options)
-        run = app.start_run(start, call, WorkflowClock())
-        self._run = run
-        if self._abort is not None:
-            run.abort(self._abort)
+        harness = app.harness(start["loop"], call, WorkflowClock())
+        run: Run | None = start_run(harness, start)
+        while run is not None:
+            self._run = run
+            if self._abort is not None:
+                run.abort(self._abort)
+            if not await self._drive(run, options):
+                self._continue_as_new(start, run, options)
+            run = await self._next(harness, run, start.get("suspend_timeout"))
+        self._ended = True
+        assert self._run is not None
+        return state_to_dict(self._run.state)
+
+    async def _drive(self, run: Run, options: TemporalOptions) -> bool:
+        """Drive ``run`` to a final state (True), or to a turn boundary where the history
+        is full (False: continue as new)."""
         events = run.events()
         try:
             async for event in events:
@@ -179,15 +209,42 @@ class LoopWorkflow:
                     and event.target in options.continue_at
                     and self._history_full(options)
                 ):
-                    break
-            else:
-                return state_to_dict(run.state)
+                    return False
         finally:
             await events.aclose()
+        return True
+
+    async def _next(self, harness: Harness, run: Run, limit: float | None) -> Run | None:
+        """After a final state: the resumed run once the answer came, or None (the run
+        ended, or stayed suspended past ``limit`` seconds)."""
+        if run.state.final_state != "suspended":
+            return None
+        self._waiting = True
+        try:
+            await workflow.wait_condition(
+                lambda: self._answer is not None or self._abort is not None, timeout=limit
+            )
+        except TimeoutError:
+            return None
+        finally:
+            self._waiting = False
+        if self._answer is None:
+            assert self._abort is not None
+            return aborted_run(harness, run.state, self._abort)
+        (answer,) = self._answer
+        self._answer = None
+        return resumed_run(harness, workflow.info().workflow_id, run.state, answer)
+
+    def _continue_as_new(self, start: dict[str, Any], run: Run, options: TemporalOptions) -> None:
         unread = self._events[max(self._acked - self._base, 0) :][-options.carry_events :]
         workflow.continue_as_new(
             {
-                **loop_input(start["loop"], state=state_to_dict(run.state), start_at=run.current),
+                **loop_input(
+                    start["loop"],
+                    state=state_to_dict(run.state),
+                    start_at=run.current,
+                    suspend_timeout=start.get("suspend_timeout"),
+                ),
                 "events_base": self._base + len(self._events),
                 "carried_events": unread,
             }
@@ -203,13 +260,43 @@ class LoopWorkflow:
     @workflow.query(name="events")
     def events(self, since: int = 0) -> dict[str, Any]:
         """Events from index ``since`` on (indices count across continue-as-new); ``next``
-        is the index to ask for next time."""
+        is the index to ask for next time; ``ended`` once the workflow returns (after the
+        last of these events)."""
         start = max(since - self._base, 0)
         return {
             "events": self._events[start:],
             "next": self._base + len(self._events),
             "state": self._run.current if self._run is not None else None,
+            "ended": self._ended,
         }
+
+    @workflow.query(name="interrupt")
+    def interrupt(self) -> dict[str, Any] | None:
+        """The interrupt the suspended run waits on (None while it is not waiting)."""
+        if not self._waiting or self._run is None or self._run.state.interrupt is None:
+            return None
+        return interrupt_to_dict(self._run.state.interrupt)
+
+    @workflow.update(name="resume")
+    def resume(self, answer: Any) -> None:
+        """Answer the suspended run's interrupt; the run goes on from where it stopped."""
+        self._waiting = False  # a second answer before the run goes on is refused
+        self._answer = (answer,)
+
+    @resume.validator
+    def _check_resume(self, answer: Any) -> None:
+        state = self._run.state if self._run is not None else None
+        try:
+            if state is not None and state.final_state == "suspended" and not self._waiting:
+                raise ResumeError(
+                    None,
+                    "it is not waiting for an answer any more: it has one already, or its "
+                    "suspend_timeout has passed",
+                    answer,
+                )
+            refuse_answer(workflow.info().workflow_id, state, answer)
+        except ResumeError as exc:
+            raise ApplicationError(exc.reason, type="ResumeError", non_retryable=True) from None
 
     @workflow.signal(name="ack_events")
     def ack_events(self, next_index: int) -> None:
@@ -312,9 +399,9 @@ class TemporalLoopHandle:
         since = 0
         while True:
             page = await self.handle.query(LoopWorkflow.events, since)
-            for event in page["events"]:
+            for i, event in enumerate(page["events"], start=1):
                 yield event
-                if event["type"] == "finished":
+                if _last(event, page, i):
                     return
             if page["next"] > since:  # so a continue-as-new carries only what is unread
                 with contextlib.suppress(RPCError):  # ended meanwhile: nothing to carry
@@ -327,7 +414,39 @@ class TemporalLoopHandle:
         return state_from_dict(await self.handle.result())
 
     async def abort(self, reason: str = "abort requested by the host") -> None:
+        """End the loop: at once while it runs or waits suspended (the pending tool calls
+        get error results)."""
         await self.handle.signal(LoopWorkflow.abort, reason)
+
+    async def interrupt(self) -> Interrupt | None:
+        """What the suspended run waits for, or None while it is not waiting."""
+        data = await self.handle.query(LoopWorkflow.interrupt)
+        return interrupt_from_dict(data) if data is not None else None
+
+    async def resume(self, answer: Any) -> None:
+        """Answer the suspended run; it goes on in its workflow. An answer that does not
+        fit (or a run that is not waiting) raises :class:`~innerloop.ResumeError`, and
+        the workflow keeps waiting as it was."""
+        try:
+            await self.handle.execute_update(LoopWorkflow.resume, answer)
+        except WorkflowUpdateFailedError as exc:
+            cause = exc.cause
+            reason = cause.message if isinstance(cause, ApplicationError) else str(cause)
+            raise ResumeError(self.id, reason, answer) from None
+        except RPCError as exc:
+            raise ResumeError(
+                self.id, f"its workflow takes no answer (it has ended?): {exc}", answer
+            ) from None
+
+
+def _last(event: Mapping[str, Any], page: Mapping[str, Any], index: int) -> bool:
+    """Whether ``event`` (the ``index``-th of ``page``) is the loop's last: a ``finished``
+    event, unless the run suspended and its workflow waits for the answer."""
+    if event["type"] != "finished":
+        return False
+    if event.get("exit_reason") != "suspended":
+        return True
+    return bool(page["ended"]) and index == len(page["events"])
 
 
 @attrs.frozen
@@ -344,11 +463,15 @@ class TemporalLoops:
         *,
         id: str,
         tasks: Sequence[str] = (),
+        suspend_timeout: float | None = None,
         **start_kwargs: Any,
     ) -> TemporalLoopHandle:
+        """Start loop ``loop`` as workflow ``id``. ``suspend_timeout``: seconds a
+        suspended run waits for :meth:`TemporalLoopHandle.resume` before its workflow ends
+        in ``suspended`` (None: as long as it takes)."""
         handle = await self.client.start_workflow(
             WORKFLOW_NAME,
-            loop_input(loop, prompt, tasks=tasks),
+            loop_input(loop, prompt, tasks=tasks, suspend_timeout=suspend_timeout),
             id=id,
             task_queue=self.task_queue,
             **start_kwargs,

@@ -10,6 +10,12 @@ from pathlib import Path
 
 from tests.durable.conftest import lines
 
+APPROVAL_REFUSED = (
+    "an approval answer is True (run them all), False (deny them all) or "
+    "{tool_use_id: bool} for 'call_c', not str"
+)
+"""What ``Harness.resume`` says to the answer ``"yes"`` on the approval loop."""
+
 
 def model_turns(log_dir: Path) -> Counter[str]:
     return Counter(row[2] for row in lines(log_dir / "model.log"))

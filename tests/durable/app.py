@@ -16,6 +16,7 @@ from typing import Any
 
 from innerloop import HarnessParams, ToolSpec
 from innerloop.durable import LoopApp, LoopDefinition
+from innerloop.examples import with_approval
 from innerloop.providers._normalize import WireRequest
 from innerloop.testing import FakeProvider, Fault, Reply, reply, tool_call
 from innerloop.tools import ToolContext, ToolOutput
@@ -85,3 +86,49 @@ WORK = ToolSpec(
 PARAMS = HarnessParams(model="scripted:scripted-model-20250101", system="You work.", tools=[WORK])
 
 app = LoopApp({"tools": LoopDefinition(PARAMS, {"scripted": FakeProvider(model)})})
+
+
+
+async def one_tool(request: WireRequest) -> Reply | Fault:
+    """A call of the request's first tool, then a final answer quoting its result."""
+    _log("model.log", f"model {_turn(request)}")
+    results = [
+        b.get("content")
+        for m in request.payload["messages"]
+        if isinstance(m.get("content"), list)
+        for b in m["content"]
+        if b.get("type") == "tool_result"
+    ]
+    if not results:
+        name = request.payload["tools"][0]["name"]
+        return reply("first a check", tool_call(name, {"what": "colour"}, id="call_c"))
+    return reply(f"got {results!r}")
+
+
+async def ask(args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+    """Asks the host (a question interrupt)."""
+    _log("tool.log", f"start {ctx.tool_use_id}")
+    ctx.interrupt({"question": f"Which {args['what']}?"})
+
+
+async def look(args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+    _log("tool.log", f"start {ctx.tool_use_id}")
+    return ToolOutput(f"looked at {args['what']}")
+
+
+def _spec(name: str, fn: Any) -> ToolSpec:
+    schema = {"type": "object", "properties": {"what": {"type": "string"}}, "required": ["what"]}
+    return ToolSpec(name, f"{name.title()} about something.", schema, fn, category="code")
+
+
+QUESTION = LoopDefinition(
+    HarnessParams(model=PARAMS.model, system="You ask.", tools=[_spec("ask", ask)]),
+    {"scripted": FakeProvider(one_tool)},
+)
+APPROVAL = LoopDefinition(
+    HarnessParams(model=PARAMS.model, system="You look.", tools=[_spec("look", look)]),
+    {"scripted": FakeProvider(one_tool)},
+    machine=with_approval(),
+)
+app.add("question", QUESTION)
+app.add("approval", APPROVAL)

@@ -61,3 +61,18 @@ def lines(path: Path) -> list[list[str]]:
 
 def app() -> LoopApp:
     return test_app.app
+
+
+def resumed_in_process(loop: str, answer: Any, tmp: Path) -> list[dict[str, Any]]:
+    """The history of loop ``loop`` of the test app run in process with ``Harness``:
+    suspended once, then resumed with ``answer``."""
+    tmp.mkdir(exist_ok=True)
+    definition = test_app.app.get(loop)
+    harness = Harness(definition.params, definition.providers, machine=definition.machine)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("INNERLOOP_TEST_DIR", str(tmp))
+        state = harness.run_sync("go")
+        assert state.exit_reason == "suspended"
+        state = harness.resume(state, answer).run_sync()
+    assert state.exit_reason == "model_complete"
+    return [m.to_dict() for m in state.history]

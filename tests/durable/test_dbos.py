@@ -5,16 +5,28 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from dbos import DBOSClient
 
+from innerloop import ResumeError
 from innerloop.durable.dbos import DBOSLoopClient
-from tests.durable._checks import assert_only_call_1_reran, started, until
+from innerloop.fsm import Interrupt
+from innerloop.testing import assert_valid_history
+from tests.durable._checks import (
+    APPROVAL_REFUSED,
+    assert_only_call_1_reran,
+    model_turns,
+    started,
+    tool_starts,
+    until,
+)
 from tests.durable._procs import PostgresServer, Processes, spawn_dbos_worker
+from tests.durable.conftest import resumed_in_process
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -95,3 +107,152 @@ def test_abort_message_ends_the_loop_at_the_next_turn(
     assert state.abort.reason == "the host said stop"
     assert len(state.history) == 5
     assert state.history[-1].tool_results[0].content == "worked 1"
+
+
+T = TypeVar("T")
+
+
+def with_worker(
+    procs: Processes,
+    url: str,
+    log_dir: Path,
+    body: Callable[[DBOSLoopClient], Awaitable[T]],
+) -> T:
+    """Run ``body`` against one DBOS worker process on ``url``."""
+    env = {"INNERLOOP_TEST_DIR": str(log_dir)}
+
+    async def main() -> T:
+        await asyncio.to_thread(spawn_dbos_worker, procs, "w", url, env)
+        client = DBOSClient(system_database_url=url)
+        try:
+            return await asyncio.wait_for(body(DBOSLoopClient(client)), 90)
+        finally:
+            client.destroy()
+
+    return asyncio.run(main())
+
+
+async def suspended(loops: DBOSLoopClient, id: str) -> Interrupt:
+    """Poll until the loop waits suspended; its interrupt."""
+    while (interrupt := await loops.interrupt(id)) is None:  # noqa: ASYNC110  another process
+        await asyncio.sleep(0.05)
+    return interrupt
+
+
+@pytest.mark.parametrize(
+    ("loop", "answer"), [("approval", True), ("approval", {"call_c": False}), ("question", "blue")]
+)
+def test_suspended_loop_resumes_on_the_message(
+    procs: Processes, tmp_path: Path, log_dir: Path, loop: str, answer: Any
+) -> None:
+    """The run suspends, its workflow waits in recv, and ``resume`` takes it to the end
+    with the history of the same run resumed in process; the event stream goes on past
+    the suspension."""
+    expected = resumed_in_process(loop, answer, tmp_path / "in-process")
+
+    async def body(loops: DBOSLoopClient) -> tuple[Any, Interrupt, list[dict[str, Any]]]:
+        await loops.start(loop, "go", id="r")
+        interrupt = await suspended(loops, "r")
+        await loops.resume("r", answer)
+        state = await loops.result("r")
+        assert await loops.interrupt("r") is None
+        return state, interrupt, [e async for e in loops.events("r")]
+
+    state, interrupt, events = with_worker(
+        procs, f"sqlite:///{tmp_path / 'dbos.sqlite'}", log_dir, body
+    )
+    assert interrupt.kind == loop
+    assert interrupt.tool_use_ids == ("call_c",)
+    assert [m.to_dict() for m in state.history] == expected
+    assert state.exit_reason == "model_complete"
+    finished = [e["exit_reason"] for e in events if e["type"] == "finished"]
+    assert finished == ["suspended", "model_complete"]
+
+
+def test_wrong_answer_is_refused_and_the_loop_keeps_waiting(
+    procs: Processes, tmp_path: Path, log_dir: Path
+) -> None:
+    """A wrong answer raises ResumeError with the in-process message and is not sent; a
+    malformed message sent around the client is refused by the workflow, which keeps
+    waiting; a right answer then ends the run as in process; an ended run takes none."""
+    expected = resumed_in_process("approval", True, tmp_path / "in-process")
+
+    async def body(loops: DBOSLoopClient) -> tuple[Any, str, Any]:
+        await loops.start("approval", "go", id="w")
+        await suspended(loops, "w")
+        with pytest.raises(ResumeError) as info:
+            await loops.resume("w", "yes")
+        await loops.client.send_async("w", {"n": 1, "answer": "yes"}, "resume")
+        refused = await loops.client.get_event_async("w", "resume_refused", 30)
+        assert await loops.interrupt("w") is not None
+        await loops.resume("w", True)
+        state = await loops.result("w")
+        with pytest.raises(ResumeError, match="it is not waiting for an answer"):
+            await loops.resume("w", True)
+        return state, str(info.value), refused
+
+    state, error, refused = with_worker(
+        procs, f"sqlite:///{tmp_path / 'dbos.sqlite'}", log_dir, body
+    )
+    assert error == f"run 'w': {APPROVAL_REFUSED}"
+    assert refused == {"n": 1, "error": f"run 'w': {APPROVAL_REFUSED}"}
+    assert [m.to_dict() for m in state.history] == expected
+
+
+def test_worker_restart_while_suspended_still_resumes(
+    database_url: str, procs: Processes, tmp_path: Path, log_dir: Path
+) -> None:
+    """kill -9 the worker while its loop waits suspended; the restarted worker recovers
+    the workflow, which waits again, and the answer takes it to the in-process history;
+    nothing ran twice."""
+    expected = resumed_in_process("question", "blue", tmp_path / "in-process")
+    env = {"INNERLOOP_TEST_DIR": str(log_dir)}
+
+    async def main() -> Any:
+        w1 = await asyncio.to_thread(spawn_dbos_worker, procs, "w1", database_url, env)
+        client = DBOSClient(system_database_url=database_url)
+        try:
+            loops = DBOSLoopClient(client)
+            await loops.start("question", "go", id="susp")
+            await asyncio.wait_for(suspended(loops, "susp"), 30)
+            procs.kill9(w1)
+            await asyncio.to_thread(spawn_dbos_worker, procs, "w2", database_url, env)
+            await loops.resume("susp", "blue")
+            return await asyncio.wait_for(loops.result("susp"), 60)
+        finally:
+            client.destroy()
+
+    state = asyncio.run(main())
+    assert [m.to_dict() for m in state.history] == expected
+    assert model_turns(log_dir) == Counter({"0": 1, "1": 1})
+    assert [c for _, c in tool_starts(log_dir)] == ["call_c"]
+
+
+def test_suspend_timeout_and_abort_while_suspended(
+    procs: Processes, tmp_path: Path, log_dir: Path
+) -> None:
+    """With ``suspend_timeout`` the workflow ends in ``suspended`` after it; an abort
+    ends a waiting loop in ``aborted`` with the pending call closed by an error result."""
+
+    async def body(loops: DBOSLoopClient) -> tuple[Any, Any]:
+        await loops.start("approval", "go", id="t", suspend_timeout=0.5)
+        timed_out = await loops.result("t")
+        assert await loops.interrupt("t") is None
+        with pytest.raises(ResumeError, match=r"^run 't': it is not waiting for an answer; "):
+            await loops.resume("t", True)
+        await loops.start("approval", "go", id="a")
+        await suspended(loops, "a")
+        await loops.abort("a", "no one will answer")
+        return timed_out, await loops.result("a")
+
+    timed_out, aborted = with_worker(
+        procs, f"sqlite:///{tmp_path / 'dbos.sqlite'}", log_dir, body
+    )
+    assert timed_out.exit_reason == "suspended"
+    assert timed_out.interrupt.kind == "approval"
+    assert aborted.exit_reason == "aborted"
+    assert aborted.abort.reason == "no one will answer"
+    (closing,) = aborted.history[-1].tool_results
+    assert (closing.tool_use_id, closing.is_error) == ("call_c", True)
+    assert_valid_history(aborted.history)
+    assert tool_starts(log_dir) == []

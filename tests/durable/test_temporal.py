@@ -11,10 +11,18 @@ from typing import Any, TypeVar
 import pytest
 from temporalio.client import Client
 
-from innerloop.durable.temporal import TemporalLoops, TemporalOptions, temporal_worker
+from innerloop import ResumeError
+from innerloop.durable.temporal import (
+    TemporalLoopHandle,
+    TemporalLoops,
+    TemporalOptions,
+    temporal_worker,
+)
+from innerloop.fsm import Interrupt
 from innerloop.testing import assert_valid_history
 from tests.durable import app as test_app
 from tests.durable._checks import (
+    APPROVAL_REFUSED,
     assert_only_call_1_reran,
     model_turns,
     started,
@@ -22,6 +30,7 @@ from tests.durable._checks import (
     until,
 )
 from tests.durable._procs import Processes, TemporalServer, spawn_temporal_worker
+from tests.durable.conftest import resumed_in_process
 
 T = TypeVar("T")
 
@@ -266,3 +275,164 @@ def test_two_workers_one_dies(
     assert in_flight_on_dead >= 1, "the dead worker held none of the loops' tool calls"
     count = Counter(c for _, c in starts)
     assert count == Counter({"call_0": 4, "call_1": 4 + in_flight_on_dead, "call_2": 4})
+
+
+async def suspended(handle: TemporalLoopHandle) -> Interrupt:
+    """Poll until the loop waits suspended; its interrupt."""
+    while (interrupt := await handle.interrupt()) is None:  # noqa: ASYNC110  a query
+        await asyncio.sleep(0.05)
+    return interrupt
+
+
+@pytest.mark.parametrize(
+    ("loop", "answer", "kind"),
+    [
+        ("approval", True, "approval"),
+        ("approval", {"call_c": False}, "approval"),
+        ("question", "blue", "question"),
+    ],
+)
+def test_suspended_loop_resumes_on_the_update(
+    temporal_server: TemporalServer, log_dir: Path, loop: str, answer: Any, kind: str
+) -> None:
+    """The run suspends, its workflow waits, and the ``resume`` update's answer takes it
+    to the end with the history of the same run resumed in process."""
+    expected = resumed_in_process(loop, answer, log_dir / "in-process")
+
+    async def body(loops: TemporalLoops) -> tuple[Any, Interrupt, list[dict[str, Any]]]:
+        handle = await loops.start(loop, "go", id=f"resume-{loop}-{answer!r}")
+        interrupt = await suspended(handle)
+        await handle.resume(answer)
+        state = await handle.result()
+        return state, interrupt, [e async for e in handle.events(poll=0.05)]
+
+    state, interrupt, events = in_process_worker(
+        temporal_server, f"resume-{loop}-{answer!r}", body
+    )
+    assert interrupt.kind == kind
+    assert interrupt.tool_use_ids == ("call_c",)
+    assert [m.to_dict() for m in state.history] == expected
+    assert state.exit_reason == "model_complete"
+    assert state.interrupt is None
+    finished = [e["exit_reason"] for e in events if e["type"] == "finished"]
+    assert finished == ["suspended", "model_complete"]
+
+
+def test_wrong_answer_is_refused_and_the_loop_keeps_waiting(
+    temporal_server: TemporalServer, log_dir: Path
+) -> None:
+    """An answer of the wrong shape raises ResumeError with the in-process message; the
+    workflow keeps waiting and takes a right answer after it; once it has ended, an answer
+    is refused too."""
+    expected = resumed_in_process("approval", True, log_dir / "in-process")
+
+    async def body(loops: TemporalLoops) -> tuple[Any, list[str]]:
+        handle = await loops.start("approval", "go", id="wrong-answer")
+        await suspended(handle)
+        errors = []
+        for wrong in ("yes", {"call_x": True}):
+            with pytest.raises(ResumeError) as info:
+                await handle.resume(wrong)
+            errors.append(str(info.value))
+        assert await handle.interrupt() is not None
+        await handle.resume(True)
+        state = await handle.result()
+        with pytest.raises(ResumeError, match="run 'wrong-answer': its workflow takes no answer"):
+            await handle.resume(True)
+        return state, errors
+
+    state, errors = in_process_worker(temporal_server, "wrong-answer", body)
+    assert errors == [
+        f"run 'wrong-answer': {APPROVAL_REFUSED}",
+        "run 'wrong-answer': no verdict for 'call_c'; no pending call 'call_x'; an approval "
+        "answer is True (run them all), False (deny them all) or {tool_use_id: bool} for "
+        "'call_c'",
+    ]
+    assert [m.to_dict() for m in state.history] == expected
+
+
+def test_worker_restart_while_suspended_still_resumes(
+    temporal_server: TemporalServer, procs: Processes, log_dir: Path
+) -> None:
+    """kill -9 the worker while its loop waits suspended; a new worker replays the
+    workflow and the answer takes it to the in-process history; nothing ran twice."""
+    expected = resumed_in_process("question", "blue", log_dir / "in-process")
+    env = {"INNERLOOP_TEST_DIR": str(log_dir)}
+    address = temporal_server.address
+
+    async def main() -> tuple[Any, int]:
+        w1 = await asyncio.to_thread(spawn_temporal_worker, procs, "s1", address, "susp", env)
+        client = await Client.connect(address)
+        handle = await TemporalLoops(client, "susp").start("question", "go", id="susp")
+        await asyncio.wait_for(suspended(handle), 30)
+        procs.kill9(w1)
+        w2 = await asyncio.to_thread(spawn_temporal_worker, procs, "s2", address, "susp", env)
+        await asyncio.wait_for(handle.resume("blue"), 30)
+        return await asyncio.wait_for(handle.result(), 60), w2.pid
+
+    state, _ = asyncio.run(main())
+    assert [m.to_dict() for m in state.history] == expected
+    assert model_turns(log_dir) == Counter({"0": 1, "1": 1})
+    assert [c for _, c in tool_starts(log_dir)] == ["call_c"]
+
+
+def test_suspend_timeout_ends_the_workflow_suspended(
+    temporal_server: TemporalServer, log_dir: Path
+) -> None:
+    """With ``suspend_timeout`` the workflow waits that long, then ends in ``suspended``
+    with the interrupt pending; the events end there."""
+
+    async def body(loops: TemporalLoops) -> tuple[Any, list[dict[str, Any]]]:
+        handle = await loops.start("approval", "go", id="timeout", suspend_timeout=0.5)
+        state = await handle.result()
+        return state, [e async for e in handle.events(poll=0.05)]
+
+    state, events = in_process_worker(temporal_server, "timeout", body)
+    assert state.exit_reason == "suspended"
+    assert state.interrupt.kind == "approval"
+    assert state.interrupt.answered is False
+    assert events[-1]["type"] == "finished"
+    assert events[-1]["exit_reason"] == "suspended"
+
+
+def test_abort_while_suspended_closes_the_history(
+    temporal_server: TemporalServer, log_dir: Path
+) -> None:
+    """The abort signal ends a waiting loop in ``aborted``; the pending call gets an
+    error result and never runs."""
+
+    async def body(loops: TemporalLoops) -> Any:
+        handle = await loops.start("approval", "go", id="abort-suspended")
+        await suspended(handle)
+        await handle.abort("no one will answer")
+        return await handle.result()
+
+    state = in_process_worker(temporal_server, "abort-suspended", body)
+    assert state.exit_reason == "aborted"
+    assert state.abort.reason == "no one will answer"
+    (closing,) = state.history[-1].tool_results
+    assert (closing.tool_use_id, closing.is_error) == ("call_c", True)
+    assert_valid_history(state.history)
+    assert tool_starts(log_dir) == []
+
+
+def test_answer_to_a_running_loop_is_refused(
+    temporal_server: TemporalServer, log_dir: Path, expected_history: list[dict[str, Any]]
+) -> None:
+    """A resume while the loop runs (not suspended) is refused and changes nothing."""
+    (log_dir / "hold-1").touch()
+
+    async def body(loops: TemporalLoops) -> tuple[Any, str]:
+        handle = await loops.start("tools", "go", id="running")
+        await until(started(log_dir, "call_1"), what="call_1 to start")
+        with pytest.raises(ResumeError) as info:
+            await handle.resume(True)
+        (log_dir / "hold-1").unlink()
+        return await handle.result(), str(info.value)
+
+    state, error = in_process_worker(temporal_server, "running", body)
+    assert error == (
+        "run 'running': it is not waiting for an answer (it is running); resume a durable "
+        "run while it is suspended (its interrupt says what it asks)"
+    )
+    assert [m.to_dict() for m in state.history] == expected_history
