@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
 from anthropic import AsyncAnthropicBedrock
-from anthropic.lib.bedrock._stream_decoder import AWSEventStreamDecoder
 from botocore.eventstream import ChecksumMismatch, EventStreamBuffer
 
 from innerloop import HarnessParams, HarnessState, Message
@@ -139,32 +140,32 @@ class TestEncoder:
         with pytest.raises(ChecksumMismatch):
             list(buffer)
 
-    def test_the_sdks_own_decoder_reads_the_chunks(self) -> None:
-        """Anthropic's Bedrock decoder turns the server's chunks into the API's events."""
-        with BedrockServer() as server:
-            frames = server.frames(reply("hi"), "claude-sonnet-4-5-20250929")
-        stream = b"".join(chunk_message(json.dumps(f).encode()) for f in _events(frames))
+    def test_the_sdks_own_stream_reads_the_server(self) -> None:
+        """Anthropic's Bedrock client streaming on its own (botocore's decoder under it)
+        reads the server's answer event by event."""
+        with BedrockServer([reply("hi there, from the stream")]) as server:
+            client = _client(server)
 
-        async def decode() -> list[Any]:
-            async def chunks() -> Any:
-                yield stream
+            async def go() -> list[Any]:
+                try:
+                    stream = await client.messages.create(
+                        model=BEDROCK_ID,
+                        max_tokens=8,
+                        messages=[{"role": "user", "content": "q"}],
+                        stream=True,
+                        extra_body={"anthropic_version": "bedrock-2023-05-31"},
+                    )
+                    return [event async for event in stream]
+                finally:
+                    await client.close()
 
-            return [e async for e in AWSEventStreamDecoder().aiter_bytes(chunks())]
-
-        events = asyncio.run(decode())
-        assert [e.event for e in events] == [
-            "message_start",
-            "content_block_start",
-            "content_block_delta",
-            "content_block_stop",
-            "message_delta",
-            "message_stop",
-        ]
-        assert json.loads(events[2].data)["delta"] == {"type": "text_delta", "text": "hi"}
-
-
-def _events(frames: list[bytes]) -> list[dict[str, Any]]:
-    return [json.loads(f.split(b"data: ", 1)[1]) for f in frames]
+            events = asyncio.run(go())
+        kinds = [e.type for e in events]
+        assert kinds[:2] == ["message_start", "content_block_start"]
+        assert kinds[-3:] == ["content_block_stop", "message_delta", "message_stop"]
+        text = "".join(e.delta.text for e in events if e.type == "content_block_delta")
+        assert text == "hi there, from the stream"
+        assert events[-2].delta.stop_reason == "end_turn"
 
 
 class TestSplitter:
@@ -454,3 +455,30 @@ class TestHarness:
             {"role": "tool", "tool_call_id": "toolu_01C", "content": "echo:hi"},
         ]
         assert state.history[-1] == Message.assistant("It said echo:hi.")
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_the_readme_example_runs(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's Bedrock example, as written, with credentials from the environment
+    (boto3's chain) and the SDK's base-URL variable pointing at the loopback server."""
+    text = README.read_text()
+    code = re.search(
+        r"Bedrock, falling back to Anthropic's own API:\n\n```python\n(.*?)```", text, re.S
+    )
+    assert code is not None
+    with BedrockServer([reply("GET.")]) as server:
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", server.access_key)
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", server.secret_key)
+        monkeypatch.setenv("ANTHROPIC_BEDROCK_BASE_URL", server.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-readme-fallback")
+        exec(compile(code.group(1), "README.md", "exec"), {})
+        sent = server.requests[0]
+    assert capsys.readouterr().out == "model_complete GET.\n"
+    assert (
+        sent.path
+        == "/model/us.anthropic.claude-sonnet-4-5-20250929-v1:0/invoke-with-response-stream"
+    )
