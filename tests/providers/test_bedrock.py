@@ -15,8 +15,8 @@ import pytest
 from anthropic import AsyncAnthropicBedrock
 from botocore.eventstream import ChecksumMismatch, EventStreamBuffer
 
-from innerloop import HarnessParams, HarnessState, Message
-from innerloop._errors import ErrorCategory, ProviderError
+from innerloop import Harness, HarnessParams, HarnessState, Message, Thinking
+from innerloop._errors import ErrorCategory, ParamsError, ProviderError
 from innerloop._events import Backoff, Event, Fallback
 from innerloop._messages import TextBlock, ToolResultBlock, ToolUseBlock
 from innerloop.lowlevel import build_request
@@ -24,6 +24,7 @@ from innerloop.providers import AnthropicProvider, AsyncioTransport, OpenAIProvi
 from innerloop.providers._errors import error_from_status
 from innerloop.providers._eventstream import EventStreamSplitter
 from innerloop.providers._normalize import RequestSettings
+from innerloop.providers._reasoning import family_of
 from innerloop.testing import (
     BedrockServer,
     Fault,
@@ -482,3 +483,31 @@ def test_the_readme_example_runs(
         sent.path
         == "/model/us.anthropic.claude-sonnet-4-5-20250929-v1:0/invoke-with-response-stream"
     )
+
+
+class TestReasoning:
+    @pytest.mark.parametrize(
+        ("model", "family"),
+        [
+            ("anthropic.claude-sonnet-4-5-20250929-v1:0", "Claude 4"),
+            ("us.anthropic.claude-opus-4-6-v1:0", "Claude 4.6"),
+            ("global.anthropic.claude-3-7-sonnet-20250219-v1:0", "Claude 3.7"),
+            ("anthropic.claude-3-5-haiku-20241022-v1:0", "no reasoning"),
+        ],
+    )
+    def test_bedrock_ids_have_their_claude_family(self, model: str, family: str) -> None:
+        """A Bedrock id is read as the Claude model it names, so thinking is checked."""
+        found = family_of(model)
+        assert found is not None
+        assert found.name == family
+
+    def test_thinking_on_a_bedrock_model_is_checked_and_sent(self) -> None:
+        """A budget reaches Bedrock's body; an effort Claude 4 does not take is refused."""
+        params = _params(thinking=Thinking(2048), max_output_tokens=4096)
+        with BedrockServer([reply("thought")]) as server:
+            provider = AnthropicProvider(client=_client(server), name="bedrock")
+            _run(Harness(params, [provider]), "hi")
+            sent = server.requests[0].body
+        assert sent["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+        with pytest.raises(ParamsError, match=r"takes thinking\.budget_tokens"):
+            _params(thinking=Thinking(effort="low"))
