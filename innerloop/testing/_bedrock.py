@@ -140,7 +140,8 @@ class _BodyRecorder:
 class BedrockServer(AnthropicServer):
     """Amazon Bedrock's runtime for Claude. Give ``AsyncAnthropicBedrock`` the test
     credentials: ``aws_access_key=server.access_key, aws_secret_key=server.secret_key,
-    aws_region=server.region, base_url=server.url``."""
+    aws_region=server.region, base_url=server.url`` (and ``aws_session_token=`` when the
+    server has a ``session_token``), or ``api_key=`` when it has an ``api_key``."""
 
     dialect = "anthropic"
     path = "/model/{model-id}/invoke-with-response-stream"
@@ -152,6 +153,8 @@ class BedrockServer(AnthropicServer):
         access_key: str = "AKIDLOOPBACK00000000",
         secret_key: str = "loopback/secret/key/0123456789abcdefghijk",
         region: str = "us-east-1",
+        session_token: str | None = None,
+        api_key: str | None = None,
         model: str = "claude-sonnet-4-5-20250929",
         chunk_size: int = 16,
     ) -> None:
@@ -159,6 +162,10 @@ class BedrockServer(AnthropicServer):
         self.access_key = access_key
         self.secret_key = secret_key
         self.region = region
+        self.session_token = session_token
+        """Required (signed, in ``x-amz-security-token``) when set; refused when not."""
+        self.api_key = api_key
+        """A Bedrock API key, accepted as ``Authorization: Bearer`` instead of SigV4."""
         self._raw_body = b""
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -174,7 +181,7 @@ class BedrockServer(AnthropicServer):
             message = f"no route {path}; this serves {self.path}"
             return self._error(404, "UnknownOperationException", message)
         request = self.requests[-1]  # the one being served
-        problem = self._signature_problem(request.method, path, request.headers, body)
+        problem = self._auth_problem(request.method, path, request.headers)
         if problem is not None:
             return self._error(403, "InvalidSignatureException", problem)
         problem = self._body_problem(body)
@@ -184,28 +191,22 @@ class BedrockServer(AnthropicServer):
         stream = route["action"] == "invoke-with-response-stream"
         return super()._plan(self.path, {"stream": stream})
 
-    def _signature_problem(
-        self, method: str, path: str, headers: Mapping[str, str], body: Any
-    ) -> str | None:
-        """What is wrong with the request's SigV4 signature, or None."""
-        auth = _AUTHORIZATION.fullmatch(headers.get("authorization", ""))
+    def _auth_problem(self, method: str, path: str, headers: Mapping[str, str]) -> str | None:
+        """What is wrong with the request's credentials (a SigV4 signature, or the
+        server's ``api_key`` as a bearer token), or None."""
+        given = headers.get("authorization", "")
+        if self.api_key is not None and hmac.compare_digest(given, f"Bearer {self.api_key}"):
+            return None
+        auth = _AUTHORIZATION.fullmatch(given)
         if auth is None:
             return (
                 "Authorization header requires 'AWS4-HMAC-SHA256 Credential=.../aws4_request, "
-                f"SignedHeaders=..., Signature=...'; got {headers.get('authorization')!r}"
+                "SignedHeaders=..., Signature=...'"
+                + (" (or this server's api_key as a Bearer token)" if self.api_key else "")
             )
-        amz_date = headers.get("x-amz-date", "")
-        scope = (auth["key"], auth["region"], auth["service"])
-        signed = auth["signed"].split(";")
-        problem = None
-        if scope != (self.access_key, self.region, "bedrock"):
-            want = f"{self.access_key}/{self.region}/bedrock"
-            problem = f"credential scope {'/'.join(scope)} is not {want}"
-        elif not _AMZ_DATE.fullmatch(amz_date) or amz_date[:8] != auth["date"]:
-            problem = f"x-amz-date {amz_date!r} does not match the credential date {auth['date']}"
-        elif not {"host", "x-amz-date"} <= set(signed) or not set(signed) <= set(headers):
-            problem = f"SignedHeaders {auth['signed']} must sign host and x-amz-date, and be sent"
-        else:
+        problem = self._scope_problem(auth, headers)
+        if problem is None:
+            signed = auth["signed"].split(";")
             expected = self._signature(method, path, headers, signed, auth["date"])
             if not hmac.compare_digest(expected, auth["signature"]):
                 problem = (
@@ -213,6 +214,25 @@ class BedrockServer(AnthropicServer):
                     "provided (with this server's secret_key)"
                 )
         return problem
+
+    def _scope_problem(self, auth: re.Match[str], headers: Mapping[str, str]) -> str | None:
+        """The credential scope, the date and the signed headers, before the signature."""
+        amz_date = headers.get("x-amz-date", "")
+        scope = (auth["key"], auth["region"], auth["service"])
+        signed = set(auth["signed"].split(";"))
+        token = headers.get("x-amz-security-token")
+        if scope != (self.access_key, self.region, "bedrock"):
+            want = f"{self.access_key}/{self.region}/bedrock"
+            return f"credential scope {'/'.join(scope)} is not {want}"
+        if not _AMZ_DATE.fullmatch(amz_date) or amz_date[:8] != auth["date"]:
+            return f"x-amz-date {amz_date!r} does not match the credential date {auth['date']}"
+        if not {"host", "x-amz-date"} <= signed or not signed <= set(headers):
+            return f"SignedHeaders {auth['signed']} must sign host and x-amz-date, and be sent"
+        if token != self.session_token:
+            return "The security token included in the request is invalid (x-amz-security-token)"
+        if token is not None and "x-amz-security-token" not in signed:
+            return "x-amz-security-token must be signed"
+        return None
 
     def _signature(
         self,

@@ -290,6 +290,52 @@ class TestRoute:
         assert error.status == 403
         assert "credential scope AKIDLOOPBACK00000000/eu-west-1/bedrock is not" in error.message
 
+    def test_a_session_token_is_sent_signed(self) -> None:
+        """Temporary credentials: x-amz-security-token, signed with the rest."""
+        token = "FwoGZXIvYXdzEloopback-session-token"
+        with BedrockServer([reply("with a session")], session_token=token) as server:
+            client = _client(server, aws_session_token=token)
+            response = _complete(AnthropicProvider(client=client, name="bedrock"))
+            sent = server.requests[0].headers
+        assert response.message == Message.assistant("with a session")
+        assert sent["x-amz-security-token"] == token
+        assert "x-amz-security-token" in sent["authorization"].split("SignedHeaders=")[1]
+
+    def test_a_missing_session_token_is_refused(self) -> None:
+        with BedrockServer([reply("never")], session_token="expected-token") as server:
+            error = _failure(AnthropicProvider(client=_client(server), name="bedrock"))
+        assert error.status == 403
+        assert "security token included in the request is invalid" in error.message
+
+    def test_a_bedrock_api_key_is_a_bearer_token(self) -> None:
+        """A Bedrock API key replaces SigV4: Authorization: Bearer, and the key is kept out
+        of the provider's repr."""
+        key = "ABSKbG9vcGJhY2sta2V5LTAxMjM0NTY3ODk="
+        with BedrockServer([reply("with a key")], api_key=key) as server:
+            client = AsyncAnthropicBedrock(
+                api_key=key, aws_region=server.region, base_url=server.url, max_retries=0
+            )
+            provider = AnthropicProvider(client=client, name="bedrock")
+            shown = repr(provider)
+            response = _complete(provider)
+            sent = server.requests[0].headers
+        assert response.message == Message.assistant("with a key")
+        assert sent["authorization"] == f"Bearer {key}"
+        assert "x-amz-date" not in sent
+        assert key not in shown
+
+    def test_a_wrong_api_key_is_refused(self) -> None:
+        with BedrockServer([reply("never")], api_key="the-right-key-0123456789") as server:
+            client = AsyncAnthropicBedrock(
+                api_key="a-wrong-key-0123456789",
+                aws_region=server.region,
+                base_url=server.url,
+                max_retries=0,
+            )
+            error = _failure(AnthropicProvider(client=client, name="bedrock"))
+        assert (error.category, error.status) == (ErrorCategory.FATAL, 403)
+        assert "or this server's api_key as a Bearer token" in error.message
+
     def test_the_sdks_default_anthropic_version_is_refused(self) -> None:
         """Sent by the SDK alone, the body carries the first-party API version, which
         Bedrock refuses: why the provider sends bedrock-2023-05-31 itself."""
