@@ -201,6 +201,20 @@ class TestSplitter:
             splitter.feed(exception_message(name, "boom"))
         assert caught.value.category is ErrorCategory.TRANSIENT
 
+    def test_an_error_message_is_its_error(self) -> None:
+        """The other kind of failure frame: ``:message-type error`` with its code and
+        message in headers."""
+        message = event_message(
+            {":message-type": "error", ":error-code": "InternalFailure", ":error-message": "x"},
+            b"",
+        )
+        with pytest.raises(ProviderError) as caught:
+            EventStreamSplitter(provider="bedrock").feed(message)
+        assert (caught.value.category, caught.value.message) == (
+            ErrorCategory.TRANSIENT,
+            "InternalFailure: x",
+        )
+
     def test_a_bad_checksum_is_malformed(self) -> None:
         broken = bytearray(chunk_message(b"{}"))
         broken[-1] ^= 0xFF
@@ -391,6 +405,10 @@ class TestStreamFaults:
             (Fault("corrupt_frame"), ErrorCategory.TRANSIENT, None, "malformed response: "),
             (Fault.context_overflow(), ErrorCategory.CONTEXT_OVERFLOW, 400, "ValidationException"),
             (Oversized(2000, 256), ErrorCategory.TRANSIENT, None, "max_event_bytes=1,000"),
+            (Fault("wrong_shape"), ErrorCategory.TRANSIENT, None, "an event of the wrong shape"),
+            (Fault("missing_index"), ErrorCategory.TRANSIENT, None, "the wrong shape (KeyError"),
+            (Fault.dropped(3), ErrorCategory.TRANSIENT, None, "mid-stream: RemoteProtocolError"),
+            (Fault.empty(), ErrorCategory.TRANSIENT, None, "empty response: no message_start"),
         ],
     )
     def test_category(
