@@ -304,6 +304,28 @@ class TestRoute:
         assert error.status == 403
         assert "credential scope AKIDLOOPBACK00000000/eu-west-1/bedrock is not" in error.message
 
+    def test_concurrent_calls_are_each_checked_against_their_own_body(self) -> None:
+        """Twenty calls at once on one client: every signature is checked against the
+        body it covers (a body read on one connection never stands for another's)."""
+        with BedrockServer([reply(f"answer {i}") for i in range(20)]) as server:
+            provider = AnthropicProvider(client=_client(server), name="bedrock")
+
+            async def go() -> list[Any]:
+                def request(i: int) -> Any:
+                    history = [Message.user("q" * (i + 1))]
+                    return build_request(RequestSettings(64), history, "anthropic", BEDROCK_ID)
+
+                try:
+                    return await asyncio.gather(*(provider.complete(request(i)) for i in range(20)))
+                finally:
+                    await provider.aclose()
+
+            responses = asyncio.run(go())
+            sent = [r.body["messages"][0]["content"][0]["text"] for r in server.requests]
+        sizes = sorted(len(text) for text in sent)
+        assert sorted(r.message.text for r in responses) == sorted(f"answer {i}" for i in range(20))
+        assert sizes == list(range(1, 21))
+
     def test_a_session_token_is_sent_signed(self) -> None:
         """Temporary credentials: x-amz-security-token, signed with the rest."""
         token = "FwoGZXIvYXdzEloopback-session-token"
