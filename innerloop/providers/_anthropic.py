@@ -32,6 +32,7 @@ from innerloop._messages import (
     Usage,
 )
 from innerloop.providers._errors import error_from_body
+from innerloop.providers._eventstream import EventStreamSplitter, botocore_eventstream
 from innerloop.providers._http import (
     DEFAULT_MAX_EVENT_BYTES,
     HTTPProvider,
@@ -217,6 +218,15 @@ class AnthropicAssembler:
         )
 
 
+BEDROCK_VERSION = "bedrock-2023-05-31"
+"""The ``anthropic_version`` Amazon Bedrock takes in the body (the SDK's default is the
+first-party API's version)."""
+
+
+def _is_bedrock(client: object) -> bool:
+    return any(cls.__name__ == "AsyncAnthropicBedrock" for cls in type(client).__mro__)
+
+
 def _sdk_client(**options: Any) -> anthropic.AsyncAnthropic:
     import anthropic  # seconds of import: only when a provider is built
 
@@ -238,7 +248,12 @@ class AnthropicProvider(HTTPProvider):
     one process. Any other httpx transport goes to the SDK client as its transport.
 
     ``max_event_bytes`` (16 MiB) bounds one streamed event, and a non-streaming body: a
-    longer one is a malformed response (transient: retried once), not unbounded memory."""
+    longer one is a malformed response (transient: retried once), not unbounded memory.
+
+    ``client`` may be a prebuilt ``AsyncAnthropicVertex`` or ``AsyncAnthropicBedrock``
+    (the SDK rewrites each request for the cloud: no ``transport``, then). On Bedrock the
+    body carries ``anthropic_version: bedrock-2023-05-31`` and the answer arrives in AWS
+    event-stream framing, read with botocore (``pip install 'innerloop[bedrock]'``)."""
 
     dialect = "anthropic"
 
@@ -258,6 +273,11 @@ class AnthropicProvider(HTTPProvider):
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
         self.name = name
+        self._extra: dict[str, Any] = {}
+        if _is_bedrock(client):
+            botocore_eventstream()  # now, with the fix in its error, not at the first answer
+            self.splitter = EventStreamSplitter
+            self._extra = {"extra_body": {"anthropic_version": BEDROCK_VERSION}}
         self._connect(
             _sdk_client,
             client,
@@ -271,7 +291,8 @@ class AnthropicProvider(HTTPProvider):
         )
 
     def _send(self, payload: dict[str, Any]) -> AbstractAsyncContextManager[Any]:
-        return self.client.messages.with_streaming_response.create(**payload)  # type: ignore[no-any-return]
+        create = self.client.messages.with_streaming_response.create
+        return create(**payload, **self._extra)  # type: ignore[no-any-return]
 
     def _assembler(self, request: WireRequest) -> AnthropicAssembler:
         return AnthropicAssembler(self.name, request.model)

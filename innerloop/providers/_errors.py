@@ -6,6 +6,11 @@
     "prompt is too long", context_length_exceeded -> context_overflow
     HTTP 401, 403, 404, any other 4xx          -> fatal
 
+Amazon Bedrock names its errors in ``x-amzn-ErrorType`` (an HTTP error) or in an
+event-stream exception message (mid-stream): ``throttlingException`` -> rate_limited;
+``internalServerException``, ``modelStreamErrorException``, ``modelTimeoutException``,
+``serviceUnavailableException`` -> transient; "Input is too long" -> context_overflow.
+
 An exception without an HTTP status is looked up in :data:`EXCEPTION_TABLE` by type: the
 first class of its MRO that has a row decides, so the most specific row wins and a
 subclass takes its nearest ancestor's row (as httpx maps httpcore's exceptions). The SDKs'
@@ -42,6 +47,7 @@ _OVERFLOW_MARKERS = (
     "context_length_exceeded",
     "maximum context length",
     "context window",
+    "input is too long",  # Bedrock's ValidationException
 )
 _TYPE_CATEGORIES = {
     "rate_limit_error": ErrorCategory.RATE_LIMITED,
@@ -50,6 +56,12 @@ _TYPE_CATEGORIES = {
     "api_error": ErrorCategory.TRANSIENT,
     "timeout_error": ErrorCategory.TRANSIENT,
     "server_error": ErrorCategory.TRANSIENT,
+    # Amazon Bedrock's exception types, looked up in lower case
+    "throttlingexception": ErrorCategory.RATE_LIMITED,
+    "internalserverexception": ErrorCategory.TRANSIENT,
+    "modelstreamerrorexception": ErrorCategory.TRANSIENT,
+    "modeltimeoutexception": ErrorCategory.TRANSIENT,
+    "serviceunavailableexception": ErrorCategory.TRANSIENT,
 }
 
 
@@ -163,6 +175,14 @@ def _error_fields(body: Any) -> tuple[str, str, str]:
     return "", "", ""
 
 
+def _amazon_error_type(headers: Mapping[str, str]) -> str:
+    """The type Amazon names in ``x-amzn-ErrorType`` (``ThrottlingException:http://...``)."""
+    for key, value in headers.items():
+        if key.lower() == "x-amzn-errortype":
+            return value.partition(":")[0].strip()
+    return ""
+
+
 def _category(status: int | None, kind: str, code: str, message: str) -> ErrorCategory:
     lowered = f"{kind} {code} {message}".lower()
     if any(marker in lowered for marker in _OVERFLOW_MARKERS):
@@ -171,8 +191,9 @@ def _category(status: int | None, kind: str, code: str, message: str) -> ErrorCa
         return ErrorCategory.RATE_LIMITED
     if status == 529:
         return ErrorCategory.OVERLOADED
-    if kind in _TYPE_CATEGORIES:
-        return _TYPE_CATEGORIES[kind]
+    by_type = _TYPE_CATEGORIES.get(kind.lower())
+    if by_type is not None:
+        return by_type
     if status is None or status >= 500 or status == 408:
         return ErrorCategory.TRANSIENT
     return ErrorCategory.FATAL
@@ -188,6 +209,8 @@ def error_from_body(
 ) -> ProviderError:
     """The error a response body (parsed JSON, or ``None``) and its status stand for."""
     kind, code, message = _error_fields(body)
+    if not kind and headers is not None:
+        kind = _amazon_error_type(headers)
     category = _category(status, kind, code, message)
     if not message:
         message = f"{kind or 'error'} without a message" if kind else "request failed"

@@ -33,6 +33,7 @@ __all__ = [
     "HTTPModelStream",
     "HTTPProvider",
     "SSESplitter",
+    "Splitter",
     "WireRoute",
     "loads",
     "malformed",
@@ -198,6 +199,17 @@ def _frame_data(frame: bytes) -> bytes | None:
     return data[0] if len(data) == 1 else b"\n".join(d.removeprefix(b" ") for d in data)
 
 
+class Splitter(Protocol):
+    """Splits a response's bytes into the payloads of its events (``SSESplitter``, or
+    ``EventStreamSplitter`` for Bedrock's framing)."""
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The payloads of the events that end in ``chunk``."""
+
+    def finish(self) -> list[bytes]:
+        """The payloads left when the body ends."""
+
+
 class Assembler(Protocol):
     """Turns one dialect's wire events into stream events and the final response."""
 
@@ -229,8 +241,10 @@ class HTTPModelStream:
         assembler: Assembler,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         deadline: float | None = None,
+        splitter: Callable[[int, str], Splitter] = SSESplitter,
     ) -> None:
         self._provider = provider
+        self._splitter = splitter
         self._deadline = deadline
         """Event-loop time by which the whole response must have arrived."""
         self._chunks = chunks
@@ -248,7 +262,7 @@ class HTTPModelStream:
                 data = await self._body()
                 assembler.feed_json(loads(self._provider, data) if data.strip() else None, out)
             else:
-                splitter = SSESplitter(self._max, self._provider)
+                splitter = self._splitter(self._max, self._provider)
                 feed, deadline = assembler.feed, self._deadline
                 now = asyncio.get_running_loop().time
                 async for chunk in self._chunks:
@@ -411,6 +425,7 @@ class HTTPProvider:
     client: Any
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
     route: WireRoute | None = None
+    splitter: Callable[[int, str], Splitter] = SSESplitter  # how the response is framed
     _rebuild: Callable[[], Any] | None = None  # a fresh SDK client, when the provider built it
     _owns_pool = False  # the provider built the client and its connection pool: it closes them
     _loop: asyncio.AbstractEventLoop | None = None  # the loop the client's pool belongs to
@@ -446,7 +461,8 @@ class HTTPProvider:
             self.route = WireRoute.of(client, transport, path)
         # the SDKs' and httpx's DEBUG logs hold URLs with userinfo and may echo headers:
         # scrubbed while this provider lives (until aclose, or until it is collected)
-        secrets = (getattr(client, name, None) for name in ("api_key", "auth_token"))
+        names = ("api_key", "auth_token", "aws_secret_key", "aws_session_token")
+        secrets = (getattr(client, name, None) for name in names)
         handle = scrub_logs(s for s in secrets if isinstance(s, str))
         self._unscrub = weakref.finalize(self, handle.release)
 
@@ -495,6 +511,7 @@ class HTTPProvider:
             assembler,
             self.max_event_bytes,
             deadline,
+            self.splitter,
         )
 
     async def complete(self, request: WireRequest) -> ModelResponse:

@@ -5,9 +5,13 @@ thinking budget (or adaptive thinking, and an effort level, on the models that t
 OpenAI's reasoning effort on Chat Completions and the Responses API. The params check it
 against each known family at construction; a request carries only what its model takes.
 A model of no known family (a local server, a scripted provider) gets what is set.
+Amazon Bedrock's ids (``anthropic.claude-...-v1:0``, and the cross-region
+``us.anthropic.claude-...``) are read as the Claude model they name.
 """
 
 from __future__ import annotations
+
+import re
 
 import attrs
 
@@ -65,8 +69,15 @@ _FAMILIES: tuple[tuple[str, ReasoningFamily], ...] = (
 )
 
 
+_BEDROCK_PREFIX = re.compile(r"(?:[a-z]+\.)?anthropic\.")
+"""Bedrock's prefix of a Claude model id: ``anthropic.`` or a region's ``us.anthropic.``."""
+
+
 def family_of(model: str) -> ReasoningFamily | None:
     """The family of ``model`` (a model id, with or without a date), None when unknown."""
+    bedrock = _BEDROCK_PREFIX.match(model)
+    if bedrock is not None:
+        model = model[bedrock.end() :]
     for prefix, family in _FAMILIES:
         if model.startswith(prefix):
             return family

@@ -1,6 +1,7 @@
 """Test helpers for innerloop users: scripted providers, a fake clock, one-transition probes,
 transition coverage."""
 
+from innerloop.testing._bedrock import BedrockServer
 from innerloop.testing._clock import FakeClock
 from innerloop.testing._history import assert_valid_history, history_problems
 from innerloop.testing._machine import (
@@ -36,6 +37,7 @@ from innerloop.testing._servers import (
 
 __all__ = [
     "AnthropicServer",
+    "BedrockServer",
     "FakeClock",
     "FakeProvider",
     "Fault",

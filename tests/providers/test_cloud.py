@@ -1,6 +1,6 @@
 """Cloud routes: a provider given a prebuilt SDK client (Vertex AI, Azure OpenAI, any
 OpenAI-compatible base URL) sends each route's path, auth and body, checked by loopback
-servers serving that route. Bedrock needs botocore to sign its requests: not tested here."""
+servers serving that route. Bedrock (SigV4, AWS event-stream answers): test_bedrock.py."""
 
 from __future__ import annotations
 
