@@ -1,0 +1,125 @@
+"""Event logs read as they grow: each refresh reads only the bytes added since the last one.
+
+A log is read line by line; a line not yet ended by a newline is kept back until it is
+(another process may be writing it). What cannot be read becomes the log's ``error``, and
+the runs read before it stay listed: a log that is not an innerloop log, a line that is not
+JSON, a file cut off in the middle of its last line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from innerloop._eventlog import SCHEMA
+
+__all__ = ["LogFile", "is_log"]
+
+
+class LogFile:
+    """One JSONL event log, read incrementally by :meth:`refresh`."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._stamp: tuple[int, int, int] | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self.header: dict[str, Any] | None = None
+        self.events: list[dict[str, Any]] = []
+        self.error: str | None = None
+        self.truncated: str | None = None
+        """The error of a last line without its newline, should no more bytes come."""
+        self._offset = 0
+        self._lineno = 0
+        self._pending = b""
+
+    def refresh(self) -> bool:
+        """Read what was added since the last call; True when anything changed."""
+        try:
+            stat = self.path.stat()
+        except OSError as exc:
+            message = f"cannot read {self.path.name}: {exc.strerror or exc}"
+            changed = self.error != message
+            self._stamp = None
+            self._reset()
+            self.error = message
+            return changed
+        stamp = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        if stamp == self._stamp:
+            return False
+        if self._stamp is None or stat.st_ino != self._stamp[0] or stat.st_size < self._offset:
+            self._reset()  # new, or rewritten: read it from the start
+        self._stamp = stamp
+        if self.error is not None:
+            return False
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self._offset)
+                data = f.read()
+        except OSError as exc:
+            self.error = f"cannot read {self.path.name}: {exc.strerror or exc}"
+            return True
+        self._offset += len(data)
+        self._parse(self._pending + data)
+        return True
+
+    def _parse(self, data: bytes) -> None:
+        *lines, self._pending = data.split(b"\n")
+        for raw in lines:
+            self._lineno += 1
+            if raw.strip() and not self._line(raw):
+                return
+        self.truncated = None
+        if self._pending.strip():
+            try:
+                json.loads(self._pending)
+            except ValueError:
+                self.truncated = (
+                    f"line {self._lineno + 1} is cut off (no newline, not JSON): a truncated "
+                    "log, or one still being written"
+                )
+
+    def _line(self, raw: bytes) -> bool:
+        where = f"{self.path.name}:{self._lineno}"
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            self.error = f"{where}: not JSON ({exc})"
+            return False
+        if not isinstance(data, dict):
+            self.error = f"{where}: a JSON {type(data).__name__}, not an event object"
+            return False
+        if self.header is None:
+            return self._header(data, where)
+        self.events.append(data)
+        return True
+
+    def _header(self, data: dict[str, Any], where: str) -> bool:
+        if data.get("type") != "log_header":
+            self.error = f"{where}: not an innerloop event log (no log_header line)"
+            return False
+        if data.get("schema") != SCHEMA:
+            self.error = (
+                f"{where}: event log schema {data.get('schema')!r} is not supported "
+                f"(this innerloop reads {SCHEMA})"
+            )
+            return False
+        self.header = data
+        return True
+
+    @property
+    def problem(self) -> str | None:
+        """What is wrong with the log, if anything."""
+        return self.error or self.truncated
+
+    @property
+    def mtime(self) -> float:
+        return self._stamp[2] / 1e9 if self._stamp else 0.0
+
+
+def is_log(path: Path) -> bool:
+    """A file the folder listing shows: ``*.jsonl``, not hidden."""
+    return path.suffix == ".jsonl" and not path.name.startswith(".") and os.path.isfile(path)
