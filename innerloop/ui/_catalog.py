@@ -65,11 +65,26 @@ class Catalog:
         return paths
 
     def _log_files(self) -> list[tuple[str, LogFile]]:
-        paths = self._log_paths()
+        return [(name, self._log(path)) for name, path in self._log_paths().items()]
+
+    def _log(self, path: Path) -> LogFile:
+        """The log at ``path``, read up to now."""
         with self._lock:
-            for path in paths.values():
-                self._logs.setdefault(path, LogFile(path)).refresh()
-            return [(name, self._logs[p]) for name, p in paths.items()]
+            log = self._logs.setdefault(path, LogFile(path))
+            log.refresh()
+            return log
+
+    def _named_log(self, name: str) -> LogFile | None:
+        """The log of a run id, found without listing the folder (a live stream asks
+        for it ten times a second)."""
+        named = {p.name: p for p in self.files}
+        if name in named:
+            return self._log(named[name])
+        if self.runs_dir is None:
+            return None
+        path = self.runs_dir / name
+        inside = path.resolve().is_relative_to(self.runs_dir.resolve())
+        return self._log(path) if inside and is_log(path) else None
 
     def _log_entries(self, name: str, log: LogFile) -> list[dict[str, Any]]:
         runs = split_runs(log.events)
@@ -88,7 +103,7 @@ class Catalog:
         name, _, number = rest.rpartition(":")
         if not (number.isdigit() or number == "last"):
             raise UnknownRun(run_id)
-        log = dict(self._log_files()).get(name)
+        log = self._named_log(name)
         if log is None:
             raise UnknownRun(run_id)
         runs = split_runs(log.events) or [[]]

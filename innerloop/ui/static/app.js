@@ -31,11 +31,15 @@ function svg(tag, attrs) {
 
 function cost(usd) {
   if (usd === null || usd === undefined) return "–";
+  if (usd === 0) return "$0";
+  if (usd < 0.001) return "$" + usd.toExponential(1);
   return usd < 0.01 ? "$" + usd.toFixed(5) : "$" + usd.toFixed(3);
 }
 
 function seconds(s) {
-  return s === null || s === undefined ? "–" : s < 1 ? (s * 1000).toFixed(0) + " ms" : s.toFixed(2) + " s";
+  if (s === null || s === undefined) return "–";
+  if (s < 0.001) return (s * 1e6).toFixed(0) + " µs";
+  return s < 1 ? (s * 1000).toFixed(0) + " ms" : s.toFixed(2) + " s";
 }
 
 // -- the run list ---------------------------------------------------------------------
@@ -89,15 +93,20 @@ function select(id) {
   source.addEventListener("run", (e) => show(JSON.parse(e.data)));
   source.addEventListener("end", () => { source.close(); loadRuns(); });
   source.onerror = () => {
-    fetch("/api/run/" + encodeURI(id)).then((r) => r.json()).then((d) => {
-      if (d.error && d.status === undefined) showMissing(id, d.error);
-    });
+    // a run not there yet (a log about to be written) is asked for again each second;
+    // any other failure is left to the EventSource, which reconnects by itself
+    fetch("/api/run/" + encodeURI(id)).then((r) => r.status === 404 ? r.json() : null).then((d) => {
+      if (!d || selected !== id) return;
+      showMissing(id, d.error);
+      setTimeout(() => { if (selected === id) select(id); }, 1000);
+    }).catch(() => {});
   };
   loadRuns();
 }
 
 function showMissing(id, message) {
   if (source) source.close();
+  lastDetail = null;
   document.getElementById("run-title").textContent = id;
   document.getElementById("facts").replaceChildren();
   const error = document.getElementById("run-error");
@@ -185,7 +194,7 @@ function drawTools(tools) {
 // -- the chart: tokens (left axis) and cost (right axis) per turn, inline SVG -----------
 
 function drawChart(turns) {
-  const W = 460, H = 200, L = 48, R = 52, T = 14, B = 30;
+  const W = 460, H = 210, L = 48, R = 56, T = 34, B = 30;
   const chart = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "tokens and cost per turn" });
   const n = turns.length;
   const maxTokens = Math.max(1, ...turns.map((t) => Math.max(t.input_tokens, t.output_tokens)));
@@ -200,8 +209,8 @@ function drawChart(turns) {
   label(chart, L - 4, T + 4, String(maxTokens), "end");
   label(chart, L - 4, H - B, "0", "end");
   label(chart, W - R + 4, T + 4, maxCost ? cost(maxCost) : "", "start");
-  label(chart, 4, T - 4, "tokens", "start");
-  label(chart, W - 4, T - 4, "cost", "end");
+  label(chart, L - 4, T - 8, "tokens", "end");
+  label(chart, W - R + 4, T - 8, "cost", "start");
   const series = [
     ["input", (t) => y(t.input_tokens)],
     ["output", (t) => y(t.output_tokens)],
@@ -226,8 +235,8 @@ function drawChart(turns) {
   label(chart, (W - L - R) / 2 + L, H - 3, "turn", "middle");
   const legend = [["input", "input tokens"], ["output", "output tokens"], ["cost", "cost"]];
   legend.forEach(([name, text], i) => {
-    chart.append(svg("circle", { class: name, cx: L + 10 + i * 110, cy: T + 2, r: 3.5 }));
-    label(chart, L + 17 + i * 110, T + 5, text, "start");
+    chart.append(svg("circle", { class: name, cx: L + 40 + i * 110, cy: 10, r: 3.5 }));
+    label(chart, L + 47 + i * 110, 13, text, "start");
   });
   document.getElementById("chart").replaceChildren(chart);
 }
