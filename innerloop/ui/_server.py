@@ -7,6 +7,7 @@ with UIServer(Catalog(runs_dir=Path("runs"))) as server:
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 import urllib.parse
@@ -38,29 +39,49 @@ class UIServer:
             create_app(catalog, self._closing),
             host=host,
             port=port,
+            loop="asyncio",
             log_level="warning",
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=2,
         )
         self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, name="innerloop-ui", daemon=True)
+        self._socket: socket.socket | None = None
+        self._thread = threading.Thread(target=self._serve, name="innerloop-ui", daemon=True)
         self.port = port
 
+    def _bind(self) -> socket.socket:
+        """The listening socket, bound here so that a taken port or a bad host is an
+        OSError in the caller's thread, naming the fix."""
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self.port))
+        except OSError as exc:
+            sock.close()
+            raise OSError(
+                f"the live view cannot listen on {self.host}:{self.port}: "
+                f"{exc.strerror or exc}; pick another port (0: a free one) or host"
+            ) from None
+        return sock
+
+    def _serve(self) -> None:
+        assert self._socket is not None
+        self._server.run(sockets=[self._socket])
+
     def start(self) -> UIServer:
-        """Start serving; returns when the socket listens. OSError when it cannot (the port
-        is taken, the host is not an address of this machine)."""
+        """Start serving; returns once the page is served. OSError when it cannot be (the
+        port is taken, the host is not an address of this machine)."""
+        self._socket = self._bind()
+        self.port = int(self._socket.getsockname()[1])
         self._thread.start()
         deadline = time.monotonic() + START_SECONDS
         while not self._server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise OSError(
-                    f"the live view could not listen on {self.host}:{self.port} (is the port "
-                    "taken? pick another with --port, or 0 for a free one)"
-                )
+                self.stop()
+                raise OSError(f"the live view did not start on {self.host}:{self.port}")
             time.sleep(0.01)
-        sockets = [s for server in self._server.servers for s in server.sockets]
-        self.port = int(sockets[0].getsockname()[1])
         return self
 
     @property
@@ -82,6 +103,8 @@ class UIServer:
         self._server.should_exit = True
         if self._thread.is_alive():
             self._thread.join()
+        if self._socket is not None:
+            self._socket.close()
         self.catalog.close()
 
     def __enter__(self) -> UIServer:
