@@ -3,8 +3,10 @@ loopback): runs from the demo's event log, from broken logs, from a SQLite store
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from innerloop.diagrams._model import TIMES
 from innerloop.testing import ScriptedProvider, reply, tool_call
 from innerloop.tools import ToolContext, ToolOutput, ToolSpec
 from innerloop.ui import Catalog
+from innerloop.ui._app import STATIC
 
 DEMO = "log:demo/events.jsonl"
 HEADER = json.dumps({"type": "log_header", "schema": SCHEMA}) + "\n"
@@ -217,3 +220,15 @@ class TestStore:
         svg = _get(server.url + "api/diagram/db:r1").text
         assert "exit model_complete" in svg
         assert _sse(server.url + "api/events/db:r1")[-1] == ("end", {"status": "finished"})
+
+
+def test_the_page_ships_as_package_data() -> None:
+    """Every file of the page matches a package-data pattern, so a wheel carries it."""
+    root = Path(__file__).resolve().parents[2]
+    patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"
+    ]["innerloop"]
+    files = [p.relative_to(root / "innerloop").as_posix() for p in STATIC.iterdir()]
+    assert sorted(files) == ["ui/static/app.js", "ui/static/index.html", "ui/static/style.css"]
+    for name in files:
+        assert any(fnmatch.fnmatch(name, pattern) for pattern in patterns), name
