@@ -440,9 +440,8 @@ def _ui_cli() -> Any:
     try:
         from innerloop.ui import _cli
     except ImportError as exc:
-        raise UsageError(
-            f"the live view needs {exc.name or 'the ui extra'}: pip install 'innerloop[ui]'"
-        ) from None
+        missing = (exc.name or "the ui extra").split(".")[0]
+        raise UsageError(f"the live view needs {missing}: pip install 'innerloop[ui]'") from None
     return _cli
 
 

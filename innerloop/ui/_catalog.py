@@ -53,6 +53,8 @@ class Catalog:
         self._logs: dict[Path, LogFile] = {}
         self._lock = threading.Lock()
         self._svg: dict[tuple[Any, ...], bytes] = {}
+        self._stored: dict[tuple[Any, ...], dict[str, Any]] = {}
+        """The last stored run's detail, read again only once it has a new checkpoint."""
 
     # -- logs ----------------------------------------------------------------------------
 
@@ -151,10 +153,12 @@ class Catalog:
             if not events and log.error:
                 detail["status"] = "error"
             return {**detail, "id": run_id, "source": "log", "error": log.problem}
-        if run_id.startswith("db:"):
+        if run_id.startswith("db:") and self.store is not None:
             info = self._store_run(run_id)
             with self._lock:
-                detail = store_detail(self.store, info)  # type: ignore[arg-type]
+                key = (info.run_id, info.checkpoints, info.updated)
+                detail = self._stored.get(key) or store_detail(self.store, info)
+                self._stored = {key: detail}
             return {**detail, "id": run_id, "source": "db", "error": None}
         raise UnknownRun(run_id)
 

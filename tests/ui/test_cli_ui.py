@@ -66,6 +66,26 @@ def _url(line: str) -> str:
 
 
 class TestBadInput:
+    def test_without_the_ui_extra_it_names_the_extra(self, tmp_path: Path) -> None:
+        """No starlette: `innerloop ui` (and --ui) say what to install, exit 2."""
+        code = (
+            "import sys; sys.modules['starlette'] = None\n"
+            "from innerloop.cli import main; sys.exit(main(['ui', '--port', '0']))"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=tmp_path,
+            env=_env(),
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        assert (done.returncode, done.stdout) == (2, "")
+        assert done.stderr == (
+            "innerloop ui: error: the live view needs starlette: pip install 'innerloop[ui]'\n"
+        )
+
     @pytest.mark.parametrize(
         ("args", "message"),
         [
