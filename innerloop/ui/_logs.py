@@ -94,6 +94,10 @@ class LogFile:
             return False
         if self.header is None:
             return self._header(data, where)
+        problem = _shape_problem(data)
+        if problem is not None:
+            self.error = f"{where}: {problem}"
+            return False
         self.events.append(data)
         return True
 
@@ -118,6 +122,25 @@ class LogFile:
     @property
     def mtime(self) -> float:
         return self._stamp[2] / 1e9 if self._stamp else 0.0
+
+
+REQUIRED = {
+    "transition": ("source", "target"),
+    "tool_use_start": ("id",),
+    "tool_executed": ("name",),
+}
+"""The fields the page reads of an event, by type, that have no sensible default."""
+
+
+def _shape_problem(event: dict[str, Any]) -> str | None:
+    """What makes ``event`` unreadable as an event, if anything."""
+    kind = event.get("type")
+    if not isinstance(kind, str):
+        return "an event without a type"
+    missing = [f for f in REQUIRED.get(kind, ()) if not isinstance(event.get(f), str)]
+    if missing:
+        return f"a {kind} event without {' or '.join(missing)}"
+    return None
 
 
 def is_log(path: Path) -> bool:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import attrs
+
 from innerloop._messages import Usage
 from innerloop.recovery._pricing import DEFAULT_PRICES, cost_usd
 
@@ -52,8 +54,9 @@ def _turns(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for event in events:
         if event.get("type") != "model_response":
             continue
-        response = event.get("response") or {}
-        usage = Usage(**{k: int(v) for k, v in (response.get("usage") or {}).items()})
+        response = event.get("response")
+        response = response if isinstance(response, Mapping) else {}
+        usage = _usage(response.get("usage"))
         model = str(response.get("model") or "")
         turns.append(
             {
@@ -68,6 +71,13 @@ def _turns(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             }
         )
     return turns
+
+
+def _usage(data: object) -> Usage:
+    """A response's usage; fields missing or not whole numbers count 0."""
+    fields = data if isinstance(data, Mapping) else {}
+    known = attrs.fields_dict(Usage)
+    return Usage(**{k: v for k, v in fields.items() if k in known and type(v) is int})
 
 
 def _tools(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -118,3 +118,16 @@ def test_a_rewritten_log_is_read_again(tmp_path: Path) -> None:
     path.write_text(HEADER + T2 + "\n")
     log.refresh()
     assert [e["target"] for e in log.events] == ["normalize"]
+
+
+def test_an_event_of_the_wrong_shape_is_the_logs_error(tmp_path: Path) -> None:
+    """JSON, but not an event the page can read: named with its line."""
+    path = tmp_path / "odd.jsonl"
+    path.write_text(HEADER + T1 + "\n" + json.dumps({"type": "transition", "source": "a"}) + "\n")
+    log = LogFile(path)
+    log.refresh()
+    assert (len(log.events), log.error) == (1, "odd.jsonl:3: a transition event without target")
+    path.write_text(HEADER + '{"no": "type"}\n')
+    log = LogFile(path)
+    log.refresh()
+    assert log.error == "odd.jsonl:2: an event without a type"

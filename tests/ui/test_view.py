@@ -158,3 +158,13 @@ def test_a_tool_timeout_and_a_tool_error_are_told_apart() -> None:
         {**base, "tool_use_id": "b", "is_error": True, "timed_out": False},
     ]
     assert [t["outcome"] for t in run_detail(events)["tools"]] == ["timeout", "error"]
+
+
+def test_a_usage_of_another_shape_counts_what_it_can() -> None:
+    """Unknown fields (a later schema) are skipped, non-numbers count 0: no crash."""
+    response = {**_response(), "usage": {"input_tokens": 7, "output_tokens": "x", "future": 1}}
+    events = [{"type": "model_response", "response": response, "turn": 1}]
+    (turn,) = run_detail(events)["turn_usage"]
+    assert (turn["input_tokens"], turn["output_tokens"]) == (7, 0)
+    odd = [{"type": "model_response", "response": "not an object", "turn": 1}]
+    assert run_detail(odd)["turn_usage"][0]["input_tokens"] == 0
