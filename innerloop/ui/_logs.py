@@ -17,6 +17,8 @@ from innerloop._eventlog import SCHEMA
 
 __all__ = ["LogFile", "is_log"]
 
+TAIL = 256
+
 
 class LogFile:
     """One JSONL event log, read incrementally by :meth:`refresh`."""
@@ -35,6 +37,8 @@ class LogFile:
         self._offset = 0
         self._lineno = 0
         self._pending = b""
+        self._tail = b""
+        """The last bytes read, to tell a file written again from one that grew."""
 
     def refresh(self) -> bool:
         """Read what was added since the last call; True when anything changed."""
@@ -53,18 +57,30 @@ class LogFile:
         if self._stamp is None or stat.st_ino != self._stamp[0] or stat.st_size < self._offset:
             self._reset()  # new, or rewritten: read it from the start
         self._stamp = stamp
-        if self.error is not None:
-            return False
         try:
-            with self.path.open("rb") as f:
-                f.seek(self._offset)
-                data = f.read()
+            data = self._read()
         except OSError as exc:
             self.error = f"cannot read {self.path.name}: {exc.strerror or exc}"
             return True
+        if data is None:
+            return False
         self._offset += len(data)
+        self._tail = (self._tail + data)[-TAIL:]
         self._parse(self._pending + data)
         return True
+
+    def _read(self) -> bytes | None:
+        """The bytes after those read; from the start again when the bytes read before
+        are no longer there (the file was truncated and written again past its old size).
+        None after an error, which stays until the file is rewritten."""
+        with self.path.open("rb") as f:
+            f.seek(self._offset - len(self._tail))
+            if f.read(len(self._tail)) != self._tail:
+                self._reset()
+                f.seek(0)
+            elif self.error is not None:
+                return None
+            return f.read()
 
     def _parse(self, data: bytes) -> None:
         *lines, self._pending = data.split(b"\n")

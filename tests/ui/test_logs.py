@@ -131,3 +131,27 @@ def test_an_event_of_the_wrong_shape_is_the_logs_error(tmp_path: Path) -> None:
     log = LogFile(path)
     log.refresh()
     assert log.error == "odd.jsonl:2: an event without a type"
+
+
+def test_a_log_written_again_past_its_old_size_is_read_again(tmp_path: Path) -> None:
+    """Truncated and rewritten between two looks, longer than before: not read as a
+    continuation of the old bytes."""
+    path = tmp_path / "run.jsonl"
+    path.write_text(HEADER + T1 + "\n")
+    log = LogFile(path)
+    log.refresh()
+    path.write_text(HEADER + T2 + "\n" + T2 + "\n" + T1 + "\n")
+    log.refresh()
+    assert [e["target"] for e in log.events] == ["normalize", "normalize", "assemble"]
+    assert log.problem is None
+
+
+def test_an_error_clears_when_the_log_is_written_again(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    path.write_text("oops\n")
+    log = LogFile(path)
+    log.refresh()
+    assert log.error is not None
+    path.write_text(HEADER + T1 + "\n" + T2 + "\n")
+    log.refresh()
+    assert (log.problem, len(log.events)) == (None, 2)
