@@ -20,6 +20,9 @@ from innerloop.ui._view import run_detail, run_summary, split_runs
 
 __all__ = ["Catalog", "UnknownRun"]
 
+SVG_CACHE = 32
+"""Rendered diagrams kept (the oldest goes first)."""
+
 
 class UnknownRun(LookupError):
     """No run with that id in the folder or the store."""
@@ -183,6 +186,8 @@ class Catalog:
         svg = render(diagram, "svg")
         with self._lock:
             self._svg[key] = svg
+            while len(self._svg) > SVG_CACHE:  # a live run makes a new picture per step
+                del self._svg[next(iter(self._svg))]
         return svg
 
     def close(self) -> None:

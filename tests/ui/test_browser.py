@@ -45,6 +45,7 @@ def browser(
     monkeypatch.setenv("SE_OFFLINE", "true")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     for flag in (*FLAGS, f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
@@ -77,11 +78,14 @@ def _highlighted(driver: WebDriver) -> tuple[str, list[str]]:
 def test_the_highlighted_state_follows_a_live_run(
     browser: WebDriver, live_run: Any, serve: Any
 ) -> None:
-    """Opened before the run starts; as the run advances, the lit node moves through
-    stream and execute to model_complete; the chart ends with one point per turn."""
+    """Opened before the run's log exists (the page says so and asks again); as the run
+    advances, the lit node moves through stream and execute to model_complete; the chart
+    ends with one point per turn."""
     folder, run = live_run
     server = serve(Catalog(folder))
     browser.get(server.run_url("log:live.jsonl:last"))
+    error = browser.find_element(By.ID, "run-error")
+    _until(lambda: error.text.startswith("no run 'log:live.jsonl:last'"), 10, "the 404")
     run.thread.start()
     seen: list[str] = []
     deadline = time.monotonic() + 30
@@ -93,8 +97,9 @@ def test_the_highlighted_state_follows_a_live_run(
         if current == "model_complete":
             break
         time.sleep(0.05)
-    page = browser.execute_script("return document.getElementById('run').innerText")
-    assert "stream" in seen, f"states seen: {seen}; the page: {page[:500]}"
+    page = browser.execute_script("return document.body.innerHTML")
+    logs = browser.get_log("browser")
+    assert "stream" in seen, f"states seen: {seen}; the page: {page[:3000]}; console: {logs}"
     assert "execute" in seen
     assert seen.index("stream") < seen.index("execute")
     assert seen[-1] == "model_complete"
@@ -127,6 +132,10 @@ def test_the_demo_run_is_listed_and_shown(browser: WebDriver, demo_runs: Path, s
     points = browser.find_elements(By.CSS_SELECTOR, "#chart g.turn")
     assert len(points) == 7
     assert len(browser.find_elements(By.CSS_SELECTOR, "#tools tbody tr")) == 6
+    recoveries = browser.find_elements(By.CSS_SELECTOR, "#recoveries li")
+    kinds = [r.get_attribute("data-type") for r in recoveries]
+    assert kinds.count("backoff") == 5
+    assert "fallback" in kinds
     timeline = browser.find_elements(By.CSS_SELECTOR, "#timeline li")
     assert timeline[-1].text.endswith("check → model_complete [model_finished]")
     assert f"{TIMES}5" in browser.find_element(By.ID, "diagram").text

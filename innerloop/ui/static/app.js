@@ -89,17 +89,18 @@ function select(id) {
   document.getElementById("run").hidden = false;
   document.getElementById("empty").hidden = true;
   document.getElementById("diagram").replaceChildren();
-  source = new EventSource("/api/events/" + encodeURI(id));
-  source.addEventListener("run", (e) => show(JSON.parse(e.data)));
-  source.addEventListener("end", () => { source.close(); loadRuns(); });
-  source.onerror = () => {
-    // a run not there yet (a log about to be written) is asked for again each second;
-    // any other failure is left to the EventSource, which reconnects by itself
-    fetch("/api/run/" + encodeURI(id)).then((r) => r.status === 404 ? r.json() : null).then((d) => {
-      if (!d || selected !== id) return;
-      showMissing(id, d.error);
-      setTimeout(() => { if (selected === id) select(id); }, 1000);
+  const stream = new EventSource("/api/events/" + encodeURI(id));
+  source = stream;
+  stream.addEventListener("run", (e) => show(JSON.parse(e.data)));
+  stream.addEventListener("end", () => { stream.close(); loadRuns(); });
+  stream.onerror = () => {
+    // a dropped connection is retried by the EventSource itself; a refused one (a run
+    // whose log is not there yet: 404) is asked for again each second
+    if (stream.readyState !== EventSource.CLOSED) return;
+    fetch("/api/run/" + encodeURI(id)).then((r) => (r.status === 404 ? r.json() : null)).then((d) => {
+      if (d && selected === id && source === stream) showMissing(id, d.error);
     }).catch(() => {});
+    setTimeout(() => { if (selected === id && source === stream) select(id); }, 1000);
   };
   loadRuns();
 }
@@ -132,7 +133,21 @@ function show(run) {
   refreshDiagram(run);
   drawTimeline(run.transitions);
   drawTools(run.tools);
+  drawRecoveries(run.recoveries);
   drawChart(run.turn_usage);
+}
+
+function drawRecoveries(items) {
+  const list = document.getElementById("recoveries");
+  list.replaceChildren();
+  for (const r of items) {
+    const figures = Object.entries(r)
+      .filter(([k, v]) => k !== "type" && k !== "t" && v !== null && typeof v !== "object")
+      .map(([k, v]) => `${k}=${typeof v === "number" && !Number.isInteger(v) ? v.toFixed(3) : v}`);
+    const at = r.t === undefined ? "" : r.t.toFixed(3) + " s  ";
+    list.append(el("li", { "data-type": r.type }, `${at}${r.type}: ${figures.join(", ")}`));
+  }
+  document.getElementById("recoveries-box").hidden = items.length === 0;
 }
 
 function refreshDiagram(run) {
