@@ -1,4 +1,4 @@
-"""Command line: ``innerloop run | runs | demo | diagram``.
+"""Command line: ``innerloop run | runs | demo | diagram | ui``.
 
 Exit codes (also in README.md):
 
@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
+import tempfile
 import time
 import urllib.parse
 from collections.abc import Mapping, Sequence
@@ -99,11 +101,14 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="offline demo of every recovery branch (no API key)")
     demo.add_argument("--out", type=Path, default=Path("runs/demo"), help="output directory")
     demo.add_argument("--no-live", action="store_true", help="plain lines instead of live view")
+    _add_ui_options(run)
+    _add_ui_options(demo)
 
     from innerloop.diagrams import _cli as diagram_cli
 
     _add_runs_parser(sub)
     diagram_cli.add_parser(sub)
+    _add_ui_parser(sub)
     return parser
 
 
@@ -308,8 +313,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def drive_run(run: Any, providers: Mapping[str, Any], args: argparse.Namespace) -> int:
-    """Drive a run in the terminal (live view, log, signals); its exit code."""
-    log = _open_log(args.log, {"command": args.command, "model": str(run.params.model)})
+    """Drive a run in the terminal (live view, log, signals, the web view with --ui); its
+    exit code."""
+    if getattr(args, "ui", False) and args.log is None:  # the web view tails the run's log
+        args.log = Path(tempfile.mkdtemp(prefix="innerloop-ui-")) / "run.jsonl"
+    with _serving(args, args.log):
+        log = _open_log(args.log, {"command": args.command, "model": str(run.params.model)})
+        return _drive(run, providers, args, log)
+
+
+def _drive(run: Any, providers: Mapping[str, Any], args: argparse.Namespace, log: Any) -> int:
 
     async def play(view: Any) -> None:
         try:
@@ -328,10 +341,18 @@ def drive_run(run: Any, providers: Mapping[str, Any], args: argparse.Namespace) 
     return exit_code(run.state.exit_reason)
 
 
+def _serving(args: argparse.Namespace, log: Path | None) -> Any:
+    """With ``--ui``, the live web view served while the block runs; else nothing."""
+    if not getattr(args, "ui", False):
+        return contextlib.nullcontext()
+    return _ui_cli().serving(args, log, Interrupted, UsageError)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from innerloop._demo import run_demo
 
-    state = run_demo(args.out, live=not args.no_live and sys.stdout.isatty())
+    with _serving(args, args.out / "events.jsonl"):
+        state = run_demo(args.out, live=not args.no_live and sys.stdout.isatty())
     return exit_code(state.exit_reason)
 
 
@@ -357,9 +378,71 @@ def _command(args: argparse.Namespace) -> int:
         return cmd_demo(args)
     if args.command == "runs":
         return cmd_runs(args)
+    if args.command == "ui":
+        return int(_ui_cli().run(args, Interrupted, UsageError))
     from innerloop.diagrams import _cli as diagram_cli
 
     return diagram_cli.run(args)
+
+
+# -- innerloop ui, and --ui -------------------------------------------------------------
+
+UI_HELP = """innerloop ui: the live web view of runs.
+
+    innerloop ui [--runs DIR] [--db URL] [--port N] [--host H] [--spec MODULE:ATTR] [--open]
+
+It lists the runs of a folder of JSONL event logs (default: ./runs; logs still being
+written are followed) and of a checkpoint store; for one run it shows the machine with
+the current state highlighted live, the trace with edge counts, the transitions, the tool
+calls and the tokens and cost of each turn. It listens on 127.0.0.1 unless --host says
+otherwise; Ctrl-C stops it.
+
+run --ui and demo --ui serve it during the run and print the run's URL; the server stops
+with the command, or with --ui-wait goes on serving after the run until Ctrl-C.
+"""
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535 (0: a free one), got {value}")
+    return value
+
+
+def _add_ui_parser(subparsers: Any) -> None:
+    ui = subparsers.add_parser(
+        "ui",
+        help="serve the live web view of runs (event logs, a checkpoint store)",
+        description=UI_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ui.add_argument("--runs", type=Path, metavar="DIR", help="a folder of JSONL event logs")
+    ui.add_argument("--db", metavar="URL", help="a checkpoint store (sqlite:///runs.db, ...)")
+    ui.add_argument("--port", type=_port, help="default 8321; 0 for a free one")
+    ui.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    ui.add_argument("--spec", metavar="MODULE:ATTR", help="the machine, if not the default")
+    ui.add_argument("--open", action="store_true", help="open the page in a browser")
+
+
+def _add_ui_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ui", action="store_true", help="serve the live web view of the run")
+    p.add_argument("--ui-port", type=_port, help="the web view's port (default 8321; 0: free)")
+    p.add_argument("--ui-host", default="127.0.0.1", help="the web view's address")
+    p.add_argument("--ui-wait", action="store_true", help="serve on after the run, to Ctrl-C")
+    p.add_argument("--ui-open", action="store_true", help="open the web view in a browser")
+
+
+def _ui_cli() -> Any:
+    """``innerloop.ui._cli``; a UsageError naming the extra when it is not installed."""
+    try:
+        from innerloop.ui import _cli
+    except ImportError as exc:
+        missing = (exc.name or "the ui extra").split(".")[0]
+        raise UsageError(f"the live view needs {missing}: pip install 'innerloop[ui]'") from None
+    return _cli
 
 
 # -- innerloop runs ---------------------------------------------------------------------

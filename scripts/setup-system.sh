@@ -3,6 +3,7 @@
 # graphviz provides the `dot` binary used for SVG/PNG diagrams.
 # postgresql provides the server the durable (DBOS) and checkpoint tests start on a free port.
 # bubblewrap provides `bwrap`, the sandbox of the run_shell and run_python tools.
+# chromium and chromium-driver run the live web view's browser test (headless, via Selenium).
 set -eu
 MISSING=""
 if ! command -v dot >/dev/null 2>&1; then
@@ -13,6 +14,12 @@ if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && ! command -v postg
 fi
 if ! command -v bwrap >/dev/null 2>&1; then
     MISSING="$MISSING bubblewrap"
+fi
+if ! command -v chromium >/dev/null 2>&1; then
+    MISSING="$MISSING chromium"
+fi
+if ! command -v chromedriver >/dev/null 2>&1; then
+    MISSING="$MISSING chromium-driver"
 fi
 if [ -z "$MISSING" ]; then
     exit 0

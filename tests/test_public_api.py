@@ -22,6 +22,7 @@ PACKAGES = [
     "innerloop.lowlevel",
     "innerloop.checkpoint",
     "innerloop.observe",
+    "innerloop.ui",
 ]
 
 

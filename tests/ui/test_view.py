@@ -1,0 +1,170 @@
+"""What the page shows of a run, folded from its event dicts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from innerloop.ui._view import OUTPUT_CHARS, run_detail, run_summary, split_runs
+
+USAGE = {
+    "input_tokens": 1000,
+    "output_tokens": 200,
+    "cache_read_tokens": 0,
+    "cache_creation_tokens": 0,
+    "thinking_tokens": 0,
+}
+
+
+def _response(model: str = "claude-sonnet-4-5-20250929") -> dict[str, Any]:
+    return {
+        "message": {"role": "assistant", "content": []},
+        "stop_reason": "tool_use",
+        "usage": USAGE,
+        "model": model,
+        "provider": "anthropic",
+    }
+
+
+EVENTS: list[dict[str, Any]] = [
+    {"type": "transition", "source": "idle", "target": "assemble", "guard": None, "t": 0.1},
+    {"type": "tool_use_start", "index": 1, "id": "t1", "name": "add", "t": 0.2},
+    {"type": "model_response", "response": _response(), "turn": 1, "t": 0.3},
+    {
+        "type": "transition",
+        "source": "stream",
+        "target": "execute",
+        "guard": "has_tool_calls",
+        "t": 0.35,
+    },
+    {
+        "type": "tool_executed",
+        "tool_use_id": "t1",
+        "name": "add",
+        "is_error": False,
+        "timed_out": False,
+        "duration": 0.25,
+        "output": "x" * (OUTPUT_CHARS + 5),
+        "t": 0.6,
+    },
+    {
+        "type": "backoff",
+        "attempt": 1,
+        "delay": 1.0,
+        "retry_after": None,
+        "total_wait": 1.0,
+        "seq": 9,
+    },
+]
+
+
+def test_split_runs_ends_each_run_at_finished() -> None:
+    """A log of two finished runs and one going on is three runs."""
+    a, b, c = {"type": "transition"}, {"type": "finished"}, {"type": "text_delta"}
+    assert split_runs([a, b, a, b, c]) == [[a, b], [a, b], [c]]
+    assert split_runs([]) == []
+
+
+def test_a_running_run_sums_its_turns() -> None:
+    """Without finished: running, in the last transition's target, tokens and cost summed
+    from the turns (claude-sonnet-4-5: $3 in, $15 out per million tokens)."""
+    assert run_summary(EVENTS) == {
+        "status": "running",
+        "exit_reason": None,
+        "current": "execute",
+        "turns": 1,
+        "input_tokens": 1000,
+        "output_tokens": 200,
+        "cost_usd": 0.006,
+        "events": 6,
+    }
+
+
+def test_a_run_not_started_is_in_the_initial_state() -> None:
+    """No transition yet: the machine's initial state, nothing spent."""
+    assert run_summary([], "idle")["current"] == "idle"
+    assert run_summary([], "idle")["cost_usd"] == 0
+
+
+def test_a_finished_run_reads_its_finished_event() -> None:
+    """The finished event's figures win (its turns count every turn, failed calls too)."""
+    end = {
+        "type": "finished",
+        "exit_reason": "model_complete",
+        "final_state": "model_complete",
+        "turns": 3,
+        "usage": USAGE,
+        "cost_usd": 0.5,
+    }
+    summary = run_summary([*EVENTS, end])
+    assert summary == {
+        "status": "finished",
+        "exit_reason": "model_complete",
+        "current": "model_complete",
+        "turns": 3,
+        "input_tokens": 1000,
+        "output_tokens": 200,
+        "cost_usd": 0.5,
+        "events": 7,
+    }
+
+
+def test_a_model_without_a_price_has_an_unknown_cost() -> None:
+    """Unknown, not zero: the page shows a dash."""
+    events = [{"type": "model_response", "response": _response("my-own-model"), "turn": 1}]
+    assert run_detail(events)["turn_usage"][0]["cost_usd"] is None
+    assert run_summary(events)["cost_usd"] is None
+
+
+def test_detail_lists_transitions_tools_turns_and_recoveries() -> None:
+    """Each with its time; a tool's output cut to OUTPUT_CHARS; seq dropped."""
+    detail = run_detail(EVENTS)
+    assert detail["transitions"] == [
+        {"t": 0.1, "source": "idle", "target": "assemble", "guard": None},
+        {"t": 0.35, "source": "stream", "target": "execute", "guard": "has_tool_calls"},
+    ]
+    assert detail["tools"] == [
+        {
+            "id": "t1",
+            "name": "add",
+            "started": 0.2,
+            "t": 0.6,
+            "duration": 0.25,
+            "outcome": "ok",
+            "output": "x" * OUTPUT_CHARS + "…",
+        }
+    ]
+    assert detail["turn_usage"] == [
+        {
+            "turn": 1,
+            "t": 0.3,
+            "model": "claude-sonnet-4-5-20250929",
+            "input_tokens": 1000,
+            "output_tokens": 200,
+            "cache_read_tokens": 0,
+            "cost_usd": 0.006,
+            "stop_reason": "tool_use",
+        }
+    ]
+    assert detail["recoveries"] == [
+        {"type": "backoff", "attempt": 1, "delay": 1.0, "retry_after": None, "total_wait": 1.0}
+    ]
+
+
+def test_a_tool_timeout_and_a_tool_error_are_told_apart() -> None:
+    """A timed-out call is also an error; the page says which."""
+    base = {"type": "tool_executed", "name": "x", "duration": 1.0, "output": ""}
+    events = [
+        {**base, "tool_use_id": "a", "is_error": True, "timed_out": True},
+        {**base, "tool_use_id": "b", "is_error": True, "timed_out": False},
+    ]
+    assert [t["outcome"] for t in run_detail(events)["tools"]] == ["timeout", "error"]
+
+
+def test_a_usage_of_another_shape_counts_what_it_can() -> None:
+    """Unknown fields (a later schema) are skipped, non-numbers count 0: no crash."""
+    response = {**_response(), "usage": {"input_tokens": 7, "output_tokens": "x", "future": 1}}
+    events = [{"type": "model_response", "response": response, "turn": 1}]
+    (turn,) = run_detail(events)["turn_usage"]
+    assert (turn["input_tokens"], turn["output_tokens"]) == (7, 0)
+    odd = [{"type": "model_response", "response": "not an object", "turn": 1}]
+    assert run_detail(odd)["turn_usage"][0]["input_tokens"] == 0
