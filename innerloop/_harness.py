@@ -68,12 +68,12 @@ class _SyncLoop:
         self.runner: asyncio.Runner | None = None  # the shared loop, once made
         self.lock = threading.Lock()  # the shared loop runs one sync run at a time
 
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+    def run(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """Run the coroutine ``make()`` returns (made once the loop is sure to be free)."""
         if not self.shared:
             with _runner() as runner:
-                return runner.run(coro)
+                return runner.run(make())
         if not self.lock.acquire(blocking=False):
-            coro.close()
             raise RuntimeError(
                 "this Harness is in run_sync in another thread, and inside `with harness:` "
                 "its sync runs share one event loop, one run at a time; give each thread a "
@@ -83,7 +83,7 @@ class _SyncLoop:
         try:
             if self.runner is None:
                 self.runner = _runner()
-            return self.runner.run(coro)
+            return self.runner.run(make())
         finally:
             self.lock.release()
 
@@ -376,15 +376,15 @@ class Harness:
         inside ``with harness:``, one for the block). ``on_event`` sees each event. It
         raises inside a running event loop: there, ``await harness.run(...)``."""
         _outside_a_loop("run_sync")
-        run = self.start(prompt, **kwargs)  # type: ignore[arg-type]
 
         async def drive() -> HarnessState:
+            run = self.start(prompt, **kwargs)  # type: ignore[arg-type]
             async for event in run.events():
                 if on_event is not None:
                     on_event(event)
             return run.state
 
-        return self._sync.run(drive())
+        return self._sync.run(drive)
 
     def close(self) -> None:
         """End the ``with`` block's shared event loop, if one was made: the SDK clients the
