@@ -491,7 +491,7 @@ class HTTPProvider:
                 deadline,
             )
         if loop is not self._loop:
-            self._adopt(loop)
+            await self._adopt(loop)
         manager = self._send(request.payload)
         try:
             response = await manager.__aenter__()
@@ -523,16 +523,20 @@ class HTTPProvider:
             ErrorCategory.TRANSIENT, "the stream ended without a final message", provider=self.name
         )
 
-    def _adopt(self, loop: asyncio.AbstractEventLoop) -> None:
+    async def _adopt(self, loop: asyncio.AbstractEventLoop) -> None:
         """Move to ``loop``. The SDK client's pool belongs to the old loop (each
         ``asyncio.run`` is a loop of its own): its connections cannot carry this loop's
-        requests, so a client the provider built is built afresh. When ``loop`` ends, by
-        that loop, a client whose pool the provider built is closed, and any other
-        client's pooled connections are closed (they belong to the ending loop) while the
-        client stays open for its owner (a user's client or transport is the user's to
-        close)."""
-        if self._loop is not None and self._rebuild is not None:
-            self.client = self._rebuild()
+        requests, so a client the provider built is built afresh, and any other client's
+        pooled connections are dropped (the old loop may still be open: a ``with
+        harness:`` block's, between its runs). When ``loop`` ends, by that loop, a client
+        whose pool the provider built is closed, and any other client's connections are
+        dropped again while the client stays open for its owner (a user's client or
+        transport is the user's to close)."""
+        if self._loop is not None:
+            if self._rebuild is not None:
+                self.client = self._rebuild()
+            elif not self._owns_pool:
+                await self._drop_connections()
         self._loop = loop
         self._loop_end = close_at_loop_end(
             self.client.close if self._owns_pool else self._drop_connections

@@ -218,6 +218,23 @@ class TestPrebuiltClients:
             _use_after_close(client, provider, r.model)
             assert client_sockets(server.port) == 0
 
+    @pytest.mark.parametrize("route", ["anthropic", "responses", "bedrock"])
+    def test_a_run_on_its_own_loop_inside_the_block(self, route: str) -> None:
+        """Inside ``with``, a ``Run`` driven on a loop of its own (``run.run_sync()``, as
+        after ``resume``) does not reuse the block loop's connections, and the block's
+        next run does not reuse its: every run completes on its first request."""
+        r = ROUTES[route]
+        script = [reply(f"answer {i}") for i in range(3)]
+        with no_resource_warning(), r.server(script) as server:
+            client = r.client(server)
+            with Harness(HarnessParams(model=r.model), [r.provider(client)]) as harness:
+                assert harness.run_sync("question 0").history == _expected(0)
+                assert harness.start("question 1").run_sync().history == _expected(1)
+                assert harness.run_sync("question 2").history == _expected(2)
+            assert len(server.requests) == 3
+            assert client_sockets(server.port) == 0
+            asyncio.run(client.close())
+
 
 def _built(server: LoopbackServer) -> AnthropicProvider:
     """A provider that builds its own SDK client (and so closes it)."""
