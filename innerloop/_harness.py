@@ -124,20 +124,13 @@ def _runner() -> asyncio.Runner:
     return asyncio.Runner(loop_factory=asyncio.new_event_loop)
 
 
-def _outside_a_loop(call: str) -> None:
-    """Raise when an event loop runs in this thread: a sync facade would block it."""
+def _outside_a_loop(call: str, fix: str) -> None:
+    """Raise when an event loop runs in this thread: a sync call would block it."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         return
-    raise RuntimeError(
-        f"Harness.{call} was called inside a running event loop, which it would block; "
-        f"in async code use `await harness.{call.removesuffix('_sync')}(...)` instead"
-        if call != "close"
-        else "Harness.close() was called inside a running event loop, which it would "
-        "block while its own loop closes; call it outside, or `await "
-        "asyncio.to_thread(harness.close)`"
-    )
+    raise RuntimeError(f"Harness.{call} was called inside a running event loop, {fix}")
 
 
 class Harness:
@@ -375,7 +368,9 @@ class Harness:
         """The sync facade: drives the async run on a private event loop (one per call;
         inside ``with harness:``, one for the block). ``on_event`` sees each event. It
         raises inside a running event loop: there, ``await harness.run(...)``."""
-        _outside_a_loop("run_sync")
+        _outside_a_loop(
+            "run_sync", "which it would block; in async code use `await harness.run(...)` instead"
+        )
 
         async def drive() -> HarnessState:
             run = self.start(prompt, **kwargs)  # type: ignore[arg-type]
@@ -392,7 +387,11 @@ class Harness:
         ``client=`` stays open, for its owner). Idempotent; later ``run_sync`` calls get
         a loop each again."""
         if self._sync.runner is not None:
-            _outside_a_loop("close")
+            _outside_a_loop(
+                "close()",
+                "which it would block while its own loop closes; call it outside, or "
+                "`await asyncio.to_thread(harness.close)`",
+            )
         self._sync.close()
 
     def __enter__(self) -> Self:

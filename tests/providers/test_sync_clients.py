@@ -316,7 +316,12 @@ class TestMisuse:
             async def go() -> None:
                 harness.close()
 
-            with pytest.raises(RuntimeError, match=re.escape("asyncio.to_thread(harness.close)")):
+            message = (
+                "Harness.close() was called inside a running event loop, which it would "
+                "block while its own loop closes; call it outside, or `await "
+                "asyncio.to_thread(harness.close)`"
+            )
+            with pytest.raises(RuntimeError, match=re.escape(message)):
                 asyncio.run(go())
             harness.close()
             assert client_sockets(server.port) == 0
