@@ -546,7 +546,9 @@ class HTTPProvider:
         """Close the connections pooled in the SDK client's ``httpx2`` transports (its own
         pool, and mounted proxies) and leave the client open: the pool opens new ones on
         the client's next event loop. Other transports are left alone (an
-        ``AsyncioTransport`` drops its own connections at the loop's end)."""
+        ``AsyncioTransport`` drops its own connections at the loop's end). Neither SDK
+        exposes its pool, so this reads their private attributes; tests/providers/
+        test_sync_clients.py fails when they move."""
         http = getattr(self.client, "_client", None)  # the SDK's httpx2.AsyncClient
         if not isinstance(http, httpx2.AsyncClient):
             return
