@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import warnings
+import weakref
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, Self, TypeVar
 
 from innerloop._errors import ResumeError
 from innerloop._events import Event
@@ -39,11 +44,93 @@ from innerloop.tools._runner import ToolExecutor, ToolRunner
 
 __all__ = ["Harness"]
 
+T = TypeVar("T")
+
 
 def _provider_map(providers: Mapping[str, Provider] | Iterable[Provider]) -> dict[str, Provider]:
     if isinstance(providers, Mapping):
         return dict(providers)
     return {p.name: p for p in providers}
+
+
+class _SyncLoop:
+    """The event loops of a harness's sync facade. Outside a ``with`` block each
+    ``run_sync`` gets a loop of its own, closed when it returns (as ``asyncio.run``);
+    inside, the calls share one loop, made at the first and closed at the block's end, so
+    the connections a run opened carry the next run's requests. Closing a loop runs what
+    the providers left to do at its end: close the SDK clients they built, drop the
+    pooled connections of a client given to them (which stays open)."""
+
+    __slots__ = ("lock", "runner", "shared")
+
+    def __init__(self) -> None:
+        self.shared = False  # inside a with block
+        self.runner: asyncio.Runner | None = None  # the shared loop, once made
+        self.lock = threading.Lock()  # the shared loop runs one sync run at a time
+
+    def run(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """Run the coroutine ``make()`` returns (made once the loop is sure to be free)."""
+        if not self.shared:
+            with _runner() as runner:
+                return runner.run(make())
+        if not self.lock.acquire(blocking=False):
+            raise RuntimeError(
+                "this Harness is in run_sync in another thread, and inside `with harness:` "
+                "its sync runs share one event loop, one run at a time; give each thread a "
+                "Harness of its own, or run them concurrently on one loop with "
+                "asyncio.gather(harness.run(...), ...)"
+            )
+        try:
+            if self.runner is None:
+                self.runner = _runner()
+            return self.runner.run(make())
+        finally:
+            self.lock.release()
+
+    def open(self) -> None:
+        if self.shared:
+            raise RuntimeError(
+                "this Harness is already open (inside a `with harness:` block); use the "
+                "outer block's harness, or build a second Harness"
+            )
+        self.shared = True
+
+    def close(self) -> None:
+        with self.lock:
+            self.shared = False
+            runner, self.runner = self.runner, None
+            if runner is not None:
+                runner.close()  # cancels the loop-end tasks: they close the connections
+
+    def abandoned(self) -> None:
+        """The harness was collected (or the interpreter exits) inside its ``with``
+        block, its shared loop still open: close the loop now, then say so, as an unclosed
+        file does."""
+        if self.runner is None:
+            return
+        with contextlib.suppress(RuntimeError):  # collected inside a running loop
+            self.close()
+        warnings.warn(
+            "a Harness was never closed: the event loop its run_sync calls shared (and the "
+            "connections open on it) was closed by the garbage collector; leave the "
+            "`with harness:` block, or call harness.close(), when done",
+            ResourceWarning,
+            stacklevel=2,
+        )
+
+
+def _runner() -> asyncio.Runner:
+    """A runner on a new loop, which is not made the thread's current loop."""
+    return asyncio.Runner(loop_factory=asyncio.new_event_loop)
+
+
+def _outside_a_loop(call: str, fix: str) -> None:
+    """Raise when an event loop runs in this thread: a sync call would block it."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise RuntimeError(f"Harness.{call} was called inside a running event loop, {fix}")
 
 
 class Harness:
@@ -57,6 +144,11 @@ class Harness:
     open_checkpointer`), every run gets an id and is checkpointed at the transitions
     ``checkpoint_every`` picks; :meth:`resume`, :meth:`fork` and :meth:`runs` read the
     store. Without one, :meth:`resume` takes a suspended run (or its state) in memory.
+
+    :meth:`run_sync` drives each run on a private event loop of its own; inside
+    ``with harness:`` (or ``with Harness(...) as harness:``) its calls share one, closed at
+    the block's end (or by :meth:`close`). Async runs (:meth:`run`, :meth:`start`) use the
+    caller's loop.
     """
 
     def __init__(
@@ -99,6 +191,8 @@ class Harness:
         self.checkpoint_every: CheckpointEvery = checkpoint_every
         self.gates = gates if gates is not None else shared_gates()
         """The rate-limit gates (process-wide by default: runs share what a 429 taught)."""
+        self._sync = _SyncLoop()
+        self._abandoned = weakref.finalize(self, self._sync.abandoned)
 
     def start(
         self,
@@ -271,13 +365,44 @@ class Harness:
         on_event: Callable[[Event], None] | None = None,
         **kwargs: object,
     ) -> HarnessState:
-        """The sync facade: drives the async run on a private event loop."""
-        run = self.start(prompt, **kwargs)  # type: ignore[arg-type]
+        """The sync facade: drives the async run on a private event loop (one per call;
+        inside ``with harness:``, one for the block). ``on_event`` sees each event. It
+        raises inside a running event loop: there, ``await harness.run(...)``."""
+        _outside_a_loop(
+            "run_sync", "which it would block; in async code use `await harness.run(...)` instead"
+        )
 
         async def drive() -> HarnessState:
+            run = self.start(prompt, **kwargs)  # type: ignore[arg-type]
             async for event in run.events():
                 if on_event is not None:
                     on_event(event)
             return run.state
 
-        return asyncio.run(drive())
+        return self._sync.run(drive)
+
+    def close(self) -> None:
+        """End the ``with`` block's shared event loop, if one was made: the SDK clients the
+        providers built are closed, the connections opened on it too (a client given as
+        ``client=`` stays open, for its owner). Idempotent; later ``run_sync`` calls get
+        a loop each again."""
+        if self._sync.runner is not None:
+            _outside_a_loop(
+                "close()",
+                "which it would block while its own loop closes; call it outside, or "
+                "`await asyncio.to_thread(harness.close)`",
+            )
+        self._sync.close()
+
+    def __enter__(self) -> Self:
+        """Share one event loop between the ``run_sync`` calls of the block."""
+        self._sync.open()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

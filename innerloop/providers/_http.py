@@ -491,7 +491,7 @@ class HTTPProvider:
                 deadline,
             )
         if loop is not self._loop:
-            self._adopt(loop)
+            await self._adopt(loop)
         manager = self._send(request.payload)
         try:
             response = await manager.__aenter__()
@@ -523,17 +523,39 @@ class HTTPProvider:
             ErrorCategory.TRANSIENT, "the stream ended without a final message", provider=self.name
         )
 
-    def _adopt(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Move to ``loop``. The SDK client's pool belongs to the old loop (``run_sync``
-        runs each call on a loop of its own): its connections cannot carry this loop's
-        requests, so a client the provider built is built afresh. A client whose pool the
-        provider built is closed when its loop ends, by that loop (a user's client or
+    async def _adopt(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Move to ``loop``. The SDK client's pool belongs to the old loop (each
+        ``asyncio.run`` is a loop of its own): its connections cannot carry this loop's
+        requests, so a client the provider built is built afresh, and any other client's
+        pooled connections are dropped (the old loop may still be open: a ``with
+        harness:`` block's, between its runs). When ``loop`` ends, by that loop, a client
+        whose pool the provider built is closed, and any other client's connections are
+        dropped again while the client stays open for its owner (a user's client or
         transport is the user's to close)."""
-        if self._loop is not None and self._rebuild is not None:
-            self.client = self._rebuild()
+        if self._loop is not None:
+            if self._rebuild is not None:
+                self.client = self._rebuild()
+            elif not self._owns_pool:
+                await self._drop_connections()
         self._loop = loop
-        if self._owns_pool:
-            self._loop_end = close_at_loop_end(self.client.close)
+        self._loop_end = close_at_loop_end(
+            self.client.close if self._owns_pool else self._drop_connections
+        )
+
+    async def _drop_connections(self) -> None:
+        """Close the connections pooled in the SDK client's ``httpx2`` transports (its own
+        pool, and mounted proxies) and leave the client open: the pool opens new ones on
+        the client's next event loop. Other transports are left alone (an
+        ``AsyncioTransport`` drops its own connections at the loop's end). Neither SDK
+        exposes its pool, so this reads their private attributes; tests/providers/
+        test_sync_clients.py fails when they move."""
+        http = getattr(self.client, "_client", None)  # the SDK's httpx2.AsyncClient
+        if not isinstance(http, httpx2.AsyncClient):
+            return
+        mounts: dict[Any, Any] = getattr(http, "_mounts", {})
+        for transport in (getattr(http, "_transport", None), *mounts.values()):
+            if isinstance(transport, httpx2.AsyncHTTPTransport):
+                await transport.aclose()  # closes the pool's connections, not the pool
 
     async def aclose(self) -> None:
         watcher, self._loop_end = self._loop_end, None
