@@ -361,16 +361,20 @@ class Run:
         return asyncio.run(self.run())
 
     def iter_sync(self) -> Iterator[Event]:
-        """The events, for hosts without an event loop (runs a private loop)."""
-        loop = asyncio.new_event_loop()
+        """The events, for hosts without an event loop (runs a private loop, closed as
+        ``asyncio.run`` closes its own: leftover tasks cancelled, so the providers' clean-up
+        at the loop's end runs)."""
         agen: AsyncGenerator[Event, None] = self.events()
-        try:
-            while True:
-                try:
-                    yield loop.run_until_complete(agen.__anext__())
-                except StopAsyncIteration:
-                    return
-        finally:
-            loop.run_until_complete(agen.aclose())
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
+
+        async def step() -> Event:
+            return await agen.__anext__()
+
+        with asyncio.Runner() as runner:
+            try:
+                while True:
+                    try:
+                        yield runner.run(step())
+                    except StopAsyncIteration:
+                        return
+            finally:
+                runner.run(agen.aclose())

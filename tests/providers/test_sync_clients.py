@@ -284,6 +284,18 @@ class TestBuiltClients:
             assert harness.run_sync("question 1").history == _expected(1)
             assert client_sockets(s.port) == 0
 
+    def test_iter_sync_closes_the_client_its_loop_used(self) -> None:
+        """``Run.iter_sync`` ends its private loop as ``asyncio.run`` does: the provider's
+        clean-up at the loop's end runs, so no socket or pending task is left behind."""
+        with no_resource_warning(), AnthropicServer([reply("answer 0")]) as s:
+            provider = _built(s)
+            run = Harness(PARAMS, [provider]).start("question 0")
+            events = list(run.iter_sync())
+            assert events[-1].type == "finished"
+            assert run.state.history == _expected(0)
+            assert provider.client.is_closed()
+            assert client_sockets(s.port) == 0
+
 
 class TestMisuse:
     """What ``run_sync`` and ``close`` refuse, each with the fix."""
