@@ -32,8 +32,8 @@ function svg(tag, attrs) {
 function cost(usd) {
   if (usd === null || usd === undefined) return "–";
   if (usd === 0) return "$0";
-  if (usd < 0.001) return "$" + usd.toExponential(1);
-  return usd < 0.01 ? "$" + usd.toFixed(5) : "$" + usd.toFixed(3);
+  // the terminal's form (six decimals) for small sums, cents for large ones
+  return usd < 1 ? "$" + usd.toFixed(6) : "$" + usd.toFixed(2);
 }
 
 function seconds(s) {
