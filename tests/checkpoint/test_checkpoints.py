@@ -241,6 +241,114 @@ class TestResume:
         second.checkpointer.close()
 
 
+class TestGroupCommit:
+    def test_committed_before_every_external_effect(self, db_url: str, make_harness: Any) -> None:
+        """With group commit, a reader on another connection sees, when a model request
+        is sent, every checkpoint up to the call's, and when a tool runs, up to the
+        ``execute`` one that names its call; the effect-free steps between are committed
+        with the next barrier, and the run's 19 checkpoints are all stored."""
+        reader = open_checkpointer(db_url)
+        seen: list[tuple[str, int, str]] = []
+
+        def committed(what: str) -> None:
+            (info,) = [r for r in reader.runs() if r.run_id == "g"]
+            seen.append((what, info.checkpoints, info.state))
+
+        ran: list[str] = []
+        script = iter(two_turns())
+
+        def model(request: Any) -> Any:
+            committed("model")
+            return next(script)
+
+        async def echo(args: Any, ctx: ToolContext) -> ToolOutput:
+            committed("tool")
+            ran.append(args["x"])
+            return ToolOutput("echo:" + args["x"])
+
+        tools = HarnessParams(model="scripted:m", tools=[ToolSpec("echo", "Echo x", OBJ, echo)])
+        harness = make_harness(tools, [FakeProvider(model)], checkpointer=db_url)
+        run = harness.start("go", run_id="g")
+        assert run.on_step is not None
+        hook = run.on_step
+        commits: list[tuple[str, int]] = []
+
+        def step(run: Any, transition: Any) -> None:
+            hook(run, transition)
+            if hook.pending == 0:
+                commits.append((transition.target, hook.seq))
+
+        run.on_step = step
+        run.run_sync()
+        assert seen == [
+            ("model", 4, "call"),
+            ("tool", 6, "execute"),
+            ("model", 10, "call"),
+            ("tool", 12, "execute"),
+            ("model", 16, "call"),
+        ]
+        assert commits == [
+            ("call", 4),
+            ("execute", 6),
+            ("call", 10),
+            ("execute", 12),
+            ("call", 16),
+            ("model_complete", 19),
+        ]
+        assert [i.seq for i in reader.checkpoints("g")] == list(range(1, 20))
+        assert ran == ["a", "b"]
+        reader.close()
+        harness.checkpointer.close()
+
+    def test_each_commits_every_checkpoint_at_once(
+        self, store: Checkpointer, make_harness: Any
+    ) -> None:
+        """``checkpoint_commit="each"``: nothing waits; every step's checkpoint is
+        committed before the next handler runs."""
+        harness = make_harness(
+            params([]),
+            ScriptedProvider(two_turns()),
+            checkpointer=store,
+            checkpoint_commit="each",
+        )
+        run = harness.start("go")
+        assert run.on_step is not None
+        hook = run.on_step
+        waiting: list[int] = []
+
+        def step(run: Any, transition: Any) -> None:
+            hook(run, transition)
+            waiting.append(hook.pending)
+
+        run.on_step = step
+        run.run_sync()
+        assert waiting == [0] * 18
+        assert len(store.checkpoints(run.run_id)) == 19
+
+    def test_a_failed_commit_fails_the_run(self, store: Checkpointer, make_harness: Any) -> None:
+        """Another writer took checkpoint 2 while the run's first group waited: the
+        group's commit at the model call is refused whole, the run raises the store's
+        error before the model is asked, and the other writer's row stays."""
+        calls: list[Any] = []
+
+        def model(request: Any) -> Any:
+            calls.append(request)
+            return reply("done")
+
+        harness = make_harness(params([]), [FakeProvider(model)], checkpointer=store)
+        run = harness.start("go", run_id="r")
+        other = CheckpointWriter(store, "r", seq=1, segment=run.state.history)
+        other.save(run.state, "idle")
+        with pytest.raises(CheckpointError, match=r"^checkpoint 2 of run 'r' is already in "):
+            run.run_sync()
+        assert calls == []
+        assert [(i.seq, i.state) for i in store.checkpoints("r")] == [(1, "idle"), (2, "idle")]
+
+    def test_unknown_commit_mode(self, store: Checkpointer) -> None:
+        with pytest.raises(ValueError, match=r"^commit='later': use 'barrier'"):
+            CheckpointWriter(store, "r", commit="later")  # type: ignore[arg-type]
+
+
 class TestFork:
     def test_fork_from_an_earlier_checkpoint(self, store: Checkpointer, make_harness: Any) -> None:
         """A fork starts from checkpoint `at` with an edit; the parent is left intact and
