@@ -58,7 +58,14 @@ _NAMES = tuple(_COLUMNS.split(", "))[1:]
 
 class PostgresCheckpointer(SQLStore):
     """Checkpoints in the PostgreSQL database at ``url`` (``postgresql://user@host/db``).
-    The tables are created (or migrated) on first use."""
+    The tables are created (or migrated) on first use.
+
+    A run's commits are made in a worker thread (``commit_off_loop``): the run waits for
+    each, as it must, but the event loop serves the other runs during the round trip. A
+    SQLite commit is local and about as quick as the hop to a thread, so that store
+    commits on the loop."""
+
+    commit_off_loop = True
 
     def __init__(self, url: str, *, connect_timeout: float = 10.0) -> None:
         try:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import itertools
 import json
 import operator
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -54,8 +56,9 @@ before, so reading any checkpoint reads at most this many rows."""
 _ATOMS = (str, int, float, bool, type(None))
 
 
-def _dumps(data: Any) -> str:
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+"""Compact JSON text (one encoder for every checkpoint: ``json.dumps`` with options builds
+a new one per call)."""
 
 
 def _fields() -> tuple[attrs.Attribute[Any], ...]:
@@ -66,6 +69,7 @@ def _fields() -> tuple[attrs.Attribute[Any], ...]:
 _FIELDS = _fields()
 _NAMES = tuple(f.name for f in _FIELDS)
 _TYPES = tuple(f.type for f in _FIELDS)
+_INDEXES = range(len(_NAMES))
 _VALUES = operator.attrgetter(*_NAMES)
 """The state's fields but its history, read in one call (a tuple)."""
 
@@ -108,9 +112,11 @@ class _StateCodec:
             return _dumps({"full": full}), True
         delta: dict[str, dict[str, Any]] = {}
         seen: list[Any] | None = None
-        for i, value in enumerate(now):
-            old = before[i]
-            if value is old or (type(value) is type(old) and value == old):
+        # the fields that are not the same object as last time (the C loop of compress
+        # and map skips the rest): what changed, and the mutable values (their copies)
+        for i in itertools.compress(_INDEXES, map(operator.is_not, now, before)):
+            value, old = now[i], before[i]
+            if type(value) is type(old) and value == old:
                 continue
             if seen is None:
                 seen = list(before)
@@ -206,6 +212,7 @@ class CheckpointWriter:
         seq: int = 0,
         segment_start: int = 0,
         segment: Sequence[Message] = (),
+        off_loop: bool | None = None,
     ) -> None:
         if commit not in ("barrier", "each"):
             raise ValueError(f"commit={commit!r}: use 'barrier' (group commit) or 'each'")
@@ -213,6 +220,11 @@ class CheckpointWriter:
         self.run_id = run_id
         self.every = every
         self.commit = commit
+        self.off_loop: bool = (
+            getattr(store, "commit_off_loop", False) if off_loop is None else off_loop
+        )
+        """Commit in a worker thread, the event loop free meanwhile (the driver awaits
+        the commit before the next handler); by default the store's choice."""
         self.turn_state = turn_state
         self.seq = seq
         self._start = segment_start
@@ -224,7 +236,7 @@ class CheckpointWriter:
         self._committed = self._mark()
         self._barrier: dict[str, bool] = {}
 
-    def __call__(self, run: Run, transition: TransitionSpec) -> None:
+    def __call__(self, run: Run, transition: TransitionSpec) -> Awaitable[None] | None:
         target = transition.target
         final = target in run.machine.finals
         if (
@@ -234,7 +246,10 @@ class CheckpointWriter:
         ):
             self._stage(run.state, target, transition.source, transition.guard)
         if self._pending and (final or self._is_barrier(run, target)):
+            if self.off_loop:
+                return asyncio.to_thread(self.flush)
             self.flush()
+        return None
 
     def _is_barrier(self, run: Run, state: str) -> bool:
         barrier = self._barrier.get(state)

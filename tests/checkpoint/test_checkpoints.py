@@ -273,10 +273,16 @@ class TestGroupCommit:
         hook = run.on_step
         commits: list[tuple[str, int]] = []
 
-        def step(run: Any, transition: Any) -> None:
-            hook(run, transition)
-            if hook.pending == 0:
-                commits.append((transition.target, hook.seq))
+        def step(run: Any, transition: Any) -> Any:
+            after = hook(run, transition)
+
+            async def then() -> None:
+                if after is not None:
+                    await after  # the commit, when the store commits off the loop
+                if hook.pending == 0:
+                    commits.append((transition.target, hook.seq))
+
+            return then()
 
         run.on_step = step
         run.run_sync()
@@ -316,9 +322,15 @@ class TestGroupCommit:
         hook = run.on_step
         waiting: list[int] = []
 
-        def step(run: Any, transition: Any) -> None:
-            hook(run, transition)
-            waiting.append(hook.pending)
+        def step(run: Any, transition: Any) -> Any:
+            after = hook(run, transition)
+
+            async def then() -> None:
+                if after is not None:
+                    await after
+                waiting.append(hook.pending)
+
+            return then()
 
         run.on_step = step
         run.run_sync()
