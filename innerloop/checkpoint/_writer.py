@@ -8,7 +8,9 @@ import itertools
 import json
 import operator
 import time
-from collections.abc import Awaitable, Sequence
+import types
+import typing
+from collections.abc import Awaitable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -61,16 +63,31 @@ _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 a new one per call)."""
 
 
+def _holds_container(kind: Any) -> bool:
+    """Is a value of type ``kind`` possibly a list or a dict (changed in place)?"""
+    origin = typing.get_origin(kind)
+    if origin in (list, dict):
+        return True
+    return origin in (typing.Union, types.UnionType) and any(
+        _holds_container(arg) for arg in typing.get_args(kind)
+    )
+
+
 def _fields() -> tuple[attrs.Attribute[Any], ...]:
+    """The state's fields but its history: those holding immutable values first, then
+    those holding lists or dicts."""
     attrs.resolve_types(HarnessState)
-    return tuple(f for f in attrs.fields(HarnessState) if f.name != "history")
+    fields = [f for f in attrs.fields(HarnessState) if f.name != "history"]
+    return tuple(sorted(fields, key=lambda f: _holds_container(f.type)))
 
 
 _FIELDS = _fields()
 _NAMES = tuple(f.name for f in _FIELDS)
 _TYPES = tuple(f.type for f in _FIELDS)
-_INDEXES = range(len(_NAMES))
+_FIXED = range(sum(not _holds_container(t) for t in _TYPES))
+_MUTABLE = range(len(_FIXED), len(_NAMES))
 _VALUES = operator.attrgetter(*_NAMES)
+"""The fields read in one call, as a tuple."""
 """The state's fields but its history, read in one call (a tuple)."""
 
 
@@ -112,9 +129,14 @@ class _StateCodec:
             return _dumps({"full": full}), True
         delta: dict[str, dict[str, Any]] = {}
         seen: list[Any] | None = None
-        # the fields that are not the same object as last time (the C loop of compress
-        # and map skips the rest): what changed, and the mutable values (their copies)
-        for i in itertools.compress(_INDEXES, map(operator.is_not, now, before)):
+        # C loops pick the candidates: the immutable values that are not the same object
+        # as last time, and the lists and dicts unequal to their copies
+        changed: Iterable[int] = itertools.compress(_FIXED, map(operator.is_not, now, before))
+        k = len(_FIXED)
+        if now[k:] != before[k:]:
+            grown = itertools.compress(_MUTABLE, map(operator.ne, now[k:], before[k:]))
+            changed = itertools.chain(changed, grown)
+        for i in changed:
             value, old = now[i], before[i]
             if type(value) is type(old) and value == old:
                 continue
