@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -355,6 +357,52 @@ class TestGroupCommit:
             run.run_sync()
         assert calls == []
         assert [(i.seq, i.state) for i in store.checkpoints("r")] == [(1, "idle"), (2, "idle")]
+
+    @pytest.mark.parametrize("off_loop", [True, False])
+    def test_a_commit_off_the_loop_leaves_it_free(
+        self, tmp_path: Path, make_harness: Any, off_loop: bool
+    ) -> None:
+        """A store that commits in a worker thread (PostgreSQL's choice) leaves the event
+        loop to other tasks during each commit; one that commits on the loop (SQLite's)
+        holds it for as long. Each commit here takes 0.3 s (a slow round trip)."""
+
+        class SlowStore(SQLiteCheckpointer):
+            commit_off_loop = off_loop
+
+            def write(self, checkpoints: Any) -> None:
+                time.sleep(0.3)
+                super().write(checkpoints)
+
+        store = SlowStore(tmp_path / "runs.db")
+        harness = make_harness(params([]), ScriptedProvider([reply("done")]), checkpointer=store)
+        run = harness.start("go")
+        gaps: list[float] = []
+
+        async def main() -> None:
+            done = False
+
+            async def tick() -> None:
+                last = time.monotonic()
+                while not done:
+                    await asyncio.sleep(0.01)
+                    now = time.monotonic()
+                    gaps.append(now - last)
+                    last = now
+
+            ticker = asyncio.create_task(tick())
+            await asyncio.sleep(0.05)
+            await run.run()
+            done = True
+            await ticker
+
+        asyncio.run(main())
+        assert run.state.exit_reason == "model_complete"
+        assert len(store.checkpoints(run.run_id)) == 7
+        if off_loop:
+            assert max(gaps) < 0.25, max(gaps)
+        else:
+            assert max(gaps) >= 0.3, max(gaps)
+        store.close()
 
     def test_unknown_commit_mode(self, store: Checkpointer) -> None:
         with pytest.raises(ValueError, match=r"^commit='later': use 'barrier'"):
