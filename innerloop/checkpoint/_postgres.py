@@ -49,7 +49,8 @@ _WRITE = (
 )
 """Every message and checkpoint of a group in one statement: one round trip, atomic by
 itself (a statement in autocommit mode is its own transaction), and the same text every
-time, so psycopg prepares it once per connection (after its fifth use). The rows travel
+time, prepared on a connection's first write (psycopg would wait for the fifth, and a
+short run makes only a few: one per barrier). The rows travel
 as two JSON texts (``json.dumps`` in C): psycopg's text-array dumper escapes each
 element with a regular expression in Python, which cost more than the round trip."""
 
@@ -101,7 +102,7 @@ class PostgresCheckpointer(SQLStore):
         params = {"run": first.run_id, "messages": _dumps(messages), "checkpoints": _dumps(rows)}
         try:
             with self._lock, self._conn.cursor() as cur:
-                cur.execute(_WRITE, params)
+                cur.execute(_WRITE, params, prepare=True)
         except Exception as exc:
             self._write_failed(exc, first)
             raise
