@@ -88,7 +88,6 @@ _FIXED = range(sum(not _holds_container(t) for t in _TYPES))
 _MUTABLE = range(len(_FIXED), len(_NAMES))
 _VALUES = operator.attrgetter(*_NAMES)
 """The fields read in one call, as a tuple."""
-"""The state's fields but its history, read in one call (a tuple)."""
 
 
 def _snapshot(value: Any) -> Any:
