@@ -12,6 +12,10 @@ model, a tool that returns at once), checkpointed at every transition.
   ``SqliteSaver`` and ``PostgresSaver`` (``langgraph-checkpoint-sqlite`` /
   ``-postgres``, in the ``bench`` extra). LangGraph writes a checkpoint per super-step:
   two per turn. Both keep the same messages (same text, same tool calls and results).
+  LangGraph's default durability (``"async"``) writes a step's checkpoint while the next
+  step runs, the tool node included; the rows marked ``sync`` (``durability="sync"``)
+  write it before the next step starts, the guarantee closest to innerloop's barrier.
+  The targets are against the default.
 
 Checkpoint time per turn = the time spent in checkpointing calls / turns, best of
 ``--repeat`` (innerloop: the run's step hook, which encodes every checkpoint and waits
@@ -177,7 +181,9 @@ def langgraph_graph(turns: int, checkpointer: Any) -> Any:
     return g.compile(checkpointer=checkpointer)
 
 
-def langgraph_run(turns: int, saver: Any) -> tuple[float, float, float]:
+def langgraph_run(
+    turns: int, saver: Any, durability: str = "async"
+) -> tuple[float, float, float]:
     """Seconds for the run, seconds in the saver's calls, CPU seconds of the run."""
     timer = Timed()
     if saver is not None:
@@ -187,7 +193,8 @@ def langgraph_run(turns: int, saver: Any) -> tuple[float, float, float]:
     config = {"configurable": {"thread_id": uuid.uuid4().hex}, "recursion_limit": 4 * turns + 10}
     start = {"messages": [{"role": "user", "content": "go"}], "turns": 0}
     started, cpu = time.perf_counter(), time.process_time()
-    out = graph.invoke(start, config)
+    options: dict[str, Any] = {"durability": durability} if saver is not None else {}
+    out = graph.invoke(start, config, **options)
     took, cpu = time.perf_counter() - started, time.process_time() - cpu
     assert len(out["messages"]) == 2 * turns + 2
     return took, timer.seconds, cpu
@@ -308,9 +315,9 @@ def measure(turns: int, repeat: int, work: Path, pg: str) -> dict[str, Row]:
     def sqlite_url() -> str:
         return f"sqlite:///{work / uuid.uuid4().hex}.db"
 
-    def lg(opener: Callable[[], Any]) -> Sample:
+    def lg(opener: Callable[[], Any], durability: str = "async") -> Sample:
         with opener() as (saver, measure_size):
-            took, ckpt, cpu = langgraph_run(turns, saver)
+            took, ckpt, cpu = langgraph_run(turns, saver, durability)
             return took, ckpt, measure_size(), cpu
 
     def lg_bare() -> Sample:
@@ -327,9 +334,13 @@ def measure(turns: int, repeat: int, work: Path, pg: str) -> dict[str, Row]:
         "innerloop sqlite each": lambda: innerloop_run(turns, sqlite_url(), "each"),
         "langgraph sqlite": lambda: lg(lambda: lg_sqlite(wal=False)),
         "langgraph sqlite WAL": lambda: lg(lambda: lg_sqlite(wal=True)),
+        "langgraph sqlite WAL sync": lambda: lg(lambda: lg_sqlite(wal=True), "sync"),
         "innerloop postgres": lambda: innerloop_run(turns, fresh_database(pg)),
         "innerloop postgres each": lambda: innerloop_run(turns, fresh_database(pg), "each"),
         "langgraph postgres": lambda: lg(lambda: langgraph_postgres(fresh_database(pg))),
+        "langgraph postgres sync": lambda: lg(
+            lambda: langgraph_postgres(fresh_database(pg)), "sync"
+        ),
     }
     samples: dict[str, list[Sample]] = {name: [] for name in contenders}
     for _ in range(repeat):
@@ -353,12 +364,12 @@ def report(turns: int, long: int, repeat: int, pg_url: str | None) -> None:
         longer = measure(long, 1, work, pg) if long else {}
     print(f"{turns}-turn run, one tool call per turn, checkpoint at every transition")
     head = (
-        f"{'':23} {'ckpt ms/turn':>12} {'run ms/turn':>12} {'cpu ms/turn':>12} "
+        f"{'':26} {'ckpt ms/turn':>12} {'run ms/turn':>12} {'cpu ms/turn':>12} "
         f"{'bytes@' + str(turns):>12}"
     )
     print(head + (f" {'bytes@' + str(long):>14}" if long else ""))
     for name, (ckpt, whole, size, cpu) in short.items():
-        line = f"{name:23} {ckpt * 1000:12.3f} {whole * 1000:12.3f} {cpu * 1000:12.3f} {size:12,d}"
+        line = f"{name:26} {ckpt * 1000:12.3f} {whole * 1000:12.3f} {cpu * 1000:12.3f} {size:12,d}"
         if long:
             line += f" {longer[name][2]:14,d}"
         print(line)
@@ -367,8 +378,10 @@ def report(turns: int, long: int, repeat: int, pg_url: str | None) -> None:
     pairs = (
         ("sqlite", "sqlite"),
         ("sqlite", "sqlite WAL"),
+        ("sqlite", "sqlite WAL sync"),
         ("sqlite each", "sqlite WAL"),
         ("postgres", "postgres"),
+        ("postgres", "postgres sync"),
         ("postgres each", "postgres"),
     )
     for store, theirs in pairs:
@@ -376,7 +389,7 @@ def report(turns: int, long: int, repeat: int, pg_url: str | None) -> None:
         diff = (il[1] - bare_il[1]) / (lg[1] - bare_lg[1])
         cpu = (il[3] - bare_il[3]) / (lg[3] - bare_lg[3])
         line = (
-            f"  {store:13} / {theirs:10} checkpoint time {il[0] / lg[0]:.3f} (run-time "
+            f"  {store:13} / {theirs:15} checkpoint time {il[0] / lg[0]:.3f} (run-time "
             f"difference {diff:.3f}, CPU difference {cpu:.3f})  bytes@{turns} {il[2] / lg[2]:.3f}"
         )
         if longer:
