@@ -4,28 +4,38 @@ The same run: ``--turns`` model turns, each with one tool call (a zero-latency f
 model, a tool that returns at once), checkpointed at every transition.
 
 * innerloop: ``Harness(checkpointer=...)`` on SQLite (a file, WAL) and PostgreSQL. A turn
-  is six transitions (assemble, normalize, call, stream, execute, check): six checkpoints.
+  is six transitions (assemble, normalize, call, stream, execute, check): six checkpoints,
+  committed in two groups by default (before the model call and before the tool runs:
+  ``checkpoint_commit="barrier"``), or each on its own (the rows marked ``each``).
 * LangGraph: the equivalent graph (a model node appending the assistant message with its
   tool call, a tool node appending the result, a conditional edge back) with
   ``SqliteSaver`` and ``PostgresSaver`` (``langgraph-checkpoint-sqlite`` /
   ``-postgres``, in the ``bench`` extra). LangGraph writes a checkpoint per super-step:
   two per turn. Both keep the same messages (same text, same tool calls and results).
+  LangGraph's default durability (``"async"``) writes a step's checkpoint while the next
+  step runs, the tool node included; the rows marked ``sync`` (``durability="sync"``)
+  write it before the next step starts, the guarantee closest to innerloop's barrier.
+  The targets are against the default.
 
 Checkpoint time per turn = the time spent in checkpointing calls / turns, best of
-``--repeat`` (innerloop: the run's step hook, which encodes and writes; LangGraph: every
-call on its saver: ``put``, ``put_writes``, ``get_tuple``, serialization included). Also
+``--repeat`` (innerloop: the run's step hook, which encodes every checkpoint and waits
+for each group's commit; LangGraph: every call on its saver: ``put``, ``put_writes``,
+``get_tuple``, serialization included). The contenders take turns (one run of each, then
+again), so a change of load on a shared machine falls on all of them alike. Also
 printed: the whole run's time with and without the store (LangGraph's saver calls may
 overlap in its worker threads, so their sum can exceed the run's time; the difference of
-run times is the other measure). Bytes stored = the payload columns of every table
-(innerloop: message and checkpoint JSON; LangGraph: checkpoint, metadata, channel blobs
-and writes), after
-``--turns`` and after ``--long`` turns. Prints both, and innerloop/LangGraph ratios (the
+run times is the other measure), and the run's CPU time (``process_time``: every thread
+of this process) with and without the store: on a loaded machine the least noisy of the
+three, but blind to what a PostgreSQL server does and to waiting for it. Bytes stored =
+the payload columns of every table (innerloop: message and checkpoint JSON; LangGraph:
+checkpoint, metadata, channel blobs and writes), after ``--turns`` and after ``--long``
+turns. Prints both, and innerloop/LangGraph ratios (the
 targets: time <= 0.25, bytes <= 0.25, bytes growing linearly).
 
 PostgreSQL: ``--pg postgresql://user@host/db`` (each run gets fresh tables by schema),
 or, on Debian with the ``postgresql`` package, a throwaway cluster is started.
 
-Usage: ``python bench/checkpoint.py [--turns 50] [--long 500] [--repeat 3] [--pg URL]``.
+Usage: ``python bench/checkpoint.py [--turns 50] [--long 500] [--repeat 5] [--pg URL]``.
 """
 
 from __future__ import annotations
@@ -40,12 +50,12 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 from innerloop import Harness, HarnessParams, ToolSpec
-from innerloop.checkpoint import open_checkpointer
+from innerloop.checkpoint import CheckpointCommit, open_checkpointer
 from innerloop.testing import FakeProvider, Reply, reply, tool_call
 from innerloop.tools import ToolContext, ToolOutput
 
@@ -66,6 +76,10 @@ def _turn_text(i: int) -> str:
 # -- innerloop ------------------------------------------------------------------------------
 
 
+Sample = tuple[float, float, int, float]
+"""One run: seconds, seconds checkpointing, bytes stored, CPU seconds."""
+
+
 class Timed:
     """Wraps callables and adds up the seconds spent in them."""
 
@@ -82,9 +96,30 @@ class Timed:
 
         return timed
 
+    def wrap_hook(self, hook: Callable[..., Any]) -> Callable[..., Any]:
+        """A step hook timed with the commit it may leave for the driver to await."""
+        timed_hook = self.wrap(hook)
 
-def innerloop_run(turns: int, store_url: str | None) -> tuple[float, float, int]:
-    """Seconds for the run, seconds checkpointing, and the bytes stored afterwards."""
+        async def timed_wait(after: Awaitable[None]) -> None:
+            started = time.perf_counter()
+            try:
+                await after
+            finally:
+                self.seconds += time.perf_counter() - started
+
+        def timed(*args: Any) -> Any:
+            after = timed_hook(*args)
+            return None if after is None else timed_wait(after)
+
+        return timed
+
+
+def innerloop_run(
+    turns: int, store_url: str | None, commit: CheckpointCommit = "barrier"
+) -> Sample:
+    """Seconds for the run, seconds checkpointing (the step hook: encoding, and the
+    commits it waits for at each barrier), the bytes stored afterwards, and the CPU
+    seconds of the run (every thread of the process)."""
     script: list[Reply] = [
         reply(_turn_text(i), tool_call("echo", {"x": i}, id=f"c{i}")) for i in range(turns)
     ]
@@ -93,19 +128,19 @@ def innerloop_run(turns: int, store_url: str | None) -> tuple[float, float, int]
     provider = FakeProvider(lambda request: next(steps))
     params = HarnessParams(model="scripted:m", tools=[TOOL], max_turns=turns + 1)
     store = open_checkpointer(store_url) if store_url else None
-    harness = Harness(params, [provider], checkpointer=store)
+    harness = Harness(params, [provider], checkpointer=store, checkpoint_commit=commit)
     timer = Timed()
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     run = harness.start("go")
     if run.on_step is not None:
-        run.on_step = timer.wrap(run.on_step)
+        run.on_step = timer.wrap_hook(run.on_step)
     state = asyncio.run(run.run())
-    took = time.perf_counter() - started
+    took, cpu = time.perf_counter() - started, time.process_time() - cpu
     assert state.exit_reason == "model_complete", state.exit_reason
     size = store.stored_bytes() if store is not None else 0
     if store is not None:
         store.close()
-    return took, timer.seconds, size
+    return took, timer.seconds, size, cpu
 
 
 # -- LangGraph ------------------------------------------------------------------------------
@@ -146,8 +181,10 @@ def langgraph_graph(turns: int, checkpointer: Any) -> Any:
     return g.compile(checkpointer=checkpointer)
 
 
-def langgraph_run(turns: int, saver: Any) -> tuple[float, float]:
-    """Seconds for the run, and seconds in the saver's calls."""
+def langgraph_run(
+    turns: int, saver: Any, durability: str = "async"
+) -> tuple[float, float, float]:
+    """Seconds for the run, seconds in the saver's calls, CPU seconds of the run."""
     timer = Timed()
     if saver is not None:
         for name in ("put", "put_writes", "get_tuple"):
@@ -155,11 +192,12 @@ def langgraph_run(turns: int, saver: Any) -> tuple[float, float]:
     graph = langgraph_graph(turns, saver)
     config = {"configurable": {"thread_id": uuid.uuid4().hex}, "recursion_limit": 4 * turns + 10}
     start = {"messages": [{"role": "user", "content": "go"}], "turns": 0}
-    started = time.perf_counter()
-    out = graph.invoke(start, config)
-    took = time.perf_counter() - started
+    started, cpu = time.perf_counter(), time.process_time()
+    options: dict[str, Any] = {"durability": durability} if saver is not None else {}
+    out = graph.invoke(start, config, **options)
+    took, cpu = time.perf_counter() - started, time.process_time() - cpu
     assert len(out["messages"]) == 2 * turns + 2
-    return took, timer.seconds
+    return took, timer.seconds, cpu
 
 
 @contextlib.contextmanager
@@ -230,11 +268,27 @@ def postgres_server(url: str | None) -> Iterator[str]:
     server = PostgresServer(owner, root)
     try:
         server.start()
+        _wait_ready(server.url)
         yield server.url
     finally:
         owner.close()
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(logs, ignore_errors=True)
+
+
+def _wait_ready(url: str) -> None:
+    """The port opens before the server takes connections ("starting up")."""
+    import psycopg
+
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            psycopg.connect(url, connect_timeout=5).close()
+            return
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def fresh_database(server_url: str) -> str:
@@ -249,43 +303,58 @@ def fresh_database(server_url: str) -> str:
 # -- the comparison -------------------------------------------------------------------------
 
 
-Row = tuple[float, float, int]
-"""Checkpoint seconds per turn, whole-run seconds per turn, bytes stored."""
+Row = tuple[float, float, int, float]
+"""Checkpoint seconds per turn, whole-run seconds per turn, bytes stored, CPU seconds
+per turn."""
 
 
 def measure(turns: int, repeat: int, work: Path, pg: str) -> dict[str, Row]:
-    out: dict[str, Row] = {}
-    bare_il = min(innerloop_run(turns, None)[0] for _ in range(repeat))
-    bare_lg = min(langgraph_run(turns, None)[0] for _ in range(repeat))
-    out["innerloop (no store)"] = (0.0, bare_il / turns, 0)
-    out["langgraph (no store)"] = (0.0, bare_lg / turns, 0)
+    """Each contender ``repeat`` times, in turns (one run of each, then again), so a
+    change of load on a shared machine falls on all of them alike; the best of each."""
 
-    def il(make_url: Callable[[], str]) -> Row:
-        runs = [innerloop_run(turns, make_url()) for _ in range(repeat)]
-        return (
-            min(c for _, c, _ in runs) / turns,
-            min(t for t, _, _ in runs) / turns,
-            runs[0][2],
+    def sqlite_url() -> str:
+        return f"sqlite:///{work / uuid.uuid4().hex}.db"
+
+    def lg(opener: Callable[[], Any], durability: str = "async") -> Sample:
+        with opener() as (saver, measure_size):
+            took, ckpt, cpu = langgraph_run(turns, saver, durability)
+            return took, ckpt, measure_size(), cpu
+
+    def lg_bare() -> Sample:
+        took, ckpt, cpu = langgraph_run(turns, None)
+        return took, ckpt, 0, cpu
+
+    def lg_sqlite(wal: bool) -> Any:
+        return langgraph_sqlite(work / f"{uuid.uuid4().hex}.lg.db", wal=wal)
+
+    contenders: dict[str, Callable[[], Sample]] = {
+        "innerloop (no store)": lambda: innerloop_run(turns, None),
+        "langgraph (no store)": lg_bare,
+        "innerloop sqlite": lambda: innerloop_run(turns, sqlite_url()),
+        "innerloop sqlite each": lambda: innerloop_run(turns, sqlite_url(), "each"),
+        "langgraph sqlite": lambda: lg(lambda: lg_sqlite(wal=False)),
+        "langgraph sqlite WAL": lambda: lg(lambda: lg_sqlite(wal=True)),
+        "langgraph sqlite WAL sync": lambda: lg(lambda: lg_sqlite(wal=True), "sync"),
+        "innerloop postgres": lambda: innerloop_run(turns, fresh_database(pg)),
+        "innerloop postgres each": lambda: innerloop_run(turns, fresh_database(pg), "each"),
+        "langgraph postgres": lambda: lg(lambda: langgraph_postgres(fresh_database(pg))),
+        "langgraph postgres sync": lambda: lg(
+            lambda: langgraph_postgres(fresh_database(pg)), "sync"
+        ),
+    }
+    samples: dict[str, list[Sample]] = {name: [] for name in contenders}
+    for _ in range(repeat):
+        for name, run in contenders.items():
+            samples[name].append(run())
+    return {
+        name: (
+            min(r[1] for r in runs) / turns,
+            min(r[0] for r in runs) / turns,
+            runs[-1][2],
+            min(r[3] for r in runs) / turns,
         )
-
-    def lg(opener: Callable[[], Any]) -> Row:
-        runs, size = [], 0
-        for _ in range(repeat):
-            with opener() as (saver, measure_size):
-                runs.append(langgraph_run(turns, saver))
-                size = measure_size()
-        return min(c for _, c in runs) / turns, min(t for t, _ in runs) / turns, size
-
-    out["innerloop sqlite"] = il(lambda: f"sqlite:///{work / uuid.uuid4().hex}.db")
-    out["langgraph sqlite"] = lg(
-        lambda: langgraph_sqlite(work / f"{uuid.uuid4().hex}.lg.db", wal=False)
-    )
-    out["langgraph sqlite WAL"] = lg(
-        lambda: langgraph_sqlite(work / f"{uuid.uuid4().hex}.lg.db", wal=True)
-    )
-    out["innerloop postgres"] = il(lambda: fresh_database(pg))
-    out["langgraph postgres"] = lg(lambda: langgraph_postgres(fresh_database(pg)))
-    return out
+        for name, runs in samples.items()
+    }
 
 
 def report(turns: int, long: int, repeat: int, pg_url: str | None) -> None:
@@ -294,21 +363,34 @@ def report(turns: int, long: int, repeat: int, pg_url: str | None) -> None:
         short = measure(turns, repeat, work, pg)
         longer = measure(long, 1, work, pg) if long else {}
     print(f"{turns}-turn run, one tool call per turn, checkpoint at every transition")
-    head = f"{'':22} {'ckpt ms/turn':>12} {'run ms/turn':>12} {'bytes@' + str(turns):>12}"
+    head = (
+        f"{'':26} {'ckpt ms/turn':>12} {'run ms/turn':>12} {'cpu ms/turn':>12} "
+        f"{'bytes@' + str(turns):>12}"
+    )
     print(head + (f" {'bytes@' + str(long):>14}" if long else ""))
-    for name, (ckpt, whole, size) in short.items():
-        line = f"{name:22} {ckpt * 1000:12.3f} {whole * 1000:12.3f} {size:12,d}"
+    for name, (ckpt, whole, size, cpu) in short.items():
+        line = f"{name:26} {ckpt * 1000:12.3f} {whole * 1000:12.3f} {cpu * 1000:12.3f} {size:12,d}"
         if long:
             line += f" {longer[name][2]:14,d}"
         print(line)
     print("ratios innerloop / langgraph (targets: <= 0.25)")
-    bare_il, bare_lg = short["innerloop (no store)"][1], short["langgraph (no store)"][1]
-    for store, theirs in (("sqlite", "sqlite"), ("sqlite", "sqlite WAL"), ("postgres", "postgres")):
+    bare_il, bare_lg = short["innerloop (no store)"], short["langgraph (no store)"]
+    pairs = (
+        ("sqlite", "sqlite"),
+        ("sqlite", "sqlite WAL"),
+        ("sqlite", "sqlite WAL sync"),
+        ("sqlite each", "sqlite WAL"),
+        ("postgres", "postgres"),
+        ("postgres", "postgres sync"),
+        ("postgres each", "postgres"),
+    )
+    for store, theirs in pairs:
         il, lg = short[f"innerloop {store}"], short[f"langgraph {theirs}"]
-        diff = (il[1] - bare_il) / (lg[1] - bare_lg)
+        diff = (il[1] - bare_il[1]) / (lg[1] - bare_lg[1])
+        cpu = (il[3] - bare_il[3]) / (lg[3] - bare_lg[3])
         line = (
-            f"  {theirs:11} checkpoint time {il[0] / lg[0]:.3f} (run-time difference "
-            f"{diff:.3f})  bytes@{turns} {il[2] / lg[2]:.3f}"
+            f"  {store:13} / {theirs:15} checkpoint time {il[0] / lg[0]:.3f} (run-time "
+            f"difference {diff:.3f}, CPU difference {cpu:.3f})  bytes@{turns} {il[2] / lg[2]:.3f}"
         )
         if longer:
             il_l, lg_l = longer[f"innerloop {store}"], longer[f"langgraph {theirs}"]
@@ -324,7 +406,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=50)
     parser.add_argument("--long", type=int, default=500, help="second size point (0: skip)")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--pg", help="a PostgreSQL server URL (default: start one)")
     args = parser.parse_args()
     report(args.turns, args.long, args.repeat, args.pg)

@@ -19,6 +19,7 @@ from innerloop._messages import Message
 from innerloop._tasks import Task
 from innerloop.checkpoint import (
     Checkpoint,
+    CheckpointCommit,
     Checkpointer,
     CheckpointEvery,
     CheckpointWriter,
@@ -142,8 +143,11 @@ class Harness:
 
     With a ``checkpointer`` (a store, or a URL for :func:`~innerloop.checkpoint.
     open_checkpointer`), every run gets an id and is checkpointed at the transitions
-    ``checkpoint_every`` picks; :meth:`resume`, :meth:`fork` and :meth:`runs` read the
-    store. Without one, :meth:`resume` takes a suspended run (or its state) in memory.
+    ``checkpoint_every`` picks, committed as ``checkpoint_commit`` says (``"barrier"``:
+    grouped, and committed before every step with an external effect and at the end;
+    ``"each"``: one by one; see :class:`~innerloop.checkpoint.CheckpointWriter`);
+    :meth:`resume`, :meth:`fork` and :meth:`runs` read the store. Without one,
+    :meth:`resume` takes a suspended run (or its state) in memory.
 
     :meth:`run_sync` drives each run on a private event loop of its own; inside
     ``with harness:`` (or ``with Harness(...) as harness:``) its calls share one, closed at
@@ -165,6 +169,7 @@ class Harness:
         tool_runner_factory: Callable[[], ToolExecutor] = ToolRunner,
         checkpointer: Checkpointer | str | Path | None = None,
         checkpoint_every: CheckpointEvery = "transition",
+        checkpoint_commit: CheckpointCommit = "barrier",
         gates: RateLimitGates | None = None,
     ) -> None:
         self.params = params
@@ -189,6 +194,7 @@ class Harness:
             checkpointer = open_checkpointer(checkpointer)
         self.checkpointer = checkpointer
         self.checkpoint_every: CheckpointEvery = checkpoint_every
+        self.checkpoint_commit: CheckpointCommit = checkpoint_commit
         self.gates = gates if gates is not None else shared_gates()
         """The rate-limit gates (process-wide by default: runs share what a 429 taught)."""
         self._sync = _SyncLoop()
@@ -224,12 +230,18 @@ class Harness:
     def _writer(self, run_id: str, last: Checkpoint | None = None) -> CheckpointWriter:
         assert self.checkpointer is not None
         if last is None:
-            return CheckpointWriter(self.checkpointer, run_id, every=self.checkpoint_every)
+            return CheckpointWriter(
+                self.checkpointer,
+                run_id,
+                every=self.checkpoint_every,
+                commit=self.checkpoint_commit,
+            )
         info = last.info
         return CheckpointWriter(
             self.checkpointer,
             run_id,
             every=self.checkpoint_every,
+            commit=self.checkpoint_commit,
             seq=info.seq,
             segment_start=info.history_start,
             segment=last.state.history,

@@ -30,12 +30,20 @@ from innerloop.checkpoint._types import (
     StoredRows,
     UnknownRunError,
 )
-from innerloop.checkpoint._writer import CheckpointEvery, CheckpointWriter, decode
+from innerloop.checkpoint._writer import (
+    DEFERRED_PHASES,
+    CheckpointCommit,
+    CheckpointEvery,
+    CheckpointWriter,
+    decode,
+)
 
 __all__ = [
+    "DEFERRED_PHASES",
     "MIGRATIONS",
     "SCHEMA_VERSION",
     "Checkpoint",
+    "CheckpointCommit",
     "CheckpointCorrupt",
     "CheckpointError",
     "CheckpointEvery",

@@ -62,9 +62,10 @@ _RUNS = (
 )
 """The runs with the summary of their latest checkpoint (a write touches no run row)."""
 
+_COLUMNS = f"{_INFO}, base, data, status, exit_reason, turns, cost_usd"
 _INSERT_CHECKPOINT = (
-    f"INSERT INTO innerloop_checkpoints ({_INFO}, base, data, status, exit_reason, turns, "
-    "cost_usd) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    f"INSERT INTO innerloop_checkpoints ({_COLUMNS}) VALUES "
+    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -82,6 +83,8 @@ class SQLStore(abc.ABC):
     (one connection, a lock); each process opens its own store."""
 
     where: str
+    commit_off_loop: bool = False
+    """Whether a run's writer commits in a worker thread (see ``CheckpointWriter``)."""
     migrations: Sequence[tuple[int, Sequence[str]]] = MIGRATIONS
     version: int = SCHEMA_VERSION
 
@@ -186,20 +189,26 @@ class SQLStore(abc.ABC):
                 ) from exc
             raise
 
-    def write(self, checkpoint: CheckpointWrite) -> None:
-        info = checkpoint.info
+    def write(self, checkpoints: Sequence[CheckpointWrite]) -> None:
+        if not checkpoints:
+            return
         try:
             with self._transaction() as cur:
-                if checkpoint.messages:
+                messages = [
+                    (c.info.run_id, i, text) for c in checkpoints for i, text in c.messages
+                ]
+                if messages:
                     cur.executemany(
                         self._sql(
                             "INSERT INTO innerloop_messages (run_id, idx, data) VALUES (?, ?, ?)"
                         ),
-                        [(info.run_id, i, text) for i, text in checkpoint.messages],
+                        messages,
                     )
-                cur.execute(self._sql(_INSERT_CHECKPOINT), _checkpoint_row(checkpoint))
+                cur.executemany(
+                    self._sql(_INSERT_CHECKPOINT), [_checkpoint_row(c) for c in checkpoints]
+                )
         except Exception as exc:
-            self._write_failed(exc, info)
+            self._write_failed(exc, checkpoints[0].info)
             raise
 
     def _write_failed(self, exc: BaseException, info: CheckpointInfo) -> None:

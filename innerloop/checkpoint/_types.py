@@ -163,7 +163,7 @@ class StoredRows:
 class Checkpointer(Protocol):
     """A checkpoint store. Every write is one transaction: a checkpoint is either wholly
     there or not at all, and a reader never sees half of one. Nothing is ever updated in
-    place but the run's summary row."""
+    place."""
 
     def create_run(
         self,
@@ -175,8 +175,9 @@ class Checkpointer(Protocol):
     ) -> None:
         """Record a new run; :class:`CheckpointError` if the id is taken."""
 
-    def write(self, checkpoint: CheckpointWrite) -> None:
-        """Add the messages and the checkpoint, and update the run's summary, at once."""
+    def write(self, checkpoints: Sequence[CheckpointWrite]) -> None:
+        """Add the checkpoints of one run (consecutive, in order) and the messages they
+        add, in one transaction: all of them are there afterwards, or none."""
 
     def rows(self, run_id: str, seq: int | None = None) -> StoredRows:
         """The raw rows of checkpoint ``seq`` (the latest when None);

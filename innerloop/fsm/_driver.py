@@ -11,6 +11,7 @@ import contextlib
 from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
+    Awaitable,
     Callable,
     Container,
     Iterator,
@@ -78,9 +79,10 @@ class StepHook(Protocol):
     """Called after every transition of one run, with the run in its new state (its
     ``state.final_state`` already set when that state is final). A checkpoint writer is
     one (``innerloop.checkpoint``); it runs before the next handler, so what it saves is
-    saved before anything else happens."""
+    saved before anything else happens. It may return an awaitable (I/O done off the
+    event loop): the driver awaits it before the next handler starts."""
 
-    def __call__(self, run: Run, transition: TransitionSpec) -> None: ...
+    def __call__(self, run: Run, transition: TransitionSpec) -> Awaitable[None] | None: ...
 
 
 class PhaseScope:
@@ -166,6 +168,7 @@ class Run:
         self.run_id = run_id
         """The run's id in a checkpoint store (None when nothing checkpoints it)."""
         self.on_step = on_step
+        self._after_step: Awaitable[None] | None = None
         self._sm: StateMachine | None = None
         if engine == "statemachine":
             self._sm = machine.instantiate(self.ctx, at=self.current)
@@ -266,7 +269,15 @@ class Run:
         for observer in self.observers:
             observer.on_transition(self.machine.name, taken)
         if self.on_step is not None:
-            self.on_step(self, taken)
+            self._after_step = self.on_step(self, taken)
+        return taken
+
+    async def _advance(self) -> TransitionSpec:
+        """:meth:`step`, then await what the step hook left to finish (a commit)."""
+        taken = self.step()
+        after, self._after_step = self._after_step, None
+        if after is not None:
+            await after
         return taken
 
     def _watcher(self) -> tuple[Callable[[Event], None], Container[type[Event]]]:
@@ -311,7 +322,7 @@ class Run:
                                 watch(ev)
                             yield ev
                 source = self.current
-                taken = self.step()
+                taken = await self._advance()
                 ev = Transition(source, taken.target, taken.guard)
                 if Transition in watched:
                     watch(ev)

@@ -1,8 +1,9 @@
 """Child processes of the crash and concurrency tests (run with ``python -m``).
 
-python -m tests.checkpoint.child crash URL RUN_ID MODE WORKDIR
-    one run checkpointing every transition into URL; MODE ``tool`` blocks in turn 2's
-    tool call, ``stream`` streams turn 2's answer slowly: the test kills it with -9.
+python -m tests.checkpoint.child crash URL RUN_ID MODE WORKDIR COMMIT
+    one run checkpointing every transition into URL, committed as COMMIT says
+    (``barrier`` or ``each``); MODE ``tool`` blocks in turn 2's tool call, ``stream``
+    streams turn 2's answer slowly: the test kills it with -9.
 python -m tests.checkpoint.child many URL PREFIX THREADS TURNS
     THREADS runs at once, each on its own store connection; prints a JSON report.
 """
@@ -60,12 +61,12 @@ def crash_script(mode: str) -> list[Any]:
     return [first, SlowReply(long, tokens_per_second=20), reply("done")]
 
 
-def crash(url: str, run_id: str, mode: str, workdir: str) -> None:
+def crash(url: str, run_id: str, mode: str, workdir: str, commit: Any) -> None:
     work = Path(workdir)
     params = HarnessParams(model=MODEL, tools=crash_tools(work))
     with AnthropicServer(crash_script(mode)) as server:
         provider = AnthropicProvider(api_key="sk-ant-test", base_url=server.base_url)
-        harness = Harness(params, [provider], checkpointer=url)
+        harness = Harness(params, [provider], checkpointer=url, checkpoint_commit=commit)
         run = harness.start("go", run_id=run_id)
         (work / "started").touch()
         run.run_sync()

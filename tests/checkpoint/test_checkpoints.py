@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -239,6 +241,172 @@ class TestResume:
         assert_valid_history(state.history)
         assert state.turns == 3
         second.checkpointer.close()
+
+
+class TestGroupCommit:
+    def test_committed_before_every_external_effect(self, db_url: str, make_harness: Any) -> None:
+        """With group commit, a reader on another connection sees, when a model request
+        is sent, every checkpoint up to the call's, and when a tool runs, up to the
+        ``execute`` one that names its call; the effect-free steps between are committed
+        with the next barrier, and the run's 19 checkpoints are all stored."""
+        reader = open_checkpointer(db_url)
+        seen: list[tuple[str, int, str]] = []
+
+        def committed(what: str) -> None:
+            (info,) = [r for r in reader.runs() if r.run_id == "g"]
+            seen.append((what, info.checkpoints, info.state))
+
+        ran: list[str] = []
+        script = iter(two_turns())
+
+        def model(request: Any) -> Any:
+            committed("model")
+            return next(script)
+
+        async def echo(args: Any, ctx: ToolContext) -> ToolOutput:
+            committed("tool")
+            ran.append(args["x"])
+            return ToolOutput("echo:" + args["x"])
+
+        tools = HarnessParams(model="scripted:m", tools=[ToolSpec("echo", "Echo x", OBJ, echo)])
+        harness = make_harness(tools, [FakeProvider(model)], checkpointer=db_url)
+        run = harness.start("go", run_id="g")
+        assert run.on_step is not None
+        hook = run.on_step
+        commits: list[tuple[str, int]] = []
+
+        def step(run: Any, transition: Any) -> Any:
+            after = hook(run, transition)
+
+            async def then() -> None:
+                if after is not None:
+                    await after  # the commit, when the store commits off the loop
+                if hook.pending == 0:
+                    commits.append((transition.target, hook.seq))
+
+            return then()
+
+        run.on_step = step
+        run.run_sync()
+        assert seen == [
+            ("model", 4, "call"),
+            ("tool", 6, "execute"),
+            ("model", 10, "call"),
+            ("tool", 12, "execute"),
+            ("model", 16, "call"),
+        ]
+        assert commits == [
+            ("call", 4),
+            ("execute", 6),
+            ("call", 10),
+            ("execute", 12),
+            ("call", 16),
+            ("model_complete", 19),
+        ]
+        assert [i.seq for i in reader.checkpoints("g")] == list(range(1, 20))
+        assert ran == ["a", "b"]
+        reader.close()
+        harness.checkpointer.close()
+
+    def test_each_commits_every_checkpoint_at_once(
+        self, store: Checkpointer, make_harness: Any
+    ) -> None:
+        """``checkpoint_commit="each"``: nothing waits; every step's checkpoint is
+        committed before the next handler runs."""
+        harness = make_harness(
+            params([]),
+            ScriptedProvider(two_turns()),
+            checkpointer=store,
+            checkpoint_commit="each",
+        )
+        run = harness.start("go")
+        assert run.on_step is not None
+        hook = run.on_step
+        waiting: list[int] = []
+
+        def step(run: Any, transition: Any) -> Any:
+            after = hook(run, transition)
+
+            async def then() -> None:
+                if after is not None:
+                    await after
+                waiting.append(hook.pending)
+
+            return then()
+
+        run.on_step = step
+        run.run_sync()
+        assert waiting == [0] * 18
+        assert len(store.checkpoints(run.run_id)) == 19
+
+    def test_a_failed_commit_fails_the_run(self, store: Checkpointer, make_harness: Any) -> None:
+        """Another writer took checkpoint 2 while the run's first group waited: the
+        group's commit at the model call is refused whole, the run raises the store's
+        error before the model is asked, and the other writer's row stays."""
+        calls: list[Any] = []
+
+        def model(request: Any) -> Any:
+            calls.append(request)
+            return reply("done")
+
+        harness = make_harness(params([]), [FakeProvider(model)], checkpointer=store)
+        run = harness.start("go", run_id="r")
+        other = CheckpointWriter(store, "r", seq=1, segment=run.state.history)
+        other.save(run.state, "idle")
+        with pytest.raises(CheckpointError, match=r"^checkpoint 2 of run 'r' is already in "):
+            run.run_sync()
+        assert calls == []
+        assert [(i.seq, i.state) for i in store.checkpoints("r")] == [(1, "idle"), (2, "idle")]
+
+    @pytest.mark.parametrize("off_loop", [True, False])
+    def test_a_commit_off_the_loop_leaves_it_free(
+        self, tmp_path: Path, make_harness: Any, off_loop: bool
+    ) -> None:
+        """A store that commits in a worker thread (PostgreSQL's choice) leaves the event
+        loop to other tasks during each commit; one that commits on the loop (SQLite's)
+        holds it for as long. Each commit here takes 0.3 s (a slow round trip)."""
+
+        class SlowStore(SQLiteCheckpointer):
+            commit_off_loop = off_loop
+
+            def write(self, checkpoints: Any) -> None:
+                time.sleep(0.3)
+                super().write(checkpoints)
+
+        store = SlowStore(tmp_path / "runs.db")
+        harness = make_harness(params([]), ScriptedProvider([reply("done")]), checkpointer=store)
+        run = harness.start("go")
+        gaps: list[float] = []
+
+        async def main() -> None:
+            done = False
+
+            async def tick() -> None:
+                last = time.monotonic()
+                while not done:
+                    await asyncio.sleep(0.01)
+                    now = time.monotonic()
+                    gaps.append(now - last)
+                    last = now
+
+            ticker = asyncio.create_task(tick())
+            await asyncio.sleep(0.05)
+            await run.run()
+            done = True
+            await ticker
+
+        asyncio.run(main())
+        assert run.state.exit_reason == "model_complete"
+        assert len(store.checkpoints(run.run_id)) == 7
+        if off_loop:
+            assert max(gaps) < 0.25, max(gaps)
+        else:
+            assert max(gaps) >= 0.3, max(gaps)
+        store.close()
+
+    def test_unknown_commit_mode(self, store: Checkpointer) -> None:
+        with pytest.raises(ValueError, match=r"^commit='later': use 'barrier'"):
+            CheckpointWriter(store, "r", commit="later")  # type: ignore[arg-type]
 
 
 class TestFork:

@@ -51,18 +51,22 @@ def latest_state(url: str, run_id: str) -> str | None:
         store.close()
 
 
+@pytest.mark.parametrize("commit", ["barrier", "each"])
 @pytest.mark.parametrize("mode", ["tool", "stream"])
-def test_kill_9_then_resume(db_url: str, mode: str, tmp_path: Path) -> None:
+def test_kill_9_then_resume(db_url: str, mode: str, commit: str, tmp_path: Path) -> None:
     """kill -9 in turn 2 (in its tool call, or while its answer streams); another
     process resumes from the last checkpoint: every checkpoint reads back whole, turn 1's
-    tool call never runs again, and the run finishes with a valid history."""
-    child = spawn("crash", db_url, "r1", mode, str(tmp_path))
+    tool call never runs again, and the run finishes with a valid history. With group
+    commit the checkpoint on entering ``stream`` waits for the next barrier, so the last
+    one committed mid-stream is the model call's (a resume starts there either way)."""
+    child = spawn("crash", db_url, "r1", mode, str(tmp_path), commit)
     try:
         if mode == "tool":
             wait_until(lambda: (tmp_path / "blocking").exists(), 60, "the blocking tool")
         else:
-            wait_until(lambda: latest_state(db_url, "r1") == "stream@1", 60, "turn 2 streaming")
-            time.sleep(0.3)  # well inside the 20-second stream
+            entered = "call@1" if commit == "barrier" else "stream@1"
+            wait_until(lambda: latest_state(db_url, "r1") == entered, 60, "turn 2's call")
+            time.sleep(1.0)  # well inside the 20-second stream
         assert child.poll() is None
     finally:
         os.killpg(child.pid, signal.SIGKILL)
@@ -74,7 +78,8 @@ def test_kill_9_then_resume(db_url: str, mode: str, tmp_path: Path) -> None:
     for info in infos:  # no torn or half-written checkpoint
         decode(store.rows("r1", info.seq))
     last = decode(store.rows("r1"))
-    assert last.info.state == ("execute" if mode == "tool" else "stream")
+    streaming = "call" if commit == "barrier" else "stream"
+    assert last.info.state == ("execute" if mode == "tool" else streaming)
     assert (tmp_path / "ran.log").read_text() == "record 1\n"
 
     (tmp_path / "release").touch()
