@@ -1,0 +1,205 @@
+"""Typed structured output: ``HarnessParams.output_type`` as a schema to send and a
+validator for the final answer.
+
+Every provider is asked for the answer in its native structured-output form (built by
+``providers._normalize.build_request`` from :class:`OutputSpec`'s schema):
+
+- Anthropic Messages: ``output_config.format`` (``{"type": "json_schema", "schema": ...}``);
+- OpenAI Chat Completions: ``response_format`` (``json_schema``, strict when it can be);
+- OpenAI Responses: ``text.format`` (``json_schema``, strict when it can be).
+
+So the final answer is always the text of the model's last turn, and a repair is always a
+user message (see the ``repair`` state): the history stays valid for every provider,
+across fallback. The schema sent is OpenAI's strict form of the type's schema when it has
+one (every property required, the optional ones nullable, no extra keys; see
+``openai_strict_schema``), which Anthropic's structured output also takes; the answer is
+validated against the type itself, with the ``null`` of an optional field read as "not
+given", as tool arguments are.
+
+A pydantic model, a dataclass or a TypedDict is validated (strictly, as JSON) by a pydantic
+``TypeAdapter``; a JSON schema dict by ``jsonschema`` (Draft 2020-12, checked at
+construction as tool schemas are).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, final
+
+import attrs
+import pydantic
+
+from innerloop._errors import ParamsError, ToolDefinitionError
+from innerloop.tools._schema import schema_for
+from innerloop.tools._strict import openai_strict_schema
+from innerloop.tools._validate import (
+    ToolSchema,
+    as_meant,
+    checked_schema,
+    problems_from_pydantic,
+    strict_json,
+)
+
+__all__ = ["InvalidOutput", "OutputSpec", "output_spec"]
+
+_NAME = re.compile(r"[^A-Za-z0-9_-]")
+_FIELD = "output_type"
+_NO_NATIVE_FORMAT = (
+    "claude-3",
+    "claude-sonnet-4-0",
+    "claude-sonnet-4-2",
+    "claude-opus-4-0",
+    "claude-opus-4-2",
+)
+"""Model id prefixes of Claude models without native structured output (it came with
+Claude Sonnet 4.5, Opus 4.1 and Haiku 4.5)."""
+
+
+class InvalidOutput(Exception):
+    """The final answer does not match ``output_type``; ``problems`` says how."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("; ".join(self.problems))
+
+
+def _object_root(schema: Mapping[str, Any], what: str) -> None:
+    if schema.get("type") != "object":
+        raise ParamsError(
+            _FIELD,
+            f"{what} is not a JSON object (its schema has type {schema.get('type')!r}); the "
+            "providers' structured output takes objects only: wrap the value in a model, "
+            "dataclass or TypedDict with one field",
+        )
+
+
+@final
+@attrs.frozen(repr=False)
+class OutputSpec:
+    """``output_type`` compiled once: the schema each provider is sent and the validator
+    of the final answer. Build it with :func:`output_spec`."""
+
+    type: Any
+    """The ``output_type`` as given."""
+    name: str
+    """The schema's name (OpenAI requires one): the type's name, or the schema's title."""
+    schema: Mapping[str, Any]
+    """The JSON schema of the answer (``$ref`` inlined where it can be)."""
+    wire_schema: Mapping[str, Any]
+    """What is sent: the strict form of ``schema`` when it has one, else ``schema``."""
+    strict: bool
+    """Whether ``wire_schema`` is the strict form (OpenAI's ``strict: true``)."""
+    adapter: pydantic.TypeAdapter[Any] | None
+    """The validator of a type; None for a JSON schema dict."""
+    checker: ToolSchema | None
+    """The validator of a JSON schema dict; None for a type."""
+
+    def __repr__(self) -> str:
+        return f"OutputSpec({self.name!r}, strict={self.strict})"
+
+    def parse(self, text: str) -> tuple[Any, Any]:
+        """The typed value of the answer ``text`` and its JSON data; raises
+        :class:`InvalidOutput` naming every problem (not JSON, a missing field...)."""
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            shown = text if len(text) <= 80 else text[:77] + "..."
+            raise InvalidOutput([f"the answer is not JSON ({exc}): {shown!r}"]) from None
+        data = as_meant(self.schema, data)  # strict mode's null for "not given"
+        if self.checker is not None:
+            problems = self.checker.problems(data)
+            if problems:
+                raise InvalidOutput(problems)
+            return data, data
+        assert self.adapter is not None
+        try:
+            value = strict_json(self.adapter, data)
+        except pydantic.ValidationError as exc:
+            raise InvalidOutput(problems_from_pydantic(exc, self.schema)) from None
+        except ValueError as exc:  # not JSON data
+            raise InvalidOutput([f"the answer: {exc}"]) from None
+        return value, self.adapter.dump_python(value, mode="json")
+
+    def rebuild(self, data: Any) -> Any:
+        """The typed value of JSON data that ``parse`` returned (from a checkpoint)."""
+        if self.adapter is None:
+            return data
+        return strict_json(self.adapter, data)
+
+    def repair_message(self, problems: Sequence[str]) -> str:
+        """The user message that feeds the validation problems back to the model."""
+        lines = "\n".join(f"- {p}" for p in problems)
+        return (
+            f"Your answer does not match the required output format ({self.name}):\n"
+            f"{lines}\nAnswer again with only the corrected JSON object."
+        )
+
+
+def _name(raw: str) -> str:
+    return _NAME.sub("_", raw)[:64] or "output"
+
+
+def _from_schema(output_type: Mapping[str, Any]) -> OutputSpec:
+    try:
+        checker = checked_schema(output_type, _FIELD)
+    except ToolDefinitionError as exc:
+        reason = str(exc).removeprefix(f"{_FIELD}: ")
+        raise ParamsError(_FIELD, reason.replace("input_schema", "the schema"), None) from None
+    schema = dict(checker)
+    _object_root(schema, "the schema")
+    strict = openai_strict_schema(schema)
+    title = schema.get("title")
+    return OutputSpec(
+        output_type,
+        _name(title if isinstance(title, str) else "output"),
+        schema,
+        strict if strict is not None else schema,
+        strict is not None,
+        None,
+        checker,
+    )
+
+
+def _from_type(output_type: Any) -> OutputSpec:
+    shown = getattr(output_type, "__name__", repr(output_type))
+    fix = (
+        "give a pydantic model, a dataclass, a TypedDict or a JSON schema dict whose "
+        "fields JSON can carry"
+    )
+    try:
+        schema = schema_for(output_type, f"output type {shown}")
+        adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(output_type)
+    except ToolDefinitionError as exc:
+        raise ParamsError(_FIELD, f"{exc}", output_type) from None
+    except (pydantic.PydanticUserError, TypeError) as exc:  # TypeAdapter's own refusals
+        reason = str(exc).split("\n")[0]
+        raise ParamsError(_FIELD, f"pydantic cannot validate {shown} ({reason}); {fix}") from None
+    _object_root(schema, shown)
+    strict = openai_strict_schema(schema)
+    return OutputSpec(
+        output_type,
+        _name(shown),
+        schema,
+        strict if strict is not None else schema,
+        strict is not None,
+        adapter,
+        None,
+    )
+
+
+def output_spec(output_type: Any) -> OutputSpec:
+    """``output_type`` (a pydantic model, dataclass, TypedDict or JSON schema dict)
+    compiled; a :class:`ParamsError` for ``output_type`` naming the problem and the fix."""
+    if isinstance(output_type, OutputSpec):
+        return output_type
+    if isinstance(output_type, Mapping):
+        return _from_schema(output_type)
+    return _from_type(output_type)
+
+
+def native_format(model: str) -> bool:
+    """Whether ``model`` takes its provider's native structured output (False only for
+    the older Claude models)."""
+    return not model.startswith(_NO_NATIVE_FORMAT)
