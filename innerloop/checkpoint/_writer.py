@@ -46,8 +46,10 @@ def _dumps(data: Any) -> str:
 
 
 def _fields() -> tuple[attrs.Attribute[Any], ...]:
+    """The state's fields a checkpoint keeps: those of its JSON form (not ``init=False``
+    ones such as the typed ``output``), the history apart."""
     attrs.resolve_types(HarnessState)
-    return tuple(f for f in attrs.fields(HarnessState) if f.name != "history")
+    return tuple(f for f in attrs.fields(HarnessState) if f.name != "history" and f.init)
 
 
 _FIELDS = _fields()
