@@ -10,8 +10,13 @@ Every provider is asked for the answer in its native structured-output form (bui
 
 So the final answer is always the text of the model's last turn, and a repair is always a
 user message (see the ``repair`` state): the history stays valid for every provider,
-across fallback. The schema sent is OpenAI's strict form of the type's schema when it has
-one (every property required, the optional ones nullable, no extra keys; see
+across fallback. No final-result tool is needed: the anthropic SDK this project pins takes
+``output_config.format`` (Claude Sonnet 4.5, Opus 4.1, Haiku 4.5 and later; the params
+refuse an older Claude model in the chain), so no ``tool_choice`` is forced and the run's
+own tools stay usable on every turn.
+
+The schema sent is OpenAI's strict form of the type's schema when it has one (every
+property required, the optional ones nullable, no extra keys; see
 ``openai_strict_schema``), which Anthropic's structured output also takes; the answer is
 validated against the type itself, with the ``null`` of an optional field read as "not
 given", as tool arguments are.
