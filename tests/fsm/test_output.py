@@ -210,9 +210,12 @@ class TestRuns:
         assert state.output_data == {"city": "Lisbon", "celsius": 21.5, "note": None}
         assert ("check", "repair") not in _transitions(events)
 
-    def test_one_repair(self, make_harness: Any) -> None:
-        """An invalid answer is sent back once as a user message; the second one passes."""
-        harness = make_harness(_params(), ScriptedProvider([reply(BAD), reply(GOOD)]))
+    @pytest.mark.parametrize("engine", ["table", "statemachine"])
+    def test_one_repair(self, make_harness: Any, engine: str) -> None:
+        """An invalid answer is sent back once as a user message; the second one passes
+        (on both engines)."""
+        script = ScriptedProvider([reply(BAD), reply(GOOD)])
+        harness = make_harness(_params(), script, engine=engine)
         state, events = _run(harness)
         assert state.exit_reason == "model_complete"
         assert state.output == Weather(city="Lisbon", celsius=21.5)
