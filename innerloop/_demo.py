@@ -22,6 +22,7 @@ from innerloop._console import drive, format_cost, view_for
 from innerloop._eventlog import EventLog, read_event_log
 from innerloop._events import Event, TextDelta
 from innerloop._harness import Harness
+from innerloop.fsm._context import request_settings
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._state import HarnessState
 from innerloop.providers import AnthropicProvider, OpenAIProvider
@@ -197,9 +198,8 @@ def _typed_run(log: EventLog, live: bool) -> HarnessState:
     """The third run: typed output; the first answer misses a field and is repaired."""
     print(f"third run: {REPORT_TASK!r} with output_type=Report; the first answer is repaired")
     params = HarnessParams(model=PRIMARY, output_type=Report, max_output_tokens=1024)
-    spec = params.output_spec
-    assert spec is not None
-    with AnthropicServer(REPORT_SCRIPT, output_schema=dict(spec.wire_schema)) as server:
+    schema = request_settings(params).anthropic_output_schema
+    with AnthropicServer(REPORT_SCRIPT, output_schema=schema) as server:
         providers = {"anthropic": AnthropicProvider(api_key="demo-key", base_url=server.base_url)}
         run = Harness(params, providers).start(REPORT_TASK)
         with view_for(run.state, no_live=not live) as view:

@@ -65,9 +65,14 @@ def request_settings(params: HarnessParams) -> RequestSettings:
         cache_tools=params.cache_tools,
         cache_last_user_turn=params.cache_last_user_turn,
         call_deadline=params.call_deadline,
-        output_schema=dict(output.wire_schema) if output is not None else None,
+        output_schema=dict(output.schema) if output is not None else None,
+        output_strict_schema=(
+            dict(output.strict_schema)
+            if output is not None and output.strict_schema is not None
+            else None
+        ),
         output_name=output.name if output is not None else "output",
-        output_strict=output.strict if output is not None else False,
+        anthropic_output_schema=dict(output.anthropic_schema) if output is not None else None,
     )
 
 

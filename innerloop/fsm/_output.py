@@ -15,9 +15,10 @@ across fallback. No final-result tool is needed: the anthropic SDK this project 
 refuse an older Claude model in the chain), so no ``tool_choice`` is forced and the run's
 own tools stay usable on every turn.
 
-The schema sent is OpenAI's strict form of the type's schema when it has one (every
-property required, the optional ones nullable, no extra keys; see
-``openai_strict_schema``), which Anthropic's structured output also takes; the answer is
+OpenAI is sent the strict form of the type's schema when it has one (every property
+required, the optional ones nullable, no extra keys; see ``openai_strict_schema``),
+Anthropic the schema in the form its structured output takes (:func:`anthropic_schema`:
+no extra keys; the constraints it does not enforce moved into descriptions). The answer is
 validated against the type itself, with the ``null`` of an optional field read as "not
 given", as tool arguments are.
 
@@ -47,7 +48,7 @@ from innerloop.tools._validate import (
     strict_json,
 )
 
-__all__ = ["InvalidOutput", "OutputSpec", "output_spec"]
+__all__ = ["InvalidOutput", "OutputSpec", "anthropic_schema", "output_spec"]
 
 _NAME = re.compile(r"[^A-Za-z0-9_-]")
 _FIELD = "output_type"
@@ -92,17 +93,18 @@ class OutputSpec:
     """The schema's name (OpenAI requires one): the type's name, or the schema's title."""
     schema: Mapping[str, Any]
     """The JSON schema of the answer (``$ref`` inlined where it can be)."""
-    wire_schema: Mapping[str, Any]
-    """What is sent: the strict form of ``schema`` when it has one, else ``schema``."""
-    strict: bool
-    """Whether ``wire_schema`` is the strict form (OpenAI's ``strict: true``)."""
+    strict_schema: Mapping[str, Any] | None
+    """OpenAI's strict form of ``schema`` (sent with ``strict: true``); None when it has
+    none (``schema`` is sent, not strict)."""
+    anthropic_schema: Mapping[str, Any]
+    """``schema`` as Anthropic is sent it (see :func:`anthropic_schema`)."""
     adapter: pydantic.TypeAdapter[Any] | None
     """The validator of a type; None for a JSON schema dict."""
     checker: ToolSchema | None
     """The validator of a JSON schema dict; None for a type."""
 
     def __repr__(self) -> str:
-        return f"OutputSpec({self.name!r}, strict={self.strict})"
+        return f"OutputSpec({self.name!r}, strict={self.strict_schema is not None})"
 
     def parse(self, text: str) -> tuple[Any, Any]:
         """The typed value of the answer ``text`` and its JSON data; raises
@@ -160,8 +162,8 @@ def _from_schema(output_type: Mapping[str, Any]) -> OutputSpec:
         output_type,
         _name(title if isinstance(title, str) else "output"),
         schema,
-        strict if strict is not None else schema,
-        strict is not None,
+        strict,
+        anthropic_schema(schema),
         None,
         checker,
     )
@@ -187,8 +189,8 @@ def _from_type(output_type: Any) -> OutputSpec:
         output_type,
         _name(shown),
         schema,
-        strict if strict is not None else schema,
-        strict is not None,
+        strict,
+        anthropic_schema(schema),
         adapter,
         None,
     )
@@ -208,3 +210,85 @@ def native_format(model: str) -> bool:
     """Whether ``model`` takes its provider's native structured output (False only for
     the older Claude models)."""
     return not model.startswith(_NO_NATIVE_FORMAT)
+
+
+# -- Anthropic's form ---------------------------------------------------------------------------
+
+_A_FORMATS = frozenset(
+    {"date-time", "time", "date", "duration", "email", "hostname", "uri", "ipv4", "ipv6", "uuid"}
+)
+_A_SCALARS = (str, int, float, bool, type(None))
+
+
+def anthropic_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """``schema`` as Anthropic's structured output takes it: every object closed
+    (``additionalProperties: false``), ``oneOf`` read as ``anyOf``, and what it does not
+    enforce (numeric bounds, string lengths, ``minItems`` above 1, other string formats,
+    defaults...) written into the node's description as ``{key: value, ...}``, so the model
+    still reads it; the answer is validated against the full schema anyway.
+
+    The rules are those the anthropic SDK's ``transform_schema`` applies (a test checks
+    the two agree); it is not called here because the machine's layers import no SDK."""
+    node = dict(schema)
+    out: dict[str, Any] = {}
+    defs = node.pop("$defs", None)
+    if defs is not None:
+        out["$defs"] = {name: anthropic_schema(sub) for name, sub in defs.items()}
+    ref = node.pop("$ref", None)
+    if ref is not None:
+        out["$ref"] = ref
+        return out
+    kind = node.pop("type", None)
+    variants = {k: node.pop(k, None) for k in ("anyOf", "oneOf", "allOf")}
+    literal = _literals(node, out)
+    if literal:
+        kind = None
+    _combine(variants, out)
+    if not literal and not any(variants.values()) and kind is not None:
+        out["type"] = kind
+    for key in ("description", "title"):
+        if key in node:
+            out[key] = node.pop(key)
+    _typed(kind, node, out)
+    if node:  # what Anthropic does not take: kept as words for the model
+        extra = "{" + ", ".join(f"{k}: {v}" for k, v in node.items()) + "}"
+        described = out.get("description")
+        out["description"] = extra if described is None else f"{described}\n\n{extra}"
+    return out
+
+
+def _literals(node: dict[str, Any], out: dict[str, Any]) -> bool:
+    """Move ``enum`` (of scalars) and a scalar ``const`` to ``out``; whether there was one."""
+    enum = node.get("enum")
+    if isinstance(enum, list) and enum and all(isinstance(v, _A_SCALARS) for v in enum):
+        out["enum"] = list(node.pop("enum"))
+    if "const" in node and isinstance(node["const"], _A_SCALARS):
+        out["const"] = node.pop("const")
+    return "enum" in out or "const" in out
+
+
+def _combine(variants: dict[str, Any], out: dict[str, Any]) -> None:
+    if isinstance(variants["anyOf"], list):
+        out["anyOf"] = [anthropic_schema(v) for v in variants["anyOf"]]
+    elif isinstance(variants["oneOf"], list):
+        out["anyOf"] = [anthropic_schema(v) for v in variants["oneOf"]]
+    elif isinstance(variants["allOf"], list):
+        out["allOf"] = [anthropic_schema(v) for v in variants["allOf"]]
+
+
+def _typed(kind: Any, node: dict[str, Any], out: dict[str, Any]) -> None:
+    """The keywords of an object, string or array node that Anthropic takes."""
+    if kind == "object":
+        properties = node.pop("properties", {})
+        out["properties"] = {name: anthropic_schema(sub) for name, sub in properties.items()}
+        node.pop("additionalProperties", None)
+        out["additionalProperties"] = False
+        if "required" in node:
+            out["required"] = list(node.pop("required"))
+    elif kind == "string" and node.get("format") in _A_FORMATS:
+        out["format"] = node.pop("format")
+    elif kind == "array":
+        if "items" in node:
+            out["items"] = anthropic_schema(node.pop("items"))
+        if node.get("minItems") in (0, 1):
+            out["minItems"] = node.pop("minItems")

@@ -107,10 +107,14 @@ class RequestSettings:
     output_schema: dict[str, Any] | None = None
     """The JSON schema the final answer must match, asked for in the dialect's native
     structured-output form (None: free text)."""
+    output_strict_schema: dict[str, Any] | None = None
+    """OpenAI's strict form of ``output_schema``, when it has one (then sent to OpenAI with
+    ``strict: true``)."""
     output_name: str = "output"
     """The schema's name (OpenAI requires one)."""
-    output_strict: bool = False
-    """Whether ``output_schema`` is in strict form (sent with ``strict: true``)."""
+    anthropic_output_schema: dict[str, Any] | None = None
+    """``output_schema`` in the form Anthropic's structured output takes (see
+    ``innerloop.fsm.OutputSpec.anthropic_schema``)."""
 
 
 def normalize(messages: Sequence[Message], dialect: Dialect | str) -> list[dict[str, Any]]:
@@ -426,12 +430,13 @@ def build_request(
 
 def _output_format(settings: RequestSettings, dialect: str, payload: dict[str, Any]) -> None:
     """Ask for the final answer in ``settings.output_schema``, the dialect's native way."""
-    schema = settings.output_schema
     if dialect == "anthropic":  # beside an effort level, when one is set
         config = payload.setdefault("output_config", {})
-        config["format"] = {"type": "json_schema", "schema": schema}
+        config["format"] = {"type": "json_schema", "schema": settings.anthropic_output_schema}
         return
-    named = {"name": settings.output_name, "schema": schema, "strict": settings.output_strict}
+    strict = settings.output_strict_schema
+    schema = strict if strict is not None else settings.output_schema
+    named = {"name": settings.output_name, "schema": schema, "strict": strict is not None}
     if dialect == "openai":
         payload["response_format"] = {"type": "json_schema", "json_schema": named}
     else:

@@ -57,12 +57,12 @@ def _params(**kw: Any) -> HarnessParams:
 
 class TestParams:
     def test_model_schema_is_sent_in_strict_form(self) -> None:
-        """A pydantic model: its name, and the strict form (every field required, the
-        optional one nullable, no extra keys) as the schema sent."""
+        """A pydantic model: its name, and the strict form OpenAI is sent (every field
+        required, the optional one nullable, no extra keys)."""
         spec = _params().output_spec
         assert spec is not None
-        assert (spec.name, spec.strict) == ("Weather", True)
-        assert dict(spec.wire_schema) == {
+        assert spec.name == "Weather"
+        assert spec.strict_schema == {
             "title": "Weather",
             "type": "object",
             "properties": {
@@ -86,7 +86,8 @@ class TestParams:
         """A dataclass, a TypedDict and a JSON schema dict each compile to a named schema."""
         spec = _params(output_type=output_type).output_spec
         assert spec is not None
-        assert (spec.name, spec.wire_schema["required"]) == (name, required)
+        assert spec.strict_schema is not None
+        assert (spec.name, spec.strict_schema["required"]) == (name, required)
 
     def test_no_output_type_no_spec(self) -> None:
         """Without output_type nothing is compiled; the repair budget defaults to 2."""

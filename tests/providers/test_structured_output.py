@@ -4,15 +4,18 @@ Anthropic and Chat Completions with a valid history."""
 
 from __future__ import annotations
 
-from typing import Any
+import enum
+from typing import Any, Literal
 
+import anthropic
 import pydantic
 import pytest
 
 from innerloop import HarnessParams, HarnessState, Thinking
 from innerloop._events import Event, Fallback, Transition
 from innerloop._messages import Message
-from innerloop.fsm import request_settings
+from innerloop.fsm import output_spec, request_settings
+from innerloop.fsm._output import anthropic_schema
 from innerloop.lowlevel import build_request
 from innerloop.providers import (
     AnthropicProvider,
@@ -54,7 +57,8 @@ BAD = '{"city": "Lisbon"}'
 
 
 def _params(model: str, **kw: Any) -> HarnessParams:
-    return HarnessParams(model=model, output_type=Weather, system="Answer in JSON.", **kw)
+    kw.setdefault("output_type", Weather)
+    return HarnessParams(model=model, system="Answer in JSON.", **kw)
 
 
 class TestPayload:
@@ -89,6 +93,38 @@ class TestPayload:
             "format": {"type": "json_schema", "name": "Weather", "schema": STRICT, "strict": True}
         }
 
+    def test_anthropic_and_openai_forms_differ_where_the_apis_do(self) -> None:
+        """An optional field and a bound: OpenAI gets the strict form (all required, the
+        optional one nullable, the bound kept); Anthropic gets the schema as the anthropic
+        SDK's transform_schema makes it (the optional field stays optional, the bound it
+        does not take moves into the description)."""
+
+        class Reading(pydantic.BaseModel):
+            celsius: float = pydantic.Field(ge=-90)
+            note: str | None = None
+
+        params = _params(CLAUDE, output_type=Reading)
+        anthropic_schema = self._payload(params, "anthropic")["output_config"]["format"]
+        assert anthropic_schema["schema"] == {
+            "type": "object",
+            "title": "Reading",
+            "properties": {
+                "celsius": {"type": "number", "description": "{minimum: -90}"},
+                "note": {
+                    "anyOf": [{"type": "string"}, {"type": "null"}],
+                    "description": "{default: None}",
+                },
+            },
+            "additionalProperties": False,
+            "required": ["celsius"],
+        }
+        openai_schema = self._payload(params, "openai")["response_format"]["json_schema"]
+        assert openai_schema["schema"]["required"] == ["celsius", "note"]
+        assert openai_schema["schema"]["properties"]["celsius"] == {
+            "type": "number",
+            "minimum": -90,
+        }
+
     def test_schema_without_strict_form_is_sent_loose(self) -> None:
         """A schema strict mode cannot express (a free-form object) goes as is, strict off."""
         schema = {
@@ -111,6 +147,46 @@ class TestPayload:
             ("responses", "text"),
         ):
             assert field not in self._payload(HarnessParams(model=GPT), dialect)
+
+
+class Sky(enum.Enum):
+    CLEAR = "clear"
+    CLOUDY = "cloudy"
+
+
+class Day(pydantic.BaseModel):
+    date: str = pydantic.Field(json_schema_extra={"format": "date"})
+    sky: Sky
+    rain_mm: float = pydantic.Field(ge=0, le=500)
+
+
+class Forecast(pydantic.BaseModel):
+    """A forecast."""
+
+    city: str = pydantic.Field(min_length=1, description="The city")
+    days: list[Day] = pydantic.Field(min_length=1, max_length=7)
+    kind: Literal["daily"] = "daily"
+    tags: list[str] = pydantic.Field(default_factory=list, min_length=2)
+
+
+ONE_OF = {
+    "type": "object",
+    "properties": {
+        "value": {"oneOf": [{"type": "integer", "multipleOf": 5}, {"type": "string"}]},
+        "when": {"type": "string", "format": "date-time"},
+        "code": {"type": "string", "format": "regex"},
+    },
+    "required": ["value"],
+}
+
+
+@pytest.mark.parametrize("output_type", [Weather, Forecast, Day, ONE_OF], ids=repr)
+def test_anthropic_form_agrees_with_the_sdk(output_type: Any) -> None:
+    """The schema Anthropic is sent is what the anthropic SDK's transform_schema makes of
+    the same schema (closed objects, bounds and lengths moved into descriptions, oneOf as
+    anyOf, the formats it takes kept)."""
+    schema = dict(output_spec(output_type).schema)
+    assert anthropic_schema(schema) == anthropic.transform_schema(schema)
 
 
 def _provider(dialect: str, server: LoopbackServer, route: str) -> Any:
