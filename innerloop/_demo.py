@@ -1,7 +1,8 @@
 """The offline demo: the real anthropic and openai SDK clients talk HTTP to loopback API
 servers that play a built-in scenario, driving the machine through every recovery branch;
 then a second, short run that the host aborts mid-stream, so every phase (abort included)
-shows on the screen and in the event log.
+shows on the screen and in the event log; then a third run with typed output
+(``output_type``) whose first answer is repaired.
 
 No network and no API key. Backoff waits go through a :class:`ScaledClock`, so a 16-second
 wait takes 0.16 s; the screen says so.
@@ -15,10 +16,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pydantic
+
 from innerloop._console import drive, format_cost, view_for
 from innerloop._eventlog import EventLog, read_event_log
 from innerloop._events import Event, TextDelta
 from innerloop._harness import Harness
+from innerloop.fsm._context import request_settings
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._state import HarnessState
 from innerloop.providers import AnthropicProvider, OpenAIProvider
@@ -175,19 +179,48 @@ def _aborted_run(log: EventLog, live: bool) -> HarnessState:
         return run.state
 
 
+class Report(pydantic.BaseModel):
+    """The typed answer of the demo's third run."""
+
+    city: str
+    sum_a: int
+    sum_b: int
+
+
+REPORT_TASK = "Report 2+3 and 40+2 for Lisbon as JSON."
+REPORT_SCRIPT = [
+    reply('{"city": "Lisbon", "sum_a": 5}'),  # a field missing: one repair
+    reply('{"city": "Lisbon", "sum_a": 5, "sum_b": 42}'),
+]
+
+
+def _typed_run(log: EventLog, live: bool) -> HarnessState:
+    """The third run: typed output; the first answer misses a field and is repaired."""
+    print(f"third run: {REPORT_TASK!r} with output_type=Report; the first answer is repaired")
+    params = HarnessParams(model=PRIMARY, output_type=Report, max_output_tokens=1024)
+    schema = request_settings(params).anthropic_output_schema
+    with AnthropicServer(REPORT_SCRIPT, output_schema=schema) as server:
+        providers = {"anthropic": AnthropicProvider(api_key="demo-key", base_url=server.base_url)}
+        run = Harness(params, providers).start(REPORT_TASK)
+        with view_for(run.state, no_live=not live) as view:
+            asyncio.run(_play(run, providers, view, log))
+        return run.state
+
+
 def _first_run(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ends = [i for i, e in enumerate(events) if e["type"] == "finished"]
     return events[: ends[0] + 1] if ends else events
 
 
 def run_demo(out: Path = Path("runs/demo"), *, live: bool = False) -> HarnessState:
-    """Play the scenario over real HTTP, then a second run the host aborts mid-stream; show
-    both, write their event log and the first run's trace diagram under ``out``. Returns
-    the first run's final state."""
+    """Play the scenario over real HTTP, then a second run the host aborts mid-stream and a
+    third with typed output and one repair; show them, write their event log and the first
+    run's trace diagram under ``out``. Returns the first run's final state."""
     log_path = out / "events.jsonl"
     with EventLog(log_path, {"command": "demo", "model": PRIMARY}) as log:
         harness, state, requests = _tour(log, live)
         aborted = _aborted_run(log, live)
+        typed = _typed_run(log, live)
     svg_path = out / "trace.svg"
     try:
         from innerloop.diagrams import build_diagram, render
@@ -204,6 +237,10 @@ def run_demo(out: Path = Path("runs/demo"), *, live: bool = False) -> HarnessSta
     )
     why = aborted.abort.reason if aborted.abort is not None else "no abort"
     print(f"second run: exit_reason={aborted.exit_reason} ({why})")
-    print(f"event log: {log_path} (both runs)")
+    print(
+        f"third run: exit_reason={typed.exit_reason} output={typed.output!r} "
+        f"repairs={typed.output_repairs}"
+    )
+    print(f"event log: {log_path} (all three runs)")
     print(f"trace diagram: {svg_path} (the first run)")
     return state

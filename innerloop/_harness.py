@@ -275,8 +275,13 @@ class Harness:
         return self.checkpointer
 
     def checkpoint(self, run_id: str, seq: int | None = None) -> Checkpoint:
-        """Checkpoint ``seq`` of a stored run (its latest when None), read back."""
-        return decode(self._store("reading a checkpoint").rows(run_id, seq))
+        """Checkpoint ``seq`` of a stored run (its latest when None), read back (with
+        ``state.output`` rebuilt from ``state.output_data`` by the params' output_type)."""
+        checkpoint = decode(self._store("reading a checkpoint").rows(run_id, seq))
+        spec, state = self.params.output_spec, checkpoint.state
+        if spec is not None and state.output_data is not None:
+            state.output = spec.rebuild(state.output_data)
+        return checkpoint
 
     def runs(self) -> list[RunInfo]:
         """Every stored run: status, exit reason, turns, cost; most recent first."""

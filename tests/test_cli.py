@@ -34,14 +34,15 @@ def cli(
 
 PHASES = {
     "assemble", "compact", "normalize", "call", "stream", "execute", "check", "backoff",
-    "fallback", "abort",
+    "fallback", "abort", "repair",
 }  # fmt: skip
 
 
 def test_demo_runs_offline_and_shows_every_recovery_branch(tmp_path: Path) -> None:
     """The demo drives the real SDKs over loopback HTTP through every recovery branch, then
-    a second run the host aborts mid-stream, in under a minute: all ten phases show on the
-    screen and in the event log, and the trace diagram is written."""
+    a second run the host aborts mid-stream and a third with typed output repaired once, in
+    under a minute: all eleven phases show on the screen and in the event log, and the
+    trace diagram is written."""
     started = time.monotonic()
     proc = cli("demo", "--out", str(tmp_path), env={"NO_COLOR": "1"})
     assert time.monotonic() - started < 60
@@ -66,9 +67,10 @@ def test_demo_runs_offline_and_shows_every_recovery_branch(tmp_path: Path) -> No
     alerts = [e for e in events if e["type"] == "alert"]
     assert any(a["kind"] == "tool_failing" for a in alerts)
     finished = [e["exit_reason"] for e in events if e["type"] == "finished"]
-    assert finished == ["model_complete", "aborted"]
+    assert finished == ["model_complete", "aborted", "model_complete"]
     assert events[-1]["type"] == "finished"
-    second = events[[e["type"] for e in events].index("finished") + 1 :]
+    ends = [i for i, e in enumerate(events) if e["type"] == "finished"]
+    second, third = events[ends[0] + 1 : ends[1] + 1], events[ends[1] + 1 :]
     assert [(e["source"], e["target"]) for e in second if e["type"] == "transition"][-2:] == [
         ("stream", "abort"),
         ("abort", "aborted"),
@@ -80,6 +82,19 @@ def test_demo_runs_offline_and_shows_every_recovery_branch(tmp_path: Path) -> No
     assert "second run: exit_reason=aborted (host abort: mid-stream, after 5 text deltas)" in (
         proc.stdout
     )
+    assert [(e["source"], e["target"]) for e in third if e["type"] == "transition"][4:7] == [
+        ("stream", "check"),
+        ("check", "repair"),
+        ("repair", "assemble"),
+    ]
+    assert [a["message"] for a in third if a["type"] == "alert"] == [
+        "repair 1 of 2: the answer does not match output_type Report: missing required "
+        "field 'sum_b'"
+    ]
+    assert (
+        "third run: exit_reason=model_complete output=Report(city='Lisbon', sum_a=5, sum_b=42) "
+        "repairs=1"
+    ) in proc.stdout
     svg = (tmp_path / "trace.svg").read_text()
     assert svg.startswith("<?xml")
     assert "fallback" in svg

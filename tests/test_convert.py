@@ -399,6 +399,7 @@ models = st.builds(
     st.sampled_from(["anthropic", "openai", "scripted"]),
     st.sampled_from(["claude-sonnet-4-5-20250929", "gpt-4o-mini-2024-07-18", "m-20250101"]),
 )
+ANSWER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 positive = st.floats(0.001, 1e4)
 fraction = st.floats(0.01, 0.99)
 
@@ -456,9 +457,14 @@ def harness_params(draw: st.DrawFn) -> HarnessParams:
         "strict_models": draw(st.booleans()),
         "cache_tools": draw(st.booleans()),
         "cache_last_user_turn": draw(st.booleans()),
+        "output_type": None,
+        "max_output_repairs": draw(st.integers(0, 5)),
     }
+    if kwargs["tool_choice"] in ("auto", "none"):  # a forced tool never lets it answer
+        # a type crosses JSON only as a JSON schema dict
+        kwargs["output_type"] = draw(st.none() | st.just(ANSWER))
     # a new HarnessParams field fails here until the strategy draws it
-    assert set(kwargs) == {f.name for f in attrs.fields(HarnessParams)}
+    assert set(kwargs) == {f.name for f in attrs.fields(HarnessParams) if f.init}
     return HarnessParams(**kwargs)
 
 

@@ -62,3 +62,11 @@ def test_pause_resume_example_runs(
     )
     assert tool_result["content"] == "deleted build.log"
     assert (tmp_path / "runs.db").exists()
+
+
+def test_typed_output_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """The 'Typed output' example repairs one answer and ends with the typed value."""
+    code = re.search(r"## Typed output\n\n```python\n(.*?)```", README.read_text(), re.S)
+    assert code is not None
+    exec(compile(code.group(1), "README.md", "exec"), {})
+    assert capsys.readouterr().out == "model_complete city='Lisbon' celsius=21.5 1\n"

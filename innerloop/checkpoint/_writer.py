@@ -74,10 +74,11 @@ def _holds_container(kind: Any) -> bool:
 
 
 def _fields() -> tuple[attrs.Attribute[Any], ...]:
-    """The state's fields but its history: those holding immutable values first, then
-    those holding lists or dicts."""
+    """The state's fields a checkpoint keeps: those of its JSON form (not ``init=False``
+    ones such as the typed ``output``), the history apart; those holding immutable values
+    first, then those holding lists or dicts."""
     attrs.resolve_types(HarnessState)
-    fields = [f for f in attrs.fields(HarnessState) if f.name != "history"]
+    fields = [f for f in attrs.fields(HarnessState) if f.name != "history" and f.init]
     return tuple(sorted(fields, key=lambda f: _holds_container(f.type)))
 
 

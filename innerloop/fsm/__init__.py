@@ -5,6 +5,7 @@ from innerloop.fsm._context import Deps, PhaseContext, TurnScope, request_settin
 from innerloop.fsm._default import DEFAULT_SPEC
 from innerloop.fsm._driver import Run, RunHooks, RunObserver, StepHook, TransitionObserver
 from innerloop.fsm._guards import DEFAULT_GUARDS
+from innerloop.fsm._output import OutputSpec, output_spec
 from innerloop.fsm._params import HarnessParams, ModelChoice, SpendBudget, Thinking
 from innerloop.fsm._spec import Guard, Handler, MachineSpec, StateSpec, TransitionSpec
 from innerloop.fsm._state import (
@@ -31,6 +32,7 @@ __all__ = [
     "ModelChoice",
     "Outcome",
     "OutcomeEnum",
+    "OutputSpec",
     "PhaseContext",
     "Run",
     "RunHooks",
@@ -44,5 +46,6 @@ __all__ = [
     "TransitionSpec",
     "TurnScope",
     "compile_spec",
+    "output_spec",
     "request_settings",
 ]

@@ -49,7 +49,7 @@ def _definition(tool: ToolSpec) -> dict[str, Any]:
 
 def request_settings(params: HarnessParams) -> RequestSettings:
     """The part of ``params`` a provider request carries."""
-    thinking = params.thinking
+    thinking, output = params.thinking, params.output_spec
     return RequestSettings(
         max_output_tokens=params.max_output_tokens,
         system=params.system,
@@ -65,6 +65,14 @@ def request_settings(params: HarnessParams) -> RequestSettings:
         cache_tools=params.cache_tools,
         cache_last_user_turn=params.cache_last_user_turn,
         call_deadline=params.call_deadline,
+        output_schema=dict(output.schema) if output is not None else None,
+        output_strict_schema=(
+            dict(output.strict_schema)
+            if output is not None and output.strict_schema is not None
+            else None
+        ),
+        output_name=output.name if output is not None else "output",
+        anthropic_output_schema=dict(output.anthropic_schema) if output is not None else None,
     )
 
 

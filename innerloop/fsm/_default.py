@@ -17,8 +17,9 @@ stream     abort [abort_requested] · backoff [rate_limited_retry] ·
            execute [has_tool_calls] · check
 execute    abort [abort_requested] · suspended [interrupted] · check
 check      abort [abort_requested] · max_turns_exceeded [turn_limit_continuing] ·
-           budget_exceeded [spend_exceeded] · model_complete [model_finished] ·
-           tasks_complete [tasks_complete] · assemble
+           budget_exceeded [spend_exceeded] · repair [output_invalid] ·
+           model_complete [model_finished] · tasks_complete [tasks_complete] · assemble
+repair     abort [abort_requested] · failed [output_rejected] · assemble
 backoff    abort [abort_requested] · call
 fallback   normalize
 abort      aborted [abort_requested] · failed
@@ -46,6 +47,7 @@ STATES = (
     StateSpec("stream", doc="consume the stream and emit structured events"),
     StateSpec("execute", doc="run the tool calls with their timeouts"),
     StateSpec("check", doc="the exit checks"),
+    StateSpec("repair", "recovery", doc="send an answer that breaks output_type back"),
     StateSpec("backoff", "recovery", doc="wait before retrying a rate-limited call"),
     StateSpec("fallback", "recovery", doc="switch to the next model in the chain"),
     StateSpec(
@@ -96,9 +98,13 @@ TRANSITIONS = (
     T("check", "abort", "abort_requested", "recovery"),
     T("check", "max_turns_exceeded", "turn_limit_continuing", "exit"),
     T("check", "budget_exceeded", "spend_exceeded", "exit"),
+    T("check", "repair", "output_invalid", "recovery"),
     T("check", "model_complete", "model_finished", "exit"),
     T("check", "tasks_complete", "tasks_complete", "exit"),
     T("check", "assemble"),
+    T("repair", "abort", "abort_requested", "recovery"),
+    T("repair", "failed", "output_rejected", "exit"),
+    T("repair", "assemble", None, "recovery"),
     T("backoff", "abort", "abort_requested", "recovery"),
     T("backoff", "call", None, "recovery"),
     T("fallback", "normalize", None, "recovery"),

@@ -153,6 +153,9 @@ class Run:
         self.machine = machine
         self.params = params
         self.state = state
+        spec = params.output_spec
+        if spec is not None and state.output is None and state.output_data is not None:
+            state.output = spec.rebuild(state.output_data)  # read back from a checkpoint
         self.deps = deps
         self.signal = AbortSignal(state)
         self.scope = TurnScope(settings or request_settings(params))

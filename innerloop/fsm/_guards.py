@@ -133,6 +133,16 @@ def spend_exceeded(ctx: PhaseContext) -> bool:
     )
 
 
+def output_invalid(ctx: PhaseContext) -> bool:
+    """The final answer does not match ``params.output_type``."""
+    return ctx.state.outcome == Outcome.OUTPUT_INVALID
+
+
+def output_rejected(ctx: PhaseContext) -> bool:
+    """The answer is still invalid and no repair is left."""
+    return ctx.state.outcome == Outcome.OUTPUT_REJECTED
+
+
 def tasks_complete(ctx: PhaseContext) -> bool:
     """There are tasks and every one is done."""
     state = ctx.state
@@ -158,6 +168,8 @@ DEFAULT_GUARDS: Mapping[str, Guard] = {
         model_finished,
         turn_limit_continuing,
         spend_exceeded,
+        output_invalid,
+        output_rejected,
         tasks_complete,
     )
 }

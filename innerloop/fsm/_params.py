@@ -21,6 +21,7 @@ from innerloop._validators import (
     string,
     tuple_of,
 )
+from innerloop.fsm._output import OutputSpec, native_format, output_spec
 from innerloop.providers._reasoning import EFFORTS, family_of
 from innerloop.recovery._policy import RecoveryPolicy
 from innerloop.recovery._pricing import DEFAULT_PRICES, Price
@@ -252,9 +253,24 @@ class HarnessParams:
     """Seconds one model call may take from the request to the end of its stream (a server
     trickling bytes within each read timeout is stopped here); past it, the call fails as
     a transient timeout and is retried once. None: no overall limit."""
+    output_type: Any = attrs.field(default=None)
+    """The type of the final answer: a pydantic model, a dataclass, a TypedDict or a JSON
+    schema dict (an object). Each provider is asked for it in its native structured-output
+    form; the answer is validated and ``state.output`` holds the typed value. None: the
+    answer is free text."""
+    max_output_repairs: int = attrs.field(default=2, validator=integer(ge=0))
+    """How many times an answer that does not match ``output_type`` is sent back to the
+    model with the validation errors (the ``repair`` state) before the run fails."""
+    output_spec: OutputSpec | None = attrs.field(init=False, eq=False, repr=False)
+    """``output_type`` compiled: the schema sent and the answer's validator."""
+
+    @output_spec.default
+    def _output_spec(self) -> OutputSpec | None:
+        return None if self.output_type is None else output_spec(self.output_type)
 
     def __attrs_post_init__(self) -> None:
         """The checks that read more than one field, each a small method."""
+        self._check_output()
         self._check_strict_models()
         self._check_repeated_models()
         self._check_context_budget()
@@ -323,6 +339,25 @@ class HarnessParams:
         raise ParamsError(
             "tool_choice", f"expected 'auto', 'any', 'none' or 'tool:NAME', got {choice!r}"
         )
+
+    def _check_output(self) -> None:
+        if self.output_type is None:
+            return
+        if self.tool_choice == "any" or self.tool_choice.startswith("tool:"):
+            raise ParamsError(
+                "tool_choice",
+                f"{self.tool_choice!r} forces a tool call on every turn, so the model can never "
+                "give the typed final answer output_type asks for; use 'auto'",
+            )
+        for i, choice in enumerate(self.model_chain):
+            if not native_format(choice.model):
+                raise ParamsError(
+                    "model" if i == 0 else f"fallbacks[{i - 1}]",
+                    f"{choice.model} has no native structured output, which output_type "
+                    "needs: pick Claude Sonnet 4.5, Opus 4.1, Haiku 4.5 or later, or leave "
+                    "output_type=None",
+                    choice,
+                )
 
     def _check_thinking(self) -> None:
         if self.thinking is None:

@@ -36,7 +36,9 @@ from innerloop._messages import (
     Usage,
 )
 from innerloop.fsm._context import PhaseContext
+from innerloop.fsm._guards import model_finished
 from innerloop.fsm._interrupts import answered_batch, suspend_for_questions
+from innerloop.fsm._output import InvalidOutput, OutputSpec
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._state import Outcome
 from innerloop.providers._normalize import build_request
@@ -59,6 +61,7 @@ __all__ = [
     "fallback",
     "idle",
     "normalize",
+    "repair",
     "stream",
 ]
 
@@ -411,9 +414,65 @@ async def execute(ctx: PhaseContext) -> AsyncIterator[Event]:
         yield event
 
 
+def _answer(state_response: ModelResponse | None) -> str:
+    if state_response is None:
+        return ""
+    return "".join(b.text for b in state_response.message.content if isinstance(b, TextBlock))
+
+
+def _check_output(ctx: PhaseContext, spec: OutputSpec) -> None:
+    """Validate the final answer: ``state.output`` on success, the problems otherwise."""
+    state = ctx.state
+    try:
+        state.output, state.output_data = spec.parse(_answer(state.last_response))
+    except InvalidOutput as exc:
+        state.output_problems = list(exc.problems)
+        state.outcome = Outcome.OUTPUT_INVALID
+        return
+    state.output_problems = []
+    state.outcome = Outcome.CHECKED
+
+
 async def check(ctx: PhaseContext) -> None:
-    """Nothing to do: the exit checks are the guards on this state's transitions."""
+    """Validate a final answer against ``params.output_type``, if set; the exit checks are
+    the guards on this state's transitions."""
+    spec = ctx.params.output_spec
+    if spec is not None and model_finished(ctx):
+        _check_output(ctx, spec)
+        return
     ctx.state.outcome = Outcome.CHECKED
+
+
+async def repair(ctx: PhaseContext) -> AsyncIterator[Event]:
+    """Send the validation problems of the answer back to the model as a user message; with
+    no repair left, record the diagnostic the ``failed`` run ends with."""
+    state, params = ctx.state, ctx.params
+    spec = params.output_spec
+    assert spec is not None, "repair follows an answer checked against output_type"
+    problems = "; ".join(state.output_problems)
+    if state.output_repairs >= params.max_output_repairs:
+        reason = (
+            f"the answer does not match output_type {spec.name} after "
+            f"{state.output_repairs} repairs: {problems}"
+        )
+        state.diagnostic = {
+            "reason": reason,
+            "output_type": spec.name,
+            "problems": list(state.output_problems),
+            "answer": _answer(state.last_response),
+            "repairs": state.output_repairs,
+        }
+        state.outcome = Outcome.OUTPUT_REJECTED
+        yield Alert("output_rejected", reason)
+        return
+    state.output_repairs += 1
+    _append_user_text(state.history, spec.repair_message(state.output_problems))
+    state.outcome = Outcome.REPAIRED
+    yield Alert(
+        "output_invalid",
+        f"repair {state.output_repairs} of {params.max_output_repairs}: the answer does not "
+        f"match output_type {spec.name}: {problems}",
+    )
 
 
 async def backoff(ctx: PhaseContext) -> AsyncIterator[Event]:

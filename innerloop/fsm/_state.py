@@ -49,6 +49,9 @@ class Outcome(OutcomeEnum):
     SWITCHED = "switched"
     ABORTED = "aborted"
     INTERRUPTED = "interrupted"
+    OUTPUT_INVALID = "output_invalid"
+    REPAIRED = "repaired"
+    OUTPUT_REJECTED = "output_rejected"
 
 
 @attrs.frozen
@@ -133,6 +136,17 @@ class HarnessState:
     last_response: ModelResponse | None = None
     compaction_reason: str | None = None
     diagnostic: dict[str, Any] | None = None
+    output_data: Any = None
+    """The validated final answer as JSON data (with ``params.output_type``); what the
+    state's JSON form and checkpoints keep."""
+    output: Any = attrs.field(default=None, init=False)
+    """The validated final answer as an ``output_type`` value (a model, dataclass or
+    TypedDict instance; the JSON data for a schema dict). Not written to JSON: a resumed
+    run rebuilds it from ``output_data`` with the params' ``output_type``."""
+    output_problems: list[str] = attrs.Factory(list)
+    """How the last answer broke ``output_type`` (empty when it matched)."""
+    output_repairs: int = 0
+    """Answers sent back to the model for repair so far."""
     notes: dict[str, Any] = attrs.Factory(dict)
     """Free space for custom states and hosts (JSON values, so the state stays data)."""
 

@@ -104,6 +104,17 @@ class RequestSettings:
     cache_last_user_turn: bool = False
     call_deadline: float | None = None
     """Seconds the whole call may take (carried on the request as ``time_limit``)."""
+    output_schema: dict[str, Any] | None = None
+    """The JSON schema the final answer must match, asked for in the dialect's native
+    structured-output form (None: free text)."""
+    output_strict_schema: dict[str, Any] | None = None
+    """OpenAI's strict form of ``output_schema``, when it has one (then sent to OpenAI with
+    ``strict: true``)."""
+    output_name: str = "output"
+    """The schema's name (OpenAI requires one)."""
+    anthropic_output_schema: dict[str, Any] | None = None
+    """``output_schema`` in the form Anthropic's structured output takes (see
+    ``innerloop.fsm.OutputSpec.anthropic_schema``)."""
 
 
 def normalize(messages: Sequence[Message], dialect: Dialect | str) -> list[dict[str, Any]]:
@@ -411,8 +422,25 @@ def build_request(
     if settings.top_p is not None:
         payload["top_p"] = settings.top_p
     payload.update(_reasoning(settings, str(dialect), model))
+    if settings.output_schema is not None:
+        _output_format(settings, str(dialect), payload)
     payload["input" if dialect == "responses" else "messages"] = messages
     return WireRequest(str(dialect), model, payload, settings.call_deadline)
+
+
+def _output_format(settings: RequestSettings, dialect: str, payload: dict[str, Any]) -> None:
+    """Ask for the final answer in ``settings.output_schema``, the dialect's native way."""
+    if dialect == "anthropic":  # beside an effort level, when one is set
+        config = payload.setdefault("output_config", {})
+        config["format"] = {"type": "json_schema", "schema": settings.anthropic_output_schema}
+        return
+    strict = settings.output_strict_schema
+    schema = strict if strict is not None else settings.output_schema
+    named = {"name": settings.output_name, "schema": schema, "strict": strict is not None}
+    if dialect == "openai":
+        payload["response_format"] = {"type": "json_schema", "json_schema": named}
+    else:
+        payload["text"] = {"format": {"type": "json_schema", **named}}
 
 
 def _reasoning(settings: RequestSettings, dialect: str, model: str) -> dict[str, Any]:

@@ -155,6 +155,16 @@ def _sse(event: str | None, data: Any) -> bytes:
     return f"{head}data: {payload}\n\n".encode()
 
 
+def _json_schema(fmt: Any, *path: str) -> Any:
+    """The schema of a ``json_schema`` format found at ``path`` in ``fmt``; else None."""
+    for key in path:
+        fmt = fmt.get(key) if isinstance(fmt, dict) else None
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
+        return None
+    named = fmt.get("json_schema", fmt)  # Chat Completions nests name, schema and strict
+    return named.get("schema") if isinstance(named, dict) else None
+
+
 def _pieces(text: str, size: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
@@ -174,7 +184,11 @@ class LoopbackServer:
         model: str = "loopback-model-20250101",
         chunk_size: int = 16,
         path: str | None = None,
+        output_schema: dict[str, Any] | None = None,
     ) -> None:
+        """``output_schema``: every request must ask for its answer in this JSON schema, in
+        the dialect's structured-output form (else a 400 names what was sent)."""
+        self.output_schema = output_schema
         if path is not None:  # a cloud route's path (Vertex, Azure) instead of the API's own
             self.path = path
         self.script: list[Step] = list(script)
@@ -332,6 +346,15 @@ class LoopbackServer:
     def _plan(self, path: str, body: Any) -> _Plan:
         if path != self.path:
             return self._error(404, "not_found_error", f"no route {path}; this serves {self.path}")
+        if self.output_schema is not None:
+            found = self.output_format(body) if isinstance(body, dict) else None
+            if found != self.output_schema:
+                return self._error(
+                    400,
+                    "invalid_request_error",
+                    f"expected the output schema {self.output_schema} in {self.format_field}, "
+                    f"got {found}",
+                )
         stream = bool(isinstance(body, dict) and body.get("stream"))
         model = str(body.get("model") or self.model) if isinstance(body, dict) else self.model
         if self._storm is not None:
@@ -535,6 +558,13 @@ class LoopbackServer:
 
     # -- dialect ----------------------------------------------------------------------------
 
+    format_field: ClassVar[str] = ""
+    """Where the dialect's requests carry a structured-output JSON schema."""
+
+    def output_format(self, body: dict[str, Any]) -> Any:
+        """The JSON schema ``body`` asks the answer in; None when it asks none."""
+        raise NotImplementedError
+
     def _tool_id(self, block: ToolUseBlock) -> str:
         return block.id or f"toolu_{next(self._ids):04d}"
 
@@ -565,6 +595,10 @@ class AnthropicServer(LoopbackServer):
 
     dialect = "anthropic"
     path = "/v1/messages"
+    format_field = "output_config.format"
+
+    def output_format(self, body: dict[str, Any]) -> Any:
+        return _json_schema(body, "output_config", "format")
 
     def frames(self, r: Reply, model: str) -> list[bytes]:
         size = self.chunk_size
@@ -693,6 +727,10 @@ class OpenAIServer(LoopbackServer):
     dialect = "openai"
     path = "/v1/chat/completions"
     api_prefix = "/v1"
+    format_field = "response_format"
+
+    def output_format(self, body: dict[str, Any]) -> Any:
+        return _json_schema(body, "response_format")
 
     def _usage(self, u: Usage) -> dict[str, Any]:
         prompt = u.input_tokens + u.cache_read_tokens
@@ -820,6 +858,10 @@ class ResponsesServer(LoopbackServer):
     dialect = "responses"
     path = "/v1/responses"
     api_prefix = "/v1"
+    format_field = "text.format"
+
+    def output_format(self, body: dict[str, Any]) -> Any:
+        return _json_schema(body, "text", "format")
 
     def _usage(self, u: Usage) -> dict[str, Any]:
         prompt = u.input_tokens + u.cache_read_tokens

@@ -18,7 +18,7 @@ class TestBuildDiagram:
     def test_default_machine_size(self) -> None:
         """The default machine draws as 18 states and 39 edges, with kinds and exits."""
         d = build_diagram(DEFAULT_SPEC)
-        assert (len(d.states), len(d.edges)) == (18, 39)
+        assert (len(d.states), len(d.edges)) == (19, 43)
         assert d.state("compact").kind == "recovery"
         assert d.state("failed").exit_reason == "failed"
 

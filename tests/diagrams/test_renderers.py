@@ -20,7 +20,7 @@ class TestDot:
             '\tbackoff -> call [label="2. else" color="#d35400" fontcolor="#d35400" '
             "style=dashed weight=1]" in dot
         )
-        assert 'check -> model_complete [label="4. model_finished" color="#2e7d32"' in dot
+        assert 'check -> model_complete [label="5. model_finished" color="#2e7d32"' in dot
 
     def test_finals_show_exit_reason(self) -> None:
         """Final states are doubled boxes labelled with their exit reason."""
@@ -73,16 +73,16 @@ class TestMermaid:
         text = to_mermaid(build_diagram(DEFAULT_SPEC))
         assert text.startswith("stateDiagram-v2\n    %% machine: innerloop\n")
         assert "    call --> abort : ↺ 1. abort_requested, 7. else\n" in text
-        assert "    check --> tasks_complete : ⏹ 5. tasks_complete\n" in text
+        assert "    check --> tasks_complete : ⏹ 6. tasks_complete\n" in text
         assert "    stream --> execute : 8. has_tool_calls\n" in text
         assert "    failed : exit_reason = failed\n" in text
-        assert "    class compact,backoff,fallback,abort recovery\n" in text
+        assert "    class compact,repair,backoff,fallback,abort recovery\n" in text
 
     def test_trace_and_current(self, run_events: list[dict[str, object]]) -> None:
         """With a trace, counts and ★ on the exit path; the end state is classed 'ended'."""
         text = to_mermaid(build_diagram(DEFAULT_SPEC, trace=run_events))
-        assert f"    check --> model_complete : ★ ⏹ 4. model_finished {X}1\n" in text
-        assert f"    check --> assemble : 6. else {X}1\n" in text
+        assert f"    check --> model_complete : ★ ⏹ 5. model_finished {X}1\n" in text
+        assert f"    check --> assemble : 7. else {X}1\n" in text
         assert "    class model_complete ended\n" in text
         live = to_mermaid(build_diagram(DEFAULT_SPEC, current="call"))
         assert "    class call current\n" in live

@@ -122,6 +122,15 @@ def tasks_done(s: HarnessState) -> None:
     s.tasks = [Task("t1", "write", done=True)]
 
 
+def output_invalid(s: HarnessState) -> None:
+    finished(s)
+    s.outcome = Outcome.OUTPUT_INVALID
+
+
+def output_rejected(s: HarnessState) -> None:
+    s.outcome = Outcome.OUTPUT_REJECTED
+
+
 def nothing(s: HarnessState) -> None:
     return None
 
@@ -158,9 +167,13 @@ CASES: list[tuple[str, Callable[[HarnessState], None], str, str | None]] = [
     ("check", aborting, "abort", "abort_requested"),
     ("check", limit_while_continuing, "max_turns_exceeded", "turn_limit_continuing"),
     ("check", spent, "budget_exceeded", "spend_exceeded"),
+    ("check", output_invalid, "repair", "output_invalid"),
     ("check", finished, "model_complete", "model_finished"),
     ("check", tasks_done, "tasks_complete", "tasks_complete"),
     ("check", tool_calls, "assemble", None),
+    ("repair", aborting, "abort", "abort_requested"),
+    ("repair", output_rejected, "failed", "output_rejected"),
+    ("repair", nothing, "assemble", None),
     ("backoff", aborting, "abort", "abort_requested"),
     ("backoff", nothing, "call", None),
     ("fallback", nothing, "normalize", None),

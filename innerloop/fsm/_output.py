@@ -1,0 +1,294 @@
+"""Typed structured output: ``HarnessParams.output_type`` as a schema to send and a
+validator for the final answer.
+
+Every provider is asked for the answer in its native structured-output form (built by
+``providers._normalize.build_request`` from :class:`OutputSpec`'s schema):
+
+- Anthropic Messages: ``output_config.format`` (``{"type": "json_schema", "schema": ...}``);
+- OpenAI Chat Completions: ``response_format`` (``json_schema``, strict when it can be);
+- OpenAI Responses: ``text.format`` (``json_schema``, strict when it can be).
+
+So the final answer is always the text of the model's last turn, and a repair is always a
+user message (see the ``repair`` state): the history stays valid for every provider,
+across fallback. No final-result tool is needed: the anthropic SDK this project pins takes
+``output_config.format`` (Claude Sonnet 4.5, Opus 4.1, Haiku 4.5 and later; the params
+refuse an older Claude model in the chain), so no ``tool_choice`` is forced and the run's
+own tools stay usable on every turn.
+
+OpenAI is sent the strict form of the type's schema when it has one (every property
+required, the optional ones nullable, no extra keys; see ``openai_strict_schema``),
+Anthropic the schema in the form its structured output takes (:func:`anthropic_schema`:
+no extra keys; the constraints it does not enforce moved into descriptions). The answer is
+validated against the type itself, with the ``null`` of an optional field read as "not
+given", as tool arguments are.
+
+A pydantic model, a dataclass or a TypedDict is validated (strictly, as JSON) by a pydantic
+``TypeAdapter``; a JSON schema dict by ``jsonschema`` (Draft 2020-12, checked at
+construction as tool schemas are).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, final
+
+import attrs
+import pydantic
+
+from innerloop._errors import ParamsError, ToolDefinitionError
+from innerloop.tools._schema import schema_for
+from innerloop.tools._strict import openai_strict_schema
+from innerloop.tools._validate import (
+    ToolSchema,
+    as_meant,
+    checked_schema,
+    problems_from_pydantic,
+    strict_json,
+)
+
+__all__ = ["InvalidOutput", "OutputSpec", "anthropic_schema", "output_spec"]
+
+_NAME = re.compile(r"[^A-Za-z0-9_-]")
+_FIELD = "output_type"
+_NO_NATIVE_FORMAT = (
+    "claude-3",
+    "claude-sonnet-4-0",
+    "claude-sonnet-4-2",
+    "claude-opus-4-0",
+    "claude-opus-4-2",
+)
+"""Model id prefixes of Claude models without native structured output (it came with
+Claude Sonnet 4.5, Opus 4.1 and Haiku 4.5)."""
+
+
+class InvalidOutput(Exception):
+    """The final answer does not match ``output_type``; ``problems`` says how."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("; ".join(self.problems))
+
+
+def _object_root(schema: Mapping[str, Any], what: str) -> None:
+    if schema.get("type") != "object":
+        raise ParamsError(
+            _FIELD,
+            f"{what} is not a JSON object (its schema has type {schema.get('type')!r}); the "
+            "providers' structured output takes objects only: wrap the value in a model, "
+            "dataclass or TypedDict with one field",
+        )
+
+
+@final
+@attrs.frozen(repr=False)
+class OutputSpec:
+    """``output_type`` compiled once: the schema each provider is sent and the validator
+    of the final answer. Build it with :func:`output_spec`."""
+
+    type: Any
+    """The ``output_type`` as given."""
+    name: str
+    """The schema's name (OpenAI requires one): the type's name, or the schema's title."""
+    schema: Mapping[str, Any]
+    """The JSON schema of the answer (``$ref`` inlined where it can be)."""
+    strict_schema: Mapping[str, Any] | None
+    """OpenAI's strict form of ``schema`` (sent with ``strict: true``); None when it has
+    none (``schema`` is sent, not strict)."""
+    anthropic_schema: Mapping[str, Any]
+    """``schema`` as Anthropic is sent it (see :func:`anthropic_schema`)."""
+    adapter: pydantic.TypeAdapter[Any] | None
+    """The validator of a type; None for a JSON schema dict."""
+    checker: ToolSchema | None
+    """The validator of a JSON schema dict; None for a type."""
+
+    def __repr__(self) -> str:
+        return f"OutputSpec({self.name!r}, strict={self.strict_schema is not None})"
+
+    def parse(self, text: str) -> tuple[Any, Any]:
+        """The typed value of the answer ``text`` and its JSON data; raises
+        :class:`InvalidOutput` naming every problem (not JSON, a missing field...)."""
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            shown = text if len(text) <= 80 else text[:77] + "..."
+            raise InvalidOutput([f"the answer is not JSON ({exc}): {shown!r}"]) from None
+        data = as_meant(self.schema, data)  # strict mode's null for "not given"
+        if self.checker is not None:
+            problems = self.checker.problems(data)
+            if problems:
+                raise InvalidOutput(problems)
+            return data, data
+        assert self.adapter is not None
+        try:
+            value = strict_json(self.adapter, data)
+        except pydantic.ValidationError as exc:
+            raise InvalidOutput(problems_from_pydantic(exc, self.schema)) from None
+        except ValueError as exc:  # not JSON data
+            raise InvalidOutput([f"the answer: {exc}"]) from None
+        return value, self.adapter.dump_python(value, mode="json")
+
+    def rebuild(self, data: Any) -> Any:
+        """The typed value of JSON data that ``parse`` returned (from a checkpoint)."""
+        if self.adapter is None:
+            return data
+        return strict_json(self.adapter, data)
+
+    def repair_message(self, problems: Sequence[str]) -> str:
+        """The user message that feeds the validation problems back to the model."""
+        lines = "\n".join(f"- {p}" for p in problems)
+        return (
+            f"Your answer does not match the required output format ({self.name}):\n"
+            f"{lines}\nAnswer again with only the corrected JSON object."
+        )
+
+
+def _name(raw: str) -> str:
+    return _NAME.sub("_", raw)[:64] or "output"
+
+
+def _from_schema(output_type: Mapping[str, Any]) -> OutputSpec:
+    try:
+        checker = checked_schema(output_type, _FIELD)
+    except ToolDefinitionError as exc:
+        reason = str(exc).removeprefix(f"{_FIELD}: ")
+        raise ParamsError(_FIELD, reason.replace("input_schema", "the schema"), None) from None
+    schema = dict(checker)
+    _object_root(schema, "the schema")
+    strict = openai_strict_schema(schema)
+    title = schema.get("title")
+    return OutputSpec(
+        output_type,
+        _name(title if isinstance(title, str) else "output"),
+        schema,
+        strict,
+        anthropic_schema(schema),
+        None,
+        checker,
+    )
+
+
+def _from_type(output_type: Any) -> OutputSpec:
+    shown = getattr(output_type, "__name__", repr(output_type))
+    fix = (
+        "give a pydantic model, a dataclass, a TypedDict or a JSON schema dict whose "
+        "fields JSON can carry"
+    )
+    try:
+        schema = schema_for(output_type, f"output type {shown}")
+        adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(output_type)
+    except ToolDefinitionError as exc:
+        raise ParamsError(_FIELD, f"{exc}", output_type) from None
+    except (pydantic.PydanticUserError, TypeError) as exc:  # TypeAdapter's own refusals
+        reason = str(exc).split("\n")[0]
+        raise ParamsError(_FIELD, f"pydantic cannot validate {shown} ({reason}); {fix}") from None
+    _object_root(schema, shown)
+    strict = openai_strict_schema(schema)
+    return OutputSpec(
+        output_type,
+        _name(shown),
+        schema,
+        strict,
+        anthropic_schema(schema),
+        adapter,
+        None,
+    )
+
+
+def output_spec(output_type: Any) -> OutputSpec:
+    """``output_type`` (a pydantic model, dataclass, TypedDict or JSON schema dict)
+    compiled; a :class:`ParamsError` for ``output_type`` naming the problem and the fix."""
+    if isinstance(output_type, OutputSpec):
+        return output_type
+    if isinstance(output_type, Mapping):
+        return _from_schema(output_type)
+    return _from_type(output_type)
+
+
+def native_format(model: str) -> bool:
+    """Whether ``model`` takes its provider's native structured output (False only for
+    the older Claude models)."""
+    return not model.startswith(_NO_NATIVE_FORMAT)
+
+
+# -- Anthropic's form ---------------------------------------------------------------------------
+
+_A_FORMATS = frozenset(
+    {"date-time", "time", "date", "duration", "email", "hostname", "uri", "ipv4", "ipv6", "uuid"}
+)
+_A_SCALARS = (str, int, float, bool, type(None))
+
+
+def anthropic_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """``schema`` as Anthropic's structured output takes it: every object closed
+    (``additionalProperties: false``), ``oneOf`` read as ``anyOf``, and what it does not
+    enforce (numeric bounds, string lengths, ``minItems`` above 1, other string formats,
+    defaults...) written into the node's description as ``{key: value, ...}``, so the model
+    still reads it; the answer is validated against the full schema anyway.
+
+    The rules are those the anthropic SDK's ``transform_schema`` applies (a test checks
+    the two agree); it is not called here because the machine's layers import no SDK."""
+    node = dict(schema)
+    out: dict[str, Any] = {}
+    defs = node.pop("$defs", None)
+    if defs is not None:
+        out["$defs"] = {name: anthropic_schema(sub) for name, sub in defs.items()}
+    ref = node.pop("$ref", None)
+    if ref is not None:
+        out["$ref"] = ref
+        return out
+    kind = node.pop("type", None)
+    variants = {k: node.pop(k, None) for k in ("anyOf", "oneOf", "allOf")}
+    literal = _literals(node, out)
+    if literal:
+        kind = None
+    _combine(variants, out)
+    if not literal and not any(variants.values()) and kind is not None:
+        out["type"] = kind
+    for key in ("description", "title"):
+        if key in node:
+            out[key] = node.pop(key)
+    _typed(kind, node, out)
+    if node:  # what Anthropic does not take: kept as words for the model
+        extra = "{" + ", ".join(f"{k}: {v}" for k, v in node.items()) + "}"
+        described = out.get("description")
+        out["description"] = extra if described is None else f"{described}\n\n{extra}"
+    return out
+
+
+def _literals(node: dict[str, Any], out: dict[str, Any]) -> bool:
+    """Move ``enum`` (of scalars) and a scalar ``const`` to ``out``; whether there was one."""
+    enum = node.get("enum")
+    if isinstance(enum, list) and enum and all(isinstance(v, _A_SCALARS) for v in enum):
+        out["enum"] = list(node.pop("enum"))
+    if "const" in node and isinstance(node["const"], _A_SCALARS):
+        out["const"] = node.pop("const")
+    return "enum" in out or "const" in out
+
+
+def _combine(variants: dict[str, Any], out: dict[str, Any]) -> None:
+    if isinstance(variants["anyOf"], list):
+        out["anyOf"] = [anthropic_schema(v) for v in variants["anyOf"]]
+    elif isinstance(variants["oneOf"], list):
+        out["anyOf"] = [anthropic_schema(v) for v in variants["oneOf"]]
+    elif isinstance(variants["allOf"], list):
+        out["allOf"] = [anthropic_schema(v) for v in variants["allOf"]]
+
+
+def _typed(kind: Any, node: dict[str, Any], out: dict[str, Any]) -> None:
+    """The keywords of an object, string or array node that Anthropic takes."""
+    if kind == "object":
+        properties = node.pop("properties", {})
+        out["properties"] = {name: anthropic_schema(sub) for name, sub in properties.items()}
+        node.pop("additionalProperties", None)
+        out["additionalProperties"] = False
+        if "required" in node:
+            out["required"] = list(node.pop("required"))
+    elif kind == "string" and node.get("format") in _A_FORMATS:
+        out["format"] = node.pop("format")
+    elif kind == "array":
+        if "items" in node:
+            out["items"] = anthropic_schema(node.pop("items"))
+        if node.get("minItems") in (0, 1):
+            out["minItems"] = node.pop("minItems")
