@@ -252,9 +252,8 @@ class RunTrace:
                 "gen_ai.usage.cache_creation.input_tokens": usage.cache_creation_tokens,
             }
         )
-        response_id = getattr(response, "id", None)  # when the providers keep it
-        if response_id:
-            chat.set_attribute("gen_ai.response.id", str(response_id))
+        if response.id:
+            chat.set_attribute("gen_ai.response.id", response.id)
         self.chat_attributes["gen_ai.response.model"] = model
         metric = dict(self.chat_attributes)
         record = self.tracing.token_usage.record
