@@ -59,9 +59,10 @@ class RunObserver(Protocol):
     """An observer given to ``Harness(observers=...)`` that watches whole runs (tracing).
 
     ``start_run`` is called when a run's events start flowing and returns the hooks that
-    watch that run. Without any, the driver pays nothing."""
+    watch that run, or None when it has nothing to watch in it (tracing with nowhere to
+    send spans). Without any hooks, the driver pays nothing."""
 
-    def start_run(self, run: Run) -> RunHooks: ...
+    def start_run(self, run: Run) -> RunHooks | None: ...
 
 
 class _EveryType:
@@ -274,7 +275,8 @@ class Run:
         logger (the types whose log level is enabled now) and the run observers' hooks
         (every type; they also watch the default tool runner). The driver checks the
         type first (a set look-up) and calls the watcher only for the types it wants."""
-        hooks = self._hooks = tuple(o.start_run(self) for o in self.run_observers)
+        started = (o.start_run(self) for o in self.run_observers)
+        hooks = self._hooks = tuple(h for h in started if h is not None)
         if hooks and isinstance(self.deps.tools, ToolRunner):
             self.deps.tools.observers = hooks
         log = event_logger()

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
+from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -388,3 +389,47 @@ class TestPropagation:
         script: list[Reply | Fault] = [reply("", tool_call("traceparent", {})), reply("done")]
         state = make_harness(params(), ScriptedProvider(script)).run_sync("go")
         assert state.history[2].content[0].content == "none"
+
+
+class TestOff:
+    def test_no_sdk_no_hooks(self, make_harness: Any) -> None:
+        """With the API's own providers (no SDK set up, the globals here) a run is not
+        watched at all: no hooks, the tool runner's plain path, and the run unchanged."""
+        off = Tracing()
+        noop = Tracing(
+            tracer_provider=trace.NoOpTracerProvider(), meter_provider=metrics.NoOpMeterProvider()
+        )
+        assert off.off
+        assert noop.off
+        script: list[Reply | Fault] = [reply("", tool_call("echo", {"x": "a"})), reply("done")]
+        run = make_harness(params(), ScriptedProvider(script), observers=[off, noop]).start("go")
+        assert off.start_run(run) is None
+        state = run.run_sync()
+        assert state.exit_reason == "model_complete"
+        assert run._hooks == ()
+        assert run.deps.tools.observers == ()
+        assert state.history[2].content[0].content == "echo:a"
+
+    def test_metrics_alone_are_recorded(
+        self,
+        make_harness: Any,
+        meter_provider: MeterProvider,
+        metric_reader: InMemoryMetricReader,
+    ) -> None:
+        """A host that sets up only metrics still gets them: tracing is not off."""
+        watcher = Tracing(tracer_provider=trace.NoOpTracerProvider(), meter_provider=meter_provider)
+        assert not watcher.off
+        script: list[Reply | Fault] = [reply("done")]
+        harness = make_harness(params(), ScriptedProvider(script), observers=[watcher])
+        assert harness.run_sync("go").exit_reason == "model_complete"
+        names = {
+            m.name
+            for rm in metric_reader.get_metrics_data().resource_metrics  # type: ignore[union-attr]
+            for sm in rm.scope_metrics
+            for m in sm.metrics
+        }
+        assert names == {"gen_ai.client.operation.duration", "gen_ai.client.token.usage"}
+
+    def test_sdk_tracer_alone_is_on(self, tracer_provider: TracerProvider) -> None:
+        """An SDK tracer provider with the API's meter: spans go somewhere, so not off."""
+        assert not Tracing(tracer_provider=tracer_provider).off
