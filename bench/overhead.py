@@ -375,6 +375,7 @@ def _counted(name: str, turns: int, runs: int) -> tuple[int, int]:
     valgrind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
     out = subprocess.run(
         [*valgrind, sys.executable, os.path.abspath(__file__), *argv],
+        env={**os.environ, "PYTHONHASHSEED": "0"},  # the same hashes, set orders in each run
         capture_output=True,
         text=True,
         check=True,
