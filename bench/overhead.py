@@ -191,7 +191,7 @@ _EDGES = (
 def sdk_floor_runner() -> RunFn | None:
     """What a traced run puts into the SDK, made straight on it: per iteration a chat span
     (five attributes at its start, seven with the response), two token-usage records and a
-    duration record, an execute_tool span (six attributes, then outcome and duration), and
+    duration record, an execute_tool span (seven attributes, then outcome and duration), and
     six transition events on the run's span (source, target, guard)."""
     sdk = _sdk()
     if sdk is None:
@@ -263,6 +263,7 @@ def sdk_floor_runner() -> RunFn | None:
                 "gen_ai.tool.type": "function",
                 "gen_ai.tool.description": "Echo.",
                 "innerloop.tool.category": "default",
+                "innerloop.tool.timeout": 60.0,
             },
         )
         tool.set_attributes({"innerloop.tool.outcome": "ok", "innerloop.tool.duration": 1e-5})
