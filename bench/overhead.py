@@ -8,8 +8,14 @@ request, open and drain the stream, run the tool, append the results) runs in:
 * a plain while-loop;
 * innerloop on its lean table engine (the default), the same with a context budget (so
   every new message is tokenized with tiktoken), and on python-statemachine's ``send``;
-* innerloop traced by ``innerloop.observe.Tracing`` into the OpenTelemetry SDK's in-memory
-  exporter, when the SDK is installed (``pip install -e '.[otel]'``);
+* innerloop with ``innerloop.observe.Tracing`` installed but no OpenTelemetry SDK set up
+  (the API's no-op tracer and meter: tracing off in a host that ships with it);
+* innerloop traced by ``Tracing`` into the OpenTelemetry SDK's in-memory exporter (a simple
+  span processor), when the SDK is installed (``pip install -e '.[otel]'``);
+* the SDK floor: the spans, span events and metric records one traced iteration holds (a
+  ``chat`` and an ``execute_tool`` span with their attributes, six transition events, three
+  histogram records), made straight on the same SDK set-up with nothing else around them;
+  what tracing costs per iteration cannot go below it;
 * LangGraph, when installed (``pip install -e '.[bench]'``): a model node and a tool node.
 
 Each run is ``--turns`` iterations on a fresh history (a host's loop, not a 1,000-turn
@@ -18,13 +24,24 @@ marathon, so the per-turn request building that every contender shares stays sma
 compiled machine, the compiled LangGraph graph) happens once, as in a host process. Prints
 µs per iteration, overhead over the plain loop, and the ratios, all from this one run.
 
-Usage: ``python bench/overhead.py [--turns 10] [--runs 100] [--repeat 5]``.
+Wall time on a shared machine is noisy; ``--instructions`` counts instead the instructions
+each contender executes per iteration under valgrind's callgrind (a batch of ``--runs`` runs
+and one of twice as many, the difference divided by the iterations between them, so start-up
+and warm-up cancel out), which no other load on the machine changes. ``--only NAME`` runs
+one contender (the names as printed).
+
+Usage: ``python bench/overhead.py [--turns 10] [--runs 100] [--repeat 5] [--instructions]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import re
+import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypedDict
@@ -116,27 +133,152 @@ def innerloop_runner(
     return run
 
 
-def traced_runner() -> RunFn | None:
-    """The table engine traced by ``innerloop.observe.Tracing`` into the SDK's in-memory
-    exporter (a simple span processor: each span is exported as it ends)."""
+def untraced_runner() -> RunFn | None:
+    """The table engine with ``Tracing()`` on the OpenTelemetry API alone: no SDK set up,
+    so its tracer and meter are the API's no-op ones."""
+    try:
+        from innerloop.observe import Tracing
+    except ImportError:
+        return None
+    return innerloop_runner("table", observers=[Tracing()])
+
+
+def _sdk() -> tuple[Any, Any, Any] | None:
+    """A tracer provider exporting to an in-memory exporter through a simple span
+    processor (each span exported as it ends), a meter provider, and the exporter."""
     try:
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor
         from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-        from innerloop.observe import Tracing
     except ImportError:
         return None
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing = Tracing(tracer_provider=provider, meter_provider=MeterProvider())
+    return provider, MeterProvider(), exporter
+
+
+def traced_runner() -> RunFn | None:
+    """The table engine traced by ``innerloop.observe.Tracing`` into the SDK's in-memory
+    exporter."""
+    sdk = _sdk()
+    if sdk is None:
+        return None
+    from innerloop.observe import Tracing
+
+    provider, meters, exporter = sdk
+    tracing = Tracing(tracer_provider=provider, meter_provider=meters)
     inner = innerloop_runner("table", observers=[tracing])
 
     async def run(turns: int) -> int:
         exporter.clear()  # keep memory flat across batches
         return await inner(turns)
+
+    return run
+
+
+_EDGES = (
+    ("assemble", "normalize", ""),
+    ("normalize", "call", ""),
+    ("call", "stream", "call_opened"),
+    ("stream", "execute", "has_tool_calls"),
+    ("execute", "check", ""),
+    ("check", "assemble", ""),
+)
+
+
+def sdk_floor_runner() -> RunFn | None:
+    """What a traced run puts into the SDK, made straight on it: per iteration a chat span
+    (five attributes at its start, seven with the response), two token-usage records and a
+    duration record, an execute_tool span (seven attributes, then outcome and duration), and
+    six transition events on the run's span (source, target, guard)."""
+    sdk = _sdk()
+    if sdk is None:
+        return None
+    from opentelemetry import trace
+
+    provider, meters, exporter = sdk
+    tracer = provider.get_tracer("floor")
+    meter = meters.get_meter("floor")
+    usage, duration = meter.create_histogram("tokens"), meter.create_histogram("duration")
+    edges = [
+        {
+            "innerloop.transition.source": source,
+            "innerloop.transition.target": target,
+            "innerloop.transition.guard": guard,
+        }
+        for source, target, guard in _EDGES
+    ]
+    metric = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "scripted",
+        "gen_ai.request.model": "bench-20250101",
+        "gen_ai.response.model": "bench-20250101",
+    }
+    as_input = {**metric, "gen_ai.token.type": "input"}
+    as_output = {**metric, "gen_ai.token.type": "output"}
+
+    def turn(agent: Any, parent: Any, n: int, tools: bool) -> None:
+        for attributes in edges[:2]:
+            agent.add_event("transition", attributes)
+        chat = tracer.start_span(
+            "chat bench-20250101",
+            context=parent,
+            kind=trace.SpanKind.CLIENT,
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": "scripted",
+                "gen_ai.request.model": "bench-20250101",
+                "gen_ai.request.max_tokens": 4096,
+                "innerloop.turn": n,
+            },
+        )
+        agent.add_event("transition", edges[2])
+        chat.set_attributes(
+            {
+                "gen_ai.response.model": "bench-20250101",
+                "gen_ai.response.id": f"msg_{n:04d}",
+                "gen_ai.response.finish_reasons": ["tool_use" if tools else "end_turn"],
+                "gen_ai.usage.input_tokens": 10,
+                "gen_ai.usage.output_tokens": 5,
+                "gen_ai.usage.cache_read.input_tokens": 0,
+                "gen_ai.usage.cache_creation.input_tokens": 0,
+            }
+        )
+        usage.record(10, as_input)
+        usage.record(5, as_output)
+        agent.add_event("transition", edges[3])
+        duration.record(0.001, metric)
+        chat.end()
+        if not tools:
+            return
+        tool = tracer.start_span(
+            "execute_tool echo",
+            context=parent,
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": "echo",
+                "gen_ai.tool.call.id": f"toolu_{n:04d}",
+                "gen_ai.tool.type": "function",
+                "gen_ai.tool.description": "Echo.",
+                "innerloop.tool.category": "default",
+                "innerloop.tool.timeout": 60.0,
+            },
+        )
+        tool.set_attributes({"innerloop.tool.outcome": "ok", "innerloop.tool.duration": 1e-5})
+        tool.end()
+        for attributes in edges[4:]:
+            agent.add_event("transition", attributes)
+
+    async def run(turns: int) -> int:
+        exporter.clear()
+        agent = tracer.start_span("invoke_agent innerloop")
+        parent = trace.set_span_in_context(agent)
+        for n in range(1, turns + 2):  # the turns with a tool call, then the answer
+            turn(agent, parent, n, n <= turns)
+        agent.end()
+        return turns + 1
 
     return run
 
@@ -196,25 +338,102 @@ def best_per_iteration(fn: RunFn, turns: int, runs: int, repeat: int) -> float:
     return best * 1e6
 
 
+CONTENDERS: dict[str, Callable[[], RunFn | None]] = {
+    "plain loop": lambda: plain_loop,
+    "innerloop (table engine)": lambda: innerloop_runner("table"),
+    "innerloop (+ context budget)": lambda: innerloop_runner("table", budget=100_000),
+    "innerloop (statemachine send)": lambda: innerloop_runner("statemachine"),
+    "innerloop (Tracing, no SDK)": untraced_runner,
+    "innerloop (traced, in-memory)": traced_runner,
+    "SDK floor (in-memory)": sdk_floor_runner,
+    "langgraph": langgraph_runner,
+}
+"""Each contender by name, built when asked for (None: its library is not installed)."""
+
+TRACED, UNTRACED, FLOOR = (
+    "innerloop (traced, in-memory)",
+    "innerloop (Tracing, no SDK)",
+    "SDK floor (in-memory)",
+)
+
+
+async def _batch(fn: RunFn, turns: int, runs: int) -> int:
+    return sum([await fn(turns) for _ in range(runs)])
+
+
+def only(name: str, turns: int, runs: int) -> None:
+    """Run ``name`` for one warm-up run and then ``runs`` runs; print the iterations."""
+    fn = CONTENDERS[name]()
+    if fn is None:
+        sys.exit(f"{name} cannot run here: its library is not installed")
+    asyncio.run(_batch(fn, turns, 1))
+    print(f"iterations {asyncio.run(_batch(fn, turns, runs))}")
+
+
+def _counted(name: str, turns: int, runs: int) -> tuple[int, int]:
+    """(instructions, iterations) of ``only(name)`` under callgrind."""
+    argv = ["--only", name, "--turns", str(turns), "--runs", str(runs)]
+    valgrind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+    out = subprocess.run(
+        [*valgrind, sys.executable, os.path.abspath(__file__), *argv],
+        env={**os.environ, "PYTHONHASHSEED": "0"},  # the same hashes, set orders in each run
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    counted = re.search(r"Collected : (\d+)", out.stderr)
+    iterations = re.search(r"iterations (\d+)", out.stdout)
+    if counted is None or iterations is None:
+        raise RuntimeError(f"no count from callgrind for {name}:\n{out.stderr[-2000:]}")
+    return int(counted[1]), int(iterations[1])
+
+
+def instructions_per_iteration(name: str, turns: int, runs: int) -> float:
+    (i1, n1), (i2, n2) = _counted(name, turns, runs), _counted(name, turns, 2 * runs)
+    return (i2 - i1) / (n2 - n1)
+
+
+def report_instructions(names: list[str], turns: int, runs: int) -> None:
+    if shutil.which("valgrind") is None:
+        sys.exit("--instructions needs valgrind's callgrind: apt-get install valgrind")
+    print(f"instructions per iteration (callgrind; {turns} iterations per run)")
+    counts: dict[str, float] = {}
+    for name in names:
+        counts[name] = instructions_per_iteration(name, turns, runs)
+        print(f"{name:32s} {counts[name]:12,.0f}", flush=True)
+    base = counts.get("innerloop (table engine)")
+    if base is not None and UNTRACED in counts:
+        print(f"Tracing without an SDK: {counts[UNTRACED] / base - 1:+.2%} of an iteration")
+    if base is not None and TRACED in counts:
+        extra = counts[TRACED] - base
+        print(f"tracing on: +{extra:,.0f} instructions per iteration", end="")
+        if FLOOR in counts:
+            print(f", of which the SDK floor {counts[FLOOR] / extra:.0%}", end="")
+        print()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="innerloop per-iteration overhead")
     ap.add_argument("--turns", type=int, default=10, help="iterations per run")
     ap.add_argument("--runs", type=int, default=100, help="runs timed together")
     ap.add_argument("--repeat", type=int, default=5, help="best of this many batches")
+    ap.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count instructions per iteration under callgrind instead of timing "
+        "(--runs 10 is plenty)",
+    )
+    ap.add_argument("--only", choices=sorted(CONTENDERS), help="run this contender alone")
     args = ap.parse_args()
+    if args.only and not args.instructions:
+        only(args.only, args.turns, args.runs)
+        return
+    names = [args.only] if args.only else [n for n in CONTENDERS if n != "langgraph"]
+    if args.instructions:
+        report_instructions(names, args.turns, args.runs)
+        return
 
-    contenders: dict[str, RunFn] = {
-        "plain loop": plain_loop,
-        "innerloop (table engine)": innerloop_runner("table"),
-        "innerloop (+ context budget)": innerloop_runner("table", budget=100_000),
-        "innerloop (statemachine send)": innerloop_runner("statemachine"),
-    }
-    traced = traced_runner()
-    if traced is not None:
-        contenders["innerloop (traced, in-memory)"] = traced
-    lg = langgraph_runner()
-    if lg is not None:
-        contenders["langgraph"] = lg
+    contenders = {name: fn for name, make in CONTENDERS.items() if (fn := make()) is not None}
     results = {
         name: best_per_iteration(fn, args.turns, args.runs, args.repeat)
         for name, fn in contenders.items()
@@ -230,9 +449,14 @@ def main() -> None:
         print(f"{name:32s} {us:10.1f} {us - plain:12.1f}")
     ours = results["innerloop (table engine)"]
     print(f"innerloop overhead per iteration: {ours - plain:.1f} µs (target <= 200 µs)")
-    if "innerloop (traced, in-memory)" in results:
-        cost = results["innerloop (traced, in-memory)"] - ours
+    if UNTRACED in results:
+        off = results[UNTRACED] / ours - 1
+        print(f"Tracing without an SDK: {off:+.1%} per iteration (target <= 2%)")
+    if TRACED in results:
+        cost = results[TRACED] - ours
         print(f"tracing on (in-memory exporter): +{cost:.1f} µs per iteration (target <= 50 µs)")
+    if FLOOR in results:
+        print(f"  the SDK's own floor for what it records: {results[FLOOR]:.1f} µs per iteration")
     if "langgraph" in results:
         lgv = results["langgraph"]
         print(f"innerloop / langgraph, time per iteration: {ours / lgv:.3f} (target <= 0.25)")

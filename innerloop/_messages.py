@@ -234,6 +234,10 @@ class ModelResponse:
     """The model id the provider reports (resolved from an alias where it was one)."""
     provider: str = ""
     incomplete_tool_uses: tuple[str, ...] = ()
+    id: str | None = None
+    """The provider's id of this response (Anthropic ``msg_...``, Chat Completions
+    ``chatcmpl-...``, Responses ``resp_...``); None when it sent none (and in logs written
+    before it was kept)."""
 
     @property
     def tool_uses(self) -> tuple[ToolUseBlock, ...]:

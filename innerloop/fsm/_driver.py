@@ -17,7 +17,7 @@ from collections.abc import (
     Iterator,
     Sequence,
 )
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 from statemachine import StateMachine
 
@@ -60,9 +60,27 @@ class RunObserver(Protocol):
     """An observer given to ``Harness(observers=...)`` that watches whole runs (tracing).
 
     ``start_run`` is called when a run's events start flowing and returns the hooks that
-    watch that run. Without any, the driver pays nothing."""
+    watch that run, or None when it has nothing to watch in it (tracing with nowhere to
+    send spans). Without any hooks, the driver pays nothing."""
 
-    def start_run(self, run: Run) -> RunHooks: ...
+    def start_run(self, run: Run) -> RunHooks | None: ...
+
+
+_KINDS: dict[type, tuple[bool, bool]] = {}
+
+
+def _kinds(observer: object) -> tuple[bool, bool]:
+    """Whether ``observer`` is a :class:`TransitionObserver` and a :class:`RunObserver`,
+    found once per class: a check against a runtime protocol takes tens of µs, which every
+    run paid for every observer (the protocols' members are methods, so the class says)."""
+    cls = type(observer)
+    kinds = _KINDS.get(cls)
+    if kinds is None:
+        kinds = _KINDS[cls] = (
+            isinstance(observer, TransitionObserver),
+            isinstance(observer, RunObserver),
+        )
+    return kinds
 
 
 class _EveryType:
@@ -160,12 +178,16 @@ class Run:
         self.signal = AbortSignal(state)
         self.scope = TurnScope(settings or request_settings(params))
         self.ctx = PhaseContext(params, state, deps, self.scope, self.signal)
-        self.observers: tuple[TransitionObserver, ...] = tuple(
-            o for o in observers if isinstance(o, TransitionObserver)
-        )
-        self.run_observers: tuple[RunObserver, ...] = tuple(
-            o for o in observers if isinstance(o, RunObserver)
-        )
+        on_transitions: list[TransitionObserver] = []
+        on_runs: list[RunObserver] = []
+        for o in observers:
+            on_transition, on_run = _kinds(o)
+            if on_transition:
+                on_transitions.append(cast(TransitionObserver, o))
+            if on_run:
+                on_runs.append(cast(RunObserver, o))
+        self.observers = tuple(on_transitions)
+        self.run_observers = tuple(on_runs)
         self.engine = engine
         self.current = start_at or machine.initial
         self.run_id = run_id
@@ -288,7 +310,8 @@ class Run:
         logger (the types whose log level is enabled now) and the run observers' hooks
         (every type; they also watch the default tool runner). The driver checks the
         type first (a set look-up) and calls the watcher only for the types it wants."""
-        hooks = self._hooks = tuple(o.start_run(self) for o in self.run_observers)
+        started = (o.start_run(self) for o in self.run_observers)
+        hooks = self._hooks = tuple(h for h in started if h is not None)
         if hooks and isinstance(self.deps.tools, ToolRunner):
             self.deps.tools.observers = hooks
         log = event_logger()

@@ -16,7 +16,10 @@ Metrics: ``gen_ai.client.token.usage`` and ``gen_ai.client.operation.duration``.
 Message content (prompts, answers, tool arguments and results) is recorded only with
 ``capture_content=True``, and every text is scrubbed of keys and tokens first.
 
-Only ``opentelemetry-api`` is needed here; without an SDK configured every call is a no-op.
+Only ``opentelemetry-api`` is needed here. While both the tracer and the meter provider are
+the API's own (no SDK set up: the no-op providers, or the proxies waiting for one), a run is
+not watched at all, so tracing that is off costs the loop nothing; runs started after the
+host sets its providers are traced.
 Spans of the default machine's ``call`` and ``stream`` states make the chat spans: a custom
 machine that keeps those names keeps its chat spans.
 """
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
@@ -78,6 +82,37 @@ def _trace_env(span: Span) -> dict[str, str]:
     return env
 
 
+def _api_own(provider: object) -> bool:
+    """A provider of the OpenTelemetry API itself (no-op, or a proxy that no SDK has been
+    set behind), not of an SDK."""
+    return type(provider).__module__.startswith(("opentelemetry.trace", "opentelemetry.metrics"))
+
+
+class _TraceEnv(Mapping[str, str]):
+    """:func:`_trace_env` of a span, made only when a process reads it (most tool calls
+    start none)."""
+
+    __slots__ = ("_env", "_span")
+
+    def __init__(self, span: Span) -> None:
+        self._span = span
+        self._env: dict[str, str] | None = None
+
+    def _made(self) -> dict[str, str]:
+        if self._env is None:
+            self._env = _trace_env(self._span)
+        return self._env
+
+    def __getitem__(self, key: str) -> str:
+        return self._made()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._made())
+
+    def __len__(self) -> int:
+        return len(self._made())
+
+
 class Tracing:
     """A :class:`~innerloop.fsm.RunObserver` that traces runs with OpenTelemetry.
 
@@ -93,6 +128,8 @@ class Tracing:
         capture_content: bool = False,
         agent_name: str = "innerloop",
     ) -> None:
+        self.tracer_provider = tracer_provider
+        self.meter_provider = meter_provider
         self.tracer = trace.get_tracer(_SCOPE, tracer_provider=tracer_provider)
         meter = metrics.get_meter(_SCOPE, meter_provider=meter_provider)
         self.token_usage = meter.create_histogram(
@@ -104,9 +141,18 @@ class Tracing:
         self.capture_content = capture_content
         self.agent_name = agent_name
 
-    def start_run(self, run: Run) -> RunTrace:
-        """The hooks that trace ``run`` (called by the driver when the run starts)."""
-        return RunTrace(self, run)
+    @property
+    def off(self) -> bool:
+        """True while neither spans nor metrics go anywhere: both providers (the ones
+        given, else the global ones) are the OpenTelemetry API's own, which record nothing."""
+        tracers = self.tracer_provider or trace.get_tracer_provider()
+        meters = self.meter_provider or metrics.get_meter_provider()
+        return _api_own(tracers) and _api_own(meters)
+
+    def start_run(self, run: Run) -> RunTrace | None:
+        """The hooks that trace ``run`` (called by the driver when the run starts); None
+        while tracing is :attr:`off`."""
+        return None if self.off else RunTrace(self, run)
 
     def __repr__(self) -> str:
         return f"Tracing(capture_content={self.capture_content}, agent_name={self.agent_name!r})"
@@ -134,6 +180,9 @@ class RunTrace:
         self.chat: Span | None = None
         self.chat_start = 0.0
         self.chat_attributes: dict[str, str] = {}
+        """The chat's metric attributes (operation, provider, request and response model)."""
+        self._chat_base: dict[tuple[str, str], dict[str, Any]] = {}
+        self._metric: dict[tuple[str, ...], tuple[dict[str, str], ...]] = {}
         if tracing.capture_content and run.params.system:
             self.agent.set_attribute("gen_ai.system_instructions", _clean(run.params.system))
 
@@ -215,19 +264,31 @@ class RunTrace:
 
     # -- the chat span -------------------------------------------------------------------
 
+    def _base(self, provider: str, model: str) -> dict[str, Any]:
+        """The attributes every chat span with this model starts with (made once)."""
+        params = self.run.params
+        base = self._chat_base[provider, model] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": provider,
+            "gen_ai.request.model": model,
+            "gen_ai.request.max_tokens": params.max_output_tokens,
+        }
+        if params.temperature is not None:
+            base["gen_ai.request.temperature"] = params.temperature
+        return base
+
     def _start_chat(self) -> None:
         run, tracing = self.run, self.tracing
         choice = run.ctx.choice
+        base = self._chat_base.get((choice.provider, choice.model))
+        if base is None:
+            base = self._base(choice.provider, choice.model)
         self.chat_attributes = {
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": choice.provider,
             "gen_ai.request.model": choice.model,
         }
-        attributes: dict[str, Any] = dict(self.chat_attributes)
-        attributes["innerloop.turn"] = run.state.turns + 1
-        attributes["gen_ai.request.max_tokens"] = run.params.max_output_tokens
-        if run.params.temperature is not None:
-            attributes["gen_ai.request.temperature"] = run.params.temperature
+        attributes = {**base, "innerloop.turn": run.state.turns + 1}
         if tracing.capture_content:
             messages = [_convert.unstructure(m) for m in run.state.history]
             attributes["gen_ai.input.messages"] = _clean(json.dumps(messages, default=str))
@@ -252,24 +313,43 @@ class RunTrace:
                 "gen_ai.usage.cache_creation.input_tokens": usage.cache_creation_tokens,
             }
         )
-        response_id = getattr(response, "id", None)  # when the providers keep it
-        if response_id:
-            chat.set_attribute("gen_ai.response.id", str(response_id))
-        self.chat_attributes["gen_ai.response.model"] = model
-        metric = dict(self.chat_attributes)
+        if response.id:
+            chat.set_attribute("gen_ai.response.id", response.id)
+        attributes = self.chat_attributes
+        attributes["gen_ai.response.model"] = model
+        _, as_input, as_output = self._metrics(attributes)
         record = self.tracing.token_usage.record
-        record(usage.input_tokens, {**metric, "gen_ai.token.type": "input"})
-        record(usage.output_tokens, {**metric, "gen_ai.token.type": "output"})
+        record(usage.input_tokens, as_input)
+        record(usage.output_tokens, as_output)
         if self.tracing.capture_content:
             output = _convert.unstructure(response.message)
             chat.set_attribute("gen_ai.output.messages", _clean(json.dumps([output], default=str)))
+
+    def _metrics(self, chat: dict[str, str]) -> tuple[dict[str, str], ...]:
+        """The metric attributes of a chat: as a duration, as input and output tokens;
+        made once per provider, request and response model (the SDK keeps them)."""
+        key = tuple(chat.values())
+        made = self._metric.get(key)
+        if made is None:
+            made = self._metric[key] = (
+                dict(chat),
+                {**chat, "gen_ai.token.type": "input"},
+                {**chat, "gen_ai.token.type": "output"},
+            )
+        return made
 
     def _end_chat(self) -> None:
         chat, self.chat = self.chat, None
         if chat is None:
             return
-        metric: dict[str, Any] = dict(self.chat_attributes)
         error = self.run.state.error
+        if error is None and self.run.state.abort is None:
+            self.tracing.duration.record(
+                time.monotonic() - self.chat_start, self._metrics(self.chat_attributes)[0]
+            )
+            chat.end()
+            return
+        metric: dict[str, Any] = dict(self.chat_attributes)
         if error is not None:
             category = error.category.value
             metric["error.type"] = category
@@ -353,7 +433,7 @@ class RunTrace:
             attributes=attributes,
         )
         ctx = trace.set_span_in_context(span, self.parent)
-        return span, otel_context.attach(ctx), CHILD_ENV.set(_trace_env(span))
+        return span, otel_context.attach(ctx), CHILD_ENV.set(_TraceEnv(span))
 
     def tool_finished(self, handle: tuple[Span, object, object], result: ToolCallResult) -> None:
         span, token, env_token = handle
@@ -368,10 +448,14 @@ class RunTrace:
             if result.is_error
             else "ok"
         )
-        span.set_attribute("innerloop.tool.outcome", outcome)
-        span.set_attribute("innerloop.tool.duration", result.duration)
+        attributes: dict[str, Any] = {
+            "innerloop.tool.outcome": outcome,
+            "innerloop.tool.duration": result.duration,
+        }
         if result.is_error:
-            span.set_attribute("error.type", result.error or "tool_error")
+            attributes["error.type"] = result.error or "tool_error"
+        span.set_attributes(attributes)
+        if result.is_error:
             span.set_status(Status(StatusCode.ERROR, _clean(result.output[:500])))
         if self.tracing.capture_content:
             span.set_attribute("gen_ai.tool.call.result", _clean(result.output))

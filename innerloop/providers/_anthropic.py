@@ -70,6 +70,7 @@ class AnthropicAssembler:
         self.started = False
         self.stopped = False
         self.stop_reason: str | None = None
+        self.id: str | None = None
         self.usage: dict[str, Any] = {}
         self.open: dict[int, _Open] = {}
         self.blocks: dict[int, Block] = {}
@@ -89,6 +90,7 @@ class AnthropicAssembler:
             message = event.get("message") or {}
             self.started = True
             self.model = message.get("model") or self.model
+            self.id = message.get("id") or self.id
             self._usage(message.get("usage"))
         elif kind == "message_delta":
             self.stop_reason = (event.get("delta") or {}).get("stop_reason") or self.stop_reason
@@ -215,6 +217,7 @@ class AnthropicAssembler:
             self.model,
             self.provider,
             tuple(incomplete),
+            self.id,
         )
 
 

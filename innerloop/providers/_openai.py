@@ -77,6 +77,7 @@ class OpenAIAssembler:
         self.model = model
         self.started = False
         self.finish_reason: str | None = None
+        self.id: str | None = None
         self.usage: dict[str, Any] | None = None
         self.next_index = 0
         self.text_index: int | None = None
@@ -96,6 +97,8 @@ class OpenAIAssembler:
         if chunk.get("error"):
             raise error_from_body(self.provider, chunk)
         self.started = True
+        if self.id is None:
+            self.id = chunk.get("id")  # the same on every chunk of a completion
         if chunk.get("model"):
             self.model = chunk["model"]
         if chunk.get("usage"):
@@ -209,7 +212,13 @@ class OpenAIAssembler:
         )
         blocks = tuple(self.blocks[i] for i in sorted(self.blocks))
         return ModelResponse(
-            Message("assistant", blocks), stop, usage, self.model, self.provider, incomplete
+            Message("assistant", blocks),
+            stop,
+            usage,
+            self.model,
+            self.provider,
+            incomplete,
+            self.id,
         )
 
 

@@ -73,6 +73,7 @@ class ResponsesAssembler:
     def __init__(self, provider: str, model: str) -> None:
         self.provider = provider
         self.model = model
+        self.id: str | None = None
         self.started = False
         self.response: dict[str, Any] | None = None
         """The final ``response`` object (completed or incomplete)."""
@@ -95,9 +96,9 @@ class ResponsesAssembler:
     # -- events ---------------------------------------------------------------------------
 
     def _created(self, event: dict[str, Any], out: list[StreamEvent]) -> None:
-        model = (event.get("response") or {}).get("model")
-        if model:
-            self.model = model
+        response = event.get("response") or {}
+        self.model = response.get("model") or self.model
+        self.id = response.get("id") or self.id
 
     def _item_added(self, event: dict[str, Any], out: list[StreamEvent]) -> None:
         index, item = int(event["output_index"]), event["item"]
@@ -232,6 +233,7 @@ class ResponsesAssembler:
             response.get("model") or self.model,
             self.provider,
             incomplete,
+            response.get("id") or self.id,
         )
 
 

@@ -7,6 +7,8 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import pytest
+from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -15,7 +17,23 @@ from opentelemetry.trace import StatusCode
 
 from innerloop import HarnessParams, ToolSpec
 from innerloop.observe import Tracing
-from innerloop.testing import FakeClock, Fault, Reply, ScriptedProvider, reply, tool_call
+from innerloop.providers import (
+    AnthropicProvider,
+    AsyncioTransport,
+    OpenAIProvider,
+    OpenAIResponsesProvider,
+)
+from innerloop.testing import (
+    AnthropicServer,
+    FakeClock,
+    Fault,
+    OpenAIServer,
+    Reply,
+    ResponsesServer,
+    ScriptedProvider,
+    reply,
+    tool_call,
+)
 from innerloop.tools import ToolContext, ToolOutput
 from tests.observe._tools import traceparent
 
@@ -152,6 +170,44 @@ class TestSpanTree:
         (duration,) = metrics["gen_ai.client.operation.duration"].data.data_points
         assert duration.count == 2  # type: ignore[union-attr]
         assert duration.attributes["gen_ai.operation.name"] == "chat"  # type: ignore[index]
+
+    @pytest.mark.parametrize("route", ["sdk", "wire"])
+    @pytest.mark.parametrize(
+        ("server_type", "model", "response_ids"),
+        [
+            (AnthropicServer, "anthropic:claude-x-20250101", ["msg_0001", "msg_0003"]),
+            (OpenAIServer, "openai:gpt-x-2025-01-01", ["chatcmpl-0001", "chatcmpl-0003"]),
+            (ResponsesServer, "openai:gpt-x-2025-01-01", ["resp_0004", "resp_0006"]),
+        ],
+        ids=["anthropic", "chat", "responses"],
+    )
+    def test_chat_spans_carry_the_response_id(
+        self,
+        make_harness: Any,
+        exporter: InMemorySpanExporter,
+        tracer_provider: TracerProvider,
+        server_type: Any,
+        model: str,
+        response_ids: list[str],
+        route: str,
+    ) -> None:
+        """Each provider, on the SDK route and the wire route, hands its response id to
+        the chat span (gen_ai.response.id), one per model call."""
+        script: list[Reply | Fault] = [reply("", tool_call("echo", {"x": "a"})), reply("done")]
+        with server_type(script) as server:
+            transport = AsyncioTransport() if route == "wire" else None
+            kind = {AnthropicServer: AnthropicProvider, OpenAIServer: OpenAIProvider}
+            provider = kind.get(server_type, OpenAIResponsesProvider)(
+                KEY, base_url=server.base_url, transport=transport
+            )
+            harness = make_harness(
+                HarnessParams(model=model, system="sys", tools=TOOLS),
+                [provider],
+                observers=[tracing(tracer_provider)],
+            )
+            assert harness.run_sync("go").exit_reason == "model_complete"
+        chats = [s for s in exporter.get_finished_spans() if s.name.startswith("chat ")]
+        assert [s.attributes["gen_ai.response.id"] for s in chats] == response_ids  # type: ignore[index]
 
     def test_host_span_is_the_parent(
         self, make_harness: Any, exporter: InMemorySpanExporter, tracer_provider: TracerProvider
@@ -333,3 +389,47 @@ class TestPropagation:
         script: list[Reply | Fault] = [reply("", tool_call("traceparent", {})), reply("done")]
         state = make_harness(params(), ScriptedProvider(script)).run_sync("go")
         assert state.history[2].content[0].content == "none"
+
+
+class TestOff:
+    def test_no_sdk_no_hooks(self, make_harness: Any) -> None:
+        """With the API's own providers (no SDK set up, the globals here) a run is not
+        watched at all: no hooks, the tool runner's plain path, and the run unchanged."""
+        off = Tracing()
+        noop = Tracing(
+            tracer_provider=trace.NoOpTracerProvider(), meter_provider=metrics.NoOpMeterProvider()
+        )
+        assert off.off
+        assert noop.off
+        script: list[Reply | Fault] = [reply("", tool_call("echo", {"x": "a"})), reply("done")]
+        run = make_harness(params(), ScriptedProvider(script), observers=[off, noop]).start("go")
+        assert off.start_run(run) is None
+        state = run.run_sync()
+        assert state.exit_reason == "model_complete"
+        assert run._hooks == ()
+        assert run.deps.tools.observers == ()
+        assert state.history[2].content[0].content == "echo:a"
+
+    def test_metrics_alone_are_recorded(
+        self,
+        make_harness: Any,
+        meter_provider: MeterProvider,
+        metric_reader: InMemoryMetricReader,
+    ) -> None:
+        """A host that sets up only metrics still gets them: tracing is not off."""
+        watcher = Tracing(tracer_provider=trace.NoOpTracerProvider(), meter_provider=meter_provider)
+        assert not watcher.off
+        script: list[Reply | Fault] = [reply("done")]
+        harness = make_harness(params(), ScriptedProvider(script), observers=[watcher])
+        assert harness.run_sync("go").exit_reason == "model_complete"
+        names = {
+            m.name
+            for rm in metric_reader.get_metrics_data().resource_metrics  # type: ignore[union-attr]
+            for sm in rm.scope_metrics
+            for m in sm.metrics
+        }
+        assert names == {"gen_ai.client.operation.duration", "gen_ai.client.token.usage"}
+
+    def test_sdk_tracer_alone_is_on(self, tracer_provider: TracerProvider) -> None:
+        """An SDK tracer provider with the API's meter: spans go somewhere, so not off."""
+        assert not Tracing(tracer_provider=tracer_provider).off

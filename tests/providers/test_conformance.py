@@ -49,6 +49,7 @@ def _expect_anthropic_json(body: dict[str, Any]) -> dict[str, Any]:
         "stop_reason": body["stop_reason"],
         "usage": body["usage"],
         "model": body["model"],
+        "id": body["id"],
         "incomplete": 0,
     }
 
@@ -59,11 +60,12 @@ def _expect_anthropic_stream(case: Case) -> dict[str, Any]:
     signatures: dict[int, str] = {}
     stopped: set[int] = set()
     usage: dict[str, Any] = {}
-    stop_reason, model = None, ""
+    stop_reason, model, response_id = None, "", None
     for event in _data(case.decoded()):
         kind = event["type"]
         if kind == "message_start":
             model = event["message"]["model"]
+            response_id = event["message"]["id"]
             usage.update(event["message"]["usage"])
         elif kind == "content_block_start":
             starts[event["index"]] = event["content_block"]
@@ -97,6 +99,7 @@ def _expect_anthropic_stream(case: Case) -> dict[str, Any]:
         "stop_reason": stop_reason,
         "usage": usage,
         "model": model,
+        "id": response_id,
         "incomplete": sum(1 for i in kinds if kinds[i] == "tool_use" and i not in stopped),
     }
 
@@ -137,6 +140,7 @@ def _expect_openai(case: Case) -> dict[str, Any]:
         "stop_reason": "refusal" if refusal else FINISH.get(finish or "", finish),
         "usage": usage,
         "model": model,
+        "id": chunks[0]["id"],
         "incomplete": 0,
     }
 
@@ -170,6 +174,7 @@ def _observed(response: ModelResponse) -> dict[str, Any]:
         "stop_reason": response.stop_reason,
         "usage": usage,
         "model": response.model,
+        "id": response.id,
         "incomplete": len(response.incomplete_tool_uses),
     }
 
@@ -221,7 +226,8 @@ ROUTES = ("sdk", "wire")
 def test_recorded_response_assembles_to_the_recording(
     servers: dict[str, Any], case: Case, route: str
 ) -> None:
-    """Text, thinking, tool names and inputs, stop reason, usage and model match."""
+    """Text, thinking, tool names and inputs, stop reason, usage, model and the response
+    id match."""
     expected = (_expect_anthropic if case.provider == "anthropic" else _expect_openai)(case)
     expected["usage"] = _canonical_usage(case, expected["usage"])
     assert _observed(_replay(servers, case, route)) == expected

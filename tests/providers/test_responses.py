@@ -180,7 +180,8 @@ class TestNormalize:
 class TestStream:
     @pytest.mark.parametrize("route", ROUTES)
     def test_reasoning_text_and_call(self, route: str) -> None:
-        """A reasoning item, text and a function call: events, blocks, usage, stop."""
+        """A reasoning item, text and a function call: events, blocks, usage, stop, model
+        and response id."""
         usage = Usage(100, 40, 20, 0, 30)
         script = [
             reply(
@@ -222,6 +223,7 @@ class TestStream:
         assert response.stop_reason == "tool_use"
         assert response.usage == usage
         assert response.model == "gpt-5-2025-08-07"
+        assert response.id == "resp_0004"  # the response object's id
 
     def test_max_output_tokens_is_max_tokens(self) -> None:
         """An incomplete response (max_output_tokens) stops as max_tokens, with the
