@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint diagrams bench setup clean
+.PHONY: demo test lint diagrams screenshot bench setup clean
 
 demo: $(STAMP)
 	$(PY) -m innerloop demo
@@ -19,6 +19,9 @@ lint: $(STAMP)
 
 diagrams: $(STAMP)
 	$(PY) -m innerloop diagram --write-all diagrams
+
+screenshot: $(STAMP)
+	INNERLOOP_SCREENSHOT=1 $(PY) -m pytest -q tests/ui/test_browser.py -k demo_run
 
 bench: $(STAMP)
 	$(PY) bench/overhead.py

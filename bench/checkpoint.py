@@ -3,7 +3,9 @@
 The same run: ``--turns`` model turns, each with one tool call (a zero-latency fake
 model, a tool that returns at once), checkpointed at every transition.
 
-* innerloop: ``Harness(checkpointer=...)`` on SQLite (a file, WAL) and PostgreSQL. A turn
+* innerloop: ``Harness(checkpointer=...)`` on SQLite (a file, WAL, ``synchronous=NORMAL``
+  by default; the row marked ``FULL`` syncs every commit, as LangGraph's saver does as
+  shipped) and PostgreSQL. A turn
   is six transitions (assemble, normalize, call, stream, execute, check): six checkpoints,
   committed in two groups by default (before the model call and before the tool runs:
   ``checkpoint_commit="barrier"``), or each on its own (the rows marked ``each``).
@@ -55,7 +57,12 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 from innerloop import Harness, HarnessParams, ToolSpec
-from innerloop.checkpoint import CheckpointCommit, open_checkpointer
+from innerloop.checkpoint import (
+    CheckpointCommit,
+    Checkpointer,
+    SQLiteCheckpointer,
+    open_checkpointer,
+)
 from innerloop.testing import FakeProvider, Reply, reply, tool_call
 from innerloop.tools import ToolContext, ToolOutput
 
@@ -115,7 +122,7 @@ class Timed:
 
 
 def innerloop_run(
-    turns: int, store_url: str | None, commit: CheckpointCommit = "barrier"
+    turns: int, store_url: str | Checkpointer | None, commit: CheckpointCommit = "barrier"
 ) -> Sample:
     """Seconds for the run, seconds checkpointing (the step hook: encoding, and the
     commits it waits for at each barrier), the bytes stored afterwards, and the CPU
@@ -127,7 +134,7 @@ def innerloop_run(
     steps = iter(script)
     provider = FakeProvider(lambda request: next(steps))
     params = HarnessParams(model="scripted:m", tools=[TOOL], max_turns=turns + 1)
-    store = open_checkpointer(store_url) if store_url else None
+    store = open_checkpointer(store_url) if isinstance(store_url, str) else store_url
     harness = Harness(params, [provider], checkpointer=store, checkpoint_commit=commit)
     timer = Timed()
     started, cpu = time.perf_counter(), time.process_time()
@@ -201,13 +208,14 @@ def langgraph_run(
 
 
 @contextlib.contextmanager
-def langgraph_sqlite(path: Path, wal: bool) -> Iterator[tuple[Any, Callable[[], int]]]:
-    """LangGraph's SqliteSaver on a plain connection (SQLite's defaults: a rollback journal,
-    a sync per commit), or, with ``wal``, on the settings innerloop's store uses."""
+def langgraph_sqlite(path: Path, normal: bool) -> Iterator[tuple[Any, Callable[[], int]]]:
+    """LangGraph's SqliteSaver as shipped (its ``setup`` switches the file to WAL; SQLite's
+    default ``synchronous=FULL`` syncs every commit), or, with ``normal``, on the settings
+    innerloop's store uses by default (WAL, ``synchronous=NORMAL``)."""
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     conn = sqlite3.connect(path, check_same_thread=False)
-    if wal:
+    if normal:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
     saver = SqliteSaver(conn)
@@ -324,17 +332,21 @@ def measure(turns: int, repeat: int, work: Path, pg: str) -> dict[str, Row]:
         took, ckpt, cpu = langgraph_run(turns, None)
         return took, ckpt, 0, cpu
 
-    def lg_sqlite(wal: bool) -> Any:
-        return langgraph_sqlite(work / f"{uuid.uuid4().hex}.lg.db", wal=wal)
+    def lg_sqlite(normal: bool) -> Any:
+        return langgraph_sqlite(work / f"{uuid.uuid4().hex}.lg.db", normal=normal)
+
+    def sqlite_full() -> Checkpointer:
+        return SQLiteCheckpointer(work / f"{uuid.uuid4().hex}.db", synchronous="FULL")
 
     contenders: dict[str, Callable[[], Sample]] = {
         "innerloop (no store)": lambda: innerloop_run(turns, None),
         "langgraph (no store)": lg_bare,
         "innerloop sqlite": lambda: innerloop_run(turns, sqlite_url()),
         "innerloop sqlite each": lambda: innerloop_run(turns, sqlite_url(), "each"),
-        "langgraph sqlite": lambda: lg(lambda: lg_sqlite(wal=False)),
-        "langgraph sqlite WAL": lambda: lg(lambda: lg_sqlite(wal=True)),
-        "langgraph sqlite WAL sync": lambda: lg(lambda: lg_sqlite(wal=True), "sync"),
+        "innerloop sqlite FULL": lambda: innerloop_run(turns, sqlite_full()),
+        "langgraph sqlite": lambda: lg(lambda: lg_sqlite(normal=False)),
+        "langgraph sqlite NORMAL": lambda: lg(lambda: lg_sqlite(normal=True)),
+        "langgraph sqlite NORMAL sync": lambda: lg(lambda: lg_sqlite(normal=True), "sync"),
         "innerloop postgres": lambda: innerloop_run(turns, fresh_database(pg)),
         "innerloop postgres each": lambda: innerloop_run(turns, fresh_database(pg), "each"),
         "langgraph postgres": lambda: lg(lambda: langgraph_postgres(fresh_database(pg))),
@@ -377,9 +389,10 @@ def report(turns: int, long: int, repeat: int, pg_url: str | None) -> None:
     bare_il, bare_lg = short["innerloop (no store)"], short["langgraph (no store)"]
     pairs = (
         ("sqlite", "sqlite"),
-        ("sqlite", "sqlite WAL"),
-        ("sqlite", "sqlite WAL sync"),
-        ("sqlite each", "sqlite WAL"),
+        ("sqlite FULL", "sqlite"),
+        ("sqlite", "sqlite NORMAL"),
+        ("sqlite", "sqlite NORMAL sync"),
+        ("sqlite each", "sqlite NORMAL"),
         ("postgres", "postgres"),
         ("postgres", "postgres sync"),
         ("postgres each", "postgres"),

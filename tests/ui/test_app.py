@@ -46,13 +46,15 @@ def _sse(url: str, limit: float = 20.0) -> list[tuple[str, dict[str, Any]]]:
 
 
 class TestLogs:
-    def test_lists_both_runs_of_the_demo(self, demo_runs: Path, serve: Any) -> None:
-        """The demo writes two runs to one log: the tour, and the one the host aborts."""
+    def test_lists_the_three_runs_of_the_demo(self, demo_runs: Path, serve: Any) -> None:
+        """The demo writes three runs to one log: the tour, the one the host aborts, and
+        the one with typed output."""
         server = serve(Catalog(demo_runs))
         runs = _get(server.url + "api/runs").json()["runs"]
         assert [(r["id"], r["status"], r["exit_reason"]) for r in runs] == [
             (f"{DEMO}:1", "finished", "model_complete"),
             (f"{DEMO}:2", "finished", "aborted"),
+            (f"{DEMO}:3", "finished", "model_complete"),
         ]
         assert runs[0]["turns"] == 7
         assert runs[0]["cost_usd"] > 0
@@ -118,7 +120,7 @@ class TestLogs:
         assert (detail["status"], detail["transitions"]) == ("error", [])
 
     @pytest.mark.parametrize(
-        "run_id", ["log:demo/events.jsonl:3", "log:nothing.jsonl:1", "log:x", "db:abc", "zzz"]
+        "run_id", ["log:demo/events.jsonl:4", "log:nothing.jsonl:1", "log:x", "db:abc", "zzz"]
     )
     def test_an_unknown_run_is_a_404_saying_what_ids_look_like(
         self, demo_runs: Path, serve: Any, run_id: str

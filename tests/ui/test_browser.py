@@ -1,9 +1,12 @@
 """The page in a real headless Chromium (Debian's chromium and chromium-driver, through
 Selenium): it lists the demo's runs, highlights the state of a live run as it advances,
-draws one chart point per turn, and leaves a screenshot for the README (docs/ui.png)."""
+draws one chart point per turn, and takes the screenshot the README shows (docs/ui.png, written
+there when ``INNERLOOP_SCREENSHOT=1``, as ``make screenshot`` sets it, so that a test run does
+not change the repository; elsewhere under the test's temporary folder)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -109,9 +112,11 @@ def test_the_highlighted_state_follows_a_live_run(
     assert [r.find_elements(By.TAG_NAME, "td")[0].text for r in rows] == ["add"]
 
 
-def test_the_demo_run_is_listed_and_shown(browser: WebDriver, demo_runs: Path, serve: Any) -> None:
-    """The list shows the demo's two runs; clicking the first draws its machine with the
-    trace, its tools, its timeline and a chart of its seven turns. Saves docs/ui.png."""
+def test_the_demo_run_is_listed_and_shown(
+    browser: WebDriver, demo_runs: Path, serve: Any, tmp_path: Path
+) -> None:
+    """The list shows the demo's three runs; clicking the first draws its machine with the
+    trace, its tools, its timeline and a chart of its seven turns. Takes the screenshot."""
     server = serve(Catalog(demo_runs))
     browser.get(server.url)
     row = _until(
@@ -123,7 +128,7 @@ def test_the_demo_run_is_listed_and_shown(browser: WebDriver, demo_runs: Path, s
     ids = [
         r.get_attribute("data-id") for r in browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr")
     ]
-    assert ids == ["log:demo/events.jsonl:1", "log:demo/events.jsonl:2"]
+    assert ids == [f"log:demo/events.jsonl:{n}" for n in (1, 2, 3)]
     assert "model_complete" in row.text
     row.click()
     _until(lambda: _highlighted(browser)[1] == ["model_complete"], message="the diagram")
@@ -138,4 +143,6 @@ def test_the_demo_run_is_listed_and_shown(browser: WebDriver, demo_runs: Path, s
     assert timeline[-1].text.endswith("check → model_complete [model_finished]")
     assert f"{TIMES}5" in browser.find_element(By.ID, "diagram").text
     browser.execute_script("window.scrollTo(0, 0)")
-    assert browser.save_screenshot(str(ROOT / "docs" / "ui.png"))
+    folder = ROOT / "docs" if os.environ.get("INNERLOOP_SCREENSHOT") == "1" else tmp_path
+    assert browser.save_screenshot(str(folder / "ui.png"))
+    assert (folder / "ui.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
