@@ -197,9 +197,7 @@ def langgraph_graph(turns: int, checkpointer: Any) -> Any:
     return g.compile(checkpointer=checkpointer)
 
 
-def langgraph_run(
-    turns: int, saver: Any, durability: str = "async"
-) -> tuple[float, float, float]:
+def langgraph_run(turns: int, saver: Any, durability: str = "async") -> tuple[float, float, float]:
     """Seconds for the run, seconds in the saver's calls, CPU seconds of the run."""
     timer = Timed()
     if saver is not None:

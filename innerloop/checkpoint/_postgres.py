@@ -137,8 +137,8 @@ class PostgresCheckpointer(SQLStore):
             return
         params = self._params(checkpoints)
         try:
-            conn = await self._connection()
-            await conn.execute(_WRITE, params, prepare=True)
+            cur = await self._connection()
+            await cur.execute(_WRITE, params, prepare=True)
         except Exception as exc:
             self._write_failed(exc, checkpoints[0].info)
             raise
@@ -150,8 +150,10 @@ class PostgresCheckpointer(SQLStore):
         await self._connection()
 
     async def _connection(self) -> Any:
-        """The running loop's connection, opened by its first caller (the others wait for
-        it); a new one when it was closed (a broken connection)."""
+        """A cursor on the running loop's connection, opened by its first caller (the
+        others wait for it); a new one when it was closed (a broken connection). Runs
+        share the cursor: nothing is fetched from it, and the connection's lock takes the
+        statements one at a time (a cursor made per write cost 15 to 20 us more)."""
         loop = asyncio.get_running_loop()
         entry = self._loops.get(loop)
         if entry is None or (entry[0].done() and _broken(entry[0])):
@@ -170,9 +172,10 @@ class PostgresCheckpointer(SQLStore):
         return await asyncio.shield(opening)
 
     async def _open(self) -> Any:
-        return await self._psycopg.AsyncConnection.connect(
+        conn = await self._psycopg.AsyncConnection.connect(
             self._url, autocommit=True, connect_timeout=self._timeout
         )
+        return conn.cursor()
 
     async def _loop_ended(self, loop: asyncio.AbstractEventLoop) -> None:
         with self._loops_lock:
@@ -182,8 +185,8 @@ class PostgresCheckpointer(SQLStore):
             if not opening.done():
                 opening.cancel()
             with contextlib.suppress(Exception, asyncio.CancelledError):  # none was opened
-                conn = await opening
-                await conn.close()
+                cur = await opening
+                await cur.connection.close()
 
     _octets = "octet_length(data)"
 
@@ -225,7 +228,9 @@ class PostgresCheckpointer(SQLStore):
 def _broken(opening: asyncio.Task[Any]) -> bool:
     """Did opening the connection fail, or was it closed since (psycopg closes one it
     cannot trust any more)?"""
-    return opening.cancelled() or opening.exception() is not None or opening.result().closed
+    return (
+        opening.cancelled() or opening.exception() is not None or opening.result().connection.closed
+    )
 
 
 def _close(opening: asyncio.Task[Any]) -> None:
@@ -233,4 +238,4 @@ def _close(opening: asyncio.Task[Any]) -> None:
     ``AsyncConnection.close()`` awaits nothing (it ends the libpq connection, a local
     call), so its libpq connection is ended here directly."""
     if opening.done() and not opening.cancelled() and opening.exception() is None:
-        opening.result().pgconn.finish()
+        opening.result().connection.pgconn.finish()
