@@ -77,8 +77,17 @@ class PostgresCheckpointer(SQLStore):
     connection: psycopg serializes its statements (a lock per connection), as the
     synchronous connection's lock does for :meth:`write`.
 
-    Measured by ``bench/checkpoint.py --repeat 5 --long 0`` (50 turns, a tool call each,
-    every transition checkpointed, on a throwaway local server): CHECKPOINT_FIGURES."""
+    Measured by ``python bench/checkpoint.py --repeat 5 --long 0`` (50 turns, a tool call
+    each, every transition checkpointed, a throwaway local server): 0.80 to 1.09 ms of
+    checkpointing a turn (two commits), 0.21x to 0.23x LangGraph's ``PostgresSaver``;
+    committing in a worker thread instead measured 1.07 to 1.32 ms (0.21x to 0.31x) in
+    the same interleaved runs: the hop to the thread cost about what the round trip
+    does. An asynchronous statement costs about 25 us more than a synchronous one
+    (``SELECT 1``: psycopg waits on the loop), and the first commit on a loop opens its
+    connection (4 to 8 ms here): :meth:`aconnect` opens it ahead.
+
+    Each store holds two connections while a run commits: the synchronous one and its
+    loop's (one more per further loop, as with ``run_sync`` calls in several threads)."""
 
     def __init__(self, url: str, *, connect_timeout: float = 10.0) -> None:
         try:
