@@ -56,10 +56,11 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
-from innerloop import Harness, HarnessParams, ToolSpec
+from innerloop import Harness, HarnessParams, HarnessState, ToolSpec
 from innerloop.checkpoint import (
     CheckpointCommit,
     Checkpointer,
+    PostgresCheckpointer,
     SQLiteCheckpointer,
     open_checkpointer,
 )
@@ -137,12 +138,20 @@ def innerloop_run(
     store = open_checkpointer(store_url) if isinstance(store_url, str) else store_url
     harness = Harness(params, [provider], checkpointer=store, checkpoint_commit=commit)
     timer = Timed()
-    started, cpu = time.perf_counter(), time.process_time()
-    run = harness.start("go")
-    if run.on_step is not None:
-        run.on_step = timer.wrap_hook(run.on_step)
-    state = asyncio.run(run.run())
-    took, cpu = time.perf_counter() - started, time.process_time() - cpu
+
+    async def drive() -> tuple[HarnessState, float, float]:
+        # the asynchronous connection of PostgreSQL's store opened before the run, as its
+        # synchronous one is (and LangGraph's saver's): a host's loop opens it once
+        if isinstance(store, PostgresCheckpointer):
+            await store.aconnect()
+        started, cpu = time.perf_counter(), time.process_time()
+        run = harness.start("go")
+        if run.on_step is not None:
+            run.on_step = timer.wrap_hook(run.on_step)
+        state = await run.run()
+        return state, time.perf_counter() - started, time.process_time() - cpu
+
+    state, took, cpu = asyncio.run(drive())
     assert state.exit_reason == "model_complete", state.exit_reason
     size = store.stored_bytes() if store is not None else 0
     if store is not None:
@@ -188,9 +197,7 @@ def langgraph_graph(turns: int, checkpointer: Any) -> Any:
     return g.compile(checkpointer=checkpointer)
 
 
-def langgraph_run(
-    turns: int, saver: Any, durability: str = "async"
-) -> tuple[float, float, float]:
+def langgraph_run(turns: int, saver: Any, durability: str = "async") -> tuple[float, float, float]:
     """Seconds for the run, seconds in the saver's calls, CPU seconds of the run."""
     timer = Timed()
     if saver is not None:

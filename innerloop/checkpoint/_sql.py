@@ -83,8 +83,6 @@ class SQLStore(abc.ABC):
     (one connection, a lock); each process opens its own store."""
 
     where: str
-    commit_off_loop: bool = False
-    """Whether a run's writer commits in a worker thread (see ``CheckpointWriter``)."""
     migrations: Sequence[tuple[int, Sequence[str]]] = MIGRATIONS
     version: int = SCHEMA_VERSION
 

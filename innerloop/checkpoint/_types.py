@@ -163,7 +163,12 @@ class StoredRows:
 class Checkpointer(Protocol):
     """A checkpoint store. Every write is one transaction: a checkpoint is either wholly
     there or not at all, and a reader never sees half of one. Nothing is ever updated in
-    place."""
+    place.
+
+    A store may also have ``async def awrite(checkpoints)``, :meth:`write` without
+    holding the event loop (:class:`~innerloop.checkpoint.PostgresCheckpointer` has one):
+    a run's :class:`~innerloop.checkpoint.CheckpointWriter` then commits through it, and
+    the loop serves other runs while the commit waits for the database."""
 
     def create_run(
         self,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import itertools
 import json
@@ -10,7 +9,7 @@ import operator
 import time
 import types
 import typing
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -221,6 +220,10 @@ class CheckpointWriter:
     ``bench/checkpoint.py``, the commits, not the encoding, were the cost (a round trip
     each on PostgreSQL). A failed commit raises from the step (the run fails with it);
     nothing of that group is stored.
+
+    A store with an ``awrite`` (PostgreSQL) commits through it: the step hook returns the
+    commit for the driver to await, so the event loop serves other runs during the round
+    trip. Others (SQLite: a local commit) commit on the loop, in the step.
     """
 
     def __init__(
@@ -234,7 +237,6 @@ class CheckpointWriter:
         seq: int = 0,
         segment_start: int = 0,
         segment: Sequence[Message] = (),
-        off_loop: bool | None = None,
     ) -> None:
         if commit not in ("barrier", "each"):
             raise ValueError(f"commit={commit!r}: use 'barrier' (group commit) or 'each'")
@@ -242,11 +244,11 @@ class CheckpointWriter:
         self.run_id = run_id
         self.every = every
         self.commit = commit
-        self.off_loop: bool = (
-            getattr(store, "commit_off_loop", False) if off_loop is None else off_loop
+        self._awrite: Callable[[Sequence[CheckpointWrite]], Awaitable[None]] | None = getattr(
+            store, "awrite", None
         )
-        """Commit in a worker thread, the event loop free meanwhile (the driver awaits
-        the commit before the next handler); by default the store's choice."""
+        """The store's asynchronous write, when it has one: a run's step hook leaves the
+        commit for the driver to await, the event loop free meanwhile."""
         self.turn_state = turn_state
         self.seq = seq
         self._start = segment_start
@@ -268,8 +270,8 @@ class CheckpointWriter:
         ):
             self._stage(run.state, target, transition.source, transition.guard)
         if self._pending and (final or self._is_barrier(run, target)):
-            if self.off_loop:
-                return asyncio.to_thread(self.flush)
+            if self._awrite is not None:
+                return self.aflush()
             self.flush()
         return None
 
@@ -311,6 +313,20 @@ class CheckpointWriter:
         pending, self._pending = self._pending, []
         try:
             self.store.write(pending)
+        except BaseException:
+            self._rollback()
+            raise
+        self._committed = self._mark()
+
+    async def aflush(self) -> None:
+        """:meth:`flush` through the store's asynchronous write (its synchronous one when
+        it has none)."""
+        pending, self._pending = self._pending, []
+        try:
+            if self._awrite is None:
+                self.store.write(pending)
+            else:
+                await self._awrite(pending)
         except BaseException:
             self._rollback()
             raise

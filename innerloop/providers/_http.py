@@ -20,12 +20,13 @@ import httpx2
 
 from innerloop._errors import ErrorCategory, ProviderError
 from innerloop._events import MessageComplete, StreamEvent
+from innerloop._loopend import close_at_loop_end
 from innerloop._messages import ModelResponse
 from innerloop._secrets import hide_userinfo, scrub_logs, scrub_secrets
 from innerloop.providers._base import final_response
 from innerloop.providers._errors import error_from_exception, error_from_status
 from innerloop.providers._normalize import WireRequest
-from innerloop.providers._transport import AsyncioTransport, RawResponse, close_at_loop_end
+from innerloop.providers._transport import AsyncioTransport, RawResponse
 
 __all__ = [
     "DEFAULT_MAX_EVENT_BYTES",

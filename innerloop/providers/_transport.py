@@ -24,17 +24,18 @@ import re
 import socket
 import ssl
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import cast
 
 import attrs
 import httpx2
 
+from innerloop._loopend import close_at_loop_end
+
 __all__ = [
     "AsyncioTransport",
     "RawResponse",
     "ResponseHead",
-    "close_at_loop_end",
     "parse_head",
 ]
 
@@ -645,24 +646,6 @@ class AsyncioTransport(httpx2.AsyncBaseTransport):
                 del self._idle[origin]
         if self._idle_count:
             self._schedule_sweep(0.0 if not budget else None)
-
-
-def close_at_loop_end(close: Callable[[], Awaitable[object]]) -> asyncio.Task[None]:
-    """A task on the running loop that waits for the loop's end and then runs ``close``.
-    ``asyncio.run`` (and ``asyncio.Runner``) cancel the tasks left at their end while the
-    loop still runs, so connections are closed by the loop that opened them, instead of
-    being left to the garbage collector once it is closed (``ResourceWarning: unclosed
-    transport``, ``Event loop is closed``). Cancel the task to drop the duty."""
-    loop = asyncio.get_running_loop()
-
-    async def wait() -> None:
-        try:
-            await loop.create_future()
-        finally:
-            with contextlib.suppress(Exception):  # nothing is left to report it to
-                await close()
-
-    return loop.create_task(wait(), name="innerloop: close connections at the loop's end")
 
 
 def _keepalive(conn: _Connection) -> None:

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from innerloop import Harness, HarnessParams, Message, ResumeError, ToolResultBlock
@@ -19,6 +20,7 @@ from innerloop.checkpoint import (
     CheckpointError,
     CheckpointSchemaError,
     CheckpointWriter,
+    PostgresCheckpointer,
     SQLiteCheckpointer,
     UnknownRunError,
     open_checkpointer,
@@ -32,8 +34,16 @@ from innerloop.testing import (
     tool_call,
 )
 from innerloop.tools import ToolContext, ToolOutput, ToolSpec
+from tests.checkpoint.conftest import fresh_database
 
 OBJ = {"type": "object"}
+SLOW_TRIGGER = (
+    "CREATE FUNCTION slow_insert() RETURNS trigger LANGUAGE plpgsql AS "
+    "$$ BEGIN PERFORM pg_sleep(0.3); RETURN NULL; END $$; "
+    "CREATE TRIGGER slow AFTER INSERT ON innerloop_checkpoints "
+    "FOR EACH STATEMENT EXECUTE FUNCTION slow_insert()"
+)
+"""Makes each commit of checkpoints on PostgreSQL take 0.3 s more (a slow round trip)."""
 TURN = ["assemble", "normalize", "call", "stream", "execute", "check"]
 
 
@@ -353,27 +363,37 @@ class TestGroupCommit:
         run = harness.start("go", run_id="r")
         other = CheckpointWriter(store, "r", seq=1, segment=run.state.history)
         other.save(run.state, "idle")
+        writer = run.on_step
+        assert isinstance(writer, CheckpointWriter)
         with pytest.raises(CheckpointError, match=r"^checkpoint 2 of run 'r' is already in "):
             run.run_sync()
         assert calls == []
         assert [(i.seq, i.state) for i in store.checkpoints("r")] == [(1, "idle"), (2, "idle")]
+        # the writer went back to its last committed checkpoint, nothing left pending
+        assert (writer.seq, writer.pending) == (1, 0)
 
-    @pytest.mark.parametrize("off_loop", [True, False])
-    def test_a_commit_off_the_loop_leaves_it_free(
-        self, tmp_path: Path, make_harness: Any, off_loop: bool
+    @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+    def test_a_slow_commit_holds_the_loop_only_on_sqlite(
+        self, request: pytest.FixtureRequest, tmp_path: Path, make_harness: Any, kind: str
     ) -> None:
-        """A store that commits in a worker thread (PostgreSQL's choice) leaves the event
-        loop to other tasks during each commit; one that commits on the loop (SQLite's)
-        holds it for as long. Each commit here takes 0.3 s (a slow round trip)."""
+        """PostgreSQL commits on the loop's asynchronous connection: the loop serves other
+        tasks while a commit waits for the server (here a trigger sleeps 0.3 s in each).
+        SQLite commits on the loop, in the step (a local commit is quicker than any hop):
+        a commit that takes 0.3 s holds the loop as long."""
+        store: Checkpointer
+        if kind == "postgresql":
+            url = fresh_database(request.getfixturevalue("pg_server"))
+            store = open_checkpointer(url)
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute(SLOW_TRIGGER)
+        else:
 
-        class SlowStore(SQLiteCheckpointer):
-            commit_off_loop = off_loop
+            class SlowStore(SQLiteCheckpointer):
+                def write(self, checkpoints: Any) -> None:
+                    time.sleep(0.3)
+                    super().write(checkpoints)
 
-            def write(self, checkpoints: Any) -> None:
-                time.sleep(0.3)
-                super().write(checkpoints)
-
-        store = SlowStore(tmp_path / "runs.db")
+            store = SlowStore(tmp_path / "runs.db")
         harness = make_harness(params([]), ScriptedProvider([reply("done")]), checkpointer=store)
         run = harness.start("go")
         gaps: list[float] = []
@@ -391,14 +411,17 @@ class TestGroupCommit:
 
             ticker = asyncio.create_task(tick())
             await asyncio.sleep(0.05)
+            started = time.monotonic()
             await run.run()
+            took = time.monotonic() - started
             done = True
             await ticker
+            assert took >= 0.6, took  # two commits (call, then the final state), waited for
 
         asyncio.run(main())
         assert run.state.exit_reason == "model_complete"
         assert len(store.checkpoints(run.run_id)) == 7
-        if off_loop:
+        if kind == "postgresql":
             assert max(gaps) < 0.25, max(gaps)
         else:
             assert max(gaps) >= 0.3, max(gaps)
@@ -675,3 +698,106 @@ def test_a_second_writer_overwrites_nothing(store: Checkpointer) -> None:
     assert decode_latest(store, "r").history == [Message.user("first")]
     with pytest.raises(UnknownRunError, match=r"^no run 'ghost' in the checkpoint store"):
         CheckpointWriter(store, "ghost").save(HarnessState(), "assemble")
+
+
+class TestPostgresConnections:
+    """A run commits through an asynchronous connection of its event loop, opened at its
+    first commit and closed when that loop ends, or by ``store.close()``."""
+
+    @pytest.fixture
+    def url(self, pg_server: Any) -> str:
+        return fresh_database(pg_server)
+
+    @staticmethod
+    def backends(url: str) -> int:
+        """Connections to the database other than the one asking."""
+        with psycopg.connect(url) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def test_one_per_loop_closed_at_its_end(self, url: str, make_harness: Any) -> None:
+        """``run_sync`` outside ``with harness:`` runs each call on a loop of its own: each
+        opens a connection and closes it at its end. Inside, the calls share one."""
+        store = open_checkpointer(url)
+        script = ScriptedProvider([reply("one"), reply("two"), reply("three"), reply("four")])
+        harness = make_harness(params([]), script, checkpointer=store)
+        assert self.backends(url) == 1  # the store's synchronous connection
+        for _ in range(2):
+            assert harness.run_sync("go").exit_reason == "model_complete"
+            assert self.backends(url) == 1
+        with harness:
+            harness.run_sync("go")
+            assert self.backends(url) == 2
+            harness.run_sync("go")
+            assert self.backends(url) == 2
+        assert self.backends(url) == 1
+        assert [r.status for r in store.runs()] == ["finished"] * 4
+        store.close()
+        assert self.backends(url) == 0
+
+    def test_open_ahead_and_close(self, url: str, make_harness: Any) -> None:
+        """``aconnect()`` opens the loop's connection ahead of its first commit;
+        ``store.close()`` on the loop whose connection is open (and then the loop's end)
+        closes it: nothing is left for the garbage collector to warn about."""
+        store = PostgresCheckpointer(url)
+        harness = make_harness(params([]), ScriptedProvider([reply("done")]), checkpointer=store)
+
+        async def main() -> tuple[int, int]:
+            await store.aconnect()  # opened before the first commit (once: a run reuses it)
+            connected = await asyncio.to_thread(self.backends, url)
+            await harness.run("go")
+            open_now = await asyncio.to_thread(self.backends, url)
+            store.close()
+            return connected, open_now
+
+        assert asyncio.run(main()) == (2, 2)
+        assert self.backends(url) == 0
+
+    def test_concurrent_first_commits_share_one(self, url: str, make_harness: Any) -> None:
+        """Ten runs starting together on one loop open one connection between them."""
+        store = open_checkpointer(url)
+        script = ScriptedProvider([reply(f"r{i}") for i in range(10)])
+        harness = make_harness(params([]), script, checkpointer=store)
+
+        async def main() -> int:
+            states = await asyncio.gather(*(harness.run("go") for _ in range(10)))
+            assert {s.exit_reason for s in states} == {"model_complete"}
+            return await asyncio.to_thread(self.backends, url)
+
+        assert asyncio.run(main()) == 2
+        assert len(store.runs()) == 10
+        store.close()
+
+    def test_a_cancelled_commit_leaves_the_connection_usable(
+        self, url: str, make_harness: Any
+    ) -> None:
+        """A run cancelled while its commit waits on the server: psycopg cancels the
+        statement, and the next run on the loop commits on the same connection."""
+        store = open_checkpointer(url)
+        script = ScriptedProvider([reply("one"), reply("two")])
+        harness = make_harness(params([]), script, checkpointer=store)
+        first = harness.start("go")
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(SLOW_TRIGGER.replace("0.3", "5"))
+
+        async def main() -> None:
+            task = asyncio.create_task(first.run())
+            await asyncio.sleep(0.5)  # in its first commit, on the server
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute("DROP TRIGGER slow ON innerloop_checkpoints")
+            second = await harness.run("go")
+            assert second.exit_reason == "model_complete"
+            assert await asyncio.to_thread(self.backends, url) == 2
+
+        started = time.monotonic()
+        asyncio.run(main())
+        assert time.monotonic() - started < 4
+        assert [i.state for i in store.checkpoints(first.run_id)] == ["idle"]
+        store.close()

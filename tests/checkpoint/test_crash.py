@@ -96,7 +96,8 @@ def test_kill_9_then_resume(db_url: str, mode: str, commit: str, tmp_path: Path)
 
 
 def test_100_concurrent_runs(db_url: str) -> None:
-    """4 processes x 25 threads, each run on its own connection, 3 turns each, every
+    """4 processes x 25 threads, each run on its own store (on PostgreSQL two connections:
+    its reads', its loop's commits'), 3 turns each, every
     transition checkpointed into one store: no 'database is locked' and no serialization
     error reaches a run; every run is stored whole."""
     children = [spawn("many", db_url, f"p{i}", "25", "3", stdout=subprocess.PIPE) for i in range(4)]

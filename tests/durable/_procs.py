@@ -264,6 +264,10 @@ class PostgresServer:
             str(self.root),
             "-c",
             "fsync=off",
+            # tests/checkpoint runs 100 stores at once, each with two connections (one for
+            # its reads, one for its event loop's commits)
+            "-c",
+            "max_connections=300",
         ]
         self.procs.spawn("postgres", self._as_owner(argv))
         wait_for(lambda: port_open(self.port), 30, "PostgreSQL")
