@@ -17,14 +17,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import statistics
-import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from anthropic import AsyncAnthropicBedrock
+from stream import _drain, _time  # bench/stream.py: the same timing and draining
 
-from innerloop.providers import AnthropicProvider, Provider, WireRequest
+from innerloop.providers import AnthropicProvider, WireRequest
 from innerloop.testing import BedrockServer, Raw, reply, tool_call
 from innerloop.testing._bedrock import BEDROCK_VERSION, EVENT_STREAM, chunk_message
 
@@ -39,23 +37,6 @@ def _body(events: int) -> tuple[bytes, int]:
     frames = server.frames(reply(text, tool_call("echo", {"x": "y" * 40})), "bench-model")
     data = [f.split(b"data: ", 1)[1].rstrip(b"\n") for f in frames]
     return b"".join(chunk_message(d) for d in data), len(data)
-
-
-async def _time(rounds: int, once: Callable[[], Awaitable[None]]) -> float:
-    await once()  # warm up: connection setup, imports, caches, botocore's service model
-    samples = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        await once()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
-
-
-async def _drain(provider: Provider, request: WireRequest) -> None:
-    stream = await provider.open(request)
-    async for _ in stream:
-        pass
-    await stream.aclose()
 
 
 async def bench(events: int, rounds: int) -> dict[str, float]:
