@@ -283,27 +283,11 @@ def postgres_server(url: str | None) -> Iterator[str]:
     server = PostgresServer(owner, root)
     try:
         server.start()
-        _wait_ready(server.url)
         yield server.url
     finally:
         owner.close()
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(logs, ignore_errors=True)
-
-
-def _wait_ready(url: str) -> None:
-    """The port opens before the server takes connections ("starting up")."""
-    import psycopg
-
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            psycopg.connect(url, connect_timeout=5).close()
-            return
-        except psycopg.OperationalError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
 
 
 def fresh_database(server_url: str) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,24 +24,10 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServ
     server = PostgresServer(owner, root)
     try:
         server.start()
-        _wait_ready(server.url)
         yield server
     finally:
         owner.close()
         shutil.rmtree(root, ignore_errors=True)
-
-
-def _wait_ready(url: str) -> None:
-    """The port opens before the server takes connections ("starting up")."""
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            psycopg.connect(url, connect_timeout=5).close()
-            return
-        except psycopg.OperationalError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
 
 
 def fresh_database(server: PostgresServer) -> str:

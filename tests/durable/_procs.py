@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import psycopg
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -271,3 +273,13 @@ class PostgresServer:
         ]
         self.procs.spawn("postgres", self._as_owner(argv))
         wait_for(lambda: port_open(self.port), 30, "PostgreSQL")
+        # the port opens before the server takes connections ("the database system is
+        # starting up")
+        wait_for(self._accepts, 60, "PostgreSQL to accept connections")
+
+    def _accepts(self) -> bool:
+        try:
+            psycopg.connect(self.url, connect_timeout=5).close()
+        except psycopg.OperationalError:
+            return False
+        return True
