@@ -15,12 +15,13 @@ from typing_extensions import TypedDict
 from innerloop import HarnessParams, HarnessState, ParamsError
 from innerloop._convert import structure, unstructure
 from innerloop._events import Alert, Event, Transition
-from innerloop._messages import Message
-from innerloop.fsm._output import InvalidOutput, output_spec
+from innerloop._messages import Message, ToolResultBlock
+from innerloop.fsm._output import ALONE, InvalidOutput, output_spec
 from innerloop.testing import ScriptedProvider, assert_valid_history, reply, tool_call
 from innerloop.tools import tool
 
 MODEL = "scripted:m-20250101"
+OLD_CLAUDE = "anthropic:claude-3-5-haiku-20241022"
 
 
 class Weather(pydantic.BaseModel):
@@ -133,12 +134,70 @@ class TestParams:
         with pytest.raises(ParamsError, match=r"^tool_choice: 'any' forces a tool call"):
             _params(tools=[look], tool_choice="any")
 
-    def test_claude_without_native_output_is_refused(self) -> None:
-        """A Claude model older than structured output, even as a fallback, is refused."""
+    def test_native_mode_refuses_claude_without_native_output(self) -> None:
+        """output_mode='native': a Claude model older than structured output, even as a
+        fallback, is refused, the fix named."""
         with pytest.raises(ParamsError) as err:
-            _params(fallbacks=["anthropic:claude-3-5-haiku-20241022"])
+            _params(fallbacks=[OLD_CLAUDE], output_mode="native")
         assert err.value.field == "fallbacks[0]"
-        assert "has no native structured output" in err.value.reason
+        assert err.value.reason == (
+            "claude-3-5-haiku-20241022 has no native structured output, which "
+            "output_mode='native' needs: use output_mode='auto' (the final-result tool for "
+            "this model) or pick Claude Sonnet 4.5, Opus 4.1, Haiku 4.5 or later"
+        )
+
+    def test_auto_mode_picks_the_tool_per_model(self) -> None:
+        """output_mode='auto': the tool for the older Claude only; 'tool': for every model;
+        no output_type: for none."""
+        params = _params(fallbacks=[OLD_CLAUDE, "anthropic:claude-sonnet-4-5-20250929"])
+        assert [params.output_tool(c.model) for c in params.model_chain] == [False, True, False]
+        forced = _params(output_mode="tool")
+        assert forced.output_tool("gpt-4o-2024-08-06")
+        assert not HarnessParams(model=MODEL).output_tool("claude-3-5-haiku-20241022")
+
+    @pytest.mark.parametrize(
+        ("kw", "message"),
+        [
+            ({"output_mode": "json"}, "output_mode: expected one of 'auto', 'native', 'tool', "),
+            (
+                {"output_mode": "tool", "output_type": None},
+                "output_mode: 'tool' asks for a typed answer but output_type is None; set "
+                "output_type or leave output_mode='auto'",
+            ),
+            (
+                {"output_mode": "tool", "tool_choice": "none"},
+                "tool_choice: 'none' forbids the final-result tool that output_type asks "
+                "m-20250101 for; use 'auto'",
+            ),
+            (
+                {"fallbacks": [OLD_CLAUDE], "tool_choice": "none"},
+                "tool_choice: 'none' forbids the final-result tool that output_type asks "
+                "claude-3-5-haiku-20241022 for; use 'auto'",
+            ),
+        ],
+    )
+    def test_output_mode_is_validated(self, kw: dict[str, Any], message: str) -> None:
+        """A bad mode, a mode without a type, a tool choice that forbids the tool."""
+        with pytest.raises(ParamsError) as err:
+            _params(**kw)
+        assert str(err.value).startswith(message)
+
+    def test_final_result_name_is_reserved_in_tool_mode(self) -> None:
+        """A tool of the run named final_result collides with the final-result tool; in
+        native mode the name is free."""
+
+        @tool
+        async def final_result(text: str) -> str:
+            """Log the result."""
+            return text
+
+        with pytest.raises(ParamsError) as err:
+            _params(tools=[final_result], fallbacks=[OLD_CLAUDE])
+        assert str(err.value) == (
+            "tools: the tool name 'final_result' is taken by the final-result tool that "
+            "output_type asks claude-3-5-haiku-20241022 for; rename the tool"
+        )
+        assert _params(tools=[final_result]).tool("final_result") is final_result
 
     @pytest.mark.parametrize("bad", [-1, True, 1.5])
     def test_repair_budget_is_validated(self, bad: Any) -> None:
@@ -308,6 +367,142 @@ class TestRuns:
             "check",
             "model_complete",
         ]
+
+
+GOOD_INPUT = {"city": "Lisbon", "celsius": 21.5}
+BAD_INPUT = {"city": "Lisbon", "celsius": "warm"}
+TOOL_REPAIR = (
+    "Not accepted: the input does not match the required output format (Weather):\n"
+    "- field 'celsius': expected number, got string 'warm'\n"
+    "Call final_result again with the corrected input."
+)
+
+
+def _final(data: dict[str, Any], id: str) -> Any:
+    return reply(tool_call("final_result", data, id=id))
+
+
+@tool
+async def look(city: str) -> str:
+    """Look outside."""
+    return f"{city}: 21.5C"
+
+
+class TestToolMode:
+    """output_mode='tool': the answer is the input of a final_result call."""
+
+    def test_valid_call_ends_the_run(self, make_harness: Any) -> None:
+        """A valid call: model_complete with the typed value; the call answered
+        'accepted', so the history ends valid; the request carried the tool."""
+        provider = ScriptedProvider([_final(GOOD_INPUT, "f1")])
+        state, events = _run(make_harness(_params(output_mode="tool"), provider))
+        payload = provider.requests[0].payload
+        assert [t["name"] for t in payload["tools"]] == ["final_result"]
+        assert payload["tool_choice"] == {"type": "auto"}
+        assert "output_config" not in payload
+        assert state.exit_reason == "model_complete"
+        assert state.output == Weather(city="Lisbon", celsius=21.5)
+        call = tool_call("final_result", GOOD_INPUT, id="f1")
+        assert state.history == [
+            Message.user("Weather in Lisbon?"),
+            Message("assistant", (call,)),
+            Message("user", (ToolResultBlock("f1", "accepted"),)),
+        ]
+        assert _transitions(events)[-2:] == [("stream", "check"), ("check", "model_complete")]
+        assert_valid_history(state.history)
+
+    @pytest.mark.parametrize("engine", ["table", "statemachine"])
+    def test_invalid_call_is_repaired_by_its_result(self, make_harness: Any, engine: str) -> None:
+        """An invalid input: the call's result is the error naming the problem (no user
+        message), the repair is counted, the next call passes."""
+        script = ScriptedProvider([_final(BAD_INPUT, "f1"), _final(GOOD_INPUT, "f2")])
+        harness = make_harness(_params(output_mode="tool"), script, engine=engine)
+        state, events = _run(harness)
+        assert state.exit_reason == "model_complete"
+        assert state.output == Weather(city="Lisbon", celsius=21.5)
+        assert state.output_repairs == 1
+        assert state.history[2:] == [
+            Message("user", (ToolResultBlock("f1", TOOL_REPAIR, is_error=True),)),
+            Message("assistant", (tool_call("final_result", GOOD_INPUT, id="f2"),)),
+            Message("user", (ToolResultBlock("f2", "accepted"),)),
+        ]
+        assert _transitions(events)[4:7] == [
+            ("stream", "check"),
+            ("check", "repair"),
+            ("repair", "assemble"),
+        ]
+        assert_valid_history(state.history)
+
+    def test_prose_answer_is_asked_for_the_call(self, make_harness: Any) -> None:
+        """Text instead of the call (even valid JSON text) is repaired with a user message
+        asking for the call."""
+        script = ScriptedProvider([reply(GOOD), _final(GOOD_INPUT, "f1")])
+        harness = make_harness(_params(output_mode="tool"), script)
+        state, events = _run(harness)
+        assert (state.exit_reason, state.output_repairs) == ("model_complete", 1)
+        assert state.history[1:3] == [
+            Message.assistant(GOOD),
+            Message.user(
+                "Give your final answer by calling the final_result tool with it as the "
+                "input (Weather), not as text."
+            ),
+        ]
+        alerts = [e.message for e in events if isinstance(e, Alert)]
+        assert alerts == [
+            "repair 1 of 2: the answer does not match output_type Weather: the answer was "
+            "given as text, not through the final_result tool"
+        ]
+        assert_valid_history(state.history)
+
+    def test_repairs_exhausted_fail_with_a_valid_history(self, make_harness: Any) -> None:
+        """Still invalid with no repair left: failed, the diagnostic giving the call's
+        input; the call has its error result, so the history is valid."""
+        script = ScriptedProvider([_final(BAD_INPUT, "f1")])
+        harness = make_harness(_params(output_mode="tool", max_output_repairs=0), script)
+        state, events = _run(harness)
+        assert state.exit_reason == "failed"
+        assert _transitions(events)[-2:] == [("check", "repair"), ("repair", "failed")]
+        assert state.diagnostic is not None
+        assert state.diagnostic["answer"] == '{"city":"Lisbon","celsius":"warm"}'
+        assert state.diagnostic["problems"] == [
+            "field 'celsius': expected number, got string 'warm'"
+        ]
+        assert state.history[-1] == Message(
+            "user", (ToolResultBlock("f1", TOOL_REPAIR, is_error=True),)
+        )
+        assert_valid_history(state.history)
+
+    @pytest.mark.parametrize("eager", [False, True])
+    def test_call_beside_other_tools_waits_for_them(self, make_harness: Any, eager: bool) -> None:
+        """final_result beside another call: the other tool runs, the final call is
+        answered with an error asking for it alone (never an unknown-tool error of the
+        runner, eager or not), no repair is spent, and the lone call after it passes."""
+        mixed = reply(
+            tool_call("look", {"city": "Lisbon"}, id="t1"),
+            tool_call("final_result", GOOD_INPUT, id="f1"),
+        )
+        script = ScriptedProvider([mixed, _final(GOOD_INPUT, "f2")])
+        params = _params(output_mode="tool", tools=[look], eager_tools=eager)
+        state, events = _run(make_harness(params, script))
+        assert (state.exit_reason, state.output_repairs) == ("model_complete", 0)
+        assert state.history[2] == Message(
+            "user",
+            (
+                ToolResultBlock("t1", "Lisbon: 21.5C"),
+                ToolResultBlock("f1", ALONE, is_error=True),
+            ),
+        )
+        assert ("stream", "execute") in _transitions(events)
+        assert_valid_history(state.history)
+
+    def test_run_tools_first_then_answer(self, make_harness: Any) -> None:
+        """A tool turn, then the final call: the run's tool runs as usual."""
+        script = [reply(tool_call("look", {"city": "Lisbon"}, id="t1")), _final(GOOD_INPUT, "f1")]
+        params = _params(output_mode="tool", tools=[look])
+        state, _ = _run(make_harness(params, ScriptedProvider(script)))
+        assert state.exit_reason == "model_complete"
+        assert state.history[2] == Message("user", (ToolResultBlock("t1", "Lisbon: 21.5C"),))
+        assert_valid_history(state.history)
 
 
 class TestPersistence:
