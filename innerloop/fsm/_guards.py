@@ -103,8 +103,9 @@ def truncated(ctx: PhaseContext) -> bool:
 
 
 def is_final_call(ctx: PhaseContext, call: ToolUseBlock) -> bool:
-    """``call`` gives the typed answer through the final-result tool of the active model."""
-    return call.name == OUTPUT_TOOL and ctx.params.output_tool(ctx.choice.model)
+    """``call`` gives the typed answer through the final-result tool (a model of the chain
+    is asked for it; the name is then reserved)."""
+    return call.name == OUTPUT_TOOL and ctx.params.final_result_tool
 
 
 def has_tool_calls(ctx: PhaseContext) -> bool:

@@ -473,6 +473,12 @@ class HarnessParams:
         return self.output_spec is not None and output_tool_used(self.output_mode, model)
 
     @property
+    def final_result_tool(self) -> bool:
+        """Whether a model of the chain is asked for the answer through the final-result
+        tool: then a ``final_result`` call is the answer, whichever model makes it."""
+        return any(self.output_tool(c.model) for c in self.model_chain)
+
+    @property
     def tool_definitions(self) -> tuple[dict[str, Any], ...]:
         return tuple(t.to_definition() for t in self.tools)
 

@@ -457,8 +457,11 @@ def build_request(
     if make is None:
         raise ValueError(f"unknown dialect {dialect!r}; expected one of {', '.join(DIALECTS)}")
     payload: dict[str, Any] = {"model": model, "stream": True}
-    tool_mode = settings.output_schema is not None and output_tool_used(settings.output_mode, model)
-    body = make(_with_output_tool(settings) if tool_mode else settings, history)
+    typed = settings.output_schema is not None
+    tool_mode = typed and output_tool_used(settings.output_mode, model)
+    if tool_mode or (typed and _calls_output_tool(history)):
+        settings = _with_output_tool(settings, tool_mode)
+    body = make(settings, history)
     messages = body.pop("messages")
     payload.update(body)
     if settings.temperature is not None:
@@ -472,11 +475,19 @@ def build_request(
     return WireRequest(str(dialect), model, payload, settings.call_deadline)
 
 
-def _with_output_tool(settings: RequestSettings) -> RequestSettings:
-    """``settings`` with the final-result tool after the run's tools and the system line
-    that asks for it. ``tool_choice`` is left as it is (``auto``): forcing a tool call on
-    every turn would make the model call ``final_result`` before it used the run's tools
-    (or never let it use them); a model that ends in prose instead is repaired."""
+def _calls_output_tool(history: Sequence[Message]) -> bool:
+    return any(u.name == OUTPUT_TOOL for m in history if m.role == "assistant" for u in m.tool_uses)
+
+
+def _with_output_tool(settings: RequestSettings, asked: bool) -> RequestSettings:
+    """``settings`` with the final-result tool after the run's tools and, when ``asked``,
+    the system line that asks for it. A model asked in its native format is still sent the
+    tool when the history holds a call of it (from a model of the chain before it): a
+    request whose history calls an undeclared tool is refused by Anthropic.
+
+    ``tool_choice`` is left as it is (``auto``): forcing a tool call on every turn would
+    make the model call ``final_result`` before it used the run's tools (or never let it use
+    them); a model that ends in prose instead is repaired."""
     assert settings.output_schema is not None
     definition: dict[str, Any] = {
         "name": OUTPUT_TOOL,
@@ -485,7 +496,9 @@ def _with_output_tool(settings: RequestSettings) -> RequestSettings:
     }
     if settings.output_strict_schema is not None:
         definition["strict_schema"] = settings.output_strict_schema
-    system = f"{settings.system}\n\n{OUTPUT_TOOL_SYSTEM}" if settings.system else OUTPUT_TOOL_SYSTEM
+    system = settings.system
+    if asked:
+        system = f"{system}\n\n{OUTPUT_TOOL_SYSTEM}" if system else OUTPUT_TOOL_SYSTEM
     return attrs.evolve(settings, tools=(*settings.tools, definition), system=system)
 
 
