@@ -268,8 +268,9 @@ class HarnessParams:
     a transient timeout and is retried once. None: no overall limit."""
     output_type: Any = attrs.field(default=None)
     """The type of the final answer: a pydantic model, a dataclass, a TypedDict or a JSON
-    schema dict (an object). Each provider is asked for it in its native structured-output
-    form; the answer is validated and ``state.output`` holds the typed value. None: the
+    schema dict (an object). Each model is asked for it in its provider's native
+    structured-output form or through the final-result tool (see ``output_mode``); the
+    answer is validated and ``state.output`` holds the typed value. None: the
     answer is free text."""
     output_mode: Literal["auto", "native", "tool"] = attrs.field(
         default="auto", validator=_output_mode
