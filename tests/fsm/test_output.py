@@ -554,3 +554,27 @@ class TestPersistence:
         forked = third.fork(run.run_id, edit=ask_again)
         assert forked.state.output == Weather(city="Lisbon", celsius=21.5)  # rebuilt
         assert forked.run_sync().exit_reason == "model_complete"
+
+    def test_tool_mode_forks_from_every_checkpoint_stay_valid(
+        self, make_harness: Any, tmp_path: Path
+    ) -> None:
+        """Tool mode, an invalid call then a valid one: a fork from each checkpoint before
+        the end runs on to the typed answer with a valid history, each final_result call
+        answered exactly once."""
+        db = f"sqlite:///{tmp_path / 'runs.db'}"
+        params = _params(output_mode="tool")
+        script = [_final(BAD_INPUT, "f1"), _final(GOOD_INPUT, "f2")]
+        first = make_harness(params, ScriptedProvider(script), checkpointer=db)
+        run = first.start("Weather in Lisbon?")
+        assert run.run_sync().exit_reason == "model_complete"
+        infos = first.checkpointer.checkpoints(run.run_id)
+        assert {"check", "repair"} <= {i.state for i in infos}
+        forked = 0
+        for info in infos[:-1]:
+            done = make_harness(params, ScriptedProvider(script), checkpointer=db)
+            state = done.fork(run.run_id, at=info.seq).run_sync()
+            assert (info.state, state.exit_reason) == (info.state, "model_complete")
+            assert state.output == Weather(city="Lisbon", celsius=21.5)
+            assert_valid_history(state.history)
+            forked += 1
+        assert forked >= 6
