@@ -42,7 +42,7 @@ from innerloop.fsm._interrupts import answered_batch, suspend_for_questions
 from innerloop.fsm._output import ACCEPTED, ALONE, OUTPUT_TOOL, InvalidOutput, OutputSpec
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._state import Outcome
-from innerloop.providers._normalize import build_request
+from innerloop.providers._normalize import build_request, with_output_tool
 from innerloop.recovery._compaction import CompactionRequest, CompactionResult
 from innerloop.recovery._diagnostic import build_diagnostic
 from innerloop.recovery._gate import RateLimitGate
@@ -95,7 +95,11 @@ async def assemble(ctx: PhaseContext) -> list[Event]:
     events: list[Event] = []
     scope, tokens, params = ctx.scope, ctx.deps.tokens, ctx.params
     if scope.static_tokens is None:
-        scope.static_tokens = tokens.count_static(params.system, params.tool_definitions)
+        system, tools = params.system, params.tool_definitions
+        if params.final_result_tool:  # counted for every model of the chain: the larger
+            asked = with_output_tool(scope.settings)
+            system, tools = asked.system, (*tools, asked.tools[-1])
+        scope.static_tokens = tokens.count_static(system, tools)
         events += _unpriced_alert(params, [c.model for c in params.model_chain])
     state = ctx.state
     if params.context_budget is None:

@@ -38,6 +38,7 @@ __all__ = [
     "native_output",
     "normalize",
     "output_tool_used",
+    "with_output_tool",
 ]
 
 Dialect: TypeAlias = Literal["anthropic", "openai", "responses"]
@@ -460,7 +461,7 @@ def build_request(
     typed = settings.output_schema is not None
     tool_mode = typed and output_tool_used(settings.output_mode, model)
     if tool_mode or (typed and _calls_output_tool(history)):
-        settings = _with_output_tool(settings, tool_mode)
+        settings = with_output_tool(settings, asked=tool_mode)
     body = make(settings, history)
     messages = body.pop("messages")
     payload.update(body)
@@ -479,7 +480,7 @@ def _calls_output_tool(history: Sequence[Message]) -> bool:
     return any(u.name == OUTPUT_TOOL for m in history if m.role == "assistant" for u in m.tool_uses)
 
 
-def _with_output_tool(settings: RequestSettings, asked: bool) -> RequestSettings:
+def with_output_tool(settings: RequestSettings, *, asked: bool = True) -> RequestSettings:
     """``settings`` with the final-result tool after the run's tools and, when ``asked``,
     the system line that asks for it. A model asked in its native format is still sent the
     tool when the history holds a call of it (from a model of the chain before it): a

@@ -495,6 +495,19 @@ class TestToolMode:
         assert ("stream", "execute") in _transitions(events)
         assert_valid_history(state.history)
 
+    def test_static_count_includes_the_tool(self, make_harness: Any) -> None:
+        """With a context budget, the run's static token count includes the final-result
+        tool and its system line."""
+        counts = {}
+        for mode, script in (("native", reply(GOOD)), ("tool", _final(GOOD_INPUT, "f1"))):
+            params = _params(output_mode=mode, system="Be brief.", context_budget=100_000)
+            run = make_harness(params, ScriptedProvider([script])).start("Weather?")
+            assert run.run_sync().exit_reason == "model_complete"
+            counts[mode] = run.scope.static_tokens
+        tokens = run.deps.tokens
+        line = "When you have the final answer, give it by calling the final_result tool"
+        assert counts["tool"] > counts["native"] + tokens.counter.count_text(line)
+
     def test_run_tools_first_then_answer(self, make_harness: Any) -> None:
         """A tool turn, then the final call: the run's tool runs as usual."""
         script = [reply(tool_call("look", {"city": "Lisbon"}, id="t1")), _final(GOOD_INPUT, "f1")]
