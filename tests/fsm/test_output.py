@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +16,11 @@ from typing_extensions import TypedDict
 from innerloop import HarnessParams, HarnessState, ParamsError
 from innerloop._convert import structure, unstructure
 from innerloop._events import Alert, Event, Transition
-from innerloop._messages import Message, ToolResultBlock
+from innerloop._messages import Message, ToolResultBlock, ToolUseBlock
 from innerloop.fsm._output import ALONE, InvalidOutput, output_spec
 from innerloop.testing import ScriptedProvider, assert_valid_history, reply, tool_call
 from innerloop.tools import tool
+from innerloop.tools._runner import ToolBatch, ToolRunner
 
 MODEL = "scripted:m-20250101"
 OLD_CLAUDE = "anthropic:claude-3-5-haiku-20241022"
@@ -483,7 +485,20 @@ class TestToolMode:
         )
         script = ScriptedProvider([mixed, _final(GOOD_INPUT, "f2")])
         params = _params(output_mode="tool", tools=[look], eager_tools=eager)
-        state, events = _run(make_harness(params, script))
+        seen: list[str] = []
+
+        class Recording(ToolRunner):
+            def prestart(self, scope: Any, call: ToolUseBlock) -> None:
+                seen.append(f"prestart {call.name}")
+                super().prestart(scope, call)
+
+            async def run_calls(self, scope: Any, calls: Sequence[ToolUseBlock]) -> ToolBatch:
+                seen.append(f"run {[c.name for c in calls]}")
+                return await super().run_calls(scope, calls)
+
+        harness = make_harness(params, script, tool_runner_factory=Recording)
+        state, events = _run(harness)
+        assert seen == [*(["prestart look"] if eager else []), "run ['look']"]
         assert (state.exit_reason, state.output_repairs) == ("model_complete", 0)
         assert state.history[2] == Message(
             "user",
@@ -493,6 +508,7 @@ class TestToolMode:
             ),
         )
         assert ("stream", "execute") in _transitions(events)
+        assert state.tool_failures == {"look": 0}
         assert_valid_history(state.history)
 
     def test_static_count_includes_the_tool(self, make_harness: Any) -> None:
