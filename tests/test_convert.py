@@ -471,6 +471,10 @@ def harness_params(draw: st.DrawFn) -> HarnessParams:
     if kwargs["tool_choice"] in ("auto", "none"):  # a forced tool never lets it answer
         # a type crosses JSON only as a JSON schema dict
         kwargs["output_type"] = draw(st.none() | st.just(ANSWER))
+    kwargs["output_mode"] = "auto"
+    if kwargs["output_type"] is not None:  # the final-result tool needs tool calls allowed
+        modes = ["auto", "native", "tool"] if kwargs["tool_choice"] == "auto" else ["native"]
+        kwargs["output_mode"] = draw(st.sampled_from(modes))
     # a new HarnessParams field fails here until the strategy draws it
     assert set(kwargs) == {f.name for f in attrs.fields(HarnessParams) if f.init}
     return HarnessParams(**kwargs)

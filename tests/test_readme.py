@@ -70,3 +70,18 @@ def test_typed_output_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert code is not None
     exec(compile(code.group(1), "README.md", "exec"), {})
     assert capsys.readouterr().out == "model_complete city='Lisbon' celsius=21.5 1\n"
+
+
+def test_final_result_tool_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """The final-result tool example: an older Claude answers through the tool, one
+    invalid call repaired by its error result, the last call accepted."""
+    code = re.search(
+        r"### Models without native structured output\n\n```python\n(.*?)```",
+        README.read_text(),
+        re.S,
+    )
+    assert code is not None
+    exec(compile(code.group(1), "README.md", "exec"), {})
+    assert capsys.readouterr().out == (
+        "model_complete city='Lisbon' celsius=21.5 1\naccepted\nfinal_result\n"
+    )

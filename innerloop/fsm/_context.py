@@ -73,6 +73,7 @@ def request_settings(params: HarnessParams) -> RequestSettings:
         ),
         output_name=output.name if output is not None else "output",
         anthropic_output_schema=dict(output.anthropic_schema) if output is not None else None,
+        output_mode=params.output_mode,
     )
 
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from innerloop._errors import ErrorCategory
+from innerloop._messages import ToolUseBlock
 from innerloop.fsm._context import PhaseContext
+from innerloop.fsm._output import OUTPUT_TOOL
 from innerloop.fsm._spec import Guard
 from innerloop.fsm._state import Outcome
 
-__all__ = ["DEFAULT_GUARDS"]
+__all__ = ["DEFAULT_GUARDS", "is_final_call"]
 
 _RATE = (ErrorCategory.RATE_LIMITED, ErrorCategory.OVERLOADED)
 FINISHING_STOPS = frozenset({"end_turn", "stop_sequence", "refusal"})
@@ -100,17 +102,30 @@ def truncated(ctx: PhaseContext) -> bool:
     )
 
 
+def is_final_call(ctx: PhaseContext, call: ToolUseBlock) -> bool:
+    """``call`` gives the typed answer through the final-result tool (a model of the chain
+    is asked for it; the name is then reserved)."""
+    return call.name == OUTPUT_TOOL and ctx.params.final_result_tool
+
+
 def has_tool_calls(ctx: PhaseContext) -> bool:
-    """The last assistant message asks for tools."""
+    """The last assistant message asks for tools (other than a final-result call)."""
     state = ctx.state
-    return bool(state.pending_tool_uses)
+    if not state.pending_tool_uses:
+        return False
+    return not all(is_final_call(ctx, u) for u in state.history[-1].tool_uses)
 
 
 def model_finished(ctx: PhaseContext) -> bool:
-    """The model ended its turn without asking for tools."""
+    """The model ended its turn without asking for tools, or gave its answer through the
+    final-result tool (and called no other tool)."""
     state = ctx.state
     r = state.last_response
-    return r is not None and r.stop_reason in FINISHING_STOPS and not r.tool_uses
+    if r is None:
+        return False
+    if not r.tool_uses:
+        return r.stop_reason in FINISHING_STOPS
+    return all(is_final_call(ctx, u) for u in r.tool_uses)
 
 
 def turn_limit_continuing(ctx: PhaseContext) -> bool:

@@ -1,19 +1,34 @@
 """Typed structured output: ``HarnessParams.output_type`` as a schema to send and a
 validator for the final answer.
 
-Every provider is asked for the answer in its native structured-output form (built by
-``providers._normalize.build_request`` from :class:`OutputSpec`'s schema):
+A model is asked for the answer in one of two ways (``HarnessParams.output_mode``;
+``auto`` picks per model of the fallback chain):
+
+Native structured output (``providers._normalize.build_request`` builds it from
+:class:`OutputSpec`'s schema):
 
 - Anthropic Messages: ``output_config.format`` (``{"type": "json_schema", "schema": ...}``);
 - OpenAI Chat Completions: ``response_format`` (``json_schema``, strict when it can be);
 - OpenAI Responses: ``text.format`` (``json_schema``, strict when it can be).
 
-So the final answer is always the text of the model's last turn, and a repair is always a
-user message (see the ``repair`` state): the history stays valid for every provider,
-across fallback. No final-result tool is needed: the anthropic SDK this project pins takes
-``output_config.format`` (Claude Sonnet 4.5, Opus 4.1, Haiku 4.5 and later; the params
-refuse an older Claude model in the chain), so no ``tool_choice`` is forced and the run's
-own tools stay usable on every turn.
+The final answer is then the text of the model's last turn, and a repair is a user message
+(see the ``repair`` state).
+
+The final-result tool (``final_result``), for the models without native structured output
+(Claude older than Sonnet 4.5, Opus 4.1 and Haiku 4.5) or for any model with
+``output_mode="tool"``: the request carries one more tool whose input schema is the output
+schema (strict for OpenAI when it can be), and a system line asking the model to end by
+calling it. ``tool_choice`` is not forced: forcing a tool call on every turn would make the
+model answer before it used the run's own tools, so a model that ends in prose is repaired
+instead (a user message asking for the call). The call's input is the answer. The ``check``
+state answers every ``final_result`` call at once, so the history stays valid for every
+provider whatever the run does next (fallback, resume, fork, an abort, a spent budget):
+``accepted`` when the input is valid (the run ends in ``model_complete``), else an
+``is_error`` result naming the problems, which ``repair`` counts against
+``max_output_repairs`` like a native repair. A ``final_result`` called beside other tools
+in one turn is not taken: the other tools run, and the final call is answered with an
+error asking for it alone once their results are read (no repair is spent: the run's turn
+limit bounds it). The tool's calls never reach the run's tool runner.
 
 OpenAI is sent the strict form of the type's schema when it has one (every property
 required, the optional ones nullable, no extra keys; see ``openai_strict_schema``),
@@ -38,6 +53,7 @@ import attrs
 import pydantic
 
 from innerloop._errors import ParamsError, ToolDefinitionError
+from innerloop.providers._normalize import OUTPUT_TOOL
 from innerloop.tools._schema import schema_for
 from innerloop.tools._strict import openai_strict_schema
 from innerloop.tools._validate import (
@@ -48,19 +64,26 @@ from innerloop.tools._validate import (
     strict_json,
 )
 
-__all__ = ["InvalidOutput", "OutputSpec", "anthropic_schema", "output_spec"]
+__all__ = [
+    "ACCEPTED",
+    "ALONE",
+    "OUTPUT_TOOL",
+    "InvalidOutput",
+    "OutputSpec",
+    "anthropic_schema",
+    "output_spec",
+]
+
+ACCEPTED = "accepted"
+"""The result of a final-result call whose input is the valid answer."""
+ALONE = (
+    f"Not accepted: {OUTPUT_TOOL} was called together with other tools. Read their results, "
+    f"then call {OUTPUT_TOOL} alone with the final answer."
+)
+"""The error result of a final-result call made beside other tool calls."""
 
 _NAME = re.compile(r"[^A-Za-z0-9_-]")
 _FIELD = "output_type"
-_NO_NATIVE_FORMAT = (
-    "claude-3",
-    "claude-sonnet-4-0",
-    "claude-sonnet-4-2",
-    "claude-opus-4-0",
-    "claude-opus-4-2",
-)
-"""Model id prefixes of Claude models without native structured output (it came with
-Claude Sonnet 4.5, Opus 4.1 and Haiku 4.5)."""
 
 
 class InvalidOutput(Exception):
@@ -114,6 +137,10 @@ class OutputSpec:
         except ValueError as exc:
             shown = text if len(text) <= 80 else text[:77] + "..."
             raise InvalidOutput([f"the answer is not JSON ({exc}): {shown!r}"]) from None
+        return self.parse_data(data)
+
+    def parse_data(self, data: Any) -> tuple[Any, Any]:
+        """As :meth:`parse`, for JSON data (the input of a final-result call)."""
         data = as_meant(self.schema, data)  # strict mode's null for "not given"
         if self.checker is not None:
             problems = self.checker.problems(data)
@@ -141,6 +168,21 @@ class OutputSpec:
         return (
             f"Your answer does not match the required output format ({self.name}):\n"
             f"{lines}\nAnswer again with only the corrected JSON object."
+        )
+
+    def tool_repair_message(self, problems: Sequence[str]) -> str:
+        """The error result of a final-result call whose input is invalid."""
+        lines = "\n".join(f"- {p}" for p in problems)
+        return (
+            f"Not accepted: the input does not match the required output format "
+            f"({self.name}):\n{lines}\nCall {OUTPUT_TOOL} again with the corrected input."
+        )
+
+    def prose_repair_message(self) -> str:
+        """The user message that asks a model in tool mode to call the final-result tool."""
+        return (
+            f"Give your final answer by calling the {OUTPUT_TOOL} tool with it as the input "
+            f"({self.name}), not as text."
         )
 
 
@@ -204,12 +246,6 @@ def output_spec(output_type: Any) -> OutputSpec:
     if isinstance(output_type, Mapping):
         return _from_schema(output_type)
     return _from_type(output_type)
-
-
-def native_format(model: str) -> bool:
-    """Whether ``model`` takes its provider's native structured output (False only for
-    the older Claude models)."""
-    return not model.startswith(_NO_NATIVE_FORMAT)
 
 
 # -- Anthropic's form ---------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import difflib
 import re
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
@@ -21,7 +21,13 @@ from innerloop._validators import (
     string,
     tuple_of,
 )
-from innerloop.fsm._output import OutputSpec, native_format, output_spec
+from innerloop.fsm._output import OutputSpec, output_spec
+from innerloop.providers._normalize import (
+    OUTPUT_MODES,
+    OUTPUT_TOOL,
+    native_output,
+    output_tool_used,
+)
 from innerloop.providers._reasoning import EFFORTS, family_of
 from innerloop.recovery._policy import RecoveryPolicy
 from innerloop.recovery._pricing import DEFAULT_PRICES, Price
@@ -198,6 +204,13 @@ _PRICE = instance(
 _FLAG = boolean()
 
 
+def _output_mode(_: Any, __: Any, value: Any) -> None:
+    if value not in OUTPUT_MODES:
+        raise ParamsError(
+            "output_mode", f"expected one of {', '.join(map(repr, OUTPUT_MODES))}, got {value!r}"
+        )
+
+
 @attrs.frozen(kw_only=True)
 class HarnessParams:
     """Set once before the loop; immutable for the whole run.
@@ -255,9 +268,16 @@ class HarnessParams:
     a transient timeout and is retried once. None: no overall limit."""
     output_type: Any = attrs.field(default=None)
     """The type of the final answer: a pydantic model, a dataclass, a TypedDict or a JSON
-    schema dict (an object). Each provider is asked for it in its native structured-output
-    form; the answer is validated and ``state.output`` holds the typed value. None: the
+    schema dict (an object). Each model is asked for it in its provider's native
+    structured-output form or through the final-result tool (see ``output_mode``); the
+    answer is validated and ``state.output`` holds the typed value. None: the
     answer is free text."""
+    output_mode: Literal["auto", "native", "tool"] = attrs.field(
+        default="auto", validator=_output_mode
+    )
+    """How the answer of ``output_type`` is asked for: ``native`` structured output,
+    the final-result ``tool`` (``final_result``, its input the answer), or ``auto``: native
+    where the model has it, else the tool (decided per model of the chain)."""
     max_output_repairs: int = attrs.field(default=2, validator=integer(ge=0))
     """How many times an answer that does not match ``output_type`` is sent back to the
     model with the validation errors (the ``repair`` state) before the run fails."""
@@ -342,6 +362,12 @@ class HarnessParams:
 
     def _check_output(self) -> None:
         if self.output_type is None:
+            if self.output_mode != "auto":
+                raise ParamsError(
+                    "output_mode",
+                    f"{self.output_mode!r} asks for a typed answer but output_type is None; "
+                    "set output_type or leave output_mode='auto'",
+                )
             return
         if self.tool_choice == "any" or self.tool_choice.startswith("tool:"):
             raise ParamsError(
@@ -350,14 +376,33 @@ class HarnessParams:
                 "give the typed final answer output_type asks for; use 'auto'",
             )
         for i, choice in enumerate(self.model_chain):
-            if not native_format(choice.model):
+            if self.output_mode == "native" and not native_output(choice.model):
                 raise ParamsError(
                     "model" if i == 0 else f"fallbacks[{i - 1}]",
-                    f"{choice.model} has no native structured output, which output_type "
-                    "needs: pick Claude Sonnet 4.5, Opus 4.1, Haiku 4.5 or later, or leave "
-                    "output_type=None",
+                    f"{choice.model} has no native structured output, which "
+                    "output_mode='native' needs: use output_mode='auto' (the final-result tool "
+                    "for this model) or pick Claude Sonnet 4.5, Opus 4.1, Haiku 4.5 or later",
                     choice,
                 )
+            self._check_output_tool(choice)
+
+    def _check_output_tool(self, choice: ModelChoice) -> None:
+        """The final-result tool for ``choice``: its name free, tool calls allowed."""
+        if not self.output_tool(choice.model):
+            return
+        if self.tool(OUTPUT_TOOL) is not None:
+            raise ParamsError(
+                "tools",
+                f"the tool name {OUTPUT_TOOL!r} is taken by the final-result tool that "
+                f"output_type asks {choice.model} for; rename the tool",
+                OUTPUT_TOOL,
+            )
+        if self.tool_choice == "none":
+            raise ParamsError(
+                "tool_choice",
+                f"'none' forbids the final-result tool that output_type asks {choice.model} "
+                "for; use 'auto'",
+            )
 
     def _check_thinking(self) -> None:
         if self.thinking is None:
@@ -423,6 +468,16 @@ class HarnessParams:
     def model_chain(self) -> tuple[ModelChoice, ...]:
         """The primary model followed by the fallbacks, in order."""
         return (self.model, *self.fallbacks)
+
+    def output_tool(self, model: str) -> bool:
+        """Whether ``model`` is asked for the typed answer through the final-result tool."""
+        return self.output_spec is not None and output_tool_used(self.output_mode, model)
+
+    @property
+    def final_result_tool(self) -> bool:
+        """Whether a model of the chain is asked for the answer through the final-result
+        tool: then a ``final_result`` call is the answer, whichever model makes it."""
+        return any(self.output_tool(c.model) for c in self.model_chain)
 
     @property
     def tool_definitions(self) -> tuple[dict[str, Any], ...]:

@@ -8,6 +8,7 @@ return a list of events or yield them.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Sequence
 
 import attrs
@@ -36,12 +37,12 @@ from innerloop._messages import (
     Usage,
 )
 from innerloop.fsm._context import PhaseContext
-from innerloop.fsm._guards import model_finished
+from innerloop.fsm._guards import is_final_call, model_finished
 from innerloop.fsm._interrupts import answered_batch, suspend_for_questions
-from innerloop.fsm._output import InvalidOutput, OutputSpec
+from innerloop.fsm._output import ACCEPTED, ALONE, OUTPUT_TOOL, InvalidOutput, OutputSpec
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._state import Outcome
-from innerloop.providers._normalize import build_request
+from innerloop.providers._normalize import build_request, with_output_tool
 from innerloop.recovery._compaction import CompactionRequest, CompactionResult
 from innerloop.recovery._diagnostic import build_diagnostic
 from innerloop.recovery._gate import RateLimitGate
@@ -94,7 +95,11 @@ async def assemble(ctx: PhaseContext) -> list[Event]:
     events: list[Event] = []
     scope, tokens, params = ctx.scope, ctx.deps.tokens, ctx.params
     if scope.static_tokens is None:
-        scope.static_tokens = tokens.count_static(params.system, params.tool_definitions)
+        system, tools = params.system, params.tool_definitions
+        if params.final_result_tool:  # counted for every model of the chain: the larger
+            asked = with_output_tool(scope.settings)
+            system, tools = asked.system, (*tools, asked.tools[-1])
+        scope.static_tokens = tokens.count_static(system, tools)
         events += _unpriced_alert(params, [c.model for c in params.model_chain])
     state = ctx.state
     if params.context_budget is None:
@@ -330,7 +335,11 @@ async def stream(ctx: PhaseContext) -> AsyncIterator[Event]:
                 finally:
                     scope.reporting = False
                 break
-            if eager and isinstance(event, ToolUseComplete):
+            if (
+                eager
+                and isinstance(event, ToolUseComplete)
+                and not is_final_call(ctx, event.tool_use)
+            ):
                 tools.prestart(ctx, event.tool_use)
             if not quiet:
                 yield event
@@ -359,6 +368,8 @@ def _results_message(
     blocks: list[Block] = [ToolResultBlock(r.tool_use_id, r.output, r.is_error) for r in results]
     for call_block, result in zip(calls, results, strict=True):
         name = call_block.name
+        if is_final_call(ctx, call_block):  # not a tool of the run: never "failing"
+            continue
         if result.is_error:
             count = failures.get(name, 0) + 1
             failures[name] = count
@@ -397,40 +408,93 @@ async def execute_batch(ctx: PhaseContext, batch: ToolBatch) -> AsyncIterator[Ev
         yield Alert("tool_failing", notice.text)
 
 
+def _with_final_calls(
+    ctx: PhaseContext, calls: Sequence[ToolUseBlock], batch: ToolBatch
+) -> ToolBatch:
+    """``batch`` (the results of the run's own calls) with the final-result calls made
+    beside them answered :data:`ALONE`, all in call order."""
+    results = iter(batch.results)
+    merged = [
+        ToolCallResult(c.id, c.name, ALONE, is_error=True, error="not_alone")
+        if is_final_call(ctx, c)
+        else next(results)
+        for c in calls
+    ]
+    return ToolBatch(tuple(merged), batch.cancelled)
+
+
 async def execute(ctx: PhaseContext) -> AsyncIterator[Event]:
     """Run the last assistant message's tool calls and append their results.
 
     A call that asks a question (``ToolContext.interrupt``) suspends the run; resumed
-    here, the answer is that call's result and the finished calls keep theirs."""
+    here, the answer is that call's result and the finished calls keep theirs. A
+    final-result call made beside other calls is not the answer (it never reaches the tool
+    runner): it is answered with an error asking for it alone, after the others' results."""
     calls = ctx.state.history[-1].tool_uses
+    own = [c for c in calls if not is_final_call(ctx, c)]
     resumed = ctx.resumed
     if resumed is not None:
-        batch = answered_batch(calls, resumed)
+        batch = answered_batch(own, resumed)
     else:
-        batch = await ctx.deps.tools.run_calls(ctx, calls)
-        if suspend_for_questions(ctx, calls, batch):
+        batch = await ctx.deps.tools.run_calls(ctx, own)
+        if suspend_for_questions(ctx, own, batch):
             return
+    if len(own) < len(calls):
+        batch = _with_final_calls(ctx, calls, batch)
     async for event in execute_batch(ctx, batch):
         yield event
 
 
-def _answer(state_response: ModelResponse | None) -> str:
-    if state_response is None:
+def _final_calls(ctx: PhaseContext) -> tuple[ToolUseBlock, ...]:
+    """The final-result calls of the last response (all its calls, when ``check`` reads
+    them: ``model_finished`` held)."""
+    r = ctx.state.last_response
+    return () if r is None else tuple(u for u in r.tool_uses if is_final_call(ctx, u))
+
+
+def _answer(ctx: PhaseContext) -> str:
+    """The answer as given: the last final-result call's input as JSON, or the text."""
+    calls = _final_calls(ctx)
+    if calls:
+        return json.dumps(calls[-1].input, separators=(",", ":"))
+    r = ctx.state.last_response
+    if r is None:
         return ""
-    return "".join(b.text for b in state_response.message.content if isinstance(b, TextBlock))
+    return "".join(b.text for b in r.message.content if isinstance(b, TextBlock))
+
+
+def _parse(ctx: PhaseContext, spec: OutputSpec) -> tuple[object, object]:
+    """The typed answer and its data; :class:`InvalidOutput` when it has none."""
+    calls = _final_calls(ctx)
+    if calls:
+        return spec.parse_data(calls[-1].input)
+    if ctx.params.output_tool(ctx.choice.model):
+        raise InvalidOutput([f"the answer was given as text, not through the {OUTPUT_TOOL} tool"])
+    return spec.parse(_answer(ctx))
 
 
 def _check_output(ctx: PhaseContext, spec: OutputSpec) -> None:
-    """Validate the final answer: ``state.output`` on success, the problems otherwise."""
+    """Validate the final answer: ``state.output`` on success, the problems otherwise.
+    Final-result calls are answered here, valid or not, so no way out of ``check`` leaves
+    a call without its result."""
     state = ctx.state
     try:
-        state.output, state.output_data = spec.parse(_answer(state.last_response))
+        state.output, state.output_data = _parse(ctx, spec)
     except InvalidOutput as exc:
         state.output_problems = list(exc.problems)
+        _answer_final_calls(ctx, spec.tool_repair_message(exc.problems), is_error=True)
         state.outcome = Outcome.OUTPUT_INVALID
         return
     state.output_problems = []
+    _answer_final_calls(ctx, ACCEPTED, is_error=False)
     state.outcome = Outcome.CHECKED
+
+
+def _answer_final_calls(ctx: PhaseContext, content: str, *, is_error: bool) -> None:
+    calls = _final_calls(ctx)
+    if calls:
+        results = tuple(ToolResultBlock(c.id, content, is_error) for c in calls)
+        ctx.state.history.append(Message("user", results))
 
 
 async def check(ctx: PhaseContext) -> None:
@@ -444,8 +508,10 @@ async def check(ctx: PhaseContext) -> None:
 
 
 async def repair(ctx: PhaseContext) -> AsyncIterator[Event]:
-    """Send the validation problems of the answer back to the model as a user message; with
-    no repair left, record the diagnostic the ``failed`` run ends with."""
+    """Send the validation problems of the answer back to the model, as a user message
+    (native structured output; a text answer where the final-result tool was asked for)
+    or as the error result of the final-result call (``check`` wrote it); with no repair
+    left, record the diagnostic the ``failed`` run ends with."""
     state, params = ctx.state, ctx.params
     spec = params.output_spec
     assert spec is not None, "repair follows an answer checked against output_type"
@@ -459,14 +525,20 @@ async def repair(ctx: PhaseContext) -> AsyncIterator[Event]:
             "reason": reason,
             "output_type": spec.name,
             "problems": list(state.output_problems),
-            "answer": _answer(state.last_response),
+            "answer": _answer(ctx),
             "repairs": state.output_repairs,
         }
         state.outcome = Outcome.OUTPUT_REJECTED
         yield Alert("output_rejected", reason)
         return
     state.output_repairs += 1
-    _append_user_text(state.history, spec.repair_message(state.output_problems))
+    if not _final_calls(ctx):
+        text = (
+            spec.prose_repair_message()
+            if params.output_tool(ctx.choice.model)
+            else spec.repair_message(state.output_problems)
+        )
+        _append_user_text(state.history, text)
     state.outcome = Outcome.REPAIRED
     yield Alert(
         "output_invalid",

@@ -28,12 +28,17 @@ from innerloop.providers._reasoning import family_of
 
 __all__ = [
     "DIALECTS",
+    "OUTPUT_MODES",
+    "OUTPUT_TOOL",
     "RESPONSES_SIGNATURE",
     "Dialect",
     "RequestSettings",
     "WireRequest",
     "build_request",
+    "native_output",
     "normalize",
+    "output_tool_used",
+    "with_output_tool",
 ]
 
 Dialect: TypeAlias = Literal["anthropic", "openai", "responses"]
@@ -44,6 +49,41 @@ RESPONSES_SIGNATURE = "openai-responses:"
 ERROR_PREFIX = "[tool error] "
 CACHE = {"type": "ephemeral"}
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9_-]")
+
+OUTPUT_MODES = ("auto", "native", "tool")
+"""How a typed final answer is asked for: ``native`` structured output, the final-result
+``tool``, or ``auto`` (native where the model has it, else the tool)."""
+OUTPUT_TOOL = "final_result"
+"""The name of the final-result tool (reserved: no tool of the run may take it)."""
+OUTPUT_TOOL_DESCRIPTION = (
+    "Give the final answer of the task. Call this tool once, when you are done, with the "
+    "answer as its input; it ends the conversation. Do not answer in plain text."
+)
+OUTPUT_TOOL_SYSTEM = (
+    f"When you have the final answer, give it by calling the {OUTPUT_TOOL} tool (alone, "
+    "not together with other tools), not as text."
+)
+_NO_NATIVE_OUTPUT = (
+    "claude-3",
+    "claude-sonnet-4-0",
+    "claude-sonnet-4-2",
+    "claude-opus-4-0",
+    "claude-opus-4-2",
+)
+"""Model id prefixes of Claude models without native structured output (it came with
+Claude Sonnet 4.5, Opus 4.1 and Haiku 4.5)."""
+
+
+def native_output(model: str) -> bool:
+    """Whether ``model`` takes its provider's native structured output (False only for
+    the older Claude models)."""
+    return not model.startswith(_NO_NATIVE_OUTPUT)
+
+
+def output_tool_used(mode: str, model: str) -> bool:
+    """Whether a request to ``model`` asks for the typed answer through the final-result
+    tool (``mode`` is one of :data:`OUTPUT_MODES`)."""
+    return mode == "tool" or (mode == "auto" and not native_output(model))
 
 
 def _anthropic_id(tool_use_id: str) -> str:
@@ -115,6 +155,10 @@ class RequestSettings:
     anthropic_output_schema: dict[str, Any] | None = None
     """``output_schema`` in the form Anthropic's structured output takes (see
     ``innerloop.fsm.OutputSpec.anthropic_schema``)."""
+    output_mode: str = "auto"
+    """How the answer is asked for (one of :data:`OUTPUT_MODES`): for a model that
+    uses the final-result tool, ``build_request`` adds the tool (its input schema the output
+    schema) and a line of system prompt instead of the native format."""
 
 
 def normalize(messages: Sequence[Message], dialect: Dialect | str) -> list[dict[str, Any]]:
@@ -414,6 +458,10 @@ def build_request(
     if make is None:
         raise ValueError(f"unknown dialect {dialect!r}; expected one of {', '.join(DIALECTS)}")
     payload: dict[str, Any] = {"model": model, "stream": True}
+    typed = settings.output_schema is not None
+    tool_mode = typed and output_tool_used(settings.output_mode, model)
+    if tool_mode or (typed and _calls_output_tool(history)):
+        settings = with_output_tool(settings, asked=tool_mode)
     body = make(settings, history)
     messages = body.pop("messages")
     payload.update(body)
@@ -422,10 +470,37 @@ def build_request(
     if settings.top_p is not None:
         payload["top_p"] = settings.top_p
     payload.update(_reasoning(settings, str(dialect), model))
-    if settings.output_schema is not None:
+    if settings.output_schema is not None and not tool_mode:
         _output_format(settings, str(dialect), payload)
     payload["input" if dialect == "responses" else "messages"] = messages
     return WireRequest(str(dialect), model, payload, settings.call_deadline)
+
+
+def _calls_output_tool(history: Sequence[Message]) -> bool:
+    return any(u.name == OUTPUT_TOOL for m in history if m.role == "assistant" for u in m.tool_uses)
+
+
+def with_output_tool(settings: RequestSettings, *, asked: bool = True) -> RequestSettings:
+    """``settings`` with the final-result tool after the run's tools and, when ``asked``,
+    the system line that asks for it. A model asked in its native format is still sent the
+    tool when the history holds a call of it (from a model of the chain before it): a
+    request whose history calls an undeclared tool is refused by Anthropic.
+
+    ``tool_choice`` is left as it is (``auto``): forcing a tool call on every turn would
+    make the model call ``final_result`` before it used the run's tools (or never let it use
+    them); a model that ends in prose instead is repaired."""
+    assert settings.output_schema is not None
+    definition: dict[str, Any] = {
+        "name": OUTPUT_TOOL,
+        "description": OUTPUT_TOOL_DESCRIPTION,
+        "input_schema": settings.output_schema,
+    }
+    if settings.output_strict_schema is not None:
+        definition["strict_schema"] = settings.output_strict_schema
+    system = settings.system
+    if asked:
+        system = f"{system}\n\n{OUTPUT_TOOL_SYSTEM}" if system else OUTPUT_TOOL_SYSTEM
+    return attrs.evolve(settings, tools=(*settings.tools, definition), system=system)
 
 
 def _output_format(settings: RequestSettings, dialect: str, payload: dict[str, Any]) -> None:

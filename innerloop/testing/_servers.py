@@ -185,10 +185,14 @@ class LoopbackServer:
         chunk_size: int = 16,
         path: str | None = None,
         output_schema: dict[str, Any] | None = None,
+        output_tool: bool = False,
     ) -> None:
         """``output_schema``: every request must ask for its answer in this JSON schema, in
-        the dialect's structured-output form (else a 400 names what was sent)."""
+        the dialect's structured-output form (else a 400 names what was sent); with
+        ``output_tool``, as the input schema of the ``final_result`` tool instead (and no
+        structured-output form)."""
         self.output_schema = output_schema
+        self.output_tool = output_tool
         if path is not None:  # a cloud route's path (Vertex, Azure) instead of the API's own
             self.path = path
         self.script: list[Step] = list(script)
@@ -343,18 +347,35 @@ class LoopbackServer:
         await self._send(writer, plan, keep)
         return keep
 
+    def _output_refused(self, body: dict[str, Any]) -> str | None:
+        """Why ``body`` does not ask for the answer in ``output_schema`` as expected."""
+        native = self.output_format(body)
+        if not self.output_tool:
+            if native == self.output_schema:
+                return None
+            return (
+                f"expected the output schema {self.output_schema} in {self.format_field}, "
+                f"got {native}"
+            )
+        tools = body.get("tools")
+        schemas = [self.tool_schema(t) for t in tools if isinstance(t, dict)] if tools else []
+        found = next((schema for name, schema in schemas if name == "final_result"), None)
+        if native is not None:
+            return f"expected the final_result tool, not {self.format_field}"
+        if found != self.output_schema:
+            return (
+                f"expected the output schema {self.output_schema} as the input schema of the "
+                f"final_result tool, got {found}"
+            )
+        return None
+
     def _plan(self, path: str, body: Any) -> _Plan:
         if path != self.path:
             return self._error(404, "not_found_error", f"no route {path}; this serves {self.path}")
         if self.output_schema is not None:
-            found = self.output_format(body) if isinstance(body, dict) else None
-            if found != self.output_schema:
-                return self._error(
-                    400,
-                    "invalid_request_error",
-                    f"expected the output schema {self.output_schema} in {self.format_field}, "
-                    f"got {found}",
-                )
+            refused = self._output_refused(body if isinstance(body, dict) else {})
+            if refused is not None:
+                return self._error(400, "invalid_request_error", refused)
         stream = bool(isinstance(body, dict) and body.get("stream"))
         model = str(body.get("model") or self.model) if isinstance(body, dict) else self.model
         if self._storm is not None:
@@ -564,6 +585,13 @@ class LoopbackServer:
     def output_format(self, body: dict[str, Any]) -> Any:
         """The JSON schema ``body`` asks the answer in; None when it asks none."""
         raise NotImplementedError
+
+    def tool_schema(self, tool: dict[str, Any]) -> tuple[Any, Any]:
+        """The name and input schema of one tool of a request."""
+        function = tool.get("function", tool)  # Chat Completions nests them
+        if not isinstance(function, dict):
+            return None, None
+        return function.get("name"), function.get("parameters", function.get("input_schema"))
 
     def _tool_id(self, block: ToolUseBlock) -> str:
         return block.id or f"toolu_{next(self._ids):04d}"

@@ -30,8 +30,10 @@ from innerloop.testing import (
     ResponsesServer,
     assert_valid_history,
     reply,
+    tool_call,
 )
 from innerloop.testing._servers import LoopbackServer, Step
+from innerloop.tools import tool
 
 ANTHROPIC_KEY = "sk-ant-api03-structured-0123456789abcdef"
 OPENAI_KEY = "sk-proj-structured-0123456789abcdef"
@@ -274,4 +276,197 @@ def test_fallback_anthropic_to_chat_keeps_a_valid_history(make_harness: Any) -> 
         "Your answer does not match the required output format (Weather):\n"
         "- missing required field 'celsius'"
     )
+    assert_valid_history(state.history)
+
+
+# -- the final-result tool ------------------------------------------------------------------
+
+OLD_CLAUDE = "anthropic:claude-3-5-haiku-20241022"
+SCHEMA = dict(output_spec(Weather).schema)
+"""What the final-result tool takes as input schema where no strict form is sent."""
+TOOL_SCHEMAS = {"anthropic": SCHEMA, "openai": STRICT, "responses": STRICT}
+TOOL_MODELS = {"anthropic": OLD_CLAUDE, "openai": GPT, "responses": GPT5}
+GOOD_INPUT = {"city": "Lisbon", "celsius": 21.5}
+BAD_INPUT = {"city": "Lisbon"}
+SYSTEM_LINE = (
+    "When you have the final answer, give it by calling the final_result tool (alone, not "
+    "together with other tools), not as text."
+)
+
+
+def _final(data: dict[str, Any], id: str) -> Step:
+    return reply(tool_call("final_result", data, id=id))
+
+
+class TestToolPayload:
+    def _payload(self, params: HarnessParams, dialect: str, model: str) -> dict[str, Any]:
+        request = build_request(request_settings(params), [Message.user("hi")], dialect, model)
+        return request.payload
+
+    def test_anthropic_tool_for_an_older_claude(self) -> None:
+        """auto: the older Claude gets the tool (the schema as its input schema, tool choice
+        not forced) and the system line, no output_config; a newer Claude the format."""
+        params = _params(OLD_CLAUDE, fallbacks=(CLAUDE,))
+        payload = self._payload(params, "anthropic", OLD_CLAUDE.partition(":")[2])
+        assert payload["tools"] == [
+            {
+                "name": "final_result",
+                "description": (
+                    "Give the final answer of the task. Call this tool once, when you are "
+                    "done, with the answer as its input; it ends the conversation. Do not "
+                    "answer in plain text."
+                ),
+                "input_schema": SCHEMA,
+            }
+        ]
+        assert payload["tool_choice"] == {"type": "auto"}
+        assert payload["system"][0]["text"] == f"Answer in JSON.\n\n{SYSTEM_LINE}"
+        assert "output_config" not in payload
+        native = self._payload(params, "anthropic", CLAUDE.partition(":")[2])
+        assert "tools" not in native
+        assert native["output_config"]["format"]["schema"] == STRICT
+
+    def test_openai_tools_are_strict_and_follow_the_run_tools(self) -> None:
+        """output_mode='tool' on OpenAI: the tool after the run's own, in strict form, no
+        native format, on both APIs."""
+
+        @tool
+        async def look(city: str) -> str:
+            """Look outside."""
+            return city
+
+        params = _params(GPT, tools=[look], output_mode="tool")
+        chat = self._payload(params, "openai", "gpt-4o-2024-08-06")
+        assert [t["function"]["name"] for t in chat["tools"]] == ["look", "final_result"]
+        assert chat["tools"][1]["function"]["parameters"] == STRICT
+        assert chat["tools"][1]["function"]["strict"] is True
+        assert chat["tool_choice"] == "auto"
+        assert chat["messages"][0] == {
+            "role": "system",
+            "content": f"Answer in JSON.\n\n{SYSTEM_LINE}",
+        }
+        assert "response_format" not in chat
+        responses = self._payload(params, "responses", "gpt-5-2025-08-07")
+        assert responses["tools"][1] == {
+            "type": "function",
+            "name": "final_result",
+            "description": chat["tools"][1]["function"]["description"],
+            "parameters": STRICT,
+            "strict": True,
+        }
+        assert "text" not in responses
+
+
+@pytest.mark.parametrize("dialect", list(SERVERS))
+def test_tool_mode_repair_over_http_on_both_routes(dialect: str, make_harness: Any) -> None:
+    """Through the SDK and the wire route alike: the server sees the final-result tool on
+    every request (it refuses one without), the invalid call gets an error result, the next
+    call passes, and both routes send the same bodies."""
+    server_type, _ = SERVERS[dialect]
+    model = f"{dialect}:{TOOL_MODELS[dialect].partition(':')[2]}"
+    bodies: dict[str, list[Any]] = {}
+    for route in ("sdk", "wire"):
+        script = [_final(BAD_INPUT, "call_1"), _final(GOOD_INPUT, "call_2")]
+        expected = TOOL_SCHEMAS[dialect]
+        with server_type(script, output_schema=expected, output_tool=True) as server:
+            params = _params(model, output_mode="tool")
+            harness = make_harness(params, [_provider(dialect, server, route)])
+            state, _ = _run(harness)
+            bodies[route] = [r.body for r in server.requests]
+        assert state.exit_reason == "model_complete", state.diagnostic
+        assert state.output == Weather(city="Lisbon", celsius=21.5)
+        assert state.output_repairs == 1
+        assert state.history[2].tool_results[0].is_error
+        assert state.history[-1].tool_results[0].content == "accepted"
+        assert_valid_history(state.history)
+    assert len(bodies["sdk"]) == 2
+    assert bodies["sdk"] == bodies["wire"]
+
+
+@pytest.mark.parametrize("dialect", list(SERVERS))
+def test_server_in_tool_mode_refuses_the_native_format(dialect: str, make_harness: Any) -> None:
+    """A loopback server expecting the final-result tool answers 400 to a request that
+    asks for the native format instead, or has no final_result tool."""
+    server_type, model = SERVERS[dialect]
+    with server_type([reply(GOOD)], output_schema=STRICT, output_tool=True) as server:
+        harness = make_harness(_params(model), [_provider(dialect, server, "sdk")])
+        state, _ = _run(harness)
+    assert state.exit_reason == "failed"
+    assert state.error is not None
+    assert f"expected the final_result tool, not {server_type.format_field}" in (
+        state.error.message
+    )
+    with server_type([reply(GOOD)], output_schema=STRICT, output_tool=True) as server:
+        harness = make_harness(HarnessParams(model=model), [_provider(dialect, server, "sdk")])
+        state, _ = _run(harness)
+    assert state.error is not None
+    assert (
+        f"expected the output schema {STRICT} as the input schema of the final_result tool, "
+        "got None"
+    ) in state.error.message
+
+
+def test_fallback_old_claude_tool_to_chat_native_keeps_a_valid_history(
+    make_harness: Any,
+) -> None:
+    """An older Claude (tool mode) calls final_result with a bad input and gets the error
+    result, then is rate limited to exhaustion; Chat Completions (native format) is sent
+    the same history (the call and its error result; the tool still declared, without the
+    system line) and answers in JSON text."""
+    anthropic_script: list[Step] = [_final(BAD_INPUT, "toolu_1"), *[RateLimit(None)] * 6]
+    params = _params(OLD_CLAUDE, fallbacks=(GPT,))
+    with (
+        AnthropicServer(anthropic_script, output_schema=SCHEMA, output_tool=True) as a,
+        OpenAIServer([reply(GOOD)], output_schema=STRICT) as o,
+    ):
+        providers = [_provider("anthropic", a, "sdk"), _provider("openai", o, "sdk")]
+        state, events = _run(make_harness(params, providers))
+        to_chat = o.requests[0].body
+    assert state.exit_reason == "model_complete", state.diagnostic
+    assert state.output == Weather(city="Lisbon", celsius=21.5)
+    assert [(e.from_provider, e.to_provider) for e in events if isinstance(e, Fallback)] == [
+        ("anthropic", "openai")
+    ]
+    assert [t["function"]["name"] for t in to_chat["tools"]] == ["final_result"]
+    assert to_chat["response_format"]["json_schema"]["schema"] == STRICT
+    messages = to_chat["messages"]
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool"]
+    assert messages[0]["content"] == "Answer in JSON."
+    assert messages[2]["tool_calls"][0]["function"] == {
+        "name": "final_result",
+        "arguments": '{"city":"Lisbon"}',
+    }
+    assert messages[3]["content"].startswith(
+        "[tool error] Not accepted: the input does not match the required output format "
+        "(Weather):\n- missing required field 'celsius'"
+    )
+    assert_valid_history(state.history)
+
+
+def test_fallback_old_claude_to_new_claude_declares_the_called_tool(make_harness: Any) -> None:
+    """Older Claude (tool mode) to a newer one (native format): the history calls
+    final_result, so the newer Claude's request declares the tool beside output_config
+    (Anthropic refuses a history that calls an undeclared tool); its own final_result
+    call is the answer."""
+    old: list[Step] = [_final(BAD_INPUT, "toolu_1"), *[RateLimit(None)] * 6]
+    params = _params(OLD_CLAUDE, fallbacks=(CLAUDE.replace("anthropic:", "anthropic-new:"),))
+    with (
+        AnthropicServer(old, output_schema=SCHEMA, output_tool=True) as a,
+        AnthropicServer([_final(GOOD_INPUT, "toolu_2")], output_schema=STRICT) as b,
+    ):
+        providers = [
+            _provider("anthropic", a, "sdk"),
+            AnthropicProvider(ANTHROPIC_KEY, base_url=b.base_url, name="anthropic-new"),
+        ]
+        state, _ = _run(make_harness(params, providers))
+        to_new = b.requests[0].body
+    assert state.exit_reason == "model_complete", state.diagnostic
+    assert state.output == Weather(city="Lisbon", celsius=21.5)
+    assert [t["name"] for t in to_new["tools"]] == ["final_result"]
+    assert to_new["system"][0]["text"] == "Answer in JSON."
+    assert [m["role"] for m in to_new["messages"]] == ["user", "assistant", "user"]
+    assert [r.content for m in state.history for r in m.tool_results] == [
+        to_new["messages"][2]["content"][0]["content"],
+        "accepted",
+    ]
     assert_valid_history(state.history)
