@@ -20,7 +20,8 @@ request, open and drain the stream, run the tool, append the results) runs in:
 
 Each run is ``--turns`` iterations on a fresh history (a host's loop, not a 1,000-turn
 marathon, so the per-turn request building that every contender shares stays small);
-``--runs`` runs are timed together, best of ``--repeat``. Heavy set-up (the tokenizer, the
+``--runs`` runs are timed together, best of ``--repeat`` (the contenders take turns, a batch
+of each, then again). Heavy set-up (the tokenizer, the
 compiled machine, the compiled LangGraph graph) happens once, as in a host process. Prints
 µs per iteration, overhead over the plain loop, and the ratios, all from this one run.
 
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import re
 import shutil
@@ -326,16 +328,30 @@ def langgraph_runner() -> RunFn | None:
     return run
 
 
-def best_per_iteration(fn: RunFn, turns: int, runs: int, repeat: int) -> float:
+def per_iteration(fn: RunFn, turns: int, runs: int) -> float:
+    """µs per iteration of one batch of ``runs`` runs (after a collection, so that the
+    garbage of the batch before is not this one's to pay)."""
+
     async def batch() -> int:
         return sum([await fn(turns) for _ in range(runs)])
 
-    best = float("inf")
+    gc.collect()
+    start = time.perf_counter()
+    n = asyncio.run(batch())
+    return (time.perf_counter() - start) / n * 1e6
+
+
+def best_per_iteration(
+    contenders: Mapping[str, RunFn], turns: int, runs: int, repeat: int
+) -> dict[str, float]:
+    """The best batch of each contender, the contenders taking turns (one batch of each,
+    then again), so that a change of the machine's load, or what one contender leaves in
+    the heap, falls on all of them alike."""
+    best = dict.fromkeys(contenders, float("inf"))
     for _ in range(repeat):
-        start = time.perf_counter()
-        n = asyncio.run(batch())
-        best = min(best, (time.perf_counter() - start) / n)
-    return best * 1e6
+        for name, fn in contenders.items():
+            best[name] = min(best[name], per_iteration(fn, turns, runs))
+    return best
 
 
 CONTENDERS: dict[str, Callable[[], RunFn | None]] = {
@@ -434,10 +450,7 @@ def main() -> None:
         return
 
     contenders = {name: fn for name, make in CONTENDERS.items() if (fn := make()) is not None}
-    results = {
-        name: best_per_iteration(fn, args.turns, args.runs, args.repeat)
-        for name, fn in contenders.items()
-    }
+    results = best_per_iteration(contenders, args.turns, args.runs, args.repeat)
 
     plain = results["plain loop"]
     print(
