@@ -16,7 +16,7 @@ from typing import IO, Any
 
 from innerloop._events import Event
 
-__all__ = ["SCHEMA", "EventLog", "read_event_log"]
+__all__ = ["SCHEMA", "EventLog", "header_problem", "read_event_log"]
 
 SCHEMA = "innerloop.events/1"
 
@@ -60,15 +60,24 @@ class EventLog:
         self.close()
 
 
+def header_problem(line: Mapping[str, Any]) -> str | None:
+    """What keeps ``line``, a log's first line, from being the header of a log this
+    innerloop reads; None when it is one."""
+    if line.get("type") != "log_header":
+        return "not an innerloop event log (no log_header line)"
+    schema = line.get("schema")
+    if schema != SCHEMA:
+        return f"event log schema {schema!r} is not supported (this innerloop reads {SCHEMA})"
+    return None
+
+
 def read_event_log(path: str | Path) -> list[dict[str, Any]]:
     """The events of a log (without the header), as the dicts of its lines; raises
     ValueError for an unknown schema. ``Event.from_dict(line)`` makes a line its event."""
     events = list(_lines(Path(path)))
-    if not events or events[0].get("type") != "log_header":
-        raise ValueError(f"{path}: not an innerloop event log (no log_header line)")
-    schema = events[0].get("schema")
-    if schema != SCHEMA:
-        raise ValueError(f"{path}: event log schema {schema!r} is not supported (want {SCHEMA})")
+    problem = header_problem(events[0]) if events else header_problem({})
+    if problem is not None:
+        raise ValueError(f"{path}: {problem}")
     return events[1:]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import json
@@ -9,7 +10,7 @@ import operator
 import time
 import types
 import typing
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -310,23 +311,26 @@ class CheckpointWriter:
         """Commit the pending checkpoints in one transaction. When that fails, none of
         them is stored and the writer goes back to the last committed one (the next
         checkpoint is a whole one), then the error is raised."""
-        pending, self._pending = self._pending, []
-        try:
+        with self._committing() as pending:
             self.store.write(pending)
-        except BaseException:
-            self._rollback()
-            raise
-        self._committed = self._mark()
 
     async def aflush(self) -> None:
         """:meth:`flush` through the store's asynchronous write (its synchronous one when
         it has none)."""
+        awrite = self._awrite
+        if awrite is None:
+            self.flush()
+            return
+        with self._committing() as pending:
+            await awrite(pending)
+
+    @contextlib.contextmanager
+    def _committing(self) -> Iterator[list[CheckpointWrite]]:
+        """The pending checkpoints, taken to be committed by the block: afterwards the
+        last committed mark, or, when the block fails, the rollback to the one before."""
         pending, self._pending = self._pending, []
         try:
-            if self._awrite is None:
-                self.store.write(pending)
-            else:
-                await self._awrite(pending)
+            yield pending
         except BaseException:
             self._rollback()
             raise

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from innerloop._eventlog import SCHEMA
+from innerloop._eventlog import header_problem
 
 __all__ = ["LogFile", "is_log"]
 
@@ -118,14 +118,9 @@ class LogFile:
         return True
 
     def _header(self, data: dict[str, Any], where: str) -> bool:
-        if data.get("type") != "log_header":
-            self.error = f"{where}: not an innerloop event log (no log_header line)"
-            return False
-        if data.get("schema") != SCHEMA:
-            self.error = (
-                f"{where}: event log schema {data.get('schema')!r} is not supported "
-                f"(this innerloop reads {SCHEMA})"
-            )
+        problem = header_problem(data)
+        if problem is not None:
+            self.error = f"{where}: {problem}"
             return False
         self.header = data
         return True
