@@ -25,6 +25,7 @@ __all__ = [
     "Finished",
     "MessageComplete",
     "ModelResponseEvent",
+    "RunStarted",
     "StreamEvent",
     "TextDelta",
     "ThinkingDelta",
@@ -117,6 +118,24 @@ class MessageComplete(StreamEvent):
 
 
 # -- run events (emitted by the driver) -----------------------------------------------------
+
+
+@attrs.frozen
+class RunStarted(Event):
+    """The first event of a run (a resumed one too): the machine it runs on, so a log
+    can be drawn on it later (``innerloop diagram --trace``, ``innerloop ui``)."""
+
+    type: ClassVar[str] = "run_started"
+    machine: str
+    """The machine's name."""
+    fingerprint: str
+    """Its :attr:`~innerloop.fsm.MachineSpec.fingerprint`."""
+    import_path: str | None
+    """Where its spec can be imported from (``module:attr``), when it says."""
+    state: str
+    """The state the run starts (or goes on) from."""
+    run_id: str | None = None
+    """The run's id in a checkpoint store, when one keeps it."""
 
 
 @attrs.frozen

@@ -22,6 +22,7 @@ from innerloop.checkpoint import (
     CheckpointCommit,
     Checkpointer,
     CheckpointEvery,
+    CheckpointInfo,
     CheckpointWriter,
     RunInfo,
     decode,
@@ -33,6 +34,8 @@ from innerloop.fsm._context import Deps, request_settings
 from innerloop.fsm._default import DEFAULT_SPEC
 from innerloop.fsm._driver import Engine, Run, RunObserver, TransitionObserver
 from innerloop.fsm._interrupts import check_answer
+from innerloop.fsm._locate import MachineRecord
+from innerloop.fsm._output import OUTPUT_TOOL
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._spec import MachineSpec
 from innerloop.fsm._state import HarnessState
@@ -183,6 +186,8 @@ class Harness:
                 f"no provider given for {names}; pass providers={{'{missing[0].provider}': ...}}"
             )
         self.machine = machine if isinstance(machine, CompiledMachine) else compile_spec(machine)
+        self.record = MachineRecord.of(self.machine)
+        """What each run of this harness records of its machine."""
         self.clock = clock or SystemClock()
         self.token_counter = token_counter or TiktokenCounter()
         self.fallback_compactor: Compactor = TruncatingCompactor()
@@ -222,7 +227,7 @@ class Harness:
         writer = None
         if self.checkpointer is not None:
             run_id = run_id or uuid.uuid4().hex
-            self.checkpointer.create_run(run_id, self.machine.name)
+            self.checkpointer.create_run(run_id, self.machine.name, record=self.record)
             writer = self._writer(run_id)
             writer.save(state, at)
         return self._run(state, at, run_id, writer)
@@ -283,6 +288,12 @@ class Harness:
             state.output = spec.rebuild(state.output_data)
         return checkpoint
 
+    def checkpoints(self, run_id: str) -> list[CheckpointInfo]:
+        """Every checkpoint of a stored run, oldest first: the ``seq`` of each is what
+        :meth:`checkpoint` and ``fork(at=...)`` take, with the state the run entered and
+        by which transition."""
+        return self._store("listing checkpoints").checkpoints(run_id)
+
     def runs(self) -> list[RunInfo]:
         """Every stored run: status, exit reason, turns, cost; most recent first."""
         return self._store("listing runs").runs()
@@ -298,13 +309,71 @@ class Harness:
         if isinstance(run, Run) and run.run_id is not None and self.checkpointer is not None:
             run = run.run_id
         if isinstance(run, str):
-            self._store("resume")
+            self._check_machine(self._store("resume"), run)
             last = self.checkpoint(run)
+            self._check_state(run, last.state, last.info.state)
             at, state = self._continue(run, last.info.state, last.state, answer)
             return self._run(state, at, run, self._writer(run, last))
+        if isinstance(run, Run) and not MachineRecord.of(run.machine).matches(self.machine):
+            self._check_record(None, MachineRecord.of(run.machine))
         state = run.state if isinstance(run, Run) else run
+        self._check_state(None, state, state.final_state)
         at, state = self._continue(None, state.final_state, state, answer)
         return self._run(state, at, None, None)
+
+    # -- what a resumed run needs of this harness -------------------------------------------
+
+    def _check_machine(self, store: Checkpointer, run_id: str) -> None:
+        """Refuse to go on with a stored run on another machine than the one it recorded."""
+        record = store.machine(run_id)
+        if record is not None and not record.matches(self.machine):
+            self._check_record(run_id, record)
+
+    def _check_record(self, run_id: str | None, record: MachineRecord) -> None:
+        mine = self.record
+        fix = (
+            f"build the Harness with machine={record.import_path} (it names that spec)"
+            if record.import_path
+            else f"build the Harness with machine= the spec named {record.name!r}"
+        )
+        if record.name != mine.name:
+            raise ResumeError(
+                run_id, f"it ran on {record}, and this harness runs {mine}; {fix}"
+            )
+        missing = record.missing_from(self.machine)
+        if missing or record.signature is None:
+            what = "; ".join(missing) if missing else "its states and edges differ"
+            raise ResumeError(
+                run_id,
+                f"it ran on {record}, and this harness's machine {mine.name!r} (fingerprint "
+                f"{mine.fingerprint}) lacks what it used: {what}; {fix}",
+            )
+        # a newer version of the same machine that keeps everything the run used: go on
+
+    def _check_state(self, run_id: str | None, state: HarnessState, at: str | None) -> None:
+        """The run's state exists in this machine, and every tool its history calls is
+        one of the params' tools."""
+        names = self.machine.spec.state_names
+        interrupt = state.interrupt
+        for where in (at, interrupt.state if interrupt is not None else None):
+            if where is not None and where not in names:
+                raise ResumeError(
+                    run_id,
+                    f"it stopped in state {where!r}, which machine {self.machine.name!r} does "
+                    "not have; build the Harness with the machine the run used",
+                )
+        known = {t.name for t in self.params.tools}
+        if self.params.final_result_tool:
+            known.add(OUTPUT_TOOL)
+        called = sorted({u.name for m in state.history for u in m.tool_uses} - known)
+        if called:
+            raise ResumeError(
+                run_id,
+                f"its history calls tool{'s' if len(called) > 1 else ''} "
+                f"{', '.join(map(repr, called))}, which the params lack; build the params "
+                "with the tools the run used (a model is refused a history that calls "
+                "undeclared tools)",
+            )
 
     def _continue(
         self, run_id: str | None, at: str | None, state: HarnessState, answer: Any
@@ -337,11 +406,13 @@ class Harness:
         a new one). From a finished checkpoint the fork starts a new turn at the initial
         state, so ``edit`` must add a user message then."""
         store = self._store("fork")
+        self._check_machine(store, run_id)
         parent = self.checkpoint(run_id, at)
         state = parent.state
         if edit is not None:
             state = edit(state) or state
         where = parent.info.state
+        self._check_state(run_id, state, where)
         if state.final_state == "suspended":
             check_answer(state, answer, run_id)  # refused before anything is written
         if state.final_state is not None and state.final_state != "suspended":
@@ -355,7 +426,13 @@ class Harness:
             state.final_state = state.exit_reason = None
             where = self.machine.initial
         child = new_run_id or uuid.uuid4().hex
-        store.create_run(child, self.machine.name, parent_run_id=run_id, parent_seq=parent.info.seq)
+        store.create_run(
+            child,
+            self.machine.name,
+            parent_run_id=run_id,
+            parent_seq=parent.info.seq,
+            record=self.record,
+        )
         self._writer(child).save(state, where)
         return self.resume(child, answer)
 

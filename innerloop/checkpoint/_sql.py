@@ -27,6 +27,7 @@ from innerloop.checkpoint._types import (
     CheckpointInfo,
     CheckpointSchemaError,
     CheckpointWrite,
+    MachineRecord,
     RunInfo,
     StoredRows,
     UnknownRunError,
@@ -47,7 +48,13 @@ _V1 = (
     "FOREIGN KEY (run_id) REFERENCES innerloop_runs (run_id))",
 )
 
-MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _V1),)
+_V2 = tuple(
+    f"ALTER TABLE innerloop_runs ADD COLUMN {column} TEXT"
+    for column in ("machine_fingerprint", "machine_import_path", "machine_signature")
+)
+"""Version 2: what a run records of its machine (fingerprint, import path, signature)."""
+
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _V1), (2, _V2))
 """``(version, statements)`` in order: what takes a store from the version before to
 ``version``. A new schema adds an entry (and raises ``SCHEMA_VERSION``); never edit one."""
 
@@ -55,7 +62,8 @@ _INFO = "run_id, seq, state, source, guard, history_start, history_len, created"
 _RUNS = (
     "SELECT r.run_id, r.machine, COALESCE(c.status, 'running'), c.exit_reason, "
     "COALESCE(c.state, ''), COALESCE(c.turns, 0), c.cost_usd, COALESCE(c.seq, 0), "
-    "r.parent_run_id, r.parent_seq, r.created, COALESCE(c.created, r.created) AS updated "
+    "r.parent_run_id, r.parent_seq, r.created, COALESCE(c.created, r.created) AS updated, "
+    "r.machine_fingerprint, r.machine_import_path "
     "FROM innerloop_runs r LEFT JOIN innerloop_checkpoints c ON c.run_id = r.run_id AND "
     "c.seq = (SELECT MAX(seq) FROM innerloop_checkpoints m WHERE m.run_id = r.run_id) "
     "ORDER BY updated DESC, r.run_id"
@@ -168,17 +176,20 @@ class SQLStore(abc.ABC):
         *,
         parent_run_id: str | None = None,
         parent_seq: int | None = None,
+        record: MachineRecord | None = None,
         now: float | None = None,
     ) -> None:
         at = time.time() if now is None else now
+        known = record.columns() if record is not None else (None, None, None)
         try:
             with self._transaction() as cur:
                 cur.execute(
                     self._sql(
                         "INSERT INTO innerloop_runs (run_id, machine, parent_run_id, "
-                        "parent_seq, created) VALUES (?, ?, ?, ?, ?)"
+                        "parent_seq, created, machine_fingerprint, machine_import_path, "
+                        "machine_signature) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
                     ),
-                    (run_id, machine, parent_run_id, parent_seq, at),
+                    (run_id, machine, parent_run_id, parent_seq, at, *known),
                 )
         except Exception as exc:
             if self._is_duplicate(exc):
@@ -288,6 +299,20 @@ class SQLStore(abc.ABC):
         with self._read() as cur:
             cur.execute(_RUNS)
             return [RunInfo(*r) for r in cur.fetchall()]
+
+    def machine(self, run_id: str) -> MachineRecord | None:
+        with self._read() as cur:
+            cur.execute(
+                self._sql(
+                    "SELECT machine, machine_fingerprint, machine_import_path, "
+                    "machine_signature FROM innerloop_runs WHERE run_id = ?"
+                ),
+                (run_id,),
+            )
+            row = cur.fetchone()
+        if row is None:
+            raise UnknownRunError(run_id)
+        return MachineRecord.from_columns(*row)
 
     def stored_bytes(self) -> int:
         with self._read() as cur:

@@ -16,6 +16,7 @@ from typing import Literal, Protocol
 import attrs
 
 from innerloop._errors import InnerloopError
+from innerloop.fsm._locate import MachineRecord
 from innerloop.fsm._state import HarnessState
 
 __all__ = [
@@ -27,13 +28,14 @@ __all__ = [
     "CheckpointSchemaError",
     "CheckpointWrite",
     "Checkpointer",
+    "MachineRecord",
     "RunInfo",
     "RunStatus",
     "StoredRows",
     "UnknownRunError",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The schema this innerloop writes. A store with an older one is migrated when opened;
 a newer one is refused (:class:`CheckpointSchemaError`)."""
 
@@ -131,6 +133,10 @@ class RunInfo:
     parent_seq: int | None
     created: float
     updated: float
+    fingerprint: str | None = None
+    """The fingerprint of its machine (None for a run stored before runs recorded it)."""
+    import_path: str | None = None
+    """Where its machine's spec can be imported from, when the spec said."""
 
 
 @attrs.frozen
@@ -177,8 +183,10 @@ class Checkpointer(Protocol):
         *,
         parent_run_id: str | None = None,
         parent_seq: int | None = None,
+        record: MachineRecord | None = None,
     ) -> None:
-        """Record a new run; :class:`CheckpointError` if the id is taken."""
+        """Record a new run (and what ``record`` says of its machine);
+        :class:`CheckpointError` if the id is taken."""
 
     def write(self, checkpoints: Sequence[CheckpointWrite]) -> None:
         """Add the checkpoints of one run (consecutive, in order) and the messages they
@@ -193,6 +201,10 @@ class Checkpointer(Protocol):
 
     def runs(self) -> list[RunInfo]:
         """Every run, most recently updated first."""
+
+    def machine(self, run_id: str) -> MachineRecord | None:
+        """What the run recorded of its machine (None for a run stored before runs
+        recorded it); :class:`UnknownRunError` when there is no such run."""
 
     def stored_bytes(self) -> int:
         """Bytes of message and checkpoint data stored (for the linear-storage check)."""

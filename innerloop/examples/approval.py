@@ -136,7 +136,7 @@ def with_approval(ask: Approver | None = None, spec: MachineSpec = DEFAULT_SPEC)
     asked the host (no ``ask`` callback), else to ``execute``. ``spec`` itself is not
     changed (it needs a ``suspended`` final state, as the default spec has)."""
     state = StateSpec("approve", doc="ask the host to approve each tool call")
-    return (
+    approval = (
         spec.insert_between(
             "stream",
             "execute",
@@ -151,3 +151,7 @@ def with_approval(ask: Approver | None = None, spec: MachineSpec = DEFAULT_SPEC)
         .replace_handler("execute", execute_approved)
         .renamed("approval")
     )
+    # the structure does not depend on ``ask``: calling it with no argument rebuilds it
+    if spec is DEFAULT_SPEC:
+        return approval.with_import_path(f"{__package__}:with_approval")
+    return approval

@@ -79,7 +79,7 @@ def with_guardrail(spec: MachineSpec = DEFAULT_SPEC) -> MachineSpec:
     ``redact`` leaves to ``abort`` when an abort is requested, else to ``check``.
     ``spec`` itself is not changed."""
     state = StateSpec("redact", doc="remove secrets from tool output before the model sees it")
-    return spec.insert_between(
+    guardrail = spec.insert_between(
         "execute",
         "check",
         state,
@@ -89,3 +89,6 @@ def with_guardrail(spec: MachineSpec = DEFAULT_SPEC) -> MachineSpec:
             TransitionSpec("redact", "check"),
         ),
     ).renamed("guardrail")
+    if spec is DEFAULT_SPEC:
+        return guardrail.with_import_path(f"{__package__}:with_guardrail")
+    return guardrail

@@ -5,6 +5,7 @@ from innerloop.fsm._context import Deps, PhaseContext, TurnScope, request_settin
 from innerloop.fsm._default import DEFAULT_SPEC
 from innerloop.fsm._driver import Run, RunHooks, RunObserver, StepHook, TransitionObserver
 from innerloop.fsm._guards import DEFAULT_GUARDS
+from innerloop.fsm._locate import MachineNotFound, MachineRecord, find_machine, load_spec
 from innerloop.fsm._output import OutputSpec, output_spec
 from innerloop.fsm._params import HarnessParams, ModelChoice, SpendBudget, Thinking
 from innerloop.fsm._spec import Guard, Handler, MachineSpec, StateSpec, TransitionSpec
@@ -28,6 +29,8 @@ __all__ = [
     "HarnessParams",
     "HarnessState",
     "Interrupt",
+    "MachineNotFound",
+    "MachineRecord",
     "MachineSpec",
     "ModelChoice",
     "Outcome",
@@ -46,6 +49,8 @@ __all__ = [
     "TransitionSpec",
     "TurnScope",
     "compile_spec",
+    "find_machine",
+    "load_spec",
     "output_spec",
     "request_settings",
 ]

@@ -248,7 +248,7 @@ def _record_taken(t: TransitionSpec) -> Callable[[Any], None]:
     return on
 
 
-@attrs.frozen(eq=False)
+@attrs.frozen(eq=False, repr=False)
 class CompiledMachine:
     """A checked spec, its python-statemachine class and its transition table."""
 
@@ -258,6 +258,11 @@ class CompiledMachine:
     handlers: dict[str, tuple[Handler, bool]]
     """Per state: the handler and whether it is an async generator function."""
     finals: frozenset[str]
+    fingerprint: str
+    """The spec's :attr:`~innerloop.fsm.MachineSpec.fingerprint`, computed once."""
+
+    def __repr__(self) -> str:
+        return f"CompiledMachine({self.spec!r})"
 
     @property
     def name(self) -> str:
@@ -312,4 +317,4 @@ def compile_spec(spec: MachineSpec) -> CompiledMachine:
     }
     handlers = {name: (fn, inspect.isasyncgenfunction(fn)) for name, fn in spec.handlers.items()}
     finals = frozenset(s.name for s in spec.final_states)
-    return CompiledMachine(spec, machine_class, table, handlers, finals)
+    return CompiledMachine(spec, machine_class, table, handlers, finals, spec.fingerprint)

@@ -119,4 +119,5 @@ DEFAULT_SPEC = MachineSpec(
     transitions=TRANSITIONS,
     handlers={s.name: getattr(phases, s.name) for s in STATES if not s.final},
     guards=DEFAULT_GUARDS,
+    import_path="innerloop.fsm:DEFAULT_SPEC",
 )

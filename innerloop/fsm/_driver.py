@@ -21,7 +21,7 @@ from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 from statemachine import StateMachine
 
-from innerloop._events import Event, Finished, Transition
+from innerloop._events import Event, Finished, RunStarted, Transition
 from innerloop._log import event_logger
 from innerloop.fsm._compile import CompiledMachine
 from innerloop.fsm._context import AbortSignal, Deps, PhaseContext, TurnScope, request_settings
@@ -325,6 +325,7 @@ class Run:
         watch, watched = self._watcher()
         error: BaseException | None = None
         try:
+            yield self._started(watch, watched)
             while self.current not in self.machine.finals:
                 if self.state.abort is None or self.current in self._abort_safe:
                     self.scope.current = self.current
@@ -353,6 +354,17 @@ class Run:
             raise
         finally:
             await self._close(error)
+
+    def _started(
+        self, watch: Callable[[Event], None], watched: Container[type[Event]]
+    ) -> RunStarted:
+        spec = self.machine.spec
+        ev = RunStarted(
+            spec.name, self.machine.fingerprint, spec.import_path, self.current, self.run_id
+        )
+        if RunStarted in watched:
+            watch(ev)
+        return ev
 
     def _finish(self, watch: Callable[[Event], None], watched: Container[type[Event]]) -> Finished:
         state = self.state

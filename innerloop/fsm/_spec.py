@@ -26,6 +26,8 @@ The editing methods are :meth:`MachineSpec.add_state`, :meth:`~MachineSpec.inser
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
@@ -38,7 +40,15 @@ if TYPE_CHECKING:
     from innerloop._events import Event
     from innerloop.fsm._context import PhaseContext
 
-__all__ = ["Guard", "Handler", "MachineSpec", "StateSpec", "TransitionSpec"]
+__all__ = [
+    "Guard",
+    "Handler",
+    "MachineSpec",
+    "StateSpec",
+    "TransitionSpec",
+    "callable_name",
+    "fingerprint_of",
+]
 
 Handler: TypeAlias = Callable[["PhaseContext"], Any]
 """A phase handler: ``async def h(ctx)`` returning None or a list of events, or an async
@@ -50,6 +60,14 @@ EdgeKind: TypeAlias = Literal["happy", "recovery", "exit"]
 
 # (used only for typing handler results)
 HandlerResult: TypeAlias = Awaitable["Sequence[Event] | None"]
+
+
+def callable_name(fn: object) -> str:
+    """``module:qualname`` of a handler or guard (what a machine's signature records)."""
+    target = getattr(fn, "func", fn)  # functools.partial
+    module = getattr(target, "__module__", None) or type(target).__module__
+    qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
+    return f"{module}:{qualname}"
 
 
 def _readonly(value: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -107,7 +125,7 @@ class TransitionSpec:
         return f"{self.source} -> {self.target}{guard}"
 
 
-@attrs.frozen
+@attrs.frozen(repr=False)
 class MachineSpec:
     """A whole machine: states, transitions in priority order, handlers and guards.
 
@@ -125,6 +143,39 @@ class MachineSpec:
     """Phase handler per non-final state name."""
     guards: Mapping[str, Guard] = attrs.field(converter=_readonly, eq=False)
     """Guard functions by name."""
+    import_path: str | None = attrs.field(default=None, eq=False, kw_only=True)
+    """Where the spec can be imported from (``module:attr``; the attribute may also be a
+    function taking no argument that returns the spec), recorded with every run so that
+    ``innerloop runs show``, ``innerloop ui`` and ``innerloop diagram --trace`` find a
+    run's machine. Set it with :meth:`with_import_path`; every edit clears it."""
+
+    def __repr__(self) -> str:
+        path = f", import_path={self.import_path!r}" if self.import_path else ""
+        return (
+            f"MachineSpec({self.name!r}, {len(self.states)} states, "
+            f"{len(self.transitions)} transitions, fingerprint={self.fingerprint!r}{path})"
+        )
+
+    # -- identity --------------------------------------------------------------------------
+
+    def signature(self) -> dict[str, Any]:
+        """The machine's structure as plain JSON data: its name, initial state, states,
+        transitions in priority order, and each handler's and guard's ``module:qualname``.
+        What a run records of its machine, and what :attr:`fingerprint` hashes."""
+        return {
+            "name": self.name,
+            "initial": self.initial,
+            "states": [[s.name, s.kind, s.exit_reason] for s in self.states],
+            "transitions": [[t.source, t.target, t.guard, t.kind] for t in self.transitions],
+            "handlers": {k: callable_name(v) for k, v in sorted(self.handlers.items())},
+            "guards": {k: callable_name(v) for k, v in sorted(self.guards.items())},
+        }
+
+    @property
+    def fingerprint(self) -> str:
+        """16 hex digits of the sha256 of :meth:`signature` without the name: equal for two
+        specs with the same states, transitions, handlers and guards."""
+        return fingerprint_of(self.signature())
 
     # -- reading -------------------------------------------------------------------------
 
@@ -150,7 +201,20 @@ class MachineSpec:
     def renamed(self, name: str) -> MachineSpec:
         """The same machine under another name (give custom machines their own, so their
         transition coverage is counted apart from the default machine's)."""
-        return attrs.evolve(self, name=name)
+        return attrs.evolve(self, name=name, import_path=None)
+
+    def with_import_path(self, path: str) -> MachineSpec:
+        """The same machine, recording where it can be imported from (``module:attr``):
+        tools that read a run later (``innerloop runs show``, ``innerloop ui``,
+        ``innerloop diagram --trace``) load it from there to draw the run."""
+        module, sep, attr = path.partition(":")
+        if not sep or not module or not attr:
+            raise SpecError(
+                "import-path",
+                f"import path {path!r} must be MODULE:ATTR (e.g. 'myapp.machines:SPEC')",
+                (),
+            )
+        return attrs.evolve(self, import_path=path)
 
     def add_state(
         self,
@@ -177,6 +241,7 @@ class MachineSpec:
             handlers[state.name] = handler
         return attrs.evolve(
             self,
+            import_path=None,
             states=(*self.states, state),
             transitions=(*self.transitions, *transitions),
             handlers=handlers,
@@ -204,7 +269,7 @@ class MachineSpec:
             attrs.evolve(t, target=state.name) if t in edges else t for t in spec.transitions
         )
         out = tuple(transitions) or (TransitionSpec(state.name, target),)
-        return attrs.evolve(spec, transitions=(*rerouted, *out))
+        return attrs.evolve(spec, transitions=(*rerouted, *out), import_path=None)
 
     def add_transition(
         self, transition: TransitionSpec, *, before: TransitionSpec | None = None
@@ -234,20 +299,20 @@ class MachineSpec:
             items.insert(last + 1, transition)
         else:
             items.insert(self._index(before), transition)
-        return attrs.evolve(self, transitions=tuple(items))
+        return attrs.evolve(self, transitions=tuple(items), import_path=None)
 
     def replace_transition(self, old: TransitionSpec, new: TransitionSpec) -> MachineSpec:
         """Put ``new`` where ``old`` was, keeping its priority (e.g. to change a guard or
         a target)."""
         items = list(self.transitions)
         items[self._index(old)] = new
-        return attrs.evolve(self, transitions=tuple(items))
+        return attrs.evolve(self, transitions=tuple(items), import_path=None)
 
     def remove_transition(self, old: TransitionSpec) -> MachineSpec:
         """Drop the edge ``old`` (matched by source, target and guard)."""
         items = list(self.transitions)
         del items[self._index(old)]
-        return attrs.evolve(self, transitions=tuple(items))
+        return attrs.evolve(self, transitions=tuple(items), import_path=None)
 
     def replace_handler(self, state: str, handler: Handler) -> MachineSpec:
         """Give ``state`` another phase handler (e.g. wrap the default one)."""
@@ -257,11 +322,11 @@ class MachineSpec:
                 f"final state {state!r} cannot have a handler: a run ends on entering it",
                 (state,),
             )
-        return attrs.evolve(self, handlers={**self.handlers, state: handler})
+        return attrs.evolve(self, handlers={**self.handlers, state: handler}, import_path=None)
 
     def with_guard(self, name: str, guard: Guard) -> MachineSpec:
         """Add or replace a named guard."""
-        return attrs.evolve(self, guards={**self.guards, name: guard})
+        return attrs.evolve(self, guards={**self.guards, name: guard}, import_path=None)
 
     def _index(self, transition: TransitionSpec) -> int:
         for i, t in enumerate(self.transitions):
@@ -273,3 +338,10 @@ class MachineSpec:
             f"{transition.source!r} are listed by transitions_from({transition.source!r})",
             (transition.source,),
         )
+
+
+def fingerprint_of(signature: Mapping[str, Any]) -> str:
+    """The fingerprint of a :meth:`MachineSpec.signature` (its name left out)."""
+    body = {k: v for k, v in signature.items() if k != "name"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -574,7 +574,7 @@ class TestBadInput:
         with pytest.raises(CheckpointSchemaError) as err:
             SQLiteCheckpointer(path)
         assert str(err.value) == (
-            f"SQLite file {path} has checkpoint schema version 7, newer than the 1 this "
+            f"SQLite file {path} has checkpoint schema version 7, newer than the 2 this "
             "innerloop reads; upgrade innerloop (the store was left as it is)"
         )
         assert path.read_bytes() == before
@@ -587,17 +587,41 @@ class TestBadInput:
         harness.start("go", run_id="r1").run_sync()
         harness.checkpointer.close()
 
-        class V2(SQLiteCheckpointer):
-            version = 2
-            migrations = (*MIGRATIONS, (2, ("ALTER TABLE innerloop_runs ADD COLUMN tag TEXT",)))
+        class V3(SQLiteCheckpointer):
+            version = 3
+            migrations = (*MIGRATIONS, (3, ("ALTER TABLE innerloop_runs ADD COLUMN tag TEXT",)))
 
-        v2 = V2(path)
-        assert v2._conn.execute("SELECT value FROM innerloop_meta").fetchone() == ("2",)
-        assert v2._conn.execute("SELECT tag FROM innerloop_runs").fetchone() == (None,)
-        assert [r.run_id for r in v2.runs()] == ["r1"]
-        v2.close()
-        with pytest.raises(CheckpointSchemaError, match="version 2, newer than the 1"):
+        v3 = V3(path)
+        assert v3._conn.execute("SELECT value FROM innerloop_meta").fetchone() == ("3",)
+        assert v3._conn.execute("SELECT tag FROM innerloop_runs").fetchone() == (None,)
+        assert [r.run_id for r in v3.runs()] == ["r1"]
+        v3.close()
+        with pytest.raises(CheckpointSchemaError, match="version 3, newer than the 2"):
             SQLiteCheckpointer(path)
+
+    def test_version_1_store_migrated(self, tmp_path: Path, make_harness: Any) -> None:
+        """A store written before runs recorded their machine is migrated to version 2;
+        its runs read back with no machine record, and resume without a check."""
+        path = tmp_path / "runs.db"
+
+        class V1(SQLiteCheckpointer):
+            version = 1
+            migrations = MIGRATIONS[:1]
+
+        V1(path).close()
+        import sqlite3
+
+        with sqlite3.connect(path) as conn:
+            conn.execute(
+                "INSERT INTO innerloop_runs (run_id, machine, created) "
+                "VALUES ('r1', 'innerloop', 0)"
+            )
+        store = SQLiteCheckpointer(path)
+        assert store._conn.execute("SELECT value FROM innerloop_meta").fetchone() == ("2",)
+        assert store.machine("r1") is None
+        (info,) = store.runs()
+        assert (info.run_id, info.fingerprint, info.import_path) == ("r1", None, None)
+        store.close()
 
     def test_no_store(self, make_harness: Any) -> None:
         harness = make_harness(params([]), ScriptedProvider([]))

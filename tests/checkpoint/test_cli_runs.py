@@ -56,33 +56,44 @@ def test_run_list_show_fork(tmp_path: Path) -> None:
 
 def test_resume_a_suspended_run(tmp_path: Path) -> None:
     """A run suspended on a tool's question is resumed from the command line with
-    --answer; show printed what it waits for."""
+    --answer; show printed what it waits for. The command line's params must have every
+    tool the stored history calls: a run whose tool it lacks is refused, naming it."""
     db = f"sqlite:///{tmp_path / 'runs.db'}"
 
     async def ask(args: Any, ctx: ToolContext) -> ToolOutput:
         ctx.interrupt({"question": "which branch?"})
 
-    params = HarnessParams(
-        model=f"anthropic:{MODEL}", tools=[ToolSpec("ask", "Ask", {"type": "object"}, ask)]
-    )
-    provider = ScriptedProvider([reply(tool_call("ask", {}, id="a1"))], name="anthropic")
-    harness = Harness(params, [provider], checkpointer=db)
-    assert harness.start("go", run_id="s1").run_sync().exit_reason == "suspended"
-    harness.checkpointer.close()  # type: ignore[union-attr]
+    def suspend(run_id: str, tool: str) -> None:
+        params = HarnessParams(
+            model=f"anthropic:{MODEL}", tools=[ToolSpec(tool, "Ask", {"type": "object"}, ask)]
+        )
+        provider = ScriptedProvider([reply(tool_call(tool, {}, id="a1"))], name="anthropic")
+        harness = Harness(params, [provider], checkpointer=db)
+        assert harness.start("go", run_id=run_id).run_sync().exit_reason == "suspended"
+        harness.checkpointer.close()  # type: ignore[union-attr]
 
+    suspend("s1", "ask")
     shown = cli("runs", "show", "s1", "--db", db)
     assert (
         'waiting (question): {"questions": [{"tool_use_id": "a1", "tool": "ask", '
         '"question": {"question": "which branch?"}}]}'
     ) in shown.stdout
+    lacking = cli("runs", "resume", "s1", "--db", db, "--answer", "main", env=KEY)
+    assert lacking.returncode == 2
+    assert lacking.stderr.strip() == (
+        "innerloop runs: error: run 's1': its history calls tool 'ask', which the params "
+        "lack; build the params with the tools the run used (a model is refused a history "
+        "that calls undeclared tools)"
+    )
 
-    refused = cli("runs", "resume", "s1", "--db", db, env=KEY)
+    suspend("s2", "read_file")  # a tool the command line's --tools files has
+    refused = cli("runs", "resume", "s2", "--db", db, "--tools", "files", env=KEY)
     assert refused.returncode == 2
-    assert "run 's1': it is suspended on a 'question' interrupt; pass answer=" in refused.stderr
+    assert "run 's2': it is suspended on a 'question' interrupt; pass answer=" in refused.stderr
 
     with AnthropicServer([reply("on main")]) as server:
         done = cli(
-            "runs", "resume", "s1", "--db", db, "--answer", "main",
+            "runs", "resume", "s2", "--db", db, "--answer", "main", "--tools", "files",
             "--base-url", server.base_url, "--no-live", env=KEY,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
