@@ -22,6 +22,8 @@ from innerloop.fsm import (
 from innerloop.testing import ScriptedProvider, assert_valid_history, reply, tool_call
 
 MODEL = "anthropic:claude-sonnet-4-5-20250929"
+NO_MODEL = ScriptedProvider([], name="anthropic")
+"""For harnesses whose runs are refused before any model call."""
 
 
 @tool(category="file")
@@ -78,14 +80,15 @@ def test_a_run_records_its_machine(db_url: str, make_harness: Any) -> None:
     )
     record = harness.checkpointer.machine("r1")  # type: ignore[union-attr]
     assert record == MachineRecord.of(spec)
-    assert record is not None and record.signature == spec.signature()
+    assert record is not None
+    assert record.signature == spec.signature()
 
 
 def test_resume_on_another_machine_is_refused(db_url: str, make_harness: Any) -> None:
     """A harness on the default machine cannot go on with an approval run: the error names
     the machine the run needs and where to import it; nothing is written."""
     suspended_approval_run(db_url, make_harness)
-    other = make_harness(params(delete_file), ScriptedProvider([], name="anthropic"), checkpointer=db_url)
+    other = make_harness(params(delete_file), NO_MODEL, checkpointer=db_url)
     before = other.checkpoints("r1")
     with pytest.raises(ResumeError) as err:
         other.resume("r1", answer=True)
@@ -107,9 +110,7 @@ def test_same_name_missing_parts_are_named(db_url: str, make_harness: Any) -> No
     edge and handler is named."""
     suspended_approval_run(db_url, make_harness)
     impostor = DEFAULT_SPEC.renamed("approval")
-    other = make_harness(
-        params(delete_file), ScriptedProvider([], name="anthropic"), machine=impostor, checkpointer=db_url
-    )
+    other = make_harness(params(delete_file), NO_MODEL, machine=impostor, checkpointer=db_url)
     with pytest.raises(ResumeError) as err:
         other.resume("r1", answer=True)
     message = str(err.value)
@@ -127,9 +128,7 @@ def test_params_lacking_a_called_tool_are_refused(db_url: str, make_harness: Any
     """The right machine with params that lack a tool the history calls: refused before
     the approved call could get "unknown tool"."""
     suspended_approval_run(db_url, make_harness)
-    other = make_harness(
-        params(), ScriptedProvider([], name="anthropic"), machine=with_approval(), checkpointer=db_url
-    )
+    other = make_harness(params(), NO_MODEL, machine=with_approval(), checkpointer=db_url)
     with pytest.raises(ResumeError) as err:
         other.resume("r1", answer=True)
     assert str(err.value) == (
@@ -178,8 +177,8 @@ def test_in_memory_resume_checks_the_machine(make_harness: Any) -> None:
     approval = make_harness(params(delete_file), model, machine=with_approval())
     run = approval.start("go")
     assert run.run_sync().exit_reason == "suspended"
-    plain = make_harness(params(delete_file), ScriptedProvider([], name="anthropic"))
-    with pytest.raises(ResumeError, match="^it ran on machine 'approval'"):
+    plain = make_harness(params(delete_file), NO_MODEL)
+    with pytest.raises(ResumeError, match=r"^it ran on machine 'approval'"):
         plain.resume(run, answer=True)
     with pytest.raises(ResumeError) as err:
         plain.resume(run.state, answer=True)
@@ -195,17 +194,11 @@ def test_cost_cap_run_on_the_approval_machine(db_url: str, make_harness: Any) ->
     model = ScriptedProvider([reply("hello")], name="anthropic")
     harness = make_harness(params(), model, machine=cost_cap(), checkpointer=db_url)
     harness.start("hi", run_id="c1")  # never run: its first checkpoint (idle) is stored
-    other = make_harness(
-        params(), ScriptedProvider([], name="anthropic"), machine=with_approval(), checkpointer=db_url
-    )
+    other = make_harness(params(), NO_MODEL, machine=with_approval(), checkpointer=db_url)
     with pytest.raises(ResumeError) as err:
         other.resume("c1")
-    assert str(err.value).endswith(
-        "build the Harness with machine= the spec named 'costcap'"
-    )
-    assert f"it ran on machine 'costcap' (fingerprint {cost_cap().fingerprint})" in str(
-        err.value
-    )
+    assert str(err.value).endswith("build the Harness with machine= the spec named 'costcap'")
+    assert f"it ran on machine 'costcap' (fingerprint {cost_cap().fingerprint})" in str(err.value)
 
 
 class TestFindMachine:
@@ -248,5 +241,5 @@ class TestFindMachine:
         assert load_spec("innerloop.fsm:DEFAULT_SPEC") is DEFAULT_SPEC
         with pytest.raises(ValueError, match="is a function that needs arguments"):
             load_spec("innerloop.examples:with_cost_cap")
-        with pytest.raises(ValueError, match="^cannot load the machine nosuch:X: No module"):
+        with pytest.raises(ValueError, match=r"^cannot load the machine nosuch:X: No module"):
             load_spec("nosuch:X")
