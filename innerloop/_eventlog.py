@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
 from innerloop._events import Event
 
-__all__ = ["SCHEMA", "EventLog", "header_problem", "read_event_log"]
+__all__ = ["SCHEMA", "EventLog", "header_problem", "read_event_log", "split_runs"]
 
 SCHEMA = "innerloop.events/1"
 
@@ -79,6 +79,27 @@ def read_event_log(path: str | Path) -> list[dict[str, Any]]:
     if problem is not None:
         raise ValueError(f"{path}: {problem}")
     return events[1:]
+
+
+def split_runs(events: Sequence[Mapping[str, Any]]) -> list[list[Mapping[str, Any]]]:
+    """The runs of one log's events, in order: each starts at its ``run_started`` event
+    and ends at its ``finished`` one (``innerloop demo`` writes three runs to one log).
+    Events after the last ``finished`` are a run still going, or cut off; a log written
+    before runs began with ``run_started`` is split at each ``finished``."""
+    runs: list[list[Mapping[str, Any]]] = []
+    current: list[Mapping[str, Any]] = []
+    for event in events:
+        kind = event.get("type")
+        if kind == "run_started" and current:
+            runs.append(current)
+            current = []
+        current.append(event)
+        if kind == "finished":
+            runs.append(current)
+            current = []
+    if current:
+        runs.append(current)
+    return runs
 
 
 def _lines(path: Path) -> Iterator[dict[str, Any]]:

@@ -125,6 +125,14 @@ def add_run_options(run: argparse.ArgumentParser) -> None:
         help="fallback model, repeatable, tried in order",
     )
     run.add_argument("--tools", default="", help="built-in tool sets, comma separated")
+    run.add_argument(
+        "--spec",
+        metavar="MODULE:ATTR",
+        action="append",
+        default=[],
+        help="the machine to run (default: the default machine); runs resume and fork "
+        "find the one the run recorded, here or at its import path",
+    )
     run.add_argument("--workspace", type=Path, default=Path.cwd(), help="tools' root directory")
     run.add_argument("--max-turns", type=_positive_int, default=20)
     run.add_argument("--max-output-tokens", type=_positive_int, default=4096)
@@ -284,7 +292,7 @@ def _summary(state: Any, log_path: Path | None, run_id: str | None = None) -> No
 def build_harness(args: argparse.Namespace, db: str | None) -> tuple[Any, dict[str, Any]]:
     """The harness the run options describe (checkpointing into ``db``), and its
     providers."""
-    from innerloop import Harness
+    from innerloop import DEFAULT_SPEC, Harness
     from innerloop.checkpoint import CheckpointError
 
     params = _run_params(args)
@@ -295,8 +303,15 @@ def build_harness(args: argparse.Namespace, db: str | None) -> tuple[Any, dict[s
             providers[choice.provider] = _build_provider(
                 choice.provider, base_url if i == 0 else None
             )
+    machine = getattr(args, "machine", None)
+    if machine is None:
+        specs = _specs(args)
+        if len(specs) > 1:
+            raise UsageError("--spec: give one machine to run")
+        machine = specs[0] if specs else None
     try:
-        return Harness(params, providers, checkpointer=db), providers
+        machine = DEFAULT_SPEC if machine is None else machine
+        return Harness(params, providers, checkpointer=db, machine=machine), providers
     except (CheckpointError, ValueError, OSError) as exc:
         raise UsageError(f"--db: {exc}") from None
 
@@ -423,7 +438,14 @@ def _add_ui_parser(subparsers: Any) -> None:
     ui.add_argument("--db", metavar="URL", help="a checkpoint store (sqlite:///runs.db, ...)")
     ui.add_argument("--port", type=_port, help="default 8321; 0 for a free one")
     ui.add_argument("--host", default="127.0.0.1", help="the address to listen on")
-    ui.add_argument("--spec", metavar="MODULE:ATTR", help="the machine, if not the default")
+    ui.add_argument(
+        "--spec",
+        metavar="MODULE:ATTR",
+        action="append",
+        default=[],
+        help="a machine the runs may have recorded (repeatable); each run is drawn on its "
+        "own machine, found among these or at the import path it recorded",
+    )
     ui.add_argument("--open", action="store_true", help="open the page in a browser")
 
 
@@ -450,7 +472,7 @@ def _ui_cli() -> Any:
 RUNS_HELP = """innerloop runs: the runs of a checkpoint store.
 
     innerloop runs list --db URL
-    innerloop runs show RUN_ID --db URL [--diagram FILE] [--spec MODULE:ATTR]
+    innerloop runs show RUN_ID --db URL [--diagram FILE] [--spec MODULE:ATTR]...
     innerloop runs resume RUN_ID --db URL [--answer JSON] [run options]
     innerloop runs fork RUN_ID --db URL [--at N] [--message TEXT] [--answer JSON] [run options]
 
@@ -471,7 +493,13 @@ def _add_runs_parser(subparsers: Any) -> None:
     show = sub.add_parser("show", help="a run's path of states, its interrupt, its last message")
     show.add_argument("run_id")
     show.add_argument("--diagram", metavar="FILE", help="write the run's trace diagram here")
-    show.add_argument("--spec", metavar="MODULE:ATTR", help="the machine, if not the default")
+    show.add_argument(
+        "--spec",
+        metavar="MODULE:ATTR",
+        action="append",
+        default=[],
+        help="a machine the run may have recorded (repeatable); else found at its import path",
+    )
     resume = sub.add_parser("resume", help="continue a suspended or interrupted run")
     resume.add_argument("run_id")
     fork = sub.add_parser("fork", help="start a new run from a checkpoint of another")
@@ -548,6 +576,8 @@ def _show(store: Any, args: argparse.Namespace) -> None:
         f"run {args.run_id}: {state.final_state or 'running'}, {state.turns} turns, "
         f"{len(infos)} checkpoints"
     )
+    record = store.machine(args.run_id)
+    print(f"machine: {record}" if record else "machine: not recorded (an older innerloop)")
     print("path: " + " -> ".join(path))
     if state.interrupt is not None:
         print(f"waiting ({state.interrupt.kind}): {json.dumps(state.interrupt.payload)}")
@@ -555,20 +585,49 @@ def _show(store: Any, args: argparse.Namespace) -> None:
         message = state.history[-1]
         print(f"last message ({message.role}): {message.text[:500]}")
     if args.diagram:
-        from innerloop.diagrams._cli import SUFFIX_FORMATS, _output, load_spec
-        from innerloop.fsm import DEFAULT_SPEC
+        from innerloop.diagrams._cli import SUFFIX_FORMATS, _output
 
         steps = tuple((i.source, i.state, i.guard) for i in infos if i.source is not None)
         trace = Trace(steps, state.final_state, state.exit_reason)
-        spec = load_spec(args.spec) if args.spec else DEFAULT_SPEC
+        spec = _recorded_machine(record, args, f"run {args.run_id}")
         fmt = SUFFIX_FORMATS.get(Path(args.diagram).suffix.lower(), "svg")
         Path(args.diagram).write_bytes(_output(build_diagram(spec, trace=trace), fmt))
         print(f"trace diagram: {args.diagram}")
 
 
+def _recorded_machine(record: Any, args: argparse.Namespace, what: str) -> Any:
+    """The machine a stored run recorded, found among ``--spec`` or at its import path;
+    a usage error (one line) when it cannot be found."""
+    from innerloop.fsm import MachineNotFound, find_machine
+
+    try:
+        return find_machine(record, _specs(args), what=what)
+    except MachineNotFound as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _specs(args: argparse.Namespace) -> list[Any]:
+    from innerloop.fsm import load_spec
+
+    try:
+        return [load_spec(target) for target in args.spec]
+    except ValueError as exc:
+        raise UsageError(f"--spec: {exc}") from None
+
+
 def _continue(args: argparse.Namespace) -> int:
     from innerloop._messages import Message
+    from innerloop.checkpoint import open_checkpointer
 
+    try:
+        store = open_checkpointer(args.db)
+    except (ValueError, OSError) as exc:
+        raise UsageError(f"--db: {exc}") from None
+    try:
+        record = store.machine(args.run_id)
+    finally:
+        store.close()
+    args.machine = _recorded_machine(record, args, f"run {args.run_id}")
     harness, providers = build_harness(args, args.db)
     answer = _answer(args.answer)
     if args.runs_command == "resume":

@@ -1,8 +1,13 @@
 """``innerloop diagram``: draw a machine, optionally with a recorded run on it.
 
-    innerloop diagram [--format svg|png|dot|mermaid] [--spec module:attr]
-                      [--trace run.jsonl] [-o FILE]
+    innerloop diagram [--format svg|png|dot|mermaid] [--spec module:attr]...
+                      [--trace run.jsonl [--run N|last|RUN_ID]] [-o FILE]
     innerloop diagram --write-all DIR
+
+With --trace, the run is drawn on the machine it recorded (its run_started line): one of
+the --spec given (matched by name and fingerprint), else the spec at the import path it
+recorded, else the default machine when that is the one; when none fits, one line says
+so and what to pass. A log holding several runs needs --run.
 
 ``--write-all`` writes the default machine (``DIR/innerloop.{svg,dot,mmd}``) and the worked
 examples (``DIR/examples/``); ``make diagrams`` runs it for the repository's ``diagrams/``.
@@ -11,23 +16,19 @@ examples (``DIR/examples/``); ``make diagrams`` runs it for the repository's ``d
 from __future__ import annotations
 
 import argparse
-import contextlib
-import importlib
-import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from innerloop.diagrams._dot import GraphvizNotFound, render, to_dot
 from innerloop.diagrams._files import write_all
 from innerloop.diagrams._mermaid import to_mermaid
-from innerloop.diagrams._model import Diagram, build_diagram, load_trace
-from innerloop.fsm._compile import CompiledMachine
+from innerloop.diagrams._model import Diagram, build_diagram, log_runs, pick_run
 from innerloop.fsm._default import DEFAULT_SPEC
+from innerloop.fsm._locate import MachineRecord, find_machine, load_spec
 from innerloop.fsm._spec import MachineSpec
 
-__all__ = ["add_parser", "load_spec", "run", "write_repository_diagrams"]
+__all__ = ["add_parser", "run", "write_repository_diagrams"]
 
 FORMATS = ("svg", "png", "dot", "mermaid")
 SUFFIX_FORMATS = {".svg": "svg", ".png": "png", ".dot": "dot", ".gv": "dot", ".mmd": "mermaid"}
@@ -49,9 +50,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--spec",
         metavar="MODULE:ATTR",
-        help="a MachineSpec or CompiledMachine to draw (default: the default machine)",
+        action="append",
+        default=[],
+        help="a MachineSpec or CompiledMachine to draw (default: the default machine); "
+        "with --trace, repeatable: the machines a run may have recorded",
     )
     p.add_argument("--trace", metavar="RUN.JSONL", help="a run's event log to lay over the machine")
+    p.add_argument(
+        "--run", metavar="N|last|RUN_ID", help="with --trace: which run of the log (1 = first)"
+    )
     p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     p.add_argument(
         "--write-all",
@@ -59,39 +66,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="write the default machine and the examples as svg, dot and mermaid into DIR",
     )
     return p
-
-
-@contextlib.contextmanager
-def _cwd_on_path() -> Iterator[None]:
-    """The current directory on ``sys.path`` for the block, as ``python -m`` would have it
-    (the ``innerloop`` script's own directory is there instead)."""
-    cwd = os.getcwd()
-    if any(os.path.abspath(entry or os.curdir) == cwd for entry in sys.path):
-        yield
-        return
-    sys.path.insert(0, cwd)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(ValueError):
-            sys.path.remove(cwd)
-
-
-def load_spec(target: str) -> MachineSpec | CompiledMachine:
-    """The MachineSpec or CompiledMachine named by ``module:attr`` (attr may be dotted); the
-    module may also sit in the current directory."""
-    module_name, sep, attr = target.partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(f"--spec expects MODULE:ATTR (e.g. mypkg.machines:SPEC), got {target!r}")
-    with _cwd_on_path():
-        obj: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    if not isinstance(obj, MachineSpec | CompiledMachine):
-        raise ValueError(
-            f"--spec {target}: expected a MachineSpec or CompiledMachine, got {type(obj).__name__}"
-        )
-    return obj
 
 
 def _format(args: argparse.Namespace) -> str:
@@ -121,6 +95,20 @@ def write_repository_diagrams(directory: str | Path) -> list[Path]:
     return written
 
 
+def _diagram(args: argparse.Namespace) -> Diagram:
+    specs = [load_spec(target) for target in args.spec]
+    if args.trace:
+        events, label = pick_run(log_runs(args.trace), args.run, args.trace)
+        recorded = find_machine(MachineRecord.from_events(events), specs, what=label)
+        return build_diagram(recorded, trace=events)
+    if args.run:
+        raise ValueError("--run picks a run of the --trace log; give --trace too")
+    if len(specs) > 1:
+        raise ValueError("without --trace, give one --spec: the machine to draw")
+    machine: MachineSpec = specs[0] if specs else DEFAULT_SPEC
+    return build_diagram(machine)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the ``diagram`` command; returns the exit status."""
     try:
@@ -128,12 +116,9 @@ def run(args: argparse.Namespace) -> int:
             for path in write_repository_diagrams(args.write_all):
                 print(f"wrote {path}")
             return 0
-        machine = load_spec(args.spec) if args.spec else DEFAULT_SPEC
-        diagram = build_diagram(machine)
-        if args.trace:
-            diagram = diagram.with_trace(load_trace(args.trace))
+        diagram = _diagram(args)
         data = _output(diagram, _format(args))
-    except (GraphvizNotFound, ValueError, ImportError, AttributeError, OSError) as exc:
+    except (GraphvizNotFound, ValueError, OSError) as exc:
         print(f"innerloop diagram: {exc}", file=sys.stderr)
         return 1
     if args.output:

@@ -9,12 +9,13 @@ event log can be laid over it with :meth:`Diagram.with_trace`.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
+from innerloop._eventlog import split_runs
 from innerloop.fsm._compile import CompiledMachine
 from innerloop.fsm._driver import Run
 from innerloop.fsm._spec import EdgeKind, MachineSpec, StateKind
@@ -27,6 +28,8 @@ __all__ = [
     "Trace",
     "build_diagram",
     "load_trace",
+    "log_runs",
+    "pick_run",
     "trace_from_events",
 ]
 
@@ -151,10 +154,47 @@ def trace_from_events(events: Iterable[Mapping[str, Any]]) -> Trace:
     return Trace(tuple(steps), final_state, exit_reason)
 
 
-def load_trace(path: str | Path) -> Trace:
-    """A trace from a JSONL event log: one ``event.to_dict()`` object per line."""
+def log_runs(path: str | Path) -> list[list[Mapping[str, Any]]]:
+    """The runs of a JSONL event log (``innerloop run --log``, or one
+    ``json.dumps(event.to_dict())`` per line), each a list of its event dicts, in order; a
+    ``log_header`` line is skipped."""
     lines = Path(path).read_text(encoding="utf-8").splitlines()
-    return trace_from_events(json.loads(line) for line in lines if line.strip())
+    events = [json.loads(line) for line in lines if line.strip()]
+    return split_runs([e for e in events if e.get("type") != "log_header"])
+
+
+def pick_run(
+    runs: Sequence[Sequence[Mapping[str, Any]]], run: int | str | None, where: str
+) -> tuple[Sequence[Mapping[str, Any]], str]:
+    """One run of a log's ``runs`` and how to name it: ``run`` is its number (1 for the
+    first), ``"last"``, its ``run_id``, or None when the log holds one run. ``ValueError``
+    says which runs there are."""
+    count = len(runs)
+    ids = [r[0].get("run_id") for r in runs if r and r[0].get("type") == "run_started"]
+    if run is None and count > 1:
+        raise ValueError(
+            f"{where} holds {count} runs; pick one with --run N (1 to {count}) or --run last"
+        )
+    if not runs:
+        raise ValueError(f"{where} holds no run")
+    if run is None or run == "last":
+        n = count
+    elif isinstance(run, int) or run.isdigit():
+        n = int(run)
+    elif run in ids:
+        n = 1 + next(i for i, r in enumerate(runs) if r and r[0].get("run_id") == run)
+    else:
+        n = 0
+    if not 1 <= n <= count:
+        raise ValueError(f"{where} has no run {run!r}: its runs are 1 to {count}, or last")
+    return runs[n - 1], f"run {n} of {where}"
+
+
+def load_trace(path: str | Path, run: int | str | None = None) -> Trace:
+    """A trace from a JSONL event log; ``run`` picks one run of a log holding several
+    (see :func:`pick_run`)."""
+    events, _ = pick_run(log_runs(path), run, str(path))
+    return trace_from_events(events)
 
 
 @attrs.frozen
@@ -244,9 +284,10 @@ def build_diagram(
     current: str | None = None,
     trace: Trace | Iterable[Mapping[str, Any]] | None = None,
 ) -> Diagram:
-    """The diagram of a spec, a compiled machine or a live run.
+    """The diagram of a spec, a compiled machine or a run.
 
-    For a :class:`~innerloop.fsm.Run`, ``current`` defaults to the state it is in now.
+    For a :class:`~innerloop.fsm.Run`, live or finished, ``current`` defaults to the state
+    it is in now and ``trace`` to the path it took (:attr:`~innerloop.fsm.Run.path`).
     ``trace`` is a :class:`Trace` or the run's event dicts."""
     spec = _spec_of(machine)
     states = tuple(DiagramState(s.name, s.kind, s.exit_reason, s.doc) for s in spec.states)
@@ -257,7 +298,11 @@ def build_diagram(
             DiagramEdge(t.source, t.target, t.guard, t.kind, i, len(out))
             for i, t in enumerate(out, start=1)
         )
-    if current is None and isinstance(machine, Run):
-        current = machine.current
+    if isinstance(machine, Run):
+        current = machine.current if current is None else current
+        if trace is None and machine.path:
+            state = machine.state
+            steps = tuple(t.key for t in machine.path)
+            trace = Trace(steps, state.final_state, state.exit_reason)
     diagram = Diagram(spec.name, spec.initial, states, tuple(edges)).with_current(current)
     return diagram if trace is None else diagram.with_trace(trace)

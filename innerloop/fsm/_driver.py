@@ -194,6 +194,7 @@ class Run:
         self._phase: PhaseScope | None = None
         """The cancel scope of the handler await in progress, if any."""
         self._hooks: tuple[RunHooks, ...] = ()
+        self._path: list[TransitionSpec] = []
         self._abort_safe = frozenset(s.name for s in machine.spec.states if s.runs_when_aborting)
 
     @property
@@ -208,6 +209,12 @@ class Run:
         elif self._sm.current_state_value != self.current:
             self._sm.current_state_value = self.current
         return self._sm
+
+    @property
+    def path(self) -> tuple[TransitionSpec, ...]:
+        """The transitions this run took so far, in order (a resumed run's from where it
+        went on); ``build_diagram(run)`` draws them."""
+        return tuple(self._path)
 
     def abort(self, reason: str = "abort requested by the host") -> None:
         """Request an abort; safe from any thread or task."""
@@ -281,6 +288,7 @@ class Run:
         else:
             taken = self.machine.select(self.current, self.ctx)
         self.current = taken.target
+        self._path.append(taken)
         if taken.target in self.machine.finals:
             self.state.final_state = taken.target
             self.state.exit_reason = self.machine.exit_reason(taken.target)

@@ -15,7 +15,7 @@ import importlib
 import json
 import os
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -63,6 +63,18 @@ class MachineRecord:
             return None
         parsed = None if signature is None else json.loads(signature)
         return cls(name, fingerprint, import_path, parsed)
+
+    @classmethod
+    def from_events(cls, events: Sequence[Mapping[str, Any]]) -> MachineRecord | None:
+        """The record a run's logged events open with (its ``run_started`` event); None
+        for a run logged before runs recorded their machine."""
+        first = events[0] if events else {}
+        name, fingerprint, path = (first.get(k) for k in ("machine", "fingerprint", "import_path"))
+        if first.get("type") != "run_started" or not isinstance(name, str):
+            return None
+        if not isinstance(fingerprint, str):
+            return None
+        return cls(name, fingerprint, path if isinstance(path, str) else None)
 
     def __str__(self) -> str:
         where = f", import path {self.import_path}" if self.import_path else ""
@@ -146,7 +158,8 @@ def load_spec(target: str) -> MachineSpec:
         obj = obj.spec
     if not isinstance(obj, MachineSpec):
         raise ValueError(
-            f"{target}: expected a MachineSpec or CompiledMachine, got {type(obj).__name__}"
+            f"--spec {target}: expected a MachineSpec or CompiledMachine, got "
+            f"{type(obj).__name__}"
         )
     return obj if obj.import_path else obj.with_import_path(target)
 

@@ -29,6 +29,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from innerloop.diagrams import GraphvizNotFound
+from innerloop.fsm import MachineNotFound
 from innerloop.ui._catalog import Catalog, UnknownRun
 
 __all__ = ["STATIC", "create_app"]
@@ -40,6 +41,15 @@ POLL_SECONDS = 0.1
 
 def _not_found(exc: UnknownRun) -> JSONResponse:
     return JSONResponse({"error": str(exc)}, status_code=404)
+
+
+def _diagram_error(exc: Exception) -> JSONResponse:
+    """404 for an unknown run, 503 without Graphviz, 409 for a run whose machine is not
+    at hand (the page shows the one line saying so instead of the diagram)."""
+    if isinstance(exc, UnknownRun):
+        return _not_found(exc)
+    status = 503 if isinstance(exc, GraphvizNotFound) else 409
+    return JSONResponse({"error": str(exc)}, status_code=status)
 
 
 def create_app(catalog: Catalog, closing: threading.Event | None = None) -> Starlette:
@@ -62,10 +72,8 @@ def create_app(catalog: Catalog, closing: threading.Event | None = None) -> Star
     async def diagram(request: Request) -> Response:
         try:
             svg = await run_in_threadpool(catalog.diagram, request.path_params["run_id"])
-        except UnknownRun as exc:
-            return _not_found(exc)
-        except GraphvizNotFound as exc:
-            return JSONResponse({"error": str(exc)}, status_code=503)
+        except (UnknownRun, GraphvizNotFound, MachineNotFound) as exc:
+            return _diagram_error(exc)
         return Response(svg, media_type="image/svg+xml")
 
     async def events(request: Request) -> Response:

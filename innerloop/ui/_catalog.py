@@ -3,20 +3,21 @@ store, each under one id (``log:FILE:N``, the N-th run of a log; ``db:RUN_ID``).
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from innerloop._eventlog import split_runs
 from innerloop.checkpoint import Checkpointer, RunInfo
 from innerloop.diagrams import build_diagram, render
 from innerloop.fsm._compile import CompiledMachine
 from innerloop.fsm._default import DEFAULT_SPEC
+from innerloop.fsm._locate import MachineNotFound, MachineRecord, find_machine
 from innerloop.fsm._spec import MachineSpec
 from innerloop.ui._logs import LogFile, is_log
 from innerloop.ui._store import store_detail, store_summary
-from innerloop.ui._view import run_detail, run_summary, split_runs
+from innerloop.ui._view import run_detail, run_summary
 
 __all__ = ["Catalog", "UnknownRun"]
 
@@ -35,24 +36,35 @@ class UnknownRun(LookupError):
         )
 
 
+def _initial(events: Sequence[Any]) -> str:
+    """Where a logged run started (its ``run_started`` line says; else the default
+    machine's initial state)."""
+    first = events[0] if events else {}
+    state = first.get("state") if first.get("type") == "run_started" else None
+    return state if isinstance(state, str) else DEFAULT_SPEC.initial
+
+
 class Catalog:
     """Runs from ``runs_dir`` (every ``*.jsonl`` below it, read as they grow), from the
-    log ``files`` named (by their file name) and from ``store``, drawn on ``machine``.
+    log ``files`` named (by their file name) and from ``store``. Each run is drawn on the
+    machine it recorded: one of ``machines`` (matched by name and fingerprint), else the
+    spec at the import path it recorded, else the default machine when it is that one;
+    a run whose machine cannot be found says so (``machine_error``) and is not drawn.
     Safe to use from several threads."""
 
     def __init__(
         self,
         runs_dir: Path | None = None,
         store: Checkpointer | None = None,
-        machine: MachineSpec | CompiledMachine = DEFAULT_SPEC,
+        machines: Sequence[MachineSpec | CompiledMachine] = (),
         *,
         files: Sequence[Path] = (),
     ) -> None:
         self.runs_dir = runs_dir
         self.files = tuple(files)
         self.store = store
-        self.machine = machine
-        self.initial = build_diagram(machine).initial
+        self.machines = tuple(m.spec if isinstance(m, CompiledMachine) else m for m in machines)
+        self.initial = DEFAULT_SPEC.initial
         self._logs: dict[Path, LogFile] = {}
         self._lock = threading.Lock()
         self._svg: dict[tuple[Any, ...], bytes] = {}
@@ -99,7 +111,7 @@ class Catalog:
             empty = run_summary([], self.initial)
             return [{**empty, **base, "id": f"log:{name}:1", "status": status}]
         return [
-            {**run_summary(events, self.initial), **base, "id": f"log:{name}:{n}"}
+            {**run_summary(events, _initial(events)), **base, "id": f"log:{name}:{n}"}
             for n, events in enumerate(runs, start=1)
         ]
 
@@ -152,25 +164,55 @@ class Catalog:
         """Everything the page shows of one run; :class:`UnknownRun` when there is none."""
         if run_id.startswith("log:"):
             log, events = self._log_run(run_id)
-            detail = run_detail(events, self.initial)
+            detail = run_detail(events, _initial(events))
             if not events and log.error:
                 detail["status"] = "error"
-            return {**detail, "id": run_id, "source": "log", "error": log.problem}
+            machine = self._machine_fields(MachineRecord.from_events(events), run_id)
+            return {**detail, **machine, "id": run_id, "source": "log", "error": log.problem}
         if run_id.startswith("db:") and self.store is not None:
             info = self._store_run(run_id)
             with self._lock:
                 key = (info.run_id, info.checkpoints, info.updated)
-                detail = self._stored.get(key) or store_detail(self.store, info)
+                cached = self._stored.get(key)
+                if cached is None:
+                    record = self.store.machine(info.run_id)
+                    machine = self._machine_fields(record, run_id)
+                    cached = {**store_detail(self.store, info), **machine}
+                detail = cached
                 self._stored = {key: detail}
             return {**detail, "id": run_id, "source": "db", "error": None}
         raise UnknownRun(run_id)
 
+    def _machine_fields(self, record: MachineRecord | None, run_id: str) -> dict[str, Any]:
+        """What the page says of a run's machine: its name and fingerprint, and why it
+        cannot be drawn (``machine_error``), if it cannot."""
+        try:
+            spec = find_machine(record, self.machines, what=f"run {run_id}")
+        except MachineNotFound as exc:
+            name = record.name if record else None
+            return {"machine": name, "fingerprint": None, "machine_error": str(exc)}
+        error = None
+        if record is None and not self.machines:
+            error = f"run {run_id} recorded no machine (an older innerloop): drawn on {spec.name!r}"
+        return {"machine": spec.name, "fingerprint": spec.fingerprint, "machine_error": error}
+
+    def _machine(self, run_id: str) -> MachineSpec:
+        """The machine run ``run_id`` recorded; :class:`MachineNotFound` when not at hand."""
+        if run_id.startswith("log:"):
+            record = MachineRecord.from_events(self._log_run(run_id)[1])
+        elif self.store is not None:
+            record = self.store.machine(self._store_run(run_id).run_id)
+        else:
+            raise UnknownRun(run_id)
+        return find_machine(record, self.machines, what=f"run {run_id}")
+
     def diagram(self, run_id: str) -> bytes:
         """The machine's SVG with the run's trace on it (edge counts, path to the exit)."""
         detail = self.detail(run_id)
+        machine = self._machine(run_id)
         steps = [(s["source"], s["target"], s["guard"]) for s in detail["transitions"]]
         final = detail["current"] if detail["status"] == "finished" else None
-        key = (tuple(steps), final, detail["exit_reason"])
+        key = (machine.name, machine.fingerprint, tuple(steps), final, detail["exit_reason"])
         with self._lock:
             cached = self._svg.get(key)
         if cached is not None:
@@ -180,10 +222,7 @@ class Catalog:
             trace.append(
                 {"type": "finished", "final_state": final, "exit_reason": detail["exit_reason"]}
             )
-        diagram = build_diagram(self.machine)
-        with contextlib.suppress(ValueError):  # a run of another machine: the machine alone
-            diagram = diagram.with_trace(trace)
-        svg = render(diagram, "svg")
+        svg = render(build_diagram(machine, trace=trace), "svg")
         with self._lock:
             self._svg[key] = svg
             while len(self._svg) > SVG_CACHE:  # a live run makes a new picture per step

@@ -1,6 +1,6 @@
 """``innerloop ui``, and the ``--ui`` options of ``innerloop run`` and ``innerloop demo``.
 
-    innerloop ui [--runs DIR] [--db URL] [--port N] [--host H] [--spec MODULE:ATTR] [--open]
+    innerloop ui [--runs DIR] [--db URL] [--port N] [--host H] [--spec MODULE:ATTR]... [--open]
 
 ``--ui`` serves the page while the command's run goes on and prints the run's URL. The
 server stops when the command ends; with ``--ui-wait`` it goes on serving after the run
@@ -14,13 +14,11 @@ import contextlib
 import sqlite3
 import threading
 import webbrowser
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from innerloop.checkpoint import Checkpointer, CheckpointError, open_checkpointer
-from innerloop.diagrams._cli import load_spec
-from innerloop.fsm._compile import CompiledMachine
-from innerloop.fsm._default import DEFAULT_SPEC
+from innerloop.fsm._locate import load_spec
 from innerloop.fsm._spec import MachineSpec
 from innerloop.ui._catalog import Catalog
 from innerloop.ui._server import DEFAULT_PORT, UIServer
@@ -62,12 +60,10 @@ def open_store(url: str, usage: Usage = ValueError) -> Checkpointer:
         raise usage(f"--db: {str(exc).strip().splitlines()[0]}") from None
 
 
-def _machine(spec: str | None, usage: Usage) -> MachineSpec | CompiledMachine:
-    if spec is None:
-        return DEFAULT_SPEC
+def _machines(targets: Sequence[str], usage: Usage) -> list[MachineSpec]:
     try:
-        return load_spec(spec)
-    except (ValueError, ImportError, AttributeError) as exc:
+        return [load_spec(target) for target in targets]
+    except ValueError as exc:
         raise usage(f"--spec: {exc}") from None
 
 
@@ -98,7 +94,7 @@ def run(args: argparse.Namespace, interrupts: type[BaseException], usage: Usage)
     if runs_dir is None and DEFAULT_RUNS.is_dir():
         runs_dir = DEFAULT_RUNS
     store = open_store(args.db, usage) if args.db else None
-    catalog = Catalog(runs_dir, store, _machine(args.spec, usage))
+    catalog = Catalog(runs_dir, store, _machines(args.spec, usage))
     server = _start(UIServer(catalog, args.host, _port(args.port)), usage)
     try:
         where = [

@@ -15,27 +15,12 @@ import attrs
 from innerloop._messages import Usage
 from innerloop.recovery._pricing import DEFAULT_PRICES, cost_usd
 
-__all__ = ["OUTPUT_CHARS", "RECOVERY_EVENTS", "run_detail", "run_summary", "split_runs"]
+__all__ = ["OUTPUT_CHARS", "RECOVERY_EVENTS", "run_detail", "run_summary"]
 
 OUTPUT_CHARS = 300
 """A tool's output is cut to this many characters on the page."""
 
 RECOVERY_EVENTS = ("backoff", "fallback", "compacted", "alert", "abort")
-
-
-def split_runs(events: Sequence[Mapping[str, Any]]) -> list[list[Mapping[str, Any]]]:
-    """The runs of one log: each ends at its ``finished`` event; events after the last
-    one are a run still going (or cut off). ``innerloop demo`` writes two runs to one log."""
-    runs: list[list[Mapping[str, Any]]] = []
-    current: list[Mapping[str, Any]] = []
-    for event in events:
-        current.append(event)
-        if event.get("type") == "finished":
-            runs.append(current)
-            current = []
-    if current:
-        runs.append(current)
-    return runs
 
 
 def _finished(events: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from innerloop import Harness, HarnessParams
+from innerloop import DEFAULT_SPEC, Harness, HarnessParams
 from innerloop.cli import exit_code
 from innerloop.testing import AnthropicServer, ScriptedProvider, reply, tool_call
 from innerloop.tools import ToolContext, ToolOutput, ToolSpec
@@ -39,6 +39,8 @@ def test_run_list_show_fork(tmp_path: Path) -> None:
         assert shown.returncode == 0, shown.stderr
         assert shown.stdout.splitlines() == [
             "run r1: model_complete, 1 turns, 7 checkpoints",
+            f"machine: machine 'innerloop' (fingerprint {DEFAULT_SPEC.fingerprint}, import "
+            "path innerloop.fsm:DEFAULT_SPEC)",
             "path: idle -> assemble -> normalize -> call -> stream -> check -> model_complete",
             "last message (assistant): first answer",
             f"trace diagram: {tmp_path / 't.mmd'}",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from innerloop.ui._view import OUTPUT_CHARS, run_detail, run_summary, split_runs
+from innerloop._eventlog import split_runs
+from innerloop.ui._view import OUTPUT_CHARS, run_detail, run_summary
 
 USAGE = {
     "input_tokens": 1000,
@@ -62,6 +63,12 @@ def test_split_runs_ends_each_run_at_finished() -> None:
     a, b, c = {"type": "transition"}, {"type": "finished"}, {"type": "text_delta"}
     assert split_runs([a, b, a, b, c]) == [[a, b], [a, b], [c]]
     assert split_runs([]) == []
+
+
+def test_split_runs_starts_each_run_at_run_started() -> None:
+    """A run cut off before its finished line ends where the next run starts."""
+    s, a, b = {"type": "run_started"}, {"type": "transition"}, {"type": "finished"}
+    assert split_runs([s, a, s, a, b, s, a]) == [[s, a], [s, a, b], [s, a]]
 
 
 def test_a_running_run_sums_its_turns() -> None:

@@ -121,14 +121,16 @@ function show(run) {
   const facts = document.getElementById("facts");
   facts.replaceChildren(
     el("span", {}, el("span", { class: "badge " + run.status, id: "status" }, run.status)),
+    el("span", {}, "machine ", el("b", { id: "machine" }, run.machine || "–")),
     el("span", {}, "state ", el("b", { id: "current" }, run.current || "–")),
     el("span", {}, "exit ", el("b", {}, run.exit_reason || "–")),
     el("span", {}, "turns ", el("b", { id: "turns" }, String(run.turns))),
     el("span", {}, "tokens ", el("b", {}, `${run.input_tokens ?? "–"} in / ${run.output_tokens ?? "–"} out`)),
     el("span", {}, "cost ", el("b", {}, cost(run.cost_usd))));
   const error = document.getElementById("run-error");
-  error.textContent = run.error || "";
-  error.hidden = !run.error;
+  const problems = [run.error, run.machine_error].filter(Boolean);
+  error.textContent = problems.join(" · ");
+  error.hidden = problems.length === 0;
   highlight(run.current);
   refreshDiagram(run);
   drawTimeline(run.transitions);
@@ -157,9 +159,16 @@ function refreshDiagram(run) {
   if (diagramBusy) return;
   diagramBusy = true;
   const id = run.id;
-  fetch("/api/diagram/" + encodeURI(id)).then((r) => r.text()).then((text) => {
+  fetch("/api/diagram/" + encodeURI(id)).then((r) =>
+    r.ok ? r.text() : r.json().then((j) => ({ error: j.error || r.statusText }))
+  ).then((text) => {
     if (id !== (lastDetail && lastDetail.id)) return;
     const box = document.getElementById("diagram");
+    if (typeof text !== "string") {  // the run's machine is not at hand: say so, draw nothing
+      box.replaceChildren(el("p", { class: "machine-missing" }, text.error));
+      diagramKey = key;
+      return;
+    }
     box.innerHTML = text;
     const drawn = box.querySelector("svg");
     if (drawn) { drawn.removeAttribute("width"); drawn.removeAttribute("height"); }
