@@ -316,10 +316,23 @@ class Harness:
             return self._run(state, at, run, self._writer(run, last))
         if isinstance(run, Run) and not MachineRecord.of(run.machine).matches(self.machine):
             self._check_record(None, MachineRecord.of(run.machine))
+        if isinstance(run, Run) and run.stopped_at is not None and run.state.final_state is None:
+            return self._go_on(run.stopped_at, run.state, answer)
         state = run.state if isinstance(run, Run) else run
         self._check_state(None, state, state.final_state)
         at, state = self._continue(None, state.final_state, state, answer)
         return self._run(state, at, None, None)
+
+    def _go_on(self, stopped_at: str, state: HarnessState, answer: Any) -> Run:
+        """A new Run for one whose events stopped being read at ``stopped_at``."""
+        if answer is not None:
+            raise ResumeError(
+                None,
+                f"it is not suspended (its reader left it in state {stopped_at!r}); resume "
+                "it without an answer",
+            )
+        self._check_state(None, state, stopped_at)
+        return self._run(state, resume_point(stopped_at), None, None)
 
     # -- what a resumed run needs of this harness -------------------------------------------
 

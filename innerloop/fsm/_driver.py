@@ -22,7 +22,7 @@ from typing import Any, Literal, Protocol, cast, runtime_checkable
 from statemachine import StateMachine
 
 from innerloop._events import Event, Finished, RunStarted, Transition
-from innerloop._log import event_logger
+from innerloop._log import event_logger, logger
 from innerloop.fsm._compile import CompiledMachine
 from innerloop.fsm._context import AbortSignal, Deps, PhaseContext, TurnScope, request_settings
 from innerloop.fsm._params import HarnessParams
@@ -195,6 +195,11 @@ class Run:
         """The cancel scope of the handler await in progress, if any."""
         self._hooks: tuple[RunHooks, ...] = ()
         self._path: list[TransitionSpec] = []
+        self._reading = False
+        self.stopped_at: str | None = None
+        """Where the run was left when its events stopped being read before a final state
+        (the host left ``events()`` early, or a handler raised); None otherwise.
+        ``Harness.resume(run)`` continues it from there."""
         self._abort_safe = frozenset(s.name for s in machine.spec.states if s.runs_when_aborting)
 
     @property
@@ -327,9 +332,16 @@ class Run:
         return watch, _EVERY_TYPE
 
     async def events(self) -> AsyncGenerator[Event, None]:
-        """Run to a final state, yielding every stream and run event."""
-        self._loop = asyncio.get_running_loop()
-        self.signal.set_waker(self._wake)
+        """Run to a final state, yielding every stream and run event.
+
+        A run's events are read once. Leaving early (``break``, an exception in the loop's
+        body, ``aclose()``) pauses the run, as a crash would but with nothing lost: the
+        step in flight is cancelled (its stream closed, its tools stopped), the run stays
+        where it was (:attr:`stopped_at`, logged as a warning) and
+        ``harness.resume(run)`` continues it (a streaming answer is asked for again, a tool
+        call without a recorded result runs again). Reading the events again raises. To end
+        a run early instead, ``run.abort()`` and read on to its ``finished`` event."""
+        self._begin()
         watch, watched = self._watcher()
         error: BaseException | None = None
         try:
@@ -363,6 +375,35 @@ class Run:
         finally:
             await self._close(error)
 
+    def _begin(self) -> None:
+        if self._reading:
+            raise RuntimeError(self._read_twice())
+        self._reading = True
+        self._loop = asyncio.get_running_loop()
+        self.signal.set_waker(self._wake)
+
+    def _stopped(self, error: BaseException | None) -> None:
+        self.stopped_at = self.current
+        why = f"a handler raised {error!r}" if error else "its events stopped being read"
+        logger("fsm").warning(
+            "run left in state %r before it ended: %s; harness.resume(run) continues it",
+            self.current,
+            why,
+            extra={"event": "stopped", "state": self.current, "run_id": self.run_id},
+        )
+
+    def _read_twice(self) -> str:
+        if self.state.final_state is not None:
+            return (
+                f"this run has ended ({self.state.exit_reason}); a Run's events are read "
+                "once: start a new run, or fork a checkpointed one"
+            )
+        return (
+            f"this run's events were already read, and its reader left it in state "
+            f"{self.current!r} before it ended; continue it with harness.resume(run) (a "
+            "new Run from where it stopped)"
+        )
+
     def _started(
         self, watch: Callable[[Event], None], watched: Container[type[Event]]
     ) -> RunStarted:
@@ -385,6 +426,8 @@ class Run:
 
     async def _close(self, error: BaseException | None) -> None:
         self.signal.set_waker(None)
+        if self.current not in self.machine.finals:
+            self._stopped(error)
         try:
             # eager tool calls whose message was dropped (max_tokens) must not outlive the run
             await self.deps.tools.cancel_all()
