@@ -111,6 +111,7 @@ def test_unbounded_cycle_is_refused_naming_it() -> None:
         f"approve -> ask [wants_more]; ask -> approve), {FIX}"
         "TransitionSpec('approve', 'ask', 'wants_more'), why='...')"
     )
+    assert f"SpecError: {err.value}\n" in README.read_text(encoding="utf-8")
 
 
 def test_self_loop_without_budget_is_refused() -> None:
@@ -202,7 +203,11 @@ def test_guard_declaration_validated() -> None:
 def test_readme_shows_the_default_proof() -> None:
     """README's "Every loop ends" block is loop_proof(DEFAULT_SPEC), as generated."""
     text = README.read_text(encoding="utf-8")
-    found = re.search(r"### Every loop ends\n.*?```text\n(.*?)```", text, re.S)
+    found = re.search(
+        r"### Every loop ends\n.*?`str\(loop_proof\(DEFAULT_SPEC\)\)` writes it.*?```text\n(.*?)```",
+        text,
+        re.S,
+    )
     assert found is not None
     assert found.group(1) == str(loop_proof(DEFAULT_SPEC)), (
         "paste str(innerloop.fsm.loop_proof(DEFAULT_SPEC)) into README's Every loop ends"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -106,3 +107,14 @@ def test_recorder_catches_an_undeclared_read() -> None:
     ctx = phase_context(_params()[0], HarnessState(turns=3))
     assert DEFAULT_GUARDS["turn_limit"](Recorder(ctx, "", log)) is False  # type: ignore[arg-type]
     assert log == {"params", "params.max_turns", "state", "state.turns"}
+
+
+def test_readme_lists_the_declared_reads() -> None:
+    """README's guard table is generated from the declarations (a stale copy fails)."""
+    rows = ["| guard | reads | budget |", "|---|---|---|"]
+    for name, fn in DEFAULT_GUARDS.items():
+        info = guard_info(fn)
+        reads = ", ".join(f"`{r}`" for r in info.reads)
+        rows.append(f"| `{name}` | {reads} | {info.budget or '-'} |")
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    assert "\n".join(rows) + "\n" in readme, "regenerate README's guard table"
