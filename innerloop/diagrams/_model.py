@@ -19,7 +19,7 @@ from innerloop.fsm._bounds import edge_bounds
 from innerloop.fsm._compile import CompiledMachine
 from innerloop.fsm._driver import Run
 from innerloop.fsm._guardinfo import GuardInfo, guard_info
-from innerloop.fsm._spec import EdgeKind, MachineSpec, StateKind
+from innerloop.fsm._spec import EdgeKey, EdgeKind, MachineSpec, StateKind
 
 __all__ = [
     "Diagram",
@@ -32,7 +32,6 @@ __all__ = [
     "trace_from_events",
 ]
 
-EdgeKey = tuple[str, str, str | None]
 TIMES = "\N{MULTIPLICATION SIGN}"
 """Written before an edge's count in the renderers' labels."""
 

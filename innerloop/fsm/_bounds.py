@@ -37,7 +37,7 @@ import attrs
 
 from innerloop._errors import SpecError
 from innerloop.fsm._guardinfo import guard_info
-from innerloop.fsm._spec import EdgeKey, MachineSpec, TransitionSpec
+from innerloop.fsm._spec import EdgeKey, MachineSpec, TransitionSpec, edge_hint
 
 __all__ = ["Bound", "CycleProof", "LoopProof", "check_bounded", "edge_bounds", "loop_proof"]
 
@@ -136,7 +136,7 @@ def _check_allowed_edges(spec: MachineSpec) -> None:
             raise SpecError(
                 "unbounded-edge",
                 f"allow_unbounded names {edge}, which spec {spec.name!r} does not have"
-                f"{spec.edge_hint(edge)}",
+                f"{edge_hint(spec, edge)}",
                 (source,),
             )
 

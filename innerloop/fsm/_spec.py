@@ -72,6 +72,17 @@ def did_you_mean(word: str, candidates: Iterable[str]) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
+def edge_hint(spec: MachineSpec, transition: TransitionSpec) -> str:
+    """For an edge ``spec`` lacks: the closest edge out of its source (``"; did you mean
+    'a -> b [g]'? (...)"``) and where to list them all."""
+    source = transition.source
+    listed = f"its edges from {source!r} are listed by transitions_from({source!r})"
+    # compare what follows the source: every candidate shares it
+    edges = {str(t).partition(" -> ")[2]: t for t in spec.transitions_from(source)}
+    close = difflib.get_close_matches(str(transition).partition(" -> ")[2], list(edges), n=1)
+    return f"; did you mean '{edges[close[0]]}'? ({listed})" if close else f"; {listed}"
+
+
 def _state_tuple(value: Iterable[StateSpec]) -> tuple[StateSpec, ...]:
     return tuple(value)
 
@@ -316,16 +327,6 @@ class MachineSpec:
             )
         return attrs.evolve(self, unbounded={**self.unbounded, edge.key: why})
 
-    def edge_hint(self, transition: TransitionSpec) -> str:
-        """For an edge the spec lacks: the closest edge out of its source (``"; did you
-        mean 'a -> b [g]'? (...)"``) and where to list them all."""
-        source = transition.source
-        listed = f"its edges from {source!r} are listed by transitions_from({source!r})"
-        # compare what follows the source: every candidate shares it
-        edges = {str(t).partition(" -> ")[2]: t for t in self.transitions_from(source)}
-        close = difflib.get_close_matches(str(transition).partition(" -> ")[2], list(edges), n=1)
-        return f"; did you mean '{edges[close[0]]}'? ({listed})" if close else f"; {listed}"
-
     def _index(self, transition: TransitionSpec) -> int:
         for i, t in enumerate(self.transitions):
             if t.key == transition.key:
@@ -333,6 +334,6 @@ class MachineSpec:
         self.state(transition.source)  # an unknown state: says which, with "did you mean"
         raise SpecError(
             "no-such-edge",
-            f"spec {self.name!r} has no transition {transition}{self.edge_hint(transition)}",
+            f"spec {self.name!r} has no transition {transition}{edge_hint(self, transition)}",
             (transition.source,),
         )

@@ -204,7 +204,8 @@ def test_readme_shows_the_default_proof() -> None:
     """README's "Every loop ends" block is loop_proof(DEFAULT_SPEC), as generated."""
     text = README.read_text(encoding="utf-8")
     found = re.search(
-        r"### Every loop ends\n.*?`str\(loop_proof\(DEFAULT_SPEC\)\)` writes it.*?```text\n(.*?)```",
+        r"### Every loop ends\n.*?`str\(loop_proof\(DEFAULT_SPEC\)\)` writes it"
+        r".*?```text\n(.*?)```",
         text,
         re.S,
     )
