@@ -77,7 +77,7 @@ def _state_attrs(d: Diagram, s: DiagramState) -> dict[str, str]:
 
 def _edge_attrs(d: Diagram, g: DiagramEdgeGroup) -> dict[str, str]:
     colour = KIND_COLOUR[g.kind]
-    out = {"color": colour, "fontcolor": colour, "weight": WEIGHT[g.kind]}
+    out = {"color": colour, "fontcolor": colour, "weight": WEIGHT[g.kind], "tooltip": g.tooltip}
     if g.kind == "recovery":
         out["style"] = "dashed"
     labels = list(g.labels)

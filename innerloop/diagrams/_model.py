@@ -16,9 +16,11 @@ from typing import Any
 import attrs
 
 from innerloop._eventlog import split_runs
+from innerloop.fsm._bounds import edge_bounds
 from innerloop.fsm._compile import CompiledMachine
 from innerloop.fsm._driver import Run
-from innerloop.fsm._spec import EdgeKind, MachineSpec, StateKind
+from innerloop.fsm._guardinfo import GuardInfo, guard_info
+from innerloop.fsm._spec import EdgeKey, EdgeKind, MachineSpec, StateKind
 
 __all__ = [
     "Diagram",
@@ -33,7 +35,6 @@ __all__ = [
     "trace_from_events",
 ]
 
-EdgeKey = tuple[str, str, str | None]
 TIMES = "\N{MULTIPLICATION SIGN}"
 """Written before an edge's count in the renderers' labels."""
 
@@ -63,6 +64,24 @@ class DiagramEdge:
     kind: EdgeKind
     priority: int
     siblings: int
+    reads: tuple[str, ...] = ()
+    """What the guard declares it reads."""
+    exhausts: str | None = None
+    """The budget the guard's edge is taken on exhausting (bounding the edges after it)."""
+    bounds: tuple[str, ...] = ()
+    """Why the edge cannot be taken forever (``spends turns``, ``turns, after turn_limit``)."""
+
+    @property
+    def tooltip(self) -> str:
+        """The edge, what its guard reads and the budgets that bound it, one per line."""
+        lines = [f"{self.source} -> {self.target}" + (f" [{self.guard}]" if self.guard else "")]
+        if self.reads:
+            lines.append(f"reads {', '.join(self.reads)}")
+        if self.exhausts:
+            lines.append(f"exhausts {self.exhausts}: bounds the edges after it")
+        if self.bounds:
+            lines.append(f"bounded: {'; '.join(self.bounds)}")
+        return "\n".join(lines)
 
     @property
     def key(self) -> EdgeKey:
@@ -100,6 +119,10 @@ class DiagramEdgeGroup:
     @property
     def labels(self) -> tuple[str, ...]:
         return tuple(e.label for e in self.edges if e.label)
+
+    @property
+    def tooltip(self) -> str:
+        return "\n\n".join(e.tooltip for e in self.edges)
 
 
 @attrs.frozen
@@ -292,12 +315,25 @@ def build_diagram(
     spec = _spec_of(machine)
     states = tuple(DiagramState(s.name, s.kind, s.exit_reason, s.doc) for s in spec.states)
     edges: list[DiagramEdge] = []
+    bounds = edge_bounds(spec)
     for s in spec.states:
         out = spec.transitions_from(s.name)
-        edges.extend(
-            DiagramEdge(t.source, t.target, t.guard, t.kind, i, len(out))
-            for i, t in enumerate(out, start=1)
-        )
+        for i, t in enumerate(out, start=1):
+            fn = spec.guards.get(t.guard) if t.guard is not None else None
+            info = guard_info(fn) if fn is not None else GuardInfo()
+            edges.append(
+                DiagramEdge(
+                    t.source,
+                    t.target,
+                    t.guard,
+                    t.kind,
+                    i,
+                    len(out),
+                    info.reads,
+                    info.exhausts,
+                    tuple(map(str, bounds[t.key])),
+                )
+            )
     if isinstance(machine, Run):
         current = machine.current if current is None else current
         if trace is None and machine.path:

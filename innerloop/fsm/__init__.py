@@ -1,9 +1,11 @@
 """The machine: spec, compiler, guards, phase handlers, driver, params and state."""
 
+from innerloop.fsm._bounds import Bound, CycleProof, LoopProof, edge_bounds, loop_proof
 from innerloop.fsm._compile import CompiledMachine, compile_spec
 from innerloop.fsm._context import Deps, PhaseContext, TurnScope, request_settings
 from innerloop.fsm._default import DEFAULT_SPEC
 from innerloop.fsm._driver import Run, RunHooks, RunObserver, StepHook, TransitionObserver
+from innerloop.fsm._guardinfo import GuardInfo, guard, guard_info
 from innerloop.fsm._guards import DEFAULT_GUARDS
 from innerloop.fsm._locate import MachineNotFound, MachineRecord, find_machine, load_spec
 from innerloop.fsm._output import OutputSpec, output_spec
@@ -22,13 +24,17 @@ __all__ = [
     "DEFAULT_GUARDS",
     "DEFAULT_SPEC",
     "AbortRequest",
+    "Bound",
     "CompiledMachine",
+    "CycleProof",
     "Deps",
     "Guard",
+    "GuardInfo",
     "Handler",
     "HarnessParams",
     "HarnessState",
     "Interrupt",
+    "LoopProof",
     "MachineNotFound",
     "MachineRecord",
     "MachineSpec",
@@ -49,8 +55,12 @@ __all__ = [
     "TransitionSpec",
     "TurnScope",
     "compile_spec",
+    "edge_bounds",
     "find_machine",
+    "guard",
+    "guard_info",
     "load_spec",
+    "loop_proof",
     "output_spec",
     "request_settings",
 ]

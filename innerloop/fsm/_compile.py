@@ -13,16 +13,20 @@ Tests check the two always choose the same transition.
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 from statemachine import State, StateMachine
 
 from innerloop._errors import SpecError
-from innerloop.fsm._spec import Guard, Handler, MachineSpec, TransitionSpec
+from innerloop.fsm._bounds import check_bounded, reachable
+from innerloop.fsm._guardinfo import guard_info, unwrap_guard
+from innerloop.fsm._params import HarnessParams
+from innerloop.fsm._spec import Guard, Handler, MachineSpec, TransitionSpec, did_you_mean
+from innerloop.fsm._state import HarnessState
 
 if TYPE_CHECKING:
     from innerloop.fsm._context import PhaseContext
@@ -49,17 +53,22 @@ def _check_structure(spec: MachineSpec) -> None:
             )
         seen.add(s.name)
     if spec.initial not in seen:
+        hint = did_you_mean(spec.initial, spec.state_names)
         raise SpecError(
-            "initial", f"initial state {spec.initial!r} is not declared", (spec.initial,)
+            "initial",
+            f"initial state {spec.initial!r} is not declared{hint}",
+            (spec.initial,),
         )
     keys: set[tuple[str, str, str | None]] = set()
     for t in spec.transitions:
         for end in (t.source, t.target):
             if end not in seen:
+                hint = did_you_mean(end, spec.state_names)
                 raise SpecError(
                     "unknown-state",
-                    f"transition {t} refers to undeclared state {end!r}; "
-                    f"declare it with add_state()",
+                    f"transition {t} refers to undeclared state {end!r}"
+                    + (f"{hint} Otherwise declare" if hint else "; declare")
+                    + " it with add_state()",
                     (end,),
                 )
         if t.key in keys:
@@ -87,7 +96,51 @@ def _check_finals(spec: MachineSpec) -> None:
             )
 
 
+HandlerKind = Literal["coroutine", "asyncgen"]
+
+
+def _async_kind(fn: Callable[..., Any]) -> HandlerKind | None:
+    """Whether calling ``fn`` gives a coroutine or an async generator, seen through
+    ``functools.partial`` and objects with an async ``__call__``; None for a plain
+    function."""
+    target: Any = fn
+    while isinstance(target, functools.partial):
+        target = target.func
+    if not (inspect.isfunction(target) or inspect.ismethod(target)) and callable(target):
+        target = target.__call__  # an object: its __call__ says
+    if inspect.isasyncgenfunction(target):
+        return "asyncgen"
+    if inspect.iscoroutinefunction(target):
+        return "coroutine"
+    return None
+
+
+def _takes_one_argument(fn: Callable[..., Any]) -> str | None:
+    """The signature of ``fn`` when it cannot be called with one positional argument."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: cannot tell
+        return None
+    try:
+        signature.bind(None)
+    except TypeError:
+        return str(signature.replace(return_annotation=inspect.Signature.empty))
+    return None
+
+
+def _described(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__qualname__", None) or repr(fn)
+
+
 def _check_handlers(spec: MachineSpec) -> None:
+    for name in spec.handlers:  # first: a misspelled name explains a missing handler
+        if name not in spec.state_names:
+            hint = did_you_mean(name, spec.state_names)
+            raise SpecError(
+                "unknown-state",
+                f"a handler is given for undeclared state {name!r}{hint}",
+                (name,),
+            )
     for s in spec.states:
         if s.final:
             continue
@@ -103,23 +156,81 @@ def _check_handlers(spec: MachineSpec) -> None:
             raise SpecError(
                 "missing-handler", f"handler of state {s.name!r} is not callable", (s.name,)
             )
-    for name in spec.handlers:
-        if name not in spec.state_names:
+        if _async_kind(handler) is None:
             raise SpecError(
-                "unknown-state", f"a handler is given for undeclared state {name!r}", (name,)
+                "handler-kind",
+                f"handler of state {s.name!r} ({_described(handler)}) is a plain function; "
+                f"a phase handler is awaited: write it as 'async def {s.name}(ctx)' "
+                "(returning None or a list of events) or as an async generator yielding "
+                "events",
+                (s.name,),
+            )
+        signature = _takes_one_argument(handler)
+        if signature is not None:
+            raise SpecError(
+                "handler-signature",
+                f"handler of state {s.name!r} ({_described(handler)}) takes {signature}; "
+                f"a phase handler takes one argument, the PhaseContext: "
+                f"'async def {s.name}(ctx: PhaseContext)'",
+                (s.name,),
             )
 
 
 def _check_guards(spec: MachineSpec) -> None:
     for t in spec.transitions:
         if t.guard is not None and t.guard not in spec.guards:
+            hint = did_you_mean(t.guard, spec.guards)
             known = ", ".join(sorted(spec.guards)) or "-"
+            fix = (
+                f"{hint} Otherwise add it with with_guard()"
+                if hint
+                else f"; add it with with_guard() (known guards: {known})"
+            )
             raise SpecError(
                 "unknown-guard",
-                f"transition {t} names guard {t.guard!r}, which resolves to nothing; "
-                f"add it with with_guard() (known guards: {known})",
+                f"transition {t} names guard {t.guard!r}, which resolves to nothing{fix}",
                 (t.source,),
             )
+    for name, fn in spec.guards.items():
+        _check_guard(name, fn)
+
+
+def _check_guard(name: str, fn: Guard) -> None:
+    target = unwrap_guard(fn)
+    if not callable(target):
+        raise SpecError("guard-kind", f"guard {name!r} is not callable: {target!r}")
+    if _async_kind(target) is not None:
+        raise SpecError(
+            "guard-kind",
+            f"guard {name!r} ({_described(target)}) is async; a guard is a plain "
+            f"'def {name}(ctx) -> bool' that runs between phases and cannot await (a "
+            "coroutine would always count as true): do the awaiting in a phase handler and "
+            "record the result in ctx.state for the guard to read",
+        )
+    signature = _takes_one_argument(target)
+    if signature is not None:
+        raise SpecError(
+            "guard-signature",
+            f"guard {name!r} ({_described(target)}) takes {signature}; a guard takes one "
+            f"argument, the PhaseContext: 'def {name}(ctx: PhaseContext) -> bool' (read "
+            "ctx.params and ctx.state)",
+        )
+    for path in guard_info(fn).reads:
+        _check_read(name, path)
+
+
+def _check_read(guard: str, path: str) -> None:
+    """The field a declared read starts with must exist on HarnessParams/HarnessState."""
+    root, field = path.split(".")[:2]
+    cls = HarnessParams if root == "params" else HarnessState
+    if not hasattr(cls, field):
+        names = [n for n in dir(cls) if not n.startswith("_")]
+        hint = did_you_mean(field, names)
+        raise SpecError(
+            "guard-reads",
+            f"guard {guard!r} declares it reads {path!r}, but {cls.__name__} has no field "
+            f"{field!r}{hint}",
+        )
 
 
 def _check_fallthrough(spec: MachineSpec) -> None:
@@ -142,24 +253,13 @@ def _check_fallthrough(spec: MachineSpec) -> None:
             )
 
 
-def _reachable(start: str, edges: dict[str, list[str]]) -> set[str]:
-    seen = {start}
-    queue = deque([start])
-    while queue:
-        for nxt in edges.get(queue.popleft(), ()):
-            if nxt not in seen:
-                seen.add(nxt)
-                queue.append(nxt)
-    return seen
-
-
 def _check_reachability(spec: MachineSpec) -> None:
     forward: dict[str, list[str]] = {}
     backward: dict[str, list[str]] = {}
     for t in spec.transitions:
         forward.setdefault(t.source, []).append(t.target)
         backward.setdefault(t.target, []).append(t.source)
-    reached = _reachable(spec.initial, forward)
+    reached = reachable(spec.initial, forward)
     unreachable = tuple(n for n in spec.state_names if n not in reached)
     if unreachable:
         raise SpecError(
@@ -170,7 +270,7 @@ def _check_reachability(spec: MachineSpec) -> None:
         )
     can_finish: set[str] = set()
     for f in spec.final_states:
-        can_finish |= _reachable(f.name, backward)
+        can_finish |= reachable(f.name, backward)
     stuck = tuple(n for n in spec.state_names if n not in can_finish)
     if stuck:
         finals = ", ".join(repr(f.name) for f in spec.final_states)
@@ -189,6 +289,7 @@ CHECKS: tuple[Callable[[MachineSpec], None], ...] = (
     _check_guards,
     _check_fallthrough,
     _check_reachability,
+    check_bounded,
 )
 
 
@@ -236,7 +337,7 @@ def _build_class(spec: MachineSpec) -> type[StateMachine]:
         event = edge if event is None else event | edge
     attrs_[STEP_EVENT] = event
     for name, fn in spec.guards.items():
-        attrs_[f"_guard_{name}"] = _guard_method(f"_guard_{name}", fn)
+        attrs_[f"_guard_{name}"] = _guard_method(f"_guard_{name}", unwrap_guard(fn))
     class_name = "".join(p.capitalize() for p in spec.name.replace("-", "_").split("_")) or "M"
     return type(f"{class_name}Machine", (_MachineBase,), attrs_)
 
@@ -304,17 +405,20 @@ class CompiledMachine:
 
 
 def compile_spec(spec: MachineSpec) -> CompiledMachine:
-    """Check ``spec`` and compile it. Raises :class:`SpecError` for a spec that cannot run."""
+    """Check ``spec`` and compile it. Raises :class:`SpecError` for a spec that cannot run:
+    among others, a handler that is not async, a guard that does not take one argument, a
+    misspelled name (with "did you mean"), and a cycle no budget bounds (see
+    :func:`~innerloop.fsm.loop_proof`)."""
     for check in CHECKS:
         check(spec)
     machine_class = _build_class(spec)
     table = {
         s.name: tuple(
-            Edge(t, spec.guards[t.guard] if t.guard else None)
+            Edge(t, unwrap_guard(spec.guards[t.guard]) if t.guard else None)
             for t in spec.transitions_from(s.name)
         )
         for s in spec.states
     }
-    handlers = {name: (fn, inspect.isasyncgenfunction(fn)) for name, fn in spec.handlers.items()}
+    handlers = {name: (fn, _async_kind(fn) == "asyncgen") for name, fn in spec.handlers.items()}
     finals = frozenset(s.name for s in spec.final_states)
     return CompiledMachine(spec, machine_class, table, handlers, finals, spec.fingerprint)

@@ -20,12 +20,13 @@ Plugging in a custom state, for example a human approval step before tools run::
 The editing methods are :meth:`MachineSpec.add_state`, :meth:`~MachineSpec.insert_between`,
 :meth:`~MachineSpec.add_transition`, :meth:`~MachineSpec.replace_transition`,
 :meth:`~MachineSpec.remove_transition`, :meth:`~MachineSpec.replace_handler`,
-:meth:`~MachineSpec.with_guard` and :meth:`~MachineSpec.renamed`. Worked examples live in
-``innerloop.examples``.
+:meth:`~MachineSpec.with_guard`, :meth:`~MachineSpec.allow_unbounded` and
+:meth:`~MachineSpec.renamed`. Worked examples live in ``innerloop.examples``.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 import attrs
 
 from innerloop._errors import SpecError
+from innerloop.fsm._guardinfo import GuardInfo, declared, unwrap_guard
 
 if TYPE_CHECKING:
     from innerloop._events import Event
@@ -62,6 +64,9 @@ EdgeKind: TypeAlias = Literal["happy", "recovery", "exit"]
 HandlerResult: TypeAlias = Awaitable["Sequence[Event] | None"]
 
 
+EdgeKey: TypeAlias = tuple[str, str, str | None]
+
+
 def callable_name(fn: object) -> str:
     """``module:qualname`` of a handler or guard (what a machine's signature records)."""
     target = getattr(fn, "func", fn)  # functools.partial
@@ -72,6 +77,28 @@ def callable_name(fn: object) -> str:
 
 def _readonly(value: Mapping[str, Any]) -> Mapping[str, Any]:
     return MappingProxyType(dict(value))
+
+
+def _readonly_reasons(value: Mapping[EdgeKey, str]) -> Mapping[EdgeKey, str]:
+    return MappingProxyType(dict(value))
+
+
+def did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` for the closest of ``candidates`` to a misspelled
+    ``word``, or ``""`` when none is close."""
+    close = difflib.get_close_matches(word, list(candidates), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def edge_hint(spec: MachineSpec, transition: TransitionSpec) -> str:
+    """For an edge ``spec`` lacks: the closest edge out of its source (``"; did you mean
+    'a -> b [g]'? (...)"``) and where to list them all."""
+    source = transition.source
+    listed = f"its edges from {source!r} are listed by transitions_from({source!r})"
+    # compare what follows the source: every candidate shares it
+    edges = {str(t).partition(" -> ")[2]: t for t in spec.transitions_from(source)}
+    close = difflib.get_close_matches(str(transition).partition(" -> ")[2], list(edges), n=1)
+    return f"; did you mean '{edges[close[0]]}'? ({listed})" if close else f"; {listed}"
 
 
 def _state_tuple(value: Iterable[StateSpec]) -> tuple[StateSpec, ...]:
@@ -143,6 +170,9 @@ class MachineSpec:
     """Phase handler per non-final state name."""
     guards: Mapping[str, Guard] = attrs.field(converter=_readonly, eq=False)
     """Guard functions by name."""
+    unbounded: Mapping[EdgeKey, str] = attrs.field(factory=dict, converter=_readonly_reasons)
+    """Edges allowed to close a cycle no budget bounds, each with the reason given
+    (:meth:`allow_unbounded`)."""
     import_path: str | None = attrs.field(default=None, eq=False, kw_only=True)
     """Where the spec can be imported from (``module:attr``; the attribute may also be a
     function taking no argument that returns the spec), recorded with every run so that
@@ -168,7 +198,10 @@ class MachineSpec:
             "states": [[s.name, s.kind, s.exit_reason] for s in self.states],
             "transitions": [[t.source, t.target, t.guard, t.kind] for t in self.transitions],
             "handlers": {k: callable_name(v) for k, v in sorted(self.handlers.items())},
-            "guards": {k: callable_name(v) for k, v in sorted(self.guards.items())},
+            "guards": {
+                k: callable_name(unwrap_guard(v)) for k, v in sorted(self.guards.items())
+            },
+            "unbounded": sorted([*edge, why] for edge, why in self.unbounded.items()),
         }
 
     @property
@@ -187,7 +220,8 @@ class MachineSpec:
         for s in self.states:
             if s.name == name:
                 return s
-        raise SpecError("unknown-state", f"spec {self.name!r} has no state {name!r}", (name,))
+        hint = did_you_mean(name, self.state_names)
+        raise SpecError("unknown-state", f"spec {self.name!r} has no state {name!r}{hint}", (name,))
 
     def transitions_from(self, name: str) -> tuple[TransitionSpec, ...]:
         return tuple(t for t in self.transitions if t.source == name)
@@ -259,9 +293,15 @@ class MachineSpec:
         ``state``, and ``state`` leaves by ``transitions`` (default: ``state -> target``)."""
         edges = [t for t in self.transitions if t.source == source and t.target == target]
         if not edges:
+            for end in (source, target):
+                self.state(end)  # an unknown state: says which, with "did you mean"
+            targets = ", ".join(
+                dict.fromkeys(repr(t.target) for t in self.transitions_from(source))
+            )
             raise SpecError(
                 "no-such-edge",
-                f"spec {self.name!r} has no transition {source!r} -> {target!r} to insert into",
+                f"spec {self.name!r} has no transition {source!r} -> {target!r} to insert "
+                f"into; {source!r} leads to {targets or 'nothing'}",
                 (source, target),
             )
         spec = self.add_state(state, handler)
@@ -324,18 +364,45 @@ class MachineSpec:
             )
         return attrs.evolve(self, handlers={**self.handlers, state: handler}, import_path=None)
 
-    def with_guard(self, name: str, guard: Guard) -> MachineSpec:
-        """Add or replace a named guard."""
+    def with_guard(
+        self,
+        name: str,
+        guard: Guard,
+        *,
+        reads: Iterable[str] | None = None,
+        spends: str | None = None,
+        exhausts: str | None = None,
+    ) -> MachineSpec:
+        """Add or replace a named guard.
+
+        ``reads``, ``spends`` and ``exhausts`` declare what the guard reads and the budget
+        it bounds, as :func:`~innerloop.fsm.guard` does on a function (given here, they
+        replace what the function declares, and the function itself is left as it is)."""
+        if reads is not None or spends is not None or exhausts is not None:
+            guard = declared(guard, GuardInfo(reads or (), spends, exhausts))
         return attrs.evolve(self, guards={**self.guards, name: guard}, import_path=None)
+
+    def allow_unbounded(self, edge: TransitionSpec, why: str) -> MachineSpec:
+        """Let ``edge`` close a cycle that no budget bounds (``compile_spec`` refuses such
+        a cycle otherwise), saying ``why`` the loop is meant to be open-ended, e.g. a
+        person answers on each round. The edge must exist when the spec is compiled."""
+        if not why.strip():
+            raise SpecError(
+                "unbounded-why",
+                f"allow_unbounded({edge}) needs a reason: say why a run may go round this "
+                "loop without limit (it shows in the proof and in code review)",
+                (edge.source,),
+            )
+        return attrs.evolve(self, unbounded={**self.unbounded, edge.key: why}, import_path=None)
 
     def _index(self, transition: TransitionSpec) -> int:
         for i, t in enumerate(self.transitions):
             if t.key == transition.key:
                 return i
+        self.state(transition.source)  # an unknown state: says which, with "did you mean"
         raise SpecError(
             "no-such-edge",
-            f"spec {self.name!r} has no transition {transition}; its edges from "
-            f"{transition.source!r} are listed by transitions_from({transition.source!r})",
+            f"spec {self.name!r} has no transition {transition}{edge_hint(self, transition)}",
             (transition.source,),
         )
 

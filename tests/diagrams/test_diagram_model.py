@@ -9,7 +9,7 @@ import pytest
 
 from innerloop import HarnessParams
 from innerloop._events import Transition
-from innerloop.diagrams import Trace, build_diagram, load_trace, trace_from_events
+from innerloop.diagrams import Trace, build_diagram, load_trace, to_dot, trace_from_events
 from innerloop.fsm import DEFAULT_SPEC, compile_spec
 from innerloop.testing import ScriptedProvider, reply
 
@@ -21,6 +21,25 @@ class TestBuildDiagram:
         assert (len(d.states), len(d.edges)) == (19, 43)
         assert d.state("compact").kind == "recovery"
         assert d.state("failed").exit_reason == "failed"
+
+    def test_edge_tooltips_show_reads_and_budgets(self) -> None:
+        """Each edge's tooltip (in DOT and the SVG) names what its guard reads and the
+        budget that bounds it."""
+        d = build_diagram(DEFAULT_SPEC)
+        tips = {e.key: e.tooltip for e in d.edges}
+        assert tips[("call", "call", "transient_retry")] == (
+            "call -> call [transient_retry]\n"
+            "reads state.error, state.transient_failures, params.recovery.transient_retries\n"
+            "bounded: spends transient_retries"
+        )
+        assert tips[("check", "assemble", None)] == (
+            "check -> assemble\nbounded: turns, after turn_limit_continuing"
+        )
+        assert tips[("compact", "abort", "cannot_shrink")] == (
+            "compact -> abort [cannot_shrink]\nreads state.outcome\n"
+            "exhausts compactions: bounds the edges after it"
+        )
+        assert 'tooltip="call -> call [transient_retry]\nreads state.error' in to_dot(d)
 
     def test_priorities_and_labels(self) -> None:
         """Edges carry their 1-based priority; the unguarded last one reads 'else'."""

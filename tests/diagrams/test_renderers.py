@@ -15,10 +15,13 @@ class TestDot:
     def test_recovery_edges_differ(self) -> None:
         """Recovery edges are dashed orange, happy ones black, exits green."""
         dot = to_dot(build_diagram(DEFAULT_SPEC))
-        assert '\tnormalize -> call [color="#222222" fontcolor="#222222" weight=8]' in dot
+        assert (
+            '\tnormalize -> call [color="#222222" fontcolor="#222222" '
+            'tooltip="normalize -> call" weight=8]' in dot
+        )
         assert (
             '\tbackoff -> call [label="2. else" color="#d35400" fontcolor="#d35400" '
-            "style=dashed weight=1]" in dot
+            'style=dashed tooltip="backoff -> call" weight=1]' in dot
         )
         assert 'check -> model_complete [label="5. model_finished" color="#2e7d32"' in dot
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
+import attrs
 import pytest
 
 from innerloop import (
@@ -194,3 +196,172 @@ def test_replace_handler() -> None:
     state = Harness(params, [ScriptedProvider([reply("hi")])], machine=spec).run_sync("go")
     assert state.exit_reason == "model_complete"
     assert calls == ["check"]
+
+
+def _audit_spec(handler: Any) -> Any:
+    return DEFAULT_SPEC.insert_between("execute", "check", StateSpec("audit"), handler)
+
+
+def test_plain_def_handler_refused_naming_the_fix() -> None:
+    """A sync handler fails at compile time (not with 'can't be used in await' mid-run)."""
+
+    def audit(ctx: PhaseContext) -> None:
+        return None
+
+    with pytest.raises(SpecError) as info:
+        compile_spec(_audit_spec(audit))
+    assert info.value.rule == "handler-kind"
+    assert str(info.value) == (
+        "handler of state 'audit' (test_plain_def_handler_refused_naming_the_fix.<locals>."
+        "audit) is a plain function; a phase handler is awaited: write it as 'async def "
+        "audit(ctx)' (returning None or a list of events) or as an async generator "
+        "yielding events"
+    )
+    with pytest.raises(SpecError, match=r"^handler of state 'audit' \(.*<lambda>\) is a plain"):
+        compile_spec(_audit_spec(lambda ctx: None))
+
+
+def test_handler_with_wrong_signature_refused() -> None:
+    """A handler that cannot take the context alone is refused."""
+
+    async def audit(ctx: PhaseContext, extra: int) -> None:
+        return None
+
+    with pytest.raises(SpecError) as info:
+        compile_spec(_audit_spec(audit))
+    assert info.value.rule == "handler-signature"
+    assert "takes (ctx: 'PhaseContext', extra: 'int'); a phase handler takes one argument" in str(
+        info.value
+    )
+
+
+def test_partial_and_callable_object_handlers_run() -> None:
+    """functools.partial of an async function and an object whose __call__ is an async
+    generator compile and run as handlers (the generator's events reach the host)."""
+    from innerloop import Harness
+    from innerloop._events import Alert
+
+    seen: list[str] = []
+
+    async def note(tag: str, ctx: PhaseContext) -> None:
+        seen.append(tag)
+
+    class Redact:
+        async def __call__(self, ctx: PhaseContext) -> Any:
+            yield Alert("audited", "checked")
+
+    spec = (
+        _audit_spec(functools.partial(note, "audit"))
+        .insert_between("audit", "check", StateSpec("redact"), Redact())
+        .renamed("audited_twice")
+    )
+    params = HarnessParams(model="scripted:m-20250101", tools=[_echo_tool()])
+    provider = ScriptedProvider([reply(tool_call("echo", id="e1")), reply("done")])
+    events: list[Any] = []
+    state = Harness(params, [provider], machine=spec).run_sync("go", on_event=events.append)
+    assert state.exit_reason == "model_complete"
+    assert seen == ["audit"]
+    assert [(e.kind, e.message) for e in events if e.type == "alert"] == [("audited", "checked")]
+
+
+def _echo_tool() -> ToolSpec:
+    async def echo(args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+        return ToolOutput("e")
+
+    return ToolSpec("echo", "e", {"type": "object"}, echo)
+
+
+@pytest.mark.parametrize(
+    ("fn", "rule", "text"),
+    [
+        (
+            lambda: True,
+            "guard-signature",
+            "guard 'looks_done' (<lambda>) takes (); a guard takes one argument, the "
+            "PhaseContext: 'def looks_done(ctx: PhaseContext) -> bool' (read ctx.params and "
+            "ctx.state)",
+        ),
+        (
+            lambda ctx, call: True,
+            "guard-signature",
+            "guard 'looks_done' (<lambda>) takes (ctx, call); a guard takes one argument",
+        ),
+    ],
+)
+def test_guard_with_wrong_signature_refused(fn: Any, rule: str, text: str) -> None:
+    """A guard must take exactly the context."""
+    spec = DEFAULT_SPEC.with_guard("looks_done", fn)
+    with pytest.raises(SpecError) as info:
+        compile_spec(spec)
+    assert info.value.rule == rule
+    assert str(info.value).startswith(text)
+
+
+def test_async_guard_refused() -> None:
+    """An async guard would always hold (a coroutine is truthy): refused."""
+
+    async def looks_done(ctx: PhaseContext) -> bool:
+        return False
+
+    with pytest.raises(SpecError) as info:
+        compile_spec(DEFAULT_SPEC.with_guard("looks_done", looks_done))  # type: ignore[arg-type]
+    assert info.value.rule == "guard-kind"
+    assert "is async; a guard is a plain 'def looks_done(ctx) -> bool'" in str(info.value)
+
+
+def test_misspelled_names_say_did_you_mean() -> None:
+    """Every place a state, guard, edge or read is named suggests the close match."""
+    cases: list[tuple[Any, str]] = [
+        (
+            lambda: compile_spec(
+                DEFAULT_SPEC.add_transition(T("check", "asemble", "tasks_complete"))
+            ),
+            "transition check -> asemble [tasks_complete] refers to undeclared state 'asemble'; "
+            "did you mean 'assemble'? Otherwise declare it with add_state()",
+        ),
+        (
+            lambda: compile_spec(
+                DEFAULT_SPEC.replace_transition(
+                    T("assemble", "max_turns_exceeded", "turn_limit"),
+                    T("assemble", "max_turns_exceeded", "turn_limt", "exit"),
+                )
+            ),
+            "transition assemble -> max_turns_exceeded [turn_limt] names guard 'turn_limt', "
+            "which resolves to nothing; did you mean 'turn_limit'? Otherwise add it with "
+            "with_guard()",
+        ),
+        (
+            lambda: compile_spec(attrs.evolve(DEFAULT_SPEC, initial="idel")),
+            "initial state 'idel' is not declared; did you mean 'idle'?",
+        ),
+        (
+            lambda: compile_spec(
+                attrs.evolve(DEFAULT_SPEC, handlers={**DEFAULT_SPEC.handlers, "chek": _noop})
+            ),
+            "a handler is given for undeclared state 'chek'; did you mean 'check'?",
+        ),
+        (
+            lambda: DEFAULT_SPEC.replace_handler("comapct", _noop),
+            "spec 'innerloop' has no state 'comapct'; did you mean 'compact'?",
+        ),
+        (
+            lambda: DEFAULT_SPEC.insert_between("stream", "exectue", StateSpec("x"), _noop),
+            "spec 'innerloop' has no state 'exectue'; did you mean 'execute'?",
+        ),
+        (
+            lambda: DEFAULT_SPEC.remove_transition(T("check", "asemble")),
+            "spec 'innerloop' has no transition check -> asemble; did you mean 'check -> "
+            "assemble'? (its edges from 'check' are listed by transitions_from('check'))",
+        ),
+        (
+            lambda: compile_spec(
+                DEFAULT_SPEC.with_guard("late", lambda ctx: True, reads=("state.tunrs",))
+            ),
+            "guard 'late' declares it reads 'state.tunrs', but HarnessState has no field "
+            "'tunrs'; did you mean 'turns'?",
+        ),
+    ]
+    for action, message in cases:
+        with pytest.raises(SpecError) as info:
+            action()
+        assert str(info.value) == message
