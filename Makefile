@@ -13,7 +13,7 @@ test: $(STAMP)
 	$(PY) -m pytest --innerloop-coverage-strict
 
 lint: $(STAMP)
-	$(PY) -m ruff check innerloop tests bench
+	$(PY) -m ruff check innerloop tests bench examples
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
 

@@ -53,8 +53,10 @@ async def measure(
     failures: int = 10,
     cooldown: float = 5.0,
     max_cooldown: float = 60.0,
+    at_least: int = 0,
 ) -> dict[str, Any]:
-    """Run ``loops`` loops through a ``storm``-second 429 storm; the figures."""
+    """Run ``loops`` loops through a ``storm``-second 429 storm (lasting on until it has
+    answered ``at_least`` requests); the figures, timed from the storm's real end."""
     server = AnthropicServer([reply("ok")] * (loops + 17))
     server.start()
     transport = AsyncioTransport(max_connections=loops + 64)
@@ -78,12 +80,13 @@ async def measure(
 
     try:
         await harness.run("warm up")  # the SDK's first request builds its client: not timed
-        server.storm(storm * factor, retry_after)
+        server.storm(storm * factor, retry_after, at_least=at_least)
         storm_end = time.monotonic() + storm * factor
         reasons = await asyncio.gather(*(one() for _ in range(loops)))
     finally:
         await provider.aclose()
         server.stop()
+    storm_end = server.storm_end or storm_end
     stormed = len(server.storm_requests)
     answered = [e for e in ends if e >= storm_end]
     g = gates.gate(provider, MODEL.split(":", 1)[1])

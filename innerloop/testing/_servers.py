@@ -207,8 +207,10 @@ class LoopbackServer:
         self._stop: asyncio.Event | None = None
         self._ready = threading.Event()
         self._start_error: BaseException | None = None
-        self._storm: tuple[float, RateLimit] | None = None
+        self._storm: tuple[float, RateLimit, int] | None = None
         self.storm_requests: list[float] = []
+        self.storm_end: float | None = None
+        """When the last storm ended (``time.monotonic()``), once it has."""
         """When (``time.monotonic()``) each request answered by the storm arrived."""
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -227,11 +229,16 @@ class LoopbackServer:
         """Append steps to the script."""
         self.script.extend(steps)
 
-    def storm(self, seconds: float, retry_after: float | None = None) -> None:
-        """For the next ``seconds`` (real time), answer every request with a 429 (with
-        ``retry_after``, if given) without playing the script; then play it again."""
-        self._storm = (time.monotonic() + seconds, RateLimit(retry_after))
+    def storm(
+        self, seconds: float, retry_after: float | None = None, *, at_least: int = 0
+    ) -> None:
+        """For the next ``seconds`` (real time), and until it has answered ``at_least``
+        requests, answer every request with a 429 (with ``retry_after``, if given) without
+        playing the script; then play it again. ``at_least`` makes a storm meet a known
+        number of requests however slowly a loaded machine sends them."""
+        self._storm = (time.monotonic() + seconds, RateLimit(retry_after), at_least)
         self.storm_requests = []
+        self.storm_end = None
 
     def start(self) -> Self:
         if self._thread is not None:
@@ -380,9 +387,11 @@ class LoopbackServer:
         model = str(body.get("model") or self.model) if isinstance(body, dict) else self.model
         if self._storm is not None:
             now = time.monotonic()
-            if now < self._storm[0]:
+            until, fault, at_least = self._storm
+            if now < until or len(self.storm_requests) < at_least:
                 self.storm_requests.append(now)
-                return self._render(self._storm[1], stream, model)
+                return self._render(fault, stream, model)
+            self._storm, self.storm_end = None, max([until, *self.storm_requests[-1:]])
         if self.played >= len(self.script):
             return self._error(
                 400,
