@@ -433,3 +433,38 @@ class TestOff:
     def test_sdk_tracer_alone_is_on(self, tracer_provider: TracerProvider) -> None:
         """An SDK tracer provider with the API's meter: spans go somewhere, so not off."""
         assert not Tracing(tracer_provider=tracer_provider).off
+
+
+class TestCustomMachine:
+    def test_approval_run_traced(
+        self, make_harness: Any, exporter: InMemorySpanExporter, tracer_provider: TracerProvider
+    ) -> None:
+        """A run of the approval machine: its name on the agent span, its custom state's
+        transitions as span events, the tool span once the call is approved on resume."""
+        from innerloop.examples import with_approval
+
+        harness = make_harness(
+            params(),
+            ScriptedProvider([reply(tool_call("echo", {"x": "a"}, id="e1")), reply("done")]),
+            machine=with_approval(),
+            observers=[tracing(tracer_provider)],
+        )
+        run = harness.start("go")
+        assert run.run_sync().exit_reason == "suspended"
+        assert harness.resume(run, answer=True).run_sync().exit_reason == "model_complete"
+        agents = [s for s in exporter.get_finished_spans() if s.name == "invoke_agent innerloop"]
+        assert [a.attributes["innerloop.machine"] for a in agents] == ["approval", "approval"]  # type: ignore[index]
+        moves = [
+            (
+                e.attributes["innerloop.transition.source"],
+                e.attributes["innerloop.transition.target"],
+            )  # type: ignore[index]
+            for a in agents
+            for e in a.events
+            if e.name == "transition"
+        ]
+        assert ("stream", "approve") in moves
+        assert ("approve", "suspended") in moves
+        assert ("approve", "execute") in moves
+        (tool,) = by_name(exporter.get_finished_spans())["execute_tool echo"]
+        assert tool.attributes["innerloop.tool.outcome"] == "ok"  # type: ignore[index]
