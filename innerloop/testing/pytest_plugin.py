@@ -96,8 +96,8 @@ def load_machine(reference: str) -> MachineSpec:
 def pytest_configure(config: pytest.Config) -> None:
     coverage = TransitionCoverage()
     for value in config.getoption(_OPTION):
-        machine, _, base = value.partition("-")
-        coverage.track(load_machine(machine), added_over=load_machine(base) if base else None)
+        machine, minus, base = value.partition("-")
+        coverage.track(load_machine(machine), added_over=load_machine(base) if minus else None)
     config.stash[_KEY] = coverage
 
 

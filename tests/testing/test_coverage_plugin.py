@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from innerloop.examples import CostCap, with_cost_cap, with_guardrail
+from innerloop.fsm import DEFAULT_SPEC
+from innerloop.testing import TransitionCoverage
+
 pytest_plugins = ["pytester"]
 
 
@@ -19,7 +23,7 @@ def _project_settings(pytester: pytest.Pytester) -> None:
 
 INNER = """
 from innerloop import Harness, HarnessParams
-from innerloop.examples import with_guardrail
+from innerloop.examples import CostCap, with_cost_cap, with_guardrail
 from innerloop.testing import ScriptedProvider, reply
 
 def test_one_run(transition_coverage):
@@ -66,10 +70,7 @@ def test_an_untracked_machine_is_named(pytester: pytest.Pytester) -> None:
 
 
 def test_two_machines_with_one_name_are_refused() -> None:
-    from innerloop.examples import with_cost_cap, with_guardrail
-    from innerloop.examples.costcap import CostCap
-    from innerloop.testing import TransitionCoverage
-
+    """Two machines with one name could not be reported apart: the second is refused."""
     coverage = TransitionCoverage()
     coverage.track(with_guardrail())
     with pytest.raises(ValueError, match="both named 'guardrail'"):
@@ -232,6 +233,7 @@ def _gate(transition_coverage):
         [
             ("refunds", "--innerloop-coverage: 'refunds' is not MODULE:ATTR; name a machine"),
             ("refunds:NOPE", "--innerloop-coverage: 'refunds' has no attribute 'NOPE'"),
+            ("refunds:SPEC-", "--innerloop-coverage: '' is not MODULE:ATTR; name a machine"),
             ("nowhere:SPEC", "--innerloop-coverage: cannot import 'nowhere' (No module named"),
             (
                 "refunds:asks_for_a_person",
@@ -251,3 +253,32 @@ def _gate(transition_coverage):
         result = refunds.runpytest(*PLUGIN, f"--innerloop-coverage={reference}")
         assert result.ret == pytest.ExitCode.USAGE_ERROR
         assert message in result.stderr.str()
+
+
+class TestTracking:
+    def test_tracking_again_adds_to_what_is_reported(self) -> None:
+        """Added edges first, then the whole machine: the whole machine is reported."""
+        coverage = TransitionCoverage()
+        spec = with_guardrail()
+        coverage.track(spec, added_over=DEFAULT_SPEC)
+        added = coverage.tracked["guardrail"]
+        assert ([str(t) for t in added.edges], added.base) == (
+            ["execute -> redact", "redact -> abort [abort_requested]", "redact -> check"],
+            "innerloop",
+        )
+        coverage.track(spec)
+        assert (coverage.tracked["guardrail"].edges, coverage.tracked["guardrail"].base) == (
+            spec.transitions,
+            None,
+        )
+
+    def test_counts_are_pooled_by_edge_key(self) -> None:
+        """A transition counts for every machine with that edge, whatever its name."""
+        coverage = TransitionCoverage()
+        coverage.track(DEFAULT_SPEC)
+        edge = DEFAULT_SPEC.transitions[0]
+        coverage.on_transition("guardrail", edge)
+        coverage.on_transition("innerloop", edge)
+        assert coverage.count(edge) == 2
+        assert edge not in coverage.missing(coverage.tracked["innerloop"])
+        assert coverage.untracked() == []
