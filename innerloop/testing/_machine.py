@@ -24,6 +24,11 @@ SCRIPTED_PARAMS = HarnessParams(model="scripted:scripted-model")
 """The params of a probe or scenario when the test gives none."""
 
 
+def compiled_machine(machine: MachineSpec | CompiledMachine) -> CompiledMachine:
+    """``machine``, compiled (and so checked) unless it already is."""
+    return machine if isinstance(machine, CompiledMachine) else compile_spec(machine)
+
+
 def phase_context(
     params: HarnessParams, state: HarnessState, deps: Deps | None = None
 ) -> PhaseContext:
@@ -85,7 +90,7 @@ def machine_at(
     observers: Iterable[TransitionObserver] = (),
 ) -> MachineProbe:
     """A probe of ``machine`` in ``state_name`` over ``state`` and ``params``."""
-    compiled = machine if isinstance(machine, CompiledMachine) else compile_spec(machine)
+    compiled = compiled_machine(machine)
     compiled.spec.state(state_name)
     params = params or SCRIPTED_PARAMS
     return MachineProbe(compiled, params, state or HarnessState(), state_name, tuple(observers))

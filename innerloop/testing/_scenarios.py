@@ -4,8 +4,9 @@ chooses exactly that transition.
 ``scenario("call", "backoff")`` builds real data (a ``HarnessState`` with the fields the
 guards read, a real ``ModelResponse``, a real ``ProviderError``) and checks, before handing
 it over, that the machine's own selection takes that edge. A custom machine registers a
-builder for each edge it adds with :meth:`Scenarios.add`; the edges it keeps from the
-default machine (same source, same guard function) reuse the default builders.
+builder for each edge it adds with :meth:`Scenarios.add`. An edge guarded by one of the
+default machine's guards (the same function), or a fallthrough edge out of one of its
+states, reuses the default builder; the check above says when one does not fit.
 """
 
 from __future__ import annotations
@@ -27,21 +28,24 @@ from innerloop._messages import (
     Usage,
 )
 from innerloop._tasks import Task
-from innerloop.fsm._compile import CompiledMachine, compile_spec
+from innerloop.fsm._compile import CompiledMachine
 from innerloop.fsm._context import Deps, PhaseContext
 from innerloop.fsm._default import DEFAULT_SPEC
 from innerloop.fsm._params import HarnessParams, SpendBudget
 from innerloop.fsm._spec import MachineSpec, TransitionSpec
 from innerloop.fsm._state import HarnessState, Outcome
-from innerloop.testing._machine import SCRIPTED_PARAMS, phase_context
+from innerloop.testing._machine import (
+    SCRIPTED_PARAMS,
+    EdgeKey,
+    compiled_machine,
+    phase_context,
+)
 
 __all__ = ["ScenarioBuilder", "ScenarioError", "Scenarios", "scenario"]
 
 ScenarioBuilder: TypeAlias = Callable[[HarnessParams, HarnessState], HarnessParams | None]
 """Sets the fields of a fresh ``HarnessState`` so that one edge is chosen; returns other
 params when the edge needs them (``attrs.evolve(params, ...)``), or None to keep them."""
-
-EdgeKey: TypeAlias = tuple[str, str, str | None]
 
 
 @attrs.frozen
@@ -309,10 +313,6 @@ _FALLTHROUGH: Mapping[str, ScenarioBuilder] = MappingProxyType(
 # -- the registry ---------------------------------------------------------------------------
 
 
-def _compiled(machine: MachineSpec | CompiledMachine) -> CompiledMachine:
-    return machine if isinstance(machine, CompiledMachine) else compile_spec(machine)
-
-
 def _readonly(value: Mapping[EdgeKey, ScenarioBuilder]) -> Mapping[EdgeKey, ScenarioBuilder]:
     return MappingProxyType(dict(value))
 
@@ -329,14 +329,15 @@ class Scenarios:
     """The scenarios of one machine: for each of its transitions, how to build the context
     in which the machine chooses it.
 
-    An edge the machine shares with the default one (same source, same guard function)
-    uses the default builder; a custom edge needs one, registered with :meth:`add`::
+    An edge guarded by one of the default machine's guards (the same function), or a
+    fallthrough out of one of its states, uses the default builder; any other edge needs
+    one, registered with :meth:`add`::
 
         scenarios = Scenarios(with_guardrail()).add("redact", "check", redacted)
         ctx = scenarios.context("redact", "check")
     """
 
-    machine: CompiledMachine = attrs.field(converter=_compiled)
+    machine: CompiledMachine = attrs.field(converter=compiled_machine)
     """The machine (a ``MachineSpec`` is compiled, and so checked, here)."""
     builders: Mapping[EdgeKey, ScenarioBuilder] = attrs.field(
         factory=dict, converter=_readonly, eq=False
