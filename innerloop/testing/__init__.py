@@ -1,15 +1,17 @@
 """Test helpers for innerloop users: scripted providers, a fake clock, one-transition probes,
-transition coverage."""
+per-transition scenarios, transition coverage."""
 
 from innerloop.testing._bedrock import BedrockServer
 from innerloop.testing._clock import FakeClock
 from innerloop.testing._history import assert_valid_history, history_problems
 from innerloop.testing._machine import (
     MachineProbe,
+    TrackedMachine,
     TransitionCoverage,
     machine_at,
     phase_context,
 )
+from innerloop.testing._scenarios import ScenarioBuilder, ScenarioError, Scenarios, scenario
 from innerloop.testing._scripted import (
     FakeProvider,
     Fault,
@@ -50,9 +52,13 @@ __all__ = [
     "RecordedRequest",
     "Reply",
     "ResponsesServer",
+    "ScenarioBuilder",
+    "ScenarioError",
+    "Scenarios",
     "ScriptedProvider",
     "SlowReply",
     "StreamError",
+    "TrackedMachine",
     "TransitionCoverage",
     "Trickle",
     "Truncated",
@@ -61,6 +67,7 @@ __all__ = [
     "machine_at",
     "phase_context",
     "reply",
+    "scenario",
     "text",
     "thinking",
     "tool_call",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TypeAlias
 
 import attrs
 
@@ -17,7 +18,15 @@ from innerloop.recovery._compaction import TruncatingCompactor
 from innerloop.recovery._tokens import ApproxTokenCounter, MessageTokenCache
 from innerloop.tools._runner import ToolRunner
 
-__all__ = ["MachineProbe", "TransitionCoverage", "machine_at", "phase_context"]
+__all__ = ["MachineProbe", "TrackedMachine", "TransitionCoverage", "machine_at", "phase_context"]
+
+SCRIPTED_PARAMS = HarnessParams(model="scripted:scripted-model")
+"""The params of a probe or scenario when the test gives none."""
+
+
+def compiled_machine(machine: MachineSpec | CompiledMachine) -> CompiledMachine:
+    """``machine``, compiled (and so checked) unless it already is."""
+    return machine if isinstance(machine, CompiledMachine) else compile_spec(machine)
 
 
 def phase_context(
@@ -81,53 +90,103 @@ def machine_at(
     observers: Iterable[TransitionObserver] = (),
 ) -> MachineProbe:
     """A probe of ``machine`` in ``state_name`` over ``state`` and ``params``."""
-    compiled = machine if isinstance(machine, CompiledMachine) else compile_spec(machine)
+    compiled = compiled_machine(machine)
     compiled.spec.state(state_name)
-    params = params or HarnessParams(model="scripted:scripted-model")
+    params = params or SCRIPTED_PARAMS
     return MachineProbe(compiled, params, state or HarnessState(), state_name, tuple(observers))
 
 
-class TransitionCoverage:
-    """Records the transitions taken, per machine name, and reports the ones never taken.
+EdgeKey: TypeAlias = tuple[str, str, str | None]
 
-    The pytest plugin reports the default machine; :meth:`track` a custom machine's spec
-    to have it reported (and, with ``--innerloop-coverage-strict``, gated) too."""
+
+def _spec_of(machine: MachineSpec | CompiledMachine) -> MachineSpec:
+    return machine.spec if isinstance(machine, CompiledMachine) else machine
+
+
+@attrs.frozen
+class TrackedMachine:
+    """A machine whose coverage is reported: the spec, the edges reported (and gated
+    by ``--innerloop-coverage-strict``), and the base they were added over, if any."""
+
+    spec: MachineSpec
+    edges: tuple[TransitionSpec, ...]
+    base: str | None = None
+    """The name of the machine ``edges`` were added over; None when all are reported."""
+
+
+class TransitionCoverage:
+    """Records the transitions taken and reports, per tracked machine, the ones never taken.
+
+    An edge is identified by its key ``(source, target, guard)``: a transition taken by
+    any machine counts for every tracked machine that has an edge with that key, so the
+    runs of a derived machine cover the edges it shares with its base. Nothing is tracked
+    until :meth:`track` is called (the pytest plugin calls it for each
+    ``--innerloop-coverage=MODULE:ATTR``)."""
 
     def __init__(self) -> None:
-        self.taken: dict[str, dict[tuple[str, str, str | None], int]] = {}
-        self.specs: dict[str, MachineSpec] = {}
+        self.taken: dict[str, dict[EdgeKey, int]] = {}
+        """Per machine name that took transitions: the count per edge key."""
+        self.tracked: dict[str, TrackedMachine] = {}
 
-    def track(self, spec: MachineSpec | CompiledMachine) -> None:
-        """Report ``spec``'s transitions at the end of the session, under its name."""
-        spec = spec.spec if isinstance(spec, CompiledMachine) else spec
-        known = self.specs.get(spec.name)
-        if known is not None and known.transitions != spec.transitions:
+    def track(
+        self,
+        machine: MachineSpec | CompiledMachine,
+        *,
+        added_over: MachineSpec | CompiledMachine | None = None,
+    ) -> None:
+        """Report ``machine``'s transitions at the end of the session, under its name;
+        with ``added_over``, only the edges it adds over that base machine (those whose
+        key the base does not have), e.g. ``track(spec, added_over=DEFAULT_SPEC)`` to gate
+        a custom machine's own edges and not the default machine's. Tracking a machine
+        again adds to what is reported."""
+        spec = _spec_of(machine)
+        base = None if added_over is None else _spec_of(added_over)
+        known = self.tracked.get(spec.name)
+        if known is not None and known.spec.transitions != spec.transitions:
             raise ValueError(
                 f"two different machines are both named {spec.name!r}: give each its own "
-                "name with MachineSpec.renamed() so their coverage is counted apart"
+                "name with MachineSpec.renamed() so their coverage is reported apart"
             )
-        self.specs[spec.name] = spec
-
-    def untracked(self) -> list[str]:
-        """Names of machines that took transitions but whose spec was not tracked."""
-        return sorted(set(self.taken) - set(self.specs))
+        inherited = set() if base is None else {t.key for t in base.transitions}
+        wanted = {t.key for t in spec.transitions if t.key not in inherited}
+        if known is not None:
+            wanted |= {t.key for t in known.edges}
+        edges = tuple(t for t in spec.transitions if t.key in wanted)
+        full = len(edges) == len(spec.transitions)
+        self.tracked[spec.name] = TrackedMachine(
+            spec, edges, None if full or base is None else base.name
+        )
 
     def on_transition(self, machine: str, transition: TransitionSpec) -> None:
         counts = self.taken.setdefault(machine, {})
         counts[transition.key] = counts.get(transition.key, 0) + 1
 
-    def count(self, machine: str, transition: TransitionSpec) -> int:
-        return self.taken.get(machine, {}).get(transition.key, 0)
+    def count(self, transition: TransitionSpec) -> int:
+        """How often an edge with ``transition``'s key was taken, by any machine."""
+        return sum(counts.get(transition.key, 0) for counts in self.taken.values())
 
-    def missing(self, spec: MachineSpec) -> list[TransitionSpec]:
-        return [t for t in spec.transitions if self.count(spec.name, t) == 0]
+    def missing(self, machine: MachineSpec | TrackedMachine) -> list[TransitionSpec]:
+        """The edges of ``machine`` (of a tracked machine: the reported ones) never taken."""
+        edges = machine.edges if isinstance(machine, TrackedMachine) else machine.transitions
+        return [t for t in edges if self.count(t) == 0]
 
-    def table(self, spec: MachineSpec) -> str:
-        lines = [f"transition coverage of {spec.name!r}:"]
-        for t in spec.transitions:
-            n = self.count(spec.name, t)
-            mark = "  " if n else "!!"
-            lines.append(f"{mark} {n:6d}  {t}")
-        done = len(spec.transitions) - len(self.missing(spec))
-        lines.append(f"{done}/{len(spec.transitions)} transitions taken")
+    def untracked(self) -> list[str]:
+        """Names of machines that took transitions none of which a tracked machine has."""
+        keys = {t.key for m in self.tracked.values() for t in m.spec.transitions}
+        return sorted(
+            name
+            for name, counts in self.taken.items()
+            if name not in self.tracked and keys.isdisjoint(counts)
+        )
+
+    def table(self, name: str) -> str:
+        """The coverage of the tracked machine ``name``, one line per reported edge."""
+        tracked = self.tracked[name]
+        over = f" (the transitions it adds over {tracked.base!r})" if tracked.base else ""
+        lines = [f"transition coverage of {name!r}{over}:"]
+        for t in tracked.edges:
+            n = self.count(t)
+            lines.append(f"{'  ' if n else '!!'} {n:6d}  {t}")
+        done = len(tracked.edges) - len(self.missing(tracked))
+        lines.append(f"{done}/{len(tracked.edges)} transitions taken")
         return "\n".join(lines)
