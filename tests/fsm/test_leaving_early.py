@@ -38,13 +38,7 @@ async def settle(condition: Any, rounds: int = 200) -> None:
     raise AssertionError("the condition never held")
 
 
-def test_break_pauses_and_resume_goes_on(
-    make_harness: Any, caplog: pytest.LogCaptureFixture
-) -> None:
-    asyncio.run(break_pauses_and_resume_goes_on(make_harness, caplog))
-
-
-async def break_pauses_and_resume_goes_on(
+async def test_break_pauses_and_resume_goes_on(
     make_harness: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     """``break`` at the transition into ``execute``: the tool has not run, the run waits in
@@ -84,11 +78,7 @@ async def break_pauses_and_resume_goes_on(
             pass
 
 
-def test_exception_in_the_body_pauses_mid_stream(make_harness: Any) -> None:
-    asyncio.run(exception_in_the_body_pauses_mid_stream(make_harness))
-
-
-async def exception_in_the_body_pauses_mid_stream(make_harness: Any) -> None:
+async def test_exception_in_the_body_pauses_mid_stream(make_harness: Any) -> None:
     """An exception while the answer streams, with a plain ``async for`` (the generator
     is closed by the loop once dropped): the stream is closed, the run waits in
     ``stream``, and resume asks the model again."""
