@@ -28,6 +28,8 @@ bench: $(STAMP)
 
 setup: $(STAMP)
 
+# The install is editable; pyproject's package-dir makes it a plain path entry (a .pth
+# line), which type checkers follow too: mypy run outside the repo finds innerloop.testing.
 $(STAMP): pyproject.toml scripts/setup-system.sh
 	sh scripts/setup-system.sh
 	python3 -m venv $(VENV)

@@ -138,7 +138,7 @@ async def measure_loopback(eager: bool, scale: float) -> float:
         provider = AnthropicProvider(api_key="bench-key", base_url=server.base_url)
         start = done_at = None
         async for event in Harness(params, [provider]).start("go").events():
-            if event.type == "transition" and event.target == "call" and start is None:  # type: ignore[attr-defined]
+            if event.type == "transition" and event.target == "call" and start is None:
                 start = time.monotonic()
             if isinstance(event, ToolExecuted) and done_at is None:
                 done_at = time.monotonic()

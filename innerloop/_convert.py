@@ -17,7 +17,8 @@ rules are generic, so this bottom module never imports the layers above it:
   ``retry_after``, ``raw``.
 - an attrs class that holds code (a field typed as a callable, like ``ToolSpec``): its
   ``name``. Reading looks the name up among the objects passed as ``named=``.
-- a value of a field typed ``Any`` (``HarnessState.notes``, a diagnostic, a tool's value):
+- a value of a field typed ``Any`` (``HarnessState.notes``, a diagnostic, a tool's value),
+  or a union with a class among its members (``HarnessParams.output_type``):
   JSON data as it is, tuples and sets as lists, attrs instances as dicts; anything else is
   refused with :class:`~innerloop._errors.ConversionError` rather than written half-way.
 """
@@ -107,6 +108,7 @@ def make_converter() -> cattrs.Converter:
     c.register_structure_hook_factory(
         _is_block_union, lambda t, conv: _block_structure(_blocks_of(t), conv)
     )
+    c.register_structure_hook_factory(_holds_a_class, lambda _: _as_is)
     c.register_unstructure_hook_factory(_is_event, _event_unstructure)
     c.register_structure_hook_factory(_is_event, _event_structure)
     c.register_unstructure_hook_factory(_is_provider_error, lambda _: ProviderError.fields)
@@ -205,6 +207,17 @@ def _refuse_unknown(cls: Any) -> Callable[[Any], Any]:
 
 def _identity(value: Any) -> Any:
     return value
+
+
+def _holds_a_class(tp: Any) -> bool:
+    """A union with a class among its members (``type[...]``), as
+    ``HarnessParams.output_type``: its value is read back as one typed ``Any`` is (as it
+    is), and written by its own class (a class itself has no JSON form)."""
+    return any(typing.get_origin(a) is type for a in _union_args(tp))
+
+
+def _as_is(data: Any, _: Any) -> Any:
+    return data
 
 
 # -- objects that hold code ------------------------------------------------------------------

@@ -8,7 +8,7 @@ driver. A run yields both, in order, as one async stream. Each event has a ``typ
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Literal, Self, TypeAlias
 
 import attrs
 
@@ -25,6 +25,7 @@ __all__ = [
     "Finished",
     "MessageComplete",
     "ModelResponseEvent",
+    "RunEvent",
     "RunStarted",
     "StreamEvent",
     "TextDelta",
@@ -72,21 +73,21 @@ class StreamEvent(Event):
 
 @attrs.frozen
 class TextDelta(StreamEvent):
-    type: ClassVar[str] = "text_delta"
+    type: ClassVar[Literal["text_delta"]] = "text_delta"
     index: int
     text: str
 
 
 @attrs.frozen
 class ThinkingDelta(StreamEvent):
-    type: ClassVar[str] = "thinking_delta"
+    type: ClassVar[Literal["thinking_delta"]] = "thinking_delta"
     index: int
     thinking: str
 
 
 @attrs.frozen
 class ToolUseStart(StreamEvent):
-    type: ClassVar[str] = "tool_use_start"
+    type: ClassVar[Literal["tool_use_start"]] = "tool_use_start"
     index: int
     id: str
     name: str
@@ -94,7 +95,7 @@ class ToolUseStart(StreamEvent):
 
 @attrs.frozen
 class ToolInputDelta(StreamEvent):
-    type: ClassVar[str] = "tool_input_delta"
+    type: ClassVar[Literal["tool_input_delta"]] = "tool_input_delta"
     index: int
     id: str
     partial_json: str
@@ -104,7 +105,7 @@ class ToolInputDelta(StreamEvent):
 class ToolUseComplete(StreamEvent):
     """A tool call whose input is complete and parsed; eager dispatch may start it."""
 
-    type: ClassVar[str] = "tool_use_complete"
+    type: ClassVar[Literal["tool_use_complete"]] = "tool_use_complete"
     index: int
     tool_use: ToolUseBlock
 
@@ -113,7 +114,7 @@ class ToolUseComplete(StreamEvent):
 class MessageComplete(StreamEvent):
     """The last event of a turn: the assembled response with usage and stop reason."""
 
-    type: ClassVar[str] = "message_complete"
+    type: ClassVar[Literal["message_complete"]] = "message_complete"
     response: ModelResponse
 
 
@@ -125,7 +126,7 @@ class RunStarted(Event):
     """The first event of a run (a resumed one too): the machine it runs on, so a log
     can be drawn on it later (``innerloop diagram --trace``, ``innerloop ui``)."""
 
-    type: ClassVar[str] = "run_started"
+    type: ClassVar[Literal["run_started"]] = "run_started"
     machine: str
     """The machine's name."""
     fingerprint: str
@@ -140,7 +141,7 @@ class RunStarted(Event):
 
 @attrs.frozen
 class Transition(Event):
-    type: ClassVar[str] = "transition"
+    type: ClassVar[Literal["transition"]] = "transition"
     source: str
     target: str
     guard: str | None
@@ -148,14 +149,14 @@ class Transition(Event):
 
 @attrs.frozen
 class ModelResponseEvent(Event):
-    type: ClassVar[str] = "model_response"
+    type: ClassVar[Literal["model_response"]] = "model_response"
     response: ModelResponse
     turn: int
 
 
 @attrs.frozen
 class ToolExecuted(Event):
-    type: ClassVar[str] = "tool_executed"
+    type: ClassVar[Literal["tool_executed"]] = "tool_executed"
     tool_use_id: str
     name: str
     is_error: bool
@@ -166,7 +167,7 @@ class ToolExecuted(Event):
 
 @attrs.frozen
 class Backoff(Event):
-    type: ClassVar[str] = "backoff"
+    type: ClassVar[Literal["backoff"]] = "backoff"
     attempt: int
     delay: float
     retry_after: float | None
@@ -175,7 +176,7 @@ class Backoff(Event):
 
 @attrs.frozen
 class Fallback(Event):
-    type: ClassVar[str] = "fallback"
+    type: ClassVar[Literal["fallback"]] = "fallback"
     from_provider: str
     from_model: str
     to_provider: str
@@ -185,7 +186,7 @@ class Fallback(Event):
 
 @attrs.frozen
 class Compacted(Event):
-    type: ClassVar[str] = "compacted"
+    type: ClassVar[Literal["compacted"]] = "compacted"
     reason: str
     tokens_before: int
     tokens_after: int
@@ -196,23 +197,47 @@ class Compacted(Event):
 class Alert(Event):
     """Something the host should page on (for example a token-counting bug)."""
 
-    type: ClassVar[str] = "alert"
+    type: ClassVar[Literal["alert"]] = "alert"
     kind: str
     message: str
 
 
 @attrs.frozen
 class Abort(Event):
-    type: ClassVar[str] = "abort"
+    type: ClassVar[Literal["abort"]] = "abort"
     reason: str
     diagnostic: dict[str, Any] | None = None
 
 
 @attrs.frozen
 class Finished(Event):
-    type: ClassVar[str] = "finished"
+    type: ClassVar[Literal["finished"]] = "finished"
     exit_reason: str
     final_state: str
     turns: int
     usage: Usage
     cost_usd: float | None
+
+
+RunEvent: TypeAlias = (
+    TextDelta
+    | ThinkingDelta
+    | ToolUseStart
+    | ToolInputDelta
+    | ToolUseComplete
+    | MessageComplete
+    | RunStarted
+    | Transition
+    | ModelResponseEvent
+    | ToolExecuted
+    | Backoff
+    | Fallback
+    | Compacted
+    | Alert
+    | Abort
+    | Finished
+)
+"""Every event a run of the machines innerloop ships yields (``Run.events()``): the stream
+events of each model turn, then the driver's run events. ``match event:`` with a class
+pattern per case narrows it, as does ``event.type == "text_delta"`` (each ``type`` is a
+literal). An event class a custom state defines is not in it (see ``innerloop.events``)."""

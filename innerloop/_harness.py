@@ -11,10 +11,10 @@ import weakref
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 from innerloop._errors import ResumeError
-from innerloop._events import Event
+from innerloop._events import RunEvent
 from innerloop._messages import Message
 from innerloop._tasks import Task
 from innerloop.checkpoint import (
@@ -35,7 +35,7 @@ from innerloop.fsm._default import DEFAULT_SPEC
 from innerloop.fsm._driver import Engine, Run, RunObserver, TransitionObserver
 from innerloop.fsm._interrupts import check_answer
 from innerloop.fsm._locate import MachineRecord
-from innerloop.fsm._output import OUTPUT_TOOL
+from innerloop.fsm._output import OUTPUT_TOOL, OutputT
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._spec import MachineSpec
 from innerloop.fsm._state import HarnessState
@@ -137,7 +137,7 @@ def _outside_a_loop(call: str, fix: str) -> None:
     raise RuntimeError(f"Harness.{call} was called inside a running event loop, {fix}")
 
 
-class Harness:
+class Harness(Generic[OutputT]):
     """Runs the loop for ``params`` with the given providers (keyed by provider name, as
     used in ``params.model`` and ``params.fallbacks``).
 
@@ -156,11 +156,15 @@ class Harness:
     ``with harness:`` (or ``with Harness(...) as harness:``) its calls share one, closed at
     the block's end (or by :meth:`close`). Async runs (:meth:`run`, :meth:`start`) use the
     caller's loop.
+
+    A harness is generic over the type of its runs' answer, read off its params
+    (``HarnessParams(output_type=Weather)``): ``harness.run_sync(...).output`` is then
+    ``Weather | None`` to a type checker; without an ``output_type``, ``Any``.
     """
 
     def __init__(
         self,
-        params: HarnessParams,
+        params: HarnessParams[OutputT],
         providers: Mapping[str, Provider] | Iterable[Provider],
         *,
         machine: MachineSpec | CompiledMachine = DEFAULT_SPEC,
@@ -209,11 +213,11 @@ class Harness:
         self,
         prompt: str | Message | None = None,
         *,
-        state: HarnessState | None = None,
+        state: HarnessState[OutputT] | None = None,
         tasks: Iterable[str] = (),
         start_at: str | None = None,
         run_id: str | None = None,
-    ) -> Run:
+    ) -> Run[OutputT]:
         """A new run. ``prompt`` is appended as a user message to ``state``'s history.
         With a checkpointer, the run is recorded as ``run_id`` (a new id by default) and
         its first checkpoint is written now."""
@@ -253,8 +257,12 @@ class Harness:
         )
 
     def _run(
-        self, state: HarnessState, at: str, run_id: str | None, writer: CheckpointWriter | None
-    ) -> Run:
+        self,
+        state: HarnessState[OutputT],
+        at: str,
+        run_id: str | None,
+        writer: CheckpointWriter | None,
+    ) -> Run[OutputT]:
         return Run(
             self.machine,
             self.params,
@@ -279,7 +287,7 @@ class Harness:
             )
         return self.checkpointer
 
-    def checkpoint(self, run_id: str, seq: int | None = None) -> Checkpoint:
+    def checkpoint(self, run_id: str, seq: int | None = None) -> Checkpoint[OutputT]:
         """Checkpoint ``seq`` of a stored run (its latest when None), read back (with
         ``state.output`` rebuilt from ``state.output_data`` by the params' output_type)."""
         checkpoint = decode(self._store("reading a checkpoint").rows(run_id, seq))
@@ -298,7 +306,9 @@ class Harness:
         """Every stored run: status, exit reason, turns, cost; most recent first."""
         return self._store("listing runs").runs()
 
-    def resume(self, run: Run | HarnessState | str, answer: Any = None) -> Run:
+    def resume(
+        self, run: Run[OutputT] | HarnessState[OutputT] | str, answer: Any = None
+    ) -> Run[OutputT]:
         """Continue a run; returns a :class:`Run` to drive like one from :meth:`start`.
 
         ``run`` is a run id (from the store: after a suspend as after a crash, from its
@@ -389,8 +399,8 @@ class Harness:
             )
 
     def _continue(
-        self, run_id: str | None, at: str | None, state: HarnessState, answer: Any
-    ) -> tuple[str, HarnessState]:
+        self, run_id: str | None, at: str | None, state: HarnessState[OutputT], answer: Any
+    ) -> tuple[str, HarnessState[OutputT]]:
         """Where the run goes on and its state then (the answer recorded)."""
         if state.final_state == "suspended" or run_id is None or answer is not None:
             state.interrupt = check_answer(state, answer, run_id)
@@ -410,10 +420,10 @@ class Harness:
         run_id: str,
         *,
         at: int | None = None,
-        edit: Callable[[HarnessState], HarnessState | None] | None = None,
+        edit: Callable[[HarnessState[OutputT]], HarnessState[OutputT] | None] | None = None,
         answer: Any = None,
         new_run_id: str | None = None,
-    ) -> Run:
+    ) -> Run[OutputT]:
         """A new run from checkpoint ``at`` of ``run_id`` (its latest when None); the
         parent is left as it is. ``edit(state)`` may change the state first (or return
         a new one). From a finished checkpoint the fork starts a new turn at the initial
@@ -461,7 +471,9 @@ class Harness:
             gates=self.gates,
         )
 
-    async def run(self, prompt: str | Message | None = None, **kwargs: object) -> HarnessState:
+    async def run(
+        self, prompt: str | Message | None = None, **kwargs: object
+    ) -> HarnessState[OutputT]:
         """Run to the end; returns the final state."""
         return await self.start(prompt, **kwargs).run()  # type: ignore[arg-type]
 
@@ -469,9 +481,9 @@ class Harness:
         self,
         prompt: str | Message | None = None,
         *,
-        on_event: Callable[[Event], None] | None = None,
+        on_event: Callable[[RunEvent], None] | None = None,
         **kwargs: object,
-    ) -> HarnessState:
+    ) -> HarnessState[OutputT]:
         """The sync facade: drives the async run on a private event loop (one per call;
         inside ``with harness:``, one for the block). ``on_event`` sees each event. It
         raises inside a running event loop: there, ``await harness.run(...)``."""
@@ -479,7 +491,7 @@ class Harness:
             "run_sync", "which it would block; in async code use `await harness.run(...)` instead"
         )
 
-        async def drive() -> HarnessState:
+        async def drive() -> HarnessState[OutputT]:
             run = self.start(prompt, **kwargs)  # type: ignore[arg-type]
             async for event in run.events():
                 if on_event is not None:

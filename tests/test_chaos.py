@@ -171,7 +171,7 @@ def test_an_abort_right_after_message_complete_keeps_the_model_response() -> Non
         provider = ScriptedProvider([reply("hello")])
         params = HarnessParams(model="scripted:model-20250101")
         run = Harness(params, [provider], clock=FakeClock()).start("hi")
-        seen = []
+        seen: list[str] = []
         async for event in run.events():
             seen.append(event.type)
             if event.type == "message_complete":

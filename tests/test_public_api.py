@@ -11,6 +11,7 @@ import innerloop
 
 PACKAGES = [
     "innerloop",
+    "innerloop.events",
     "innerloop.fsm",
     "innerloop.providers",
     "innerloop.tools",

@@ -29,6 +29,16 @@ def test_using_it_example_runs(
     assert tool_result["content"] == "sunny in Lisbon"
 
 
+def test_event_loop_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """The event loop example: each ``match`` case prints what its event says."""
+    code = re.search(r"```python\n([^`]*?match event:.*?)```", README.read_text(), re.S)
+    assert code is not None
+    exec(compile(code.group(1), "README.md", "exec"), {})
+    assert capsys.readouterr().out == (
+        "[calling weather]\n[weather: sunny in Lisbon]\nSunny.\nmodel_complete after 2 turns\n"
+    )
+
+
 def test_testing_your_loop_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
     """The 'Testing your loop' example: a loopback server, a 503 retried, a final state of
     the host's own."""

@@ -11,12 +11,13 @@ grows with the new messages only.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, Protocol
+from typing import Generic, Literal, Protocol
 
 import attrs
 
 from innerloop._errors import InnerloopError
 from innerloop.fsm._locate import MachineRecord
+from innerloop.fsm._output import OutputT
 from innerloop.fsm._state import HarnessState
 
 __all__ = [
@@ -109,11 +110,11 @@ class CheckpointInfo:
 
 
 @attrs.frozen(eq=False)
-class Checkpoint:
+class Checkpoint(Generic[OutputT]):
     """A checkpoint read back: its info and the run's state then (history included)."""
 
     info: CheckpointInfo
-    state: HarnessState
+    state: HarnessState[OutputT]
 
 
 @attrs.frozen

@@ -17,14 +17,15 @@ from collections.abc import (
     Iterator,
     Sequence,
 )
-from typing import Any, Literal, Protocol, cast, runtime_checkable
+from typing import Any, Generic, Literal, Protocol, cast, runtime_checkable
 
 from statemachine import StateMachine
 
-from innerloop._events import Event, Finished, RunStarted, Transition
+from innerloop._events import Event, Finished, RunEvent, RunStarted, Transition
 from innerloop._log import event_logger, logger
 from innerloop.fsm._compile import CompiledMachine
 from innerloop.fsm._context import AbortSignal, Deps, PhaseContext, TurnScope, request_settings
+from innerloop.fsm._output import OutputT
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._spec import Handler, TransitionSpec
 from innerloop.fsm._state import HarnessState
@@ -50,7 +51,7 @@ class RunHooks(ToolObserver, Protocol):
     with the exception that ended it, if any. As a :class:`ToolObserver` it also sees each
     tool call of the default tool runner start and finish, in the call's own task."""
 
-    def on_event(self, event: Event) -> None: ...
+    def on_event(self, event: RunEvent) -> None: ...
 
     def on_finish(self, error: BaseException | None) -> None: ...
 
@@ -133,7 +134,7 @@ class PhaseScope:
         return self._fired and self._task.uncancel() <= self._entry
 
 
-class Run:
+class Run(Generic[OutputT]):
     """One run of a compiled machine: the driver.
 
     It owns the run's :class:`PhaseContext` (``run.ctx``), runs the current state's
@@ -148,8 +149,8 @@ class Run:
     def __init__(
         self,
         machine: CompiledMachine,
-        params: HarnessParams,
-        state: HarnessState,
+        params: HarnessParams[OutputT],
+        state: HarnessState[OutputT],
         deps: Deps,
         *,
         observers: Sequence[TransitionObserver | RunObserver] = (),
@@ -265,7 +266,7 @@ class Run:
         scope.close()
         return True, result
 
-    async def _gen_phase(self, handler: Handler) -> AsyncIterator[Event]:
+    async def _gen_phase(self, handler: Handler) -> AsyncIterator[RunEvent]:
         """Run an async-generator handler, forwarding its events."""
         agen = handler(self.ctx)
         try:
@@ -311,7 +312,7 @@ class Run:
             await after
         return taken
 
-    def _watcher(self) -> tuple[Callable[[Event], None], Container[type[Event]]]:
+    def _watcher(self) -> tuple[Callable[[RunEvent], None], Container[type[Event]]]:
         """Who sees the events of this run, and which event types they want: the event
         logger (the types whose log level is enabled now) and the run observers' hooks
         (every type; they also watch the default tool runner). The driver checks the
@@ -325,14 +326,15 @@ class Run:
             return log.__call__, frozenset(log.rules)
         watchers = ((log.__call__,) if log else ()) + tuple(h.on_event for h in hooks)
 
-        def watch(event: Event) -> None:
+        def watch(event: RunEvent) -> None:
             for w in watchers:
                 w(event)
 
         return watch, _EVERY_TYPE
 
-    async def events(self) -> AsyncGenerator[Event, None]:
-        """Run to a final state, yielding every stream and run event.
+    async def events(self) -> AsyncGenerator[RunEvent, None]:
+        """Run to a final state, yielding every stream and run event (``match event:``
+        narrows each class of :data:`~innerloop.events.RunEvent`).
 
         A run's events are read once. Leaving early (``break``, an exception in the loop's
         body, ``aclose()``) pauses the run, as a crash would but with nothing lost: the
@@ -405,7 +407,7 @@ class Run:
         )
 
     def _started(
-        self, watch: Callable[[Event], None], watched: Container[type[Event]]
+        self, watch: Callable[[RunEvent], None], watched: Container[type[Event]]
     ) -> RunStarted:
         spec = self.machine.spec
         ev = RunStarted(
@@ -415,7 +417,9 @@ class Run:
             watch(ev)
         return ev
 
-    def _finish(self, watch: Callable[[Event], None], watched: Container[type[Event]]) -> Finished:
+    def _finish(
+        self, watch: Callable[[RunEvent], None], watched: Container[type[Event]]
+    ) -> Finished:
         state = self.state
         state.final_state = self.current
         state.exit_reason = self.machine.exit_reason(self.current)
@@ -438,7 +442,7 @@ class Run:
             for hooks in self._hooks:
                 hooks.on_finish(error)
 
-    async def run(self) -> HarnessState:
+    async def run(self) -> HarnessState[OutputT]:
         """Run to the end, discarding events; returns the state. The streamed deltas are
         not passed up at all (``quiet``): a thousand loops stream 12,500 of them a second."""
         self.scope.quiet = True
@@ -449,17 +453,17 @@ class Run:
             self.scope.quiet = False
         return self.state
 
-    def run_sync(self) -> HarnessState:
+    def run_sync(self) -> HarnessState[OutputT]:
         """:meth:`run` on a private event loop, for hosts without one."""
         return asyncio.run(self.run())
 
-    def iter_sync(self) -> Iterator[Event]:
+    def iter_sync(self) -> Iterator[RunEvent]:
         """The events, for hosts without an event loop (runs a private loop, closed as
         ``asyncio.run`` closes its own: leftover tasks cancelled, so the providers' clean-up
         at the loop's end runs)."""
-        agen: AsyncGenerator[Event, None] = self.events()
+        agen: AsyncGenerator[RunEvent, None] = self.events()
 
-        async def step() -> Event:
+        async def step() -> RunEvent:
             return await agen.__anext__()
 
         with asyncio.Runner() as runner:

@@ -51,6 +51,7 @@ from typing import Any, final
 
 import attrs
 import pydantic
+from typing_extensions import TypeVar
 
 from innerloop._errors import ParamsError, ToolDefinitionError
 from innerloop.providers._normalize import OUTPUT_TOOL
@@ -70,6 +71,7 @@ __all__ = [
     "OUTPUT_TOOL",
     "InvalidOutput",
     "OutputSpec",
+    "OutputT",
     "anthropic_schema",
     "output_spec",
 ]
@@ -81,6 +83,12 @@ ALONE = (
     f"then call {OUTPUT_TOOL} alone with the final answer."
 )
 """The error result of a final-result call made beside other tool calls."""
+
+OutputT = TypeVar("OutputT", default=Any)
+"""The type of a run's final answer, for a type checker: ``Weather`` for
+``HarnessParams(output_type=Weather)``, so ``state.output`` is ``Weather | None``. ``Any``
+(the default, PEP 696) without an ``output_type`` or with a JSON schema dict, whose answer is
+JSON data (a dict)."""
 
 _NAME = re.compile(r"[^A-Za-z0-9_-]")
 _FIELD = "output_type"

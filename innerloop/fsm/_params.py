@@ -6,7 +6,7 @@ import difflib
 import re
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Generic, Literal
 
 import attrs
 
@@ -21,7 +21,7 @@ from innerloop._validators import (
     string,
     tuple_of,
 )
-from innerloop.fsm._output import OutputSpec, output_spec
+from innerloop.fsm._output import OutputSpec, OutputT, output_spec
 from innerloop.providers._normalize import (
     OUTPUT_MODES,
     OUTPUT_TOOL,
@@ -212,7 +212,7 @@ def _output_mode(_: Any, __: Any, value: Any) -> None:
 
 
 @attrs.frozen(kw_only=True)
-class HarnessParams:
+class HarnessParams(Generic[OutputT]):
     """Set once before the loop; immutable for the whole run.
 
     Every bad value or incompatible combination raises :class:`ParamsError` naming the
@@ -266,12 +266,14 @@ class HarnessParams:
     """Seconds one model call may take from the request to the end of its stream (a server
     trickling bytes within each read timeout is stopped here); past it, the call fails as
     a transient timeout and is retried once. None: no overall limit."""
-    output_type: Any = attrs.field(default=None)
+    output_type: type[OutputT] | Mapping[str, Any] | None = attrs.field(default=None)
     """The type of the final answer: a pydantic model, a dataclass, a TypedDict or a JSON
     schema dict (an object). Each model is asked for it in its provider's native
     structured-output form or through the final-result tool (see ``output_mode``); the
     answer is validated and ``state.output`` holds the typed value. None: the
-    answer is free text."""
+    answer is free text. A type checker reads the type off it: ``output_type=Weather``
+    makes a ``HarnessParams[Weather]``, whose harness's ``state.output`` is
+    ``Weather | None``."""
     output_mode: Literal["auto", "native", "tool"] = attrs.field(
         default="auto", validator=_output_mode
     )

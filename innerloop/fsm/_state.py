@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import time
 from enum import StrEnum
-from typing import Any
+from typing import Any, Generic
 
 import attrs
 
 from innerloop._errors import ProviderError
 from innerloop._messages import Message, ModelResponse, ToolResultBlock, Usage
 from innerloop._tasks import Task
+from innerloop.fsm._output import OutputT
 
 __all__ = ["AbortRequest", "HarnessState", "Interrupt", "Outcome", "OutcomeEnum", "Task"]
 
@@ -89,7 +90,7 @@ class Interrupt:
 
 
 @attrs.define(eq=False)
-class HarnessState:
+class HarnessState(Generic[OutputT]):
     """Mutable state of one run. Phase handlers write it; guards only read it.
 
     To stop a run from another thread or task, call ``Run.abort()``: it also wakes whatever
@@ -139,7 +140,7 @@ class HarnessState:
     output_data: Any = None
     """The validated final answer as JSON data (with ``params.output_type``); what the
     state's JSON form and checkpoints keep."""
-    output: Any = attrs.field(default=None, init=False)
+    output: OutputT | None = attrs.field(default=None, init=False)
     """The validated final answer as an ``output_type`` value (a model, dataclass or
     TypedDict instance; the JSON data for a schema dict). Not written to JSON: a resumed
     run rebuilds it from ``output_data`` with the params' ``output_type``."""

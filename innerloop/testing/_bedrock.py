@@ -35,8 +35,8 @@ import zlib
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
-from innerloop.testing._scripted import Fault, Reply, reply
-from innerloop.testing._servers import AnthropicServer, Oversized, Step, Trickle, _Plan
+from innerloop.testing._scripted import Fault, Reply, ScriptStep, reply
+from innerloop.testing._servers import AnthropicServer, Oversized, Trickle, _Plan
 
 __all__ = ["BEDROCK_VERSION", "BedrockServer", "event_message"]
 
@@ -148,7 +148,7 @@ class BedrockServer(AnthropicServer):
 
     def __init__(
         self,
-        script: Iterable[Step] = (),
+        script: Iterable[ScriptStep] = (),
         *,
         access_key: str = "AKIDLOOPBACK00000000",
         secret_key: str = "loopback/secret/key/0123456789abcdefghijk",

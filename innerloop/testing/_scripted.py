@@ -38,12 +38,38 @@ __all__ = [
     "FakeProvider",
     "Fault",
     "Reply",
+    "ScriptStep",
     "ScriptedProvider",
     "reply",
+    "script_steps",
     "text",
     "thinking",
     "tool_call",
 ]
+
+
+class ScriptStep:
+    """The base of every step a script plays: :class:`Reply`, :class:`Fault` and the
+    loopback servers' own steps. A list that mixes them (``[Fault.server_error(503),
+    reply("hi")]``) is then a list of steps to a type checker, not of ``object``."""
+
+    __slots__ = ()
+
+
+def script_steps(
+    script: Iterable[ScriptStep], kinds: tuple[type[ScriptStep], ...], player: str
+) -> list[Any]:
+    """``script`` as a list whose every step is one of ``kinds``, which ``player`` plays;
+    a TypeError names the first step that is not."""
+    steps = list(script)
+    for i, step in enumerate(steps):
+        if not isinstance(step, kinds):
+            names = ", ".join(k.__name__ for k in kinds)
+            raise TypeError(
+                f"{player} cannot play step {i} of its script ({type(step).__name__}); "
+                f"its steps are {names}"
+            )
+    return steps
 
 
 def text(value: str) -> TextBlock:
@@ -61,7 +87,7 @@ def tool_call(
 
 
 @attrs.frozen
-class Reply:
+class Reply(ScriptStep):
     """A scripted model turn."""
 
     blocks: tuple[Block, ...]
@@ -88,7 +114,7 @@ def reply(
 
 
 @attrs.frozen
-class Fault:
+class Fault(ScriptStep):
     """A scripted failure. Faults with an HTTP status fail when the call opens; the others
     (malformed, empty, dropped) fail while streaming."""
 
@@ -272,14 +298,14 @@ class ScriptedProvider(FakeProvider):
 
     def __init__(
         self,
-        script: Iterable[Step],
+        script: Iterable[ScriptStep],
         *,
         name: str = "scripted",
         dialect: str = "anthropic",
         model: str = "scripted-model-20250101",
         chunk_size: int = 16,
     ) -> None:
-        self.script = list(script)
+        self.script: list[Step] = script_steps(script, (Reply, Fault), type(self).__name__)
         self.played = 0
         super().__init__(self._next, name=name, dialect=dialect, model=model, chunk_size=chunk_size)
 

@@ -35,7 +35,7 @@ from innerloop._messages import (
     ToolUseBlock,
     Usage,
 )
-from innerloop.testing._scripted import Fault, Reply, reply, tool_call
+from innerloop.testing._scripted import Fault, Reply, ScriptStep, reply, script_steps, tool_call
 
 __all__ = [
     "AnthropicServer",
@@ -54,7 +54,7 @@ __all__ = [
 
 
 @attrs.frozen
-class RateLimit:
+class RateLimit(ScriptStep):
     """A 429 whose wait is given as ``retry-after`` seconds, an HTTP date, or
     ``retry-after-ms`` (``form``); ``retry_after=None`` sends no header."""
 
@@ -63,7 +63,7 @@ class RateLimit:
 
 
 @attrs.frozen
-class SlowReply:
+class SlowReply(ScriptStep):
     """``reply`` streamed at ``tokens_per_second``: one SSE frame every
     ``1 / tokens_per_second`` seconds (each delta frame carries one token)."""
 
@@ -72,7 +72,7 @@ class SlowReply:
 
 
 @attrs.frozen
-class Truncated:
+class Truncated(ScriptStep):
     """``reply`` cut after ``after_events`` SSE frames: the connection drops mid-body."""
 
     reply: Reply
@@ -80,7 +80,7 @@ class Truncated:
 
 
 @attrs.frozen
-class StreamError:
+class StreamError(ScriptStep):
     """A 200 stream carrying an in-stream error after ``after_events`` frames."""
 
     error_type: str = "overloaded_error"
@@ -89,7 +89,7 @@ class StreamError:
 
 
 @attrs.frozen
-class Raw:
+class Raw(ScriptStep):
     """A recorded response replayed as is (``gzip=True`` compresses ``body`` first)."""
 
     status: int = 200
@@ -99,7 +99,7 @@ class Raw:
 
 
 @attrs.frozen
-class Oversized:
+class Oversized(ScriptStep):
     """A reply whose text arrives as one streamed event of about ``size`` bytes, sent in
     pieces of ``piece`` bytes."""
 
@@ -108,7 +108,7 @@ class Oversized:
 
 
 @attrs.frozen
-class Trickle:
+class Trickle(ScriptStep):
     """A stream whose event never ends: after the opening frames, one ``data:`` line grows
     by ``piece`` bytes every ``interval`` seconds until the client hangs up (or, with
     ``limit``, until that many bytes of it were sent; then the connection drops)."""
@@ -119,6 +119,7 @@ class Trickle:
 
 
 Step = Reply | Fault | RateLimit | SlowReply | Truncated | StreamError | Raw | Oversized | Trickle
+STEPS = (Reply, Fault, RateLimit, SlowReply, Truncated, StreamError, Raw, Oversized, Trickle)
 
 
 @attrs.frozen
@@ -179,7 +180,7 @@ class LoopbackServer:
 
     def __init__(
         self,
-        script: Iterable[Step] = (),
+        script: Iterable[ScriptStep] = (),
         *,
         model: str = "loopback-model-20250101",
         chunk_size: int = 16,
@@ -195,7 +196,7 @@ class LoopbackServer:
         self.output_tool = output_tool
         if path is not None:  # a cloud route's path (Vertex, Azure) instead of the API's own
             self.path = path
-        self.script: list[Step] = list(script)
+        self.script: list[Step] = script_steps(script, STEPS, type(self).__name__)
         self.model = model
         self.chunk_size = chunk_size
         self.played = 0

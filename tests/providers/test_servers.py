@@ -131,8 +131,10 @@ def test_stop_frees_the_port() -> None:
 
 
 def test_server_restarts_and_reports_bad_steps() -> None:
-    """A stopped server starts again on a new port; an unplayable step becomes a 500."""
-    server = AnthropicServer(["not a step"])  # type: ignore[list-item]
+    """A stopped server starts again on a new port; an unplayable step becomes a 500 (one
+    pushed: a script given to the constructor is checked there)."""
+    server = AnthropicServer()
+    server.push("not a step")  # type: ignore[arg-type]
     with server:
         status, _, body = _post(server.url + "/v1/messages", {"stream": True})
     with server:
