@@ -12,15 +12,45 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 
 
-def program(*args: str, cwd: Path = ROOT) -> list[str]:
-    """Run ``python examples/ARGS...``; its stdout lines (it must exit 0)."""
+def program(*args: str, cwd: Path = ROOT, path: Path = ROOT) -> list[str]:
+    """Run ``python ARGS...`` as a user would; its stdout lines (it must exit 0)."""
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    env["PYTHONPATH"] = str(ROOT)
+    env["PYTHONPATH"] = str(path)
     done = subprocess.run(
         [sys.executable, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=300
     )
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout.splitlines()
+
+
+def test_embed_and_stream() -> None:
+    """The host prints what it matched of each typed event, as it streamed."""
+    assert program(str(EXAMPLES / "embed_and_stream.py")) == [
+        "[innerloop from idle]",
+        "[calling weather]",
+        "[weather gave 'sunny, 24 C in Lisbon']",
+        "It is sunny in Lisbon.",
+        "model_complete after 2 turns, 30 tokens",
+        "path: assemble -> normalize -> call -> stream -> execute -> check -> assemble -> "
+        "normalize -> call -> stream -> check -> model_complete",
+    ]
+
+
+def test_per_transition_tests_with_a_scoped_gate() -> None:
+    """The newcomer's test module passes under pytest, from examples/ as its own project,
+    and the gate on the edges the reviewed machine adds is met."""
+    lines = program(
+        "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_reviewed_machine.py",
+        "-p", "innerloop.testing.pytest_plugin",
+        "--innerloop-coverage=custom_state:SPEC-innerloop.fsm:DEFAULT_SPEC",
+        "--innerloop-coverage-strict",
+        cwd=EXAMPLES, path=EXAMPLES,
+    )  # fmt: skip
+    assert "transition coverage of 'reviewed' (the transitions it adds over 'innerloop'):" in (
+        lines
+    )
+    assert "4/4 transitions taken" in lines
+    assert lines[-1].startswith("5 passed")
 
 
 def test_custom_state(tmp_path: Path) -> None:
@@ -73,14 +103,19 @@ def test_tracing_and_live_view(tmp_path: Path) -> None:
     assert b"<title>execute</title>" in (tmp_path / "weather.svg").read_bytes()
 
 
-def test_mypy_strict_as_user_code() -> None:
-    """The programs pass ``mypy --strict`` with the project as installed."""
+def test_mypy_strict_as_user_code(tmp_path: Path) -> None:
+    """The programs pass ``mypy --strict`` run from outside the repository, with the
+    project as ``make`` installs it (a user's own folder, the examples beside each
+    other as their own modules)."""
     programs = sorted(str(p) for p in EXAMPLES.glob("*.py"))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["MYPYPATH"] = str(EXAMPLES)
     done = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", *programs],
+        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path), *programs],
         capture_output=True,
         text=True,
-        cwd=ROOT,
+        cwd=tmp_path,
+        env=env,
         timeout=600,
     )
     assert done.returncode == 0, done.stdout
