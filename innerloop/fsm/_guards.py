@@ -29,9 +29,9 @@ def interrupted(ctx: PhaseContext) -> bool:
 
 
 def turn_limit(ctx: PhaseContext) -> bool:
-    """No model turn is left."""
+    """No model turn is left (``max_turns`` counts this run's turns)."""
     params, state = ctx.params, ctx.state
-    return state.turns >= params.max_turns
+    return state.turns - state.turns_at_start >= params.max_turns
 
 
 def over_context_budget(ctx: PhaseContext) -> bool:
@@ -134,17 +134,20 @@ def turn_limit_continuing(ctx: PhaseContext) -> bool:
 
 
 def spend_exceeded(ctx: PhaseContext) -> bool:
-    """The run has spent its token or dollar budget."""
+    """The run has spent its token or dollar budget (counted from the run's start)."""
     params, state = ctx.params, ctx.state
     budget = params.spend_budget
     if budget is None:
         return False
-    if budget.max_tokens is not None and state.usage.total_tokens >= budget.max_tokens:
+    if (
+        budget.max_tokens is not None
+        and state.usage.total_tokens - state.tokens_at_start >= budget.max_tokens
+    ):
         return True
     return (
         budget.max_cost_usd is not None
         and state.cost_usd is not None
-        and state.cost_usd >= budget.max_cost_usd
+        and state.cost_usd - state.cost_at_start >= budget.max_cost_usd
     )
 
 
