@@ -297,19 +297,24 @@ class Session:
 
     def _check_between_messages(self, state: HarnessState) -> None:
         if state.final_state == "suspended":
-            kind = state.interrupt.kind if state.interrupt is not None else "an"
+            on = "" if state.interrupt is None else f" on a {state.interrupt.kind!r} interrupt"
             raise SessionError(
                 self.conversation_id,
-                f"its last message is suspended on a {kind!r} interrupt; answer it with "
+                f"its last message is suspended{on}; answer it with "
                 "session.resume(answer) (then drive the run), then send the next message",
             )
         if state.final_state is None:
+            cut_off = (
+                "session.resume() continues it from its latest checkpoint"
+                if self._store is not None
+                else "a session without a checkpoint store cannot continue it: start a "
+                "new conversation"
+            )
             raise SessionError(
                 self.conversation_id,
-                f"its last message's run has not ended (it is in "
-                f"{self._current()!r}); drive that run to its end, or, if it was cut off "
-                "(a crash, a cancelled task), session.resume() continues it from its "
-                "latest checkpoint",
+                f"its last message's run has not ended (it is in {self._current()!r}); "
+                f"drive that run to its end, or, if it was cut off (a crash, a cancelled "
+                f"task), {cut_off}",
             )
 
     def _current(self) -> str:

@@ -265,6 +265,27 @@ class TestInMemory:
         with pytest.raises(ValueError, match=r"fork\(at=\.\.\.\) names a stored checkpoint"):
             session.fork(at=3)
 
+    def test_a_cut_off_message_ends_an_in_memory_conversation(self, make_harness: Any) -> None:
+        """Without a store nothing can continue a message cut off mid-run: the next
+        message and resume() both say so."""
+
+        def dies(request: Any) -> Reply:
+            raise Crash
+
+        session = make_harness(PARAMS, [FakeProvider(dies)]).session("mem")
+        with pytest.raises(Crash):
+            session.send_sync("m1")
+        with pytest.raises(SessionError) as caught:
+            session.send_sync("m2")
+        assert str(caught.value) == (
+            "conversation 'mem': its last message's run has not ended (it is in 'call'); "
+            "drive that run to its end, or, if it was cut off (a crash, a cancelled task), "
+            "a session without a checkpoint store cannot continue it: start a new "
+            "conversation"
+        )
+        with pytest.raises(ResumeError, match=r"has nothing to continue it from"):
+            session.resume()
+
 
 class TestLimits:
     def test_conversation_wide_turns(self, store: Checkpointer, make_harness: Any) -> None:
