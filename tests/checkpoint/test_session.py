@@ -265,6 +265,29 @@ class TestInMemory:
         with pytest.raises(ValueError, match=r"fork\(at=\.\.\.\) names a stored checkpoint"):
             session.fork(at=3)
 
+    def test_a_tool_asks_and_the_session_answers(self, make_harness: Any) -> None:
+        """A tool's ctx.interrupt suspends the message; session.resume(answer) makes the
+        answer its result; the next message goes on (in memory, without a store)."""
+
+        async def ask(args: Any, ctx: ToolContext) -> ToolOutput:
+            ctx.interrupt({"question": args["q"]})
+
+        params = HarnessParams(model="scripted:m", tools=[ToolSpec("ask", "Ask", OBJ, ask)])
+        script = [reply(tool_call("ask", {"q": "which branch?"}, id="q1")), reply("on main")]
+        session = make_harness(params, ScriptedProvider([*script, reply("bye")])).session()
+        state = session.send_sync("deploy")
+        assert (state.exit_reason, state.interrupt and state.interrupt.kind) == (
+            "suspended",
+            "question",
+        )
+        with pytest.raises(ResumeError, match=r"pass answer=\.\.\."):
+            session.resume()
+        assert session.resume("main").run_sync().exit_reason == "model_complete"
+        state = session.send_sync("thanks")
+        assert state.history[2] == Message("user", (ToolResultBlock("q1", "main"),))
+        assert texts(state.history)[-3:] == ["on main", "thanks", "bye"]
+        assert_valid_history(state.history)
+
     def test_a_cut_off_message_ends_an_in_memory_conversation(self, make_harness: Any) -> None:
         """Without a store nothing can continue a message cut off mid-run: the next
         message and resume() both say so."""
