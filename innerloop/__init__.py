@@ -2,7 +2,8 @@
 
 Layers, bottom up: canonical messages and events; ``recovery`` (policy numbers, clocks,
 token counting, compaction); ``providers`` (normalize, the real SDK providers); ``tools``;
-``fsm`` (spec, compiler, guards, phases, driver); ``Harness``, the front door.
+``fsm`` (spec, compiler, guards, phases, driver); ``checkpoint``; ``Session`` (a
+conversation, message after message); ``Harness``, the front door.
 """
 
 from innerloop._errors import (
@@ -11,6 +12,8 @@ from innerloop._errors import (
     ParamsError,
     ProviderError,
     ResumeError,
+    SessionError,
+    SessionLimitError,
     SpecError,
     ToolDefinitionError,
 )
@@ -28,6 +31,7 @@ from innerloop._messages import (
     ToolUseBlock,
     Usage,
 )
+from innerloop._session import Session, SessionTotals
 from innerloop.fsm import (
     DEFAULT_SPEC,
     HarnessParams,
@@ -62,6 +66,10 @@ __all__ = [
     "RecoveryPolicy",
     "RedactedThinkingBlock",
     "ResumeError",
+    "Session",
+    "SessionError",
+    "SessionLimitError",
+    "SessionTotals",
     "SpecError",
     "SpendBudget",
     "StateSpec",

@@ -7,6 +7,8 @@
     ├── ConversionError (ValueError)  data that cannot be written as, or read from, JSON
     ├── ResumeError (ValueError)      a resume that cannot go on: the run is not suspended,
     │                                 the answer has the wrong shape
+    ├── SessionError (RuntimeError)   a conversation cannot take the next message yet
+    │   └── SessionLimitError         a conversation-wide limit is spent
     └── ProviderError                 a model call failed; ``category`` drives recovery
 
 Only ``ParamsError``, ``SpecError`` and ``ToolDefinitionError`` (programmer errors) ever
@@ -26,6 +28,8 @@ __all__ = [
     "ParamsError",
     "ProviderError",
     "ResumeError",
+    "SessionError",
+    "SessionLimitError",
     "SpecError",
     "ToolDefinitionError",
 ]
@@ -81,6 +85,25 @@ class ResumeError(InnerloopError, ValueError):
         self.reason = reason
         self.answer = answer
         super().__init__(f"run {run!r}: {reason}" if run is not None else reason)
+
+
+class SessionError(InnerloopError, RuntimeError):
+    """A conversation cannot take a new message now: its last message's run waits for an
+    answer (suspended), or has not reached a final state. Nothing was written."""
+
+    def __init__(self, conversation: str, reason: str) -> None:
+        self.conversation = conversation
+        self.reason = reason
+        super().__init__(f"conversation {conversation!r}: {reason}")
+
+
+class SessionLimitError(SessionError):
+    """A conversation-wide limit (``max_turns_total``, ``spend_budget_total``) is spent:
+    no further message runs. ``limit`` names it. Nothing was written."""
+
+    def __init__(self, conversation: str, limit: str, reason: str) -> None:
+        self.limit = limit
+        super().__init__(conversation, reason)
 
 
 class ErrorCategory(enum.StrEnum):

@@ -16,6 +16,7 @@ from typing import Any, Generic, Self, TypeVar
 from innerloop._errors import ResumeError
 from innerloop._events import RunEvent
 from innerloop._messages import Message
+from innerloop._session import Session
 from innerloop._tasks import Task
 from innerloop.checkpoint import (
     Checkpoint,
@@ -36,7 +37,7 @@ from innerloop.fsm._driver import Engine, Run, RunObserver, TransitionObserver
 from innerloop.fsm._interrupts import check_answer
 from innerloop.fsm._locate import MachineRecord
 from innerloop.fsm._output import OUTPUT_TOOL, OutputT
-from innerloop.fsm._params import HarnessParams
+from innerloop.fsm._params import HarnessParams, SpendBudget
 from innerloop.fsm._spec import MachineSpec
 from innerloop.fsm._state import HarnessState
 from innerloop.providers._base import Provider
@@ -220,8 +221,12 @@ class Harness(Generic[OutputT]):
     ) -> Run[OutputT]:
         """A new run. ``prompt`` is appended as a user message to ``state``'s history.
         With a checkpointer, the run is recorded as ``run_id`` (a new id by default) and
-        its first checkpoint is written now."""
+        its first checkpoint is written now. ``max_turns`` and ``spend_budget`` count
+        from ``state``'s counters (unless ``start_at`` continues a run mid-way).
+        For a conversation, message after message, see :meth:`session`."""
         state = state if state is not None else HarnessState()
+        if start_at is None:
+            state.start_run()
         if prompt is not None:
             message = prompt if isinstance(prompt, Message) else Message.user(prompt)
             state.history.append(message)
@@ -262,10 +267,13 @@ class Harness(Generic[OutputT]):
         at: str,
         run_id: str | None,
         writer: CheckpointWriter | None,
+        params: HarnessParams[OutputT] | None = None,
     ) -> Run[OutputT]:
+        """A run of this harness (with ``params`` in place of its own: a session's run
+        capped by its conversation's limits)."""
         return Run(
             self.machine,
-            self.params,
+            params or self.params,
             state,
             self.deps(),
             observers=self.observers,
@@ -447,6 +455,7 @@ class Harness(Generic[OutputT]):
                     "message",
                 )
             state.final_state = state.exit_reason = None
+            state.start_run()
             where = self.machine.initial
         child = new_run_id or uuid.uuid4().hex
         store.create_run(
@@ -487,18 +496,50 @@ class Harness(Generic[OutputT]):
         """The sync facade: drives the async run on a private event loop (one per call;
         inside ``with harness:``, one for the block). ``on_event`` sees each event. It
         raises inside a running event loop: there, ``await harness.run(...)``."""
-        _outside_a_loop(
-            "run_sync", "which it would block; in async code use `await harness.run(...)` instead"
+        return self._drive_sync(
+            lambda: self.start(prompt, **kwargs),  # type: ignore[arg-type]
+            on_event,
+            "run_sync",
+            "which it would block; in async code use `await harness.run(...)` instead",
         )
 
+    def _drive_sync(
+        self,
+        make: Callable[[], Run[OutputT]],
+        on_event: Callable[[RunEvent], None] | None,
+        call: str,
+        fix: str,
+    ) -> HarnessState[OutputT]:
+        """Drive the run ``make()`` returns on the sync facade's loop (refused inside a
+        running event loop: ``call`` and ``fix`` say so)."""
+        _outside_a_loop(call, fix)
+
         async def drive() -> HarnessState[OutputT]:
-            run = self.start(prompt, **kwargs)  # type: ignore[arg-type]
+            run = make()
             async for event in run.events():
                 if on_event is not None:
                     on_event(event)
             return run.state
 
         return self._sync.run(drive)
+
+    def session(
+        self,
+        conversation_id: str | None = None,
+        *,
+        max_turns_total: int | None = None,
+        spend_budget_total: SpendBudget | None = None,
+    ) -> Session:
+        """A conversation, message after message (see :class:`~innerloop.Session`): a new
+        one when ``conversation_id`` is None or not in the store, else the stored one
+        going on. ``max_turns`` and ``spend_budget`` apply to each message;
+        ``max_turns_total`` and ``spend_budget_total`` to the whole conversation."""
+        return Session(
+            self,
+            conversation_id,
+            max_turns_total=max_turns_total,
+            spend_budget_total=spend_budget_total,
+        )
 
     def close(self) -> None:
         """End the ``with`` block's shared event loop, if one was made: the SDK clients the

@@ -95,3 +95,31 @@ def test_final_result_tool_example_runs(capsys: pytest.CaptureFixture[str]) -> N
     assert capsys.readouterr().out == (
         "model_complete city='Lisbon' celsius=21.5 1\naccepted\nfinal_result\n"
     )
+
+
+def test_conversations_example_runs(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The 'Conversations' example: two messages of one stored conversation, each with
+    the history before it, then a fork that leaves it as it was."""
+    code = re.search(r"### Conversations\n.*?```python\n(.*?)```", README.read_text(), re.S)
+    assert code is not None
+    script = [
+        reply("Sorry to hear that. Which order?"),
+        reply("Order 4711 ships today."),
+        reply("Order 4711 is cancelled."),
+    ]
+    monkeypatch.chdir(tmp_path)
+    with AnthropicServer(script) as server:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-readme")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
+        exec(compile(code.group(1), "README.md", "exec"), {})
+        sent = [[m["content"] for m in r.body["messages"]] for r in server.requests]
+    assert capsys.readouterr().out == (
+        "Sorry to hear that. Which order?\n"
+        "Order 4711 ships today.\n"
+        "2 [('ticket-4711', 2)]\n"
+        "Order 4711 is cancelled. 4\n"
+    )
+    assert [len(messages) for messages in sent] == [1, 3, 5]
+    assert (tmp_path / "chat.db").exists()

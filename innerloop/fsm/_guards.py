@@ -52,11 +52,11 @@ def interrupted(ctx: PhaseContext) -> bool:
     return ctx.state.outcome == Outcome.INTERRUPTED
 
 
-@guard(reads=("state.turns", "params.max_turns"), exhausts="turns")
+@guard(reads=("state.turns", "state.turns_at_start", "params.max_turns"), exhausts="turns")
 def turn_limit(ctx: PhaseContext) -> bool:
-    """No model turn is left."""
+    """No model turn is left (``max_turns`` counts this run's turns)."""
     params, state = ctx.params, ctx.state
-    return state.turns >= params.max_turns
+    return state.turns - state.turns_at_start >= params.max_turns
 
 
 @guard(reads=("params.context_budget", "state.context_tokens"))
@@ -171,7 +171,13 @@ def model_finished(ctx: PhaseContext) -> bool:
 
 
 @guard(
-    reads=("state.turns", "params.max_turns", "state.last_response", "params.final_result_tool"),
+    reads=(
+        "state.turns",
+        "state.turns_at_start",
+        "params.max_turns",
+        "state.last_response",
+        "params.final_result_tool",
+    ),
     exhausts="turns",
 )
 def turn_limit_continuing(ctx: PhaseContext) -> bool:
@@ -179,19 +185,30 @@ def turn_limit_continuing(ctx: PhaseContext) -> bool:
     return turn_limit(ctx) and not model_finished(ctx)
 
 
-@guard(reads=("params.spend_budget", "state.usage", "state.cost_usd"))
+@guard(
+    reads=(
+        "params.spend_budget",
+        "state.usage",
+        "state.tokens_at_start",
+        "state.cost_usd",
+        "state.cost_at_start",
+    )
+)
 def spend_exceeded(ctx: PhaseContext) -> bool:
-    """The run has spent its token or dollar budget."""
+    """The run has spent its token or dollar budget (counted from the run's start)."""
     params, state = ctx.params, ctx.state
     budget = params.spend_budget
     if budget is None:
         return False
-    if budget.max_tokens is not None and state.usage.total_tokens >= budget.max_tokens:
+    if (
+        budget.max_tokens is not None
+        and state.usage.total_tokens - state.tokens_at_start >= budget.max_tokens
+    ):
         return True
     return (
         budget.max_cost_usd is not None
         and state.cost_usd is not None
-        and state.cost_usd >= budget.max_cost_usd
+        and state.cost_usd - state.cost_at_start >= budget.max_cost_usd
     )
 
 

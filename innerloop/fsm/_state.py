@@ -129,6 +129,15 @@ class HarnessState(Generic[OutputT]):
     total_wait: float = 0.0
     cost_usd: float | None = 0.0
     resolved_models: list[str] = attrs.Factory(list)
+    turns_at_start: int = 0
+    """``turns`` when this run started: ``params.max_turns`` counts the turns from here, so
+    a run continuing a conversation (``Harness.start(prompt, state=earlier)``, a
+    :class:`~innerloop.Session` message) has its own turn limit."""
+    tokens_at_start: int = 0
+    """``usage.total_tokens`` when this run started: ``spend_budget.max_tokens`` counts
+    from here."""
+    cost_at_start: float = 0.0
+    """``cost_usd`` when this run started: ``spend_budget.max_cost_usd`` counts from here."""
 
     # the current turn
     context_tokens: int = 0
@@ -161,6 +170,13 @@ class HarnessState(Generic[OutputT]):
             return False
         self.abort = AbortRequest(reason)
         return True
+
+    def start_run(self) -> None:
+        """Count this run's turns and spending from here (``max_turns`` and
+        ``spend_budget`` apply per run); the totals go on counting."""
+        self.turns_at_start = self.turns
+        self.tokens_at_start = self.usage.total_tokens
+        self.cost_at_start = self.cost_usd or 0.0
 
     def count_error(self, category: str) -> None:
         self.errors[category] = self.errors.get(category, 0) + 1

@@ -197,7 +197,8 @@ def test_guard_declaration_validated() -> None:
         guard(reads=("ctx.deps.clock",))
     with pytest.raises(SpecError, match=r"^guard budget spends='two words' must be a name"):
         guard(spends="two words")
-    assert guard_info(turn_limit) == GuardInfo(("state.turns", "params.max_turns"), None, "turns")
+    reads = ("state.turns", "state.turns_at_start", "params.max_turns")
+    assert guard_info(turn_limit) == GuardInfo(reads, None, "turns")
 
 
 def test_readme_shows_the_default_proof() -> None:

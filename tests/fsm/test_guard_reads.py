@@ -106,7 +106,7 @@ def test_recorder_catches_an_undeclared_read() -> None:
     log: set[str] = set()
     ctx = phase_context(_params()[0], HarnessState(turns=3))
     assert DEFAULT_GUARDS["turn_limit"](Recorder(ctx, "", log)) is False  # type: ignore[arg-type]
-    assert log == {"params", "params.max_turns", "state", "state.turns"}
+    assert log == {"params", "params.max_turns", "state", "state.turns", "state.turns_at_start"}
 
 
 def test_readme_lists_the_declared_reads() -> None:
