@@ -365,3 +365,23 @@ def test_misspelled_names_say_did_you_mean() -> None:
         with pytest.raises(SpecError) as info:
             action()
         assert str(info.value) == message
+
+
+def test_a_spec_reads_short() -> None:
+    """A spec's repr is one line (help(Harness) and inspect.signature show it as the
+    default machine); a compiled machine's too."""
+    import inspect
+
+    from innerloop import Harness
+    from innerloop.fsm import compile_spec
+
+    fingerprint = DEFAULT_SPEC.fingerprint
+    assert repr(DEFAULT_SPEC) == (
+        f"MachineSpec('innerloop', 19 states, 43 transitions, fingerprint={fingerprint!r}, "
+        "import_path='innerloop.fsm:DEFAULT_SPEC')"
+    )
+    assert repr(compile_spec(DEFAULT_SPEC)) == f"CompiledMachine({DEFAULT_SPEC!r})"
+    assert len(str(inspect.signature(Harness))) < 1000
+    edited = DEFAULT_SPEC.renamed("mine")
+    assert edited.import_path is None
+    assert edited.fingerprint == fingerprint  # the same machine under another name
