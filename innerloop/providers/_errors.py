@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import math
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -40,6 +41,7 @@ __all__ = [
     "error_from_exception",
     "error_from_status",
     "parse_retry_after",
+    "retry_after_header",
 ]
 
 _OVERFLOW_MARKERS = (
@@ -134,28 +136,52 @@ def category_of(exc: BaseException) -> ErrorCategory:
     return ErrorCategory.FATAL
 
 
+def _finite_seconds(text: str, scale: float = 1.0) -> float | None:
+    """``text`` as a number of seconds >= 0; None when it is no number or not a finite
+    one (``inf``, ``nan``, ``1e400``): such a wait is refused, never waited on."""
+    try:
+        seconds = float(text) * scale
+    except ValueError:
+        return None
+    return max(seconds, 0.0) if math.isfinite(seconds) else None
+
+
+def retry_after_header(headers: Mapping[str, str]) -> str | None:
+    """The header that sets the wait, as sent (``"retry-after-ms: 1e308"``), to quote."""
+    lowered = {k.lower(): v for k, v in headers.items()}
+    for name in ("retry-after-ms", "retry-after"):
+        if name in lowered:
+            return f"{name}: {lowered[name]}"
+    return None
+
+
 def parse_retry_after(
     headers: Mapping[str, str], now: Callable[[], float] = time.time
 ) -> float | None:
     """Seconds to wait, from ``retry-after-ms``, ``retry-after`` in seconds, or
-    ``retry-after`` as an HTTP date; ``None`` when absent or unreadable."""
+    ``retry-after`` as an HTTP date; ``None`` when absent, unreadable or not finite
+    (``inf``, ``nan``, ``1e400``: a wait no run should take). The result is finite."""
     lowered = {k.lower(): v for k, v in headers.items()}
     ms = lowered.get("retry-after-ms")
     if ms is not None:
         try:
-            return max(float(ms) / 1000.0, 0.0)
+            float(ms)
         except ValueError:
-            pass
+            pass  # unreadable: the seconds header may still say
+        else:
+            return _finite_seconds(ms, 0.001)
     value = lowered.get("retry-after")
     if value is None:
         return None
     try:
-        return max(float(value), 0.0)
+        float(value)
     except ValueError:
         pass
+    else:
+        return _finite_seconds(value)
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     return max(when.timestamp() - now(), 0.0)
 
@@ -217,6 +243,7 @@ def error_from_body(
     if kind and kind not in message:
         message = f"{kind}: {message}"
     retry_after = parse_retry_after(headers) if headers is not None else None
+    header = retry_after_header(headers) if headers is not None else None
     if raw is None and body is not None:
         raw = json.dumps(body)
     return ProviderError(
@@ -226,6 +253,7 @@ def error_from_body(
         status=status,
         retry_after=retry_after,
         raw=scrub_secrets(raw) if raw else None,
+        retry_after_header=scrub_secrets(header) if header else None,
     )
 
 
