@@ -5,6 +5,9 @@
     HTTP 5xx, 408, timeouts, dropped, bad JSON -> transient
     "prompt is too long", context_length_exceeded -> context_overflow
     HTTP 401, 403, 404, any other 4xx          -> fatal
+    no status (an error event inside a 200 stream): by the error's type, else its code
+      (insufficient_quota, invalid_request_error, ... -> fatal: account and request
+      errors; rate_limit_exceeded -> rate_limited; server_error -> transient), else transient
 
 Amazon Bedrock names its errors in ``x-amzn-ErrorType`` (an HTTP error) or in an
 event-stream exception message (mid-stream): ``throttlingException`` -> rate_limited;
@@ -64,7 +67,22 @@ _TYPE_CATEGORIES = {
     "modelstreamerrorexception": ErrorCategory.TRANSIENT,
     "modeltimeoutexception": ErrorCategory.TRANSIENT,
     "serviceunavailableexception": ErrorCategory.TRANSIENT,
+    "vector_store_timeout": ErrorCategory.TRANSIENT,
+    # account and request errors: the same request meets them again
+    "insufficient_quota": ErrorCategory.FATAL,
+    "invalid_request_error": ErrorCategory.FATAL,
+    "invalid_api_key": ErrorCategory.FATAL,
+    "invalid_prompt": ErrorCategory.FATAL,
+    "authentication_error": ErrorCategory.FATAL,
+    "permission_error": ErrorCategory.FATAL,
+    "billing_error": ErrorCategory.FATAL,
+    "billing_hard_limit_reached": ErrorCategory.FATAL,
+    "not_found_error": ErrorCategory.FATAL,
+    "model_not_found": ErrorCategory.FATAL,
+    "request_too_large": ErrorCategory.FATAL,
 }
+"""Error types and codes (looked up in lower case) -> category, after the status of a
+429 or 529 and before the others: the type first, then the code."""
 
 
 _T, _F = ErrorCategory.TRANSIENT, ErrorCategory.FATAL
@@ -217,7 +235,7 @@ def _category(status: int | None, kind: str, code: str, message: str) -> ErrorCa
         return ErrorCategory.RATE_LIMITED
     if status == 529:
         return ErrorCategory.OVERLOADED
-    by_type = _TYPE_CATEGORIES.get(kind.lower())
+    by_type = _TYPE_CATEGORIES.get(kind.lower()) or _TYPE_CATEGORIES.get(code.lower())
     if by_type is not None:
         return by_type
     if status is None or status >= 500 or status == 408:
@@ -238,10 +256,11 @@ def error_from_body(
     if not kind and headers is not None:
         kind = _amazon_error_type(headers)
     category = _category(status, kind, code, message)
+    label = kind or code
     if not message:
-        message = f"{kind or 'error'} without a message" if kind else "request failed"
-    if kind and kind not in message:
-        message = f"{kind}: {message}"
+        message = f"{label} without a message" if label else "request failed"
+    if label and label not in message:
+        message = f"{label}: {message}"
     retry_after = parse_retry_after(headers) if headers is not None else None
     header = retry_after_header(headers) if headers is not None else None
     if raw is None and body is not None:
