@@ -285,7 +285,7 @@ def build_harness(args: argparse.Namespace, db: str | None) -> tuple[Any, dict[s
     """The harness the run options describe (checkpointing into ``db``), and its
     providers."""
     from innerloop import Harness
-    from innerloop.checkpoint import CheckpointError
+    from innerloop.checkpoint import store_errors
 
     params = _run_params(args)
     base_url = _base_url(args.base_url)
@@ -297,16 +297,24 @@ def build_harness(args: argparse.Namespace, db: str | None) -> tuple[Any, dict[s
             )
     try:
         return Harness(params, providers, checkpointer=db), providers
-    except (CheckpointError, ValueError, OSError) as exc:
-        raise UsageError(f"--db: {exc}") from None
+    except store_errors() as exc:
+        raise UsageError(f"--db: {_first_line(exc)}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    """An error's message in one line (a driver's may hold several)."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from innerloop.checkpoint import CheckpointError
+    from innerloop.checkpoint import CheckpointError, driver_errors
 
     harness, providers = build_harness(args, args.db)
     try:
         run = harness.start(args.task, run_id=args.run_id)
+    except driver_errors() as exc:
+        raise UsageError(f"--db: {_first_line(exc)}") from None
     except CheckpointError as exc:
         raise UsageError(f"--run-id: {exc}") from None
     return drive_run(run, providers, args)
@@ -496,23 +504,25 @@ def _answer(text: str | None) -> Any:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     from innerloop._errors import ResumeError
-    from innerloop.checkpoint import CheckpointError
+    from innerloop.checkpoint import CheckpointError, driver_errors
 
     try:
         if args.runs_command in ("list", "show"):
             return _read_only(args)
         return _continue(args)
+    except driver_errors() as exc:
+        raise UsageError(f"--db: {_first_line(exc)}") from None
     except (CheckpointError, ResumeError) as exc:
         raise UsageError(str(exc)) from None
 
 
 def _read_only(args: argparse.Namespace) -> int:
-    from innerloop.checkpoint import open_checkpointer
+    from innerloop.checkpoint import open_checkpointer, store_errors
 
     try:
         store = open_checkpointer(args.db)
-    except (ValueError, OSError) as exc:
-        raise UsageError(f"--db: {exc}") from None
+    except store_errors() as exc:
+        raise UsageError(f"--db: {_first_line(exc)}") from None
     try:
         if args.runs_command == "list":
             _list(store)
@@ -526,8 +536,9 @@ def _read_only(args: argparse.Namespace) -> int:
 def _list(store: Any) -> None:
     from innerloop._console import format_cost
 
+    runs = store.runs()  # read first: a store that cannot be read prints no table
     print(f"{'run id':34} {'status':10} {'exit reason':20} {'turns':>5} {'cost':>10}  updated")
-    for r in store.runs():
+    for r in runs:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.updated))
         parent = f"  (fork of {r.parent_run_id} at {r.parent_seq})" if r.parent_run_id else ""
         print(
