@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from innerloop._boot import ABORTED_EXIT
 from innerloop._console import Interrupted, drive, format_cost, signals_interrupt, view_for
 
 __all__ = ["EXIT_CODES", "main"]
@@ -37,7 +38,7 @@ EXIT_CODES = {
     "failed": 1,
     "max_turns_exceeded": 3,
     "budget_exceeded": 3,
-    "aborted": 4,
+    "aborted": ABORTED_EXIT,
     "suspended": 5,
 }
 USAGE_ERROR = 2
