@@ -495,10 +495,14 @@ def _add_runs_parser(subparsers: Any) -> None:
 
 
 def _answer(text: str | None) -> Any:
+    from innerloop._json import JSONTooDeep, parse_json
+
     if text is None:
         return None
     try:
-        return json.loads(text)
+        return parse_json(text)
+    except JSONTooDeep as exc:
+        raise UsageError(f"--answer: the JSON is {exc.msg}; give a flatter answer") from None
     except ValueError:
         return text
 

@@ -20,6 +20,7 @@ import httpx2
 
 from innerloop._errors import ErrorCategory, ProviderError
 from innerloop._events import MessageComplete, StreamEvent
+from innerloop._json import WRAPPED_JSON_DEPTH, JSONTooDeep, parse_json
 from innerloop._loopend import close_at_loop_end
 from innerloop._messages import ModelResponse
 from innerloop._secrets import hide_userinfo, scrub_logs, scrub_secrets
@@ -44,13 +45,11 @@ __all__ = [
 ]
 
 
-_decode = json.JSONDecoder().decode  # str only: skips json.loads' encoding sniffing
-
-
 def loads(provider: str, data: bytes | str) -> Any:
-    """Parse one SSE data payload; bad JSON is a transient provider failure."""
+    """Parse one SSE data payload; bad JSON (or JSON nested too deep) is a transient
+    provider failure."""
     try:
-        return _decode(data.decode() if isinstance(data, bytes) else data)
+        return parse_json(data.decode() if isinstance(data, bytes) else data, WRAPPED_JSON_DEPTH)
     except ValueError as exc:  # UnicodeDecodeError included
         text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
         raise ProviderError(
@@ -67,7 +66,13 @@ def parse_tool_input(provider: str, name: str, raw: str) -> dict[str, Any]:
     if not raw:
         return {}
     try:
-        value = json.loads(raw)
+        value = parse_json(raw)
+    except JSONTooDeep as exc:
+        raise ProviderError(
+            ErrorCategory.TRANSIENT,
+            f"tool {name!r} input is {exc.msg} (too deep to read safely): {raw[:80]!r}...",
+            provider=provider,
+        ) from None
     except ValueError as exc:
         value = exc
     if not isinstance(value, dict):
