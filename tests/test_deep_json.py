@@ -12,11 +12,13 @@ from typing import Any
 
 import pytest
 
+from innerloop import HarnessParams, ResumeError, ToolSpec
 from innerloop._eventlog import SCHEMA, read_event_log
 from innerloop._events import Event, Transition
 from innerloop._json import MAX_JSON_DEPTH, WRAPPED_JSON_DEPTH, JSONTooDeep, json_depth, parse_json
 from innerloop.checkpoint import CheckpointCorrupt, CheckpointInfo, StoredRows, decode
-from innerloop.testing import AnthropicServer, OpenAIServer, reply, tool_call
+from innerloop.testing import AnthropicServer, OpenAIServer, ScriptedProvider, reply, tool_call
+from innerloop.tools import ToolContext, ToolOutput
 from tests.providers.test_structured_output import (
     GOOD,
     GOOD_INPUT,
@@ -134,3 +136,26 @@ def test_a_checkpoint_row_nested_deep_is_corrupt() -> None:
     rows = StoredRows(info, [(1, '{"full": ' + DEEP + "}")], [])
     with pytest.raises(CheckpointCorrupt, match=f"nested deeper than {WRAPPED_JSON_DEPTH}"):
         decode(rows)
+
+
+def test_a_resume_answer_nested_5000_deep_is_a_resume_error(make_harness: Any) -> None:
+    """Through the API, an answer nested 5,000 deep is a ResumeError; nothing changes."""
+
+    async def ask(args: Any, ctx: ToolContext) -> ToolOutput:
+        ctx.interrupt({"question": "which?"})
+
+    params = HarnessParams(
+        model="scripted:m", tools=(ToolSpec("ask", "Ask", {"type": "object"}, ask),)
+    )
+    provider = ScriptedProvider([reply(tool_call("ask", {}, id="a1")), reply("done")])
+    harness = make_harness(params, provider)
+    run = harness.start("go")
+    assert run.run_sync().exit_reason == "suspended"
+    answer: Any = "leaf"
+    for _ in range(5000):
+        answer = [answer]
+    with pytest.raises(ResumeError, match="nested 5000 levels deep, deeper than the 100"):
+        harness.resume(run, answer)
+    assert run.state.interrupt is not None
+    assert not run.state.interrupt.answered
+    assert harness.resume(run, "this one").run_sync().exit_reason == "model_complete"
