@@ -4,10 +4,11 @@
 importing the SDKs; a SIGINT then would print a ``KeyboardInterrupt`` traceback, a
 SIGTERM would kill it with no word. The package imports this leaf module first, and
 importing it calls :func:`early_signals`: when the process is innerloop's own command
-line (``sys.argv[0]`` is ``-m`` while Python locates ``innerloop.__main__``, or the
-``innerloop`` script), each abort signal then prints one line and exits 4, as an
-interrupted run does. ``cli.main`` puts its own handlers in their place once it starts.
-A process that merely imports innerloop keeps its signal handlers.
+line (``sys.argv`` is ``-m`` and one of its commands while Python locates
+``innerloop.__main__``, or ``sys.argv[0]`` is the ``innerloop`` script), each abort
+signal then prints one line and exits 4, as an interrupted run does. ``cli.main`` puts
+its own handlers in their place once it starts. A process that merely imports
+innerloop (a host, a durable worker) keeps its signal handlers.
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ def is_command_line(argv: Sequence[str]) -> bool:
     imported?"""
     if not argv:
         return False
-    if argv[0] == "-m":  # python -m innerloop ...: Python is locating innerloop.__main__
-        return True
+    if argv[0] == "-m":  # python -m innerloop run ...: Python is locating innerloop.__main__
+        return len(argv) > 1 and argv[1] in COMMANDS  # not -m innerloop.durable, say
     name = os.path.basename(argv[0])
     return name in ("innerloop", "innerloop.exe")
 

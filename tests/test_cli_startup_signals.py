@@ -68,10 +68,11 @@ def test_a_signal_during_start_up_exits_4_in_one_line(stop: str, sig: signal.Sig
 
 class TestEarlySignals:
     def test_only_the_command_line_is_recognised(self) -> None:
-        """``-m`` while the package is located, or the ``innerloop`` script; nothing
-        else (a host that imports innerloop)."""
+        """``-m`` and a command while the package is located, or the ``innerloop``
+        script; nothing else (a host that imports innerloop, a durable worker)."""
         assert is_command_line(["-m", "run", "x"])
         assert is_command_line(["/venv/bin/innerloop", "runs", "list"])
+        assert not is_command_line(["-m", "temporal-worker"])  # python -m innerloop.durable
         assert not is_command_line(["/usr/bin/pytest", "-q"])
         assert not is_command_line(["app.py"])
         assert not is_command_line([])
