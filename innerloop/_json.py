@@ -16,7 +16,16 @@ import json
 import re
 from typing import Any, Final
 
-__all__ = ["MAX_JSON_DEPTH", "WRAPPED_JSON_DEPTH", "JSONTooDeep", "json_depth", "parse_json"]
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "UNREADABLE",
+    "WRAPPED_JSON_DEPTH",
+    "JSONTooDeep",
+    "json_depth",
+    "parse_json",
+    "unreadable_input",
+    "unreadable_reason",
+]
 
 MAX_JSON_DEPTH: Final = 100
 """The deepest nesting of arrays and objects accepted from outside (real model answers,
@@ -27,6 +36,11 @@ WRAPPED_JSON_DEPTH: Final = MAX_JSON_DEPTH + 32
 """The limit for text that wraps such data in an envelope of its own (a provider's
 response body or stream event, an event-log line, a checkpoint row): what was accepted
 inside is still read back."""
+
+UNREADABLE: Final = "innerloop_unreadable_input"
+"""The one key of a tool call's stand-in input when its arguments could not be read (too
+deep): the call stays in the history, valid for every provider, and is answered with an
+``is_error`` result (for ``final_result``: a repair), its tool never run."""
 
 _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 """A string (skipped whole, brackets inside included) or a bracket."""
@@ -101,3 +115,15 @@ def json_depth(value: Any) -> int:
         deepest = max(deepest, depth + 1)
         stack.extend((child, depth + 1) for child in children)
     return deepest
+
+
+def unreadable_input(reason: str) -> dict[str, str]:
+    """The stand-in input of a tool call whose arguments could not be read."""
+    return {UNREADABLE: reason}
+
+
+def unreadable_reason(arguments: Any) -> str | None:
+    """Why a tool call's arguments could not be read, or None when they were."""
+    if isinstance(arguments, dict) and len(arguments) == 1 and UNREADABLE in arguments:
+        return str(arguments[UNREADABLE])
+    return None

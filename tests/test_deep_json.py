@@ -1,8 +1,9 @@
 """JSON from outside nested too deep: one parse with a depth limit
 (``innerloop._json.parse_json``, ``MAX_JSON_DEPTH``), and an ordinary error in each place
-instead of a ``RecursionError``: a repair for a model's answer, a transient model failure
-for tool arguments, exit 2 for ``--answer``, a ``ValueError`` naming the line for an event
-log, ``CheckpointCorrupt`` for a checkpoint row."""
+instead of a ``RecursionError``: a repair for a model's answer, an ``is_error`` result for
+tool arguments (a repair for ``final_result``), a ``ResumeError`` for an answer (exit 2 for
+``--answer``), a ``ValueError`` naming the line for an event log, ``CheckpointCorrupt``
+for a checkpoint row."""
 
 from __future__ import annotations
 
@@ -17,7 +18,14 @@ from innerloop._eventlog import SCHEMA, read_event_log
 from innerloop._events import Event, Transition
 from innerloop._json import MAX_JSON_DEPTH, WRAPPED_JSON_DEPTH, JSONTooDeep, json_depth, parse_json
 from innerloop.checkpoint import CheckpointCorrupt, CheckpointInfo, StoredRows, decode
-from innerloop.testing import AnthropicServer, OpenAIServer, ScriptedProvider, reply, tool_call
+from innerloop.testing import (
+    AnthropicServer,
+    OpenAIServer,
+    ScriptedProvider,
+    assert_valid_history,
+    reply,
+    tool_call,
+)
 from innerloop.tools import ToolContext, ToolOutput
 from tests.providers.test_structured_output import (
     GOOD,
@@ -84,11 +92,9 @@ def test_a_model_answer_nested_100000_deep_is_repaired(make_harness: Any) -> Non
 
 
 @pytest.mark.parametrize("dialect", ["anthropic", "openai"])
-def test_a_final_result_call_nested_400_deep_is_a_transient_failure(
-    dialect: str, make_harness: Any
-) -> None:
-    """A final_result call too deep to read: the call is a transient model failure (the
-    model is asked again), never a RecursionError; the next answer completes the run."""
+def test_a_final_result_call_nested_400_deep_is_repaired(dialect: str, make_harness: Any) -> None:
+    """A final_result call too deep to read gets an error result and a repair, never a
+    RecursionError; the next call completes the run (through the real SDK)."""
     server_type = {"anthropic": AnthropicServer, "openai": OpenAIServer}[dialect]
     model = {"anthropic": "claude-3-5-haiku-20241022", "openai": "gpt-4o-2024-08-06"}[dialect]
     script = [
@@ -102,7 +108,39 @@ def test_a_final_result_call_nested_400_deep_is_a_transient_failure(
         state = harness.run_sync("Weather in Lisbon?", on_event=events.append)
     assert state.exit_reason == "model_complete", state.diagnostic
     assert state.output == Weather(city="Lisbon", celsius=21.5)
-    assert ("stream", "call") in _transitions(events)
+    assert state.output_repairs == 1
+    assert ("check", "repair") in _transitions(events)
+    (result,) = state.history[2].tool_results
+    assert result.is_error
+    assert "nested deeper than 100 levels" in result.content
+    assert_valid_history(state.history)
+
+
+def test_tool_arguments_nested_400_deep_are_an_error_result(make_harness: Any) -> None:
+    """Arguments too deep to read: the tool is not run, its call gets an is_error result
+    saying why, and the run goes on (through the real SDK)."""
+    ran: list[Any] = []
+
+    async def look(args: Any, ctx: ToolContext) -> ToolOutput:
+        ran.append(args)
+        return ToolOutput("seen")
+
+    script = [reply(tool_call("look", _nested(400), id="t1")), reply("done")]
+    with AnthropicServer(script) as server:
+        params = HarnessParams(
+            model="anthropic:claude-sonnet-4-5-20250929",
+            tools=(ToolSpec("look", "Look", {"type": "object"}, look),),
+        )
+        state = make_harness(params, [_provider("anthropic", server, "sdk")]).run_sync("go")
+    assert state.exit_reason == "model_complete", state.diagnostic
+    assert ran == []
+    (result,) = state.history[2].tool_results
+    assert result.is_error
+    assert result.content == (
+        "the arguments of tool 'look' could not be read (nested deeper than 100 levels of "
+        "arrays and objects), the tool was not run; call it again with flatter arguments"
+    )
+    assert_valid_history(state.history)
 
 
 def test_answer_on_the_command_line_nested_5000_deep_exits_2(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from innerloop._events import (
     ToolExecuted,
     ToolUseComplete,
 )
+from innerloop._json import unreadable_reason
 from innerloop._log import log_model_failure
 from innerloop._messages import (
     Block,
@@ -491,6 +492,9 @@ def _parse(ctx: PhaseContext, spec: OutputSpec) -> tuple[object, object]:
     """The typed answer and its data; :class:`InvalidOutput` when it has none."""
     calls = _final_calls(ctx)
     if calls:
+        unreadable = unreadable_reason(calls[-1].input)
+        if unreadable is not None:
+            raise InvalidOutput([f"the {OUTPUT_TOOL} input could not be read ({unreadable})"])
         return spec.parse_data(calls[-1].input)
     if ctx.params.output_tool(ctx.choice.model):
         raise InvalidOutput([f"the answer was given as text, not through the {OUTPUT_TOOL} tool"])

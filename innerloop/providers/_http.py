@@ -20,7 +20,7 @@ import httpx2
 
 from innerloop._errors import ErrorCategory, ProviderError
 from innerloop._events import MessageComplete, StreamEvent
-from innerloop._json import WRAPPED_JSON_DEPTH, JSONTooDeep, parse_json
+from innerloop._json import WRAPPED_JSON_DEPTH, JSONTooDeep, parse_json, unreadable_input
 from innerloop._loopend import close_at_loop_end
 from innerloop._messages import ModelResponse
 from innerloop._secrets import hide_userinfo, scrub_logs, scrub_secrets
@@ -61,18 +61,15 @@ def loads(provider: str, data: bytes | str) -> Any:
 
 
 def parse_tool_input(provider: str, name: str, raw: str) -> dict[str, Any]:
-    """A complete tool input: empty means ``{}``; anything but a JSON object is malformed."""
+    """A complete tool input: empty means ``{}``; anything but a JSON object is malformed;
+    one nested too deep to read stands as :func:`~innerloop._json.unreadable_input`."""
     raw = raw.strip()
     if not raw:
         return {}
     try:
         value = parse_json(raw)
-    except JSONTooDeep as exc:
-        raise ProviderError(
-            ErrorCategory.TRANSIENT,
-            f"tool {name!r} input is {exc.msg} (too deep to read safely): {raw[:80]!r}...",
-            provider=provider,
-        ) from None
+    except JSONTooDeep as exc:  # the call stands, answered with an error result
+        return unreadable_input(exc.msg)
     except ValueError as exc:
         value = exc
     if not isinstance(value, dict):
