@@ -6,6 +6,8 @@ token counting, compaction); ``providers`` (normalize, the real SDK providers); 
 conversation, message after message); ``Harness``, the front door.
 """
 
+# first, before the heavy imports: the command line's abort signals (see innerloop._boot)
+import innerloop._boot  # noqa: F401
 from innerloop._errors import (
     ErrorCategory,
     InnerloopError,

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
+from innerloop._boot import ABORT_SIGNALS
+
 __all__ = [
     "ABORT_SIGNALS",
     "Interrupted",
@@ -26,9 +28,6 @@ __all__ = [
     "signals_interrupt",
     "view_for",
 ]
-
-ABORT_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-"""The signals that abort a run (Ctrl-C, ``kill``, a closed terminal)."""
 
 
 class Interrupted(KeyboardInterrupt):

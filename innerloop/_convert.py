@@ -14,7 +14,7 @@ rules are generic, so this bottom module never imports the layers above it:
   ``docs/event-log.md``); read back by ``type`` among every imported subclass, so the
   events of custom states load too.
 - :class:`~innerloop.ProviderError`: ``category``, ``message``, ``provider``, ``status``,
-  ``retry_after``, ``raw``.
+  ``retry_after``, ``retry_after_header``, ``raw``.
 - an attrs class that holds code (a field typed as a callable, like ``ToolSpec``): its
   ``name``. Reading looks the name up among the objects passed as ``named=``.
 - a value of a field typed ``Any`` (``HarnessState.notes``, a diagnostic, a tool's value),

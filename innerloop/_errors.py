@@ -120,8 +120,10 @@ class ProviderError(InnerloopError):
     """A model call failed. ``category`` decides the recovery branch.
 
     ``retry_after`` is in seconds (already converted from an HTTP date or from
-    ``retry-after-ms``). ``raw`` is the response body as received, with any API key
-    removed. The message never contains an API key.
+    ``retry-after-ms``), always finite; ``retry_after_header`` is that header as the
+    server sent it (``"retry-after: 1e400"``), kept so a refused wait can be quoted.
+    ``raw`` is the response body as received, with any API key removed. The message never
+    contains an API key.
     """
 
     def __init__(
@@ -133,6 +135,7 @@ class ProviderError(InnerloopError):
         status: int | None = None,
         retry_after: float | None = None,
         raw: str | None = None,
+        retry_after_header: str | None = None,
     ) -> None:
         self.category = ErrorCategory(category)
         self.message = message
@@ -140,6 +143,7 @@ class ProviderError(InnerloopError):
         self.status = status
         self.retry_after = retry_after
         self.raw = raw
+        self.retry_after_header = retry_after_header
         where = f"{provider} " if provider else ""
         code = f"HTTP {status} " if status is not None else ""
         super().__init__(f"{where}{code}{self.category.value}: {message}")
@@ -170,6 +174,7 @@ class ProviderError(InnerloopError):
             "provider": self.provider,
             "status": self.status,
             "retry_after": self.retry_after,
+            "retry_after_header": self.retry_after_header,
             "raw": self.raw,
         }
 
@@ -183,6 +188,7 @@ class ProviderError(InnerloopError):
             status=data.get("status"),
             retry_after=data.get("retry_after"),
             raw=data.get("raw"),
+            retry_after_header=data.get("retry_after_header"),
         )
 
     def to_dict(self) -> dict[str, Any]:

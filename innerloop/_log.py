@@ -45,7 +45,7 @@ from innerloop._events import (
     ToolExecuted,
     Transition,
 )
-from innerloop._secrets import scrub_secrets
+from innerloop._secrets import scrub_fields, scrub_secrets
 
 __all__ = ["LOG", "EventLogger", "event_logger", "log_model_failure", "logger"]
 
@@ -67,10 +67,6 @@ def logger(package: str) -> logging.Logger:
 
 Record = tuple[int, str, dict[str, Any]]
 """Level, message and ``extra`` of one record."""
-
-
-def _clean(fields: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: scrub_secrets(v) if isinstance(v, str) else v for k, v in fields.items()}
 
 
 def _transition(ev: Transition) -> Record:
@@ -209,7 +205,7 @@ class EventLogger:
         level, message, fields = build(event)
         if log.isEnabledFor(level):
             fields["event"] = event.type
-            log.log(level, scrub_secrets(message), extra=_clean(fields))
+            log.log(level, scrub_secrets(message), extra=scrub_fields(fields))
 
     def __bool__(self) -> bool:
         return bool(self.rules)

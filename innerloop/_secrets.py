@@ -2,10 +2,13 @@
 
 A leaf module (it imports nothing from innerloop), so every layer can use it.
 
-- :func:`scrub_secrets` replaces anything shaped like an API key or a token (``sk-ant-…``,
-  ``sk-…``, ``Bearer …``, the value of an ``x-api-key``, ``api-key`` or ``authorization``
-  header) and the userinfo of URLs (``http://user:pass@host`` -> ``http://[redacted]@host``),
-  plus any exact strings it is given (a key of no known shape).
+- :data:`SECRET_PATTERNS` is the one set of secret shapes (provider keys, AWS, GitHub,
+  GitLab, Google, Slack, Stripe, npm, Hugging Face and SendGrid tokens, private key blocks,
+  JWTs, bearer tokens, the value of an ``x-api-key``, ``api-key`` or ``authorization``
+  header); :func:`replace_secrets` replaces each with a marker of the caller's.
+- :func:`scrub_secrets` replaces each of them and the userinfo of URLs
+  (``http://user:pass@host`` -> ``http://[redacted]@host``) with ``[redacted]``, plus any
+  exact strings it is given (a key of no known shape).
 - :func:`hide_userinfo` is the URL part alone, for reprs.
 - :func:`scrub_logs` puts a :class:`LogScrubber` on the loggers of the SDKs and the HTTP
   stack while a provider uses them; the scrubber rewrites each record they emit. The
@@ -17,32 +20,128 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable
-from typing import Final
+from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
+from typing import Any, Final
 
 __all__ = [
     "LOGGERS",
     "REDACTED",
+    "SECRET_PATTERNS",
     "LogScrubber",
     "ScrubHandle",
     "hide_userinfo",
+    "replace_secrets",
+    "scrub_fields",
     "scrub_logs",
     "scrub_secrets",
 ]
 
 REDACTED: Final = "[redacted]"
 
-_SECRET = re.compile(
-    r"sk-ant-[A-Za-z0-9_\-]{8,}"
-    r"|sk-[A-Za-z0-9_\-]{16,}"
-    r"|(?i:bearer)\s+[A-Za-z0-9._~+/=\-]{12,}"
-    # a header's value, as "x-api-key: v", "'authorization': 'Basic v'", "api-key=v"
-    r"|(?i:(?<=api-key)|(?<=authorization))"
-    r"(['\"]?\s*[:=]\s*['\"]?(?:(?i:basic|bearer|token)\s+)?)[^\s'\",}]{8,}"
+SECRET_PATTERNS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        # provider API keys
+        "anthropic_key": r"sk-ant-[A-Za-z0-9_\-]{8,}",
+        "openai_key": r"sk-[A-Za-z0-9_\-]{16,}",
+        # AWS key ids: AKIA (long-term), ASIA (temporary), ABIA (STS bearer), ACCA
+        # (context-specific), then 16 upper-case letters and digits; a secret access key
+        # (40 base64 characters) only where its name labels it
+        "aws_access_key": r"(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b",
+        "aws_secret_key": r"(?i:aws_?secret_?(?:access_?)?key)\\?['\"]?\s*[:=]\s*\\?['\"]?"
+        r"(?P<secret>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
+        # GitHub: ghp_ (personal), gho_ (OAuth), ghu_ / ghs_ (app user / server), ghr_
+        # (refresh), then 36 or more base62 characters; fine-grained github_pat_ tokens
+        "github_token": r"(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})\b",
+        "gitlab_token": r"glpat-[A-Za-z0-9_\-]{20,}",
+        # Google API keys: AIza and 35 URL-safe characters
+        "google_api_key": r"AIza[0-9A-Za-z_\-]{35}",
+        # Slack tokens (xoxb- bot, xoxp- user, xoxa-/xoxr- app and refresh, xoxs-) and
+        # incoming-webhook URLs
+        "slack_token": r"xox[abprs]-[0-9A-Za-z\-]{10,}",
+        "slack_webhook": r"https://hooks\.slack\.com/(?:services|workflows)/[A-Za-z0-9_/+\-]{20,}",
+        # Stripe secret and restricted keys, live or test (publishable pk_ keys are public)
+        "stripe_key": r"[rs]k_(?:live|test)_[0-9A-Za-z]{16,}",
+        "npm_token": r"npm_[A-Za-z0-9]{36}\b",
+        "huggingface_token": r"hf_[A-Za-z]{34}\b",
+        "sendgrid_key": r"SG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}",
+        # a PEM private key block (RSA, EC, OPENSSH, ENCRYPTED, PGP ...), to its end line
+        # or, cut short, to the end of the text or of the JSON string holding it (a body
+        # that takes escapes in pairs and stops at a quote, so JSON text stays JSON)
+        "private_key": r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----(?:[^\"\\]|\\.)*?"
+        r"(?:-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|(?=\")|\Z)",
+        # a JSON Web Token: base64url header and payload (both JSON: "eyJ"), signature
+        "jwt": r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*",
+        # a bearer token after the word, and the value of an api-key or authorization
+        # header ("x-api-key: v", "'authorization': 'Basic v'", "api-key=v")
+        "bearer_token": r"(?i:bearer)\s+(?P<secret>[A-Za-z0-9._~+/=\-]{12,})",
+        "auth_header": r"(?i:api-key|authorization)\\?['\"]?\s*[:=]\s*\\?['\"]?"
+        r"(?:(?i:basic|bearer|token)\s+)?(?P<secret>[^\s'\",}\[\\]{8,})",
+    }
 )
+"""The one maintained set of secret shapes, kind -> regular expression, tried in this order
+(``sk-ant-`` before ``sk-``). Where a pattern has a ``secret`` group only that part is
+replaced (the header's name stays). Every sink uses it: logs, spans, the live view,
+diagnostics, provider errors, and the guardrail example."""
+
+
+_WORD_START: Final = frozenset(
+    {
+        "aws_access_key",
+        "github_token",
+        "gitlab_token",
+        "google_api_key",
+        "slack_token",
+        "stripe_key",
+        "npm_token",
+        "huggingface_token",
+        "sendgrid_key",
+        "jwt",
+    }
+)
+"""Kinds whose match must not start inside a word (``xAKIA...`` is no key id), though it
+may right after an escaped newline or tab (JSON text, as spans and event logs hold it:
+``"a\\nAKIA..."``). Checked on each match, so the patterns begin with their literal
+prefix, which keeps the search fast."""
+
+
+def _starts_word(text: str, at: int) -> bool:
+    if at == 0 or (not text[at - 1].isalnum() and text[at - 1] != "_"):
+        return True
+    return at >= 2 and text[at - 2] == "\\" and text[at - 1] in "nrt"
+
+
+_TRIGGERS: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType(
+    {
+        "anthropic_key": ("sk-ant-",),
+        "openai_key": ("sk-",),
+        "aws_access_key": ("akia", "asia", "abia", "acca"),
+        "aws_secret_key": ("secret",),
+        "github_token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+        "gitlab_token": ("glpat-",),
+        "google_api_key": ("aiza",),
+        "slack_token": ("xox",),
+        "slack_webhook": ("hooks.slack.com",),
+        "stripe_key": ("k_live_", "k_test_"),
+        "npm_token": ("npm_",),
+        "huggingface_token": ("hf_",),
+        "sendgrid_key": ("sg.",),
+        "private_key": ("private key",),
+        "jwt": ("eyj",),
+        "bearer_token": ("bearer",),
+        "auth_header": ("api-key", "authorization"),
+    }
+)
+"""For each kind, lower-case strings one of which every match holds: text holding none
+of them is returned at once, without running the patterns."""
+_ANY_TRIGGER: Final = tuple(t for triggers in _TRIGGERS.values() for t in triggers)
+_COMPILED: Final = tuple(
+    (kind, re.compile(pattern), _TRIGGERS[kind]) for kind, pattern in SECRET_PATTERNS.items()
+)
+
+
 # scheme://userinfo@ : what sits between "//" and the first "@" before any "/", "?" or "#"
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/?#@\s'\"]*@")
-
 LOGGERS: Final = (
     "anthropic",
     "anthropic._base_client",
@@ -63,20 +162,58 @@ LOGGERS: Final = (
 is called (a filter on a logger sees only the records that logger itself makes)."""
 
 
-def _secret(match: re.Match[str]) -> str:
-    separator = match.group(1)
-    return REDACTED if separator is None else separator + REDACTED
+def replace_secrets(text: str, marker: Callable[[str], str]) -> tuple[str, list[str]]:
+    """``text`` with each secret of :data:`SECRET_PATTERNS` replaced by ``marker(kind)``,
+    and the kinds found (kind by kind, in the set's order). Each pattern runs only when
+    the text holds one of its literal prefixes, so text without any costs one scan."""
+    found: list[str] = []
+    lowered = text.lower()
+    if not any(trigger in lowered for trigger in _ANY_TRIGGER):
+        return text, found
+    for kind, pattern, triggers in _COMPILED:
+        if not any(trigger in lowered for trigger in triggers):
+            continue
+        text = pattern.sub(_replacer(kind, marker(kind), found), text)
+    return text, found
+
+
+def _replacer(kind: str, mark: str, found: list[str]) -> Callable[[re.Match[str]], str]:
+    """The replacement of one kind's matches: ``mark`` in place of the ``secret`` group
+    (or the whole match), each recorded in ``found``."""
+
+    def replace(match: re.Match[str]) -> str:
+        whole = match.group(0)
+        if kind in _WORD_START and not _starts_word(match.string, match.start()):
+            return whole
+        found.append(kind)
+        if "secret" not in match.re.groupindex:
+            return mark
+        start, end = match.start("secret") - match.start(), match.end("secret") - match.start()
+        return whole[:start] + mark + whole[end:]
+
+    return replace
+
+
+def _redacted(kind: str) -> str:
+    return REDACTED
 
 
 def scrub_secrets(text: str, known: Iterable[str] = ()) -> str:
-    """``text`` without anything that looks like an API key, a token or URL userinfo, and
-    without any of the ``known`` strings (secrets of no recognisable shape)."""
+    """``text`` without anything that looks like an API key, a token or URL userinfo (see
+    :data:`SECRET_PATTERNS`), and without any of the ``known`` strings (secrets of no
+    recognisable shape). JSON text stays JSON: no pattern takes a quote or half of an
+    escape, and a token right after an escaped newline (``\\nAKIA...``) is found."""
     for secret in known:
         if secret and secret in text:
             text = text.replace(secret, REDACTED)
     if "@" in text:
         text = _USERINFO.sub(rf"\1{REDACTED}@", text)
-    return _SECRET.sub(_secret, text)
+    return replace_secrets(text, _redacted)[0]
+
+
+def scrub_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """``fields`` with each string value scrubbed (see :func:`scrub_secrets`)."""
+    return {k: scrub_secrets(v) if isinstance(v, str) else v for k, v in fields.items()}
 
 
 def hide_userinfo(url: str) -> str:

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from innerloop._boot import ABORTED_EXIT
 from innerloop._console import Interrupted, drive, format_cost, signals_interrupt, view_for
 
 __all__ = ["EXIT_CODES", "main"]
@@ -37,7 +38,7 @@ EXIT_CODES = {
     "failed": 1,
     "max_turns_exceeded": 3,
     "budget_exceeded": 3,
-    "aborted": 4,
+    "aborted": ABORTED_EXIT,
     "suspended": 5,
 }
 USAGE_ERROR = 2
@@ -293,7 +294,7 @@ def build_harness(args: argparse.Namespace, db: str | None) -> tuple[Any, dict[s
     """The harness the run options describe (checkpointing into ``db``), and its
     providers."""
     from innerloop import DEFAULT_SPEC, Harness
-    from innerloop.checkpoint import CheckpointError
+    from innerloop.checkpoint import store_errors
 
     params = _run_params(args)
     base_url = _base_url(args.base_url)
@@ -312,16 +313,24 @@ def build_harness(args: argparse.Namespace, db: str | None) -> tuple[Any, dict[s
     try:
         machine = DEFAULT_SPEC if machine is None else machine
         return Harness(params, providers, checkpointer=db, machine=machine), providers
-    except (CheckpointError, ValueError, OSError) as exc:
-        raise UsageError(f"--db: {exc}") from None
+    except store_errors() as exc:
+        raise UsageError(f"--db: {_first_line(exc)}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    """An error's message in one line (a driver's may hold several)."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from innerloop.checkpoint import CheckpointError
+    from innerloop.checkpoint import CheckpointError, driver_errors
 
     harness, providers = build_harness(args, args.db)
     try:
         run = harness.start(args.task, run_id=args.run_id)
+    except driver_errors() as exc:
+        raise UsageError(f"--db: {_first_line(exc)}") from None
     except CheckpointError as exc:
         raise UsageError(f"--run-id: {exc}") from None
     return drive_run(run, providers, args)
@@ -514,33 +523,39 @@ def _add_runs_parser(subparsers: Any) -> None:
 
 
 def _answer(text: str | None) -> Any:
+    from innerloop._json import JSONTooDeep, parse_json
+
     if text is None:
         return None
     try:
-        return json.loads(text)
+        return parse_json(text)
+    except JSONTooDeep as exc:
+        raise UsageError(f"--answer: the JSON is {exc.msg}; give a flatter answer") from None
     except ValueError:
         return text
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
     from innerloop._errors import ResumeError
-    from innerloop.checkpoint import CheckpointError
+    from innerloop.checkpoint import CheckpointError, driver_errors
 
     try:
         if args.runs_command in ("list", "show"):
             return _read_only(args)
         return _continue(args)
+    except driver_errors() as exc:
+        raise UsageError(f"--db: {_first_line(exc)}") from None
     except (CheckpointError, ResumeError) as exc:
         raise UsageError(str(exc)) from None
 
 
 def _read_only(args: argparse.Namespace) -> int:
-    from innerloop.checkpoint import open_checkpointer
+    from innerloop.checkpoint import open_checkpointer, store_errors
 
     try:
         store = open_checkpointer(args.db)
-    except (ValueError, OSError) as exc:
-        raise UsageError(f"--db: {exc}") from None
+    except store_errors() as exc:
+        raise UsageError(f"--db: {_first_line(exc)}") from None
     try:
         if args.runs_command == "list":
             _list(store)
@@ -554,8 +569,9 @@ def _read_only(args: argparse.Namespace) -> int:
 def _list(store: Any) -> None:
     from innerloop._console import format_cost
 
+    runs = store.runs()  # read first: a store that cannot be read prints no table
     print(f"{'run id':34} {'status':10} {'exit reason':20} {'turns':>5} {'cost':>10}  updated")
-    for r in store.runs():
+    for r in runs:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.updated))
         parent = f"  (fork of {r.parent_run_id} at {r.parent_seq})" if r.parent_run_id else ""
         print(
@@ -617,19 +633,19 @@ def _specs(args: argparse.Namespace) -> list[Any]:
 
 def _continue(args: argparse.Namespace) -> int:
     from innerloop._messages import Message
-    from innerloop.checkpoint import open_checkpointer
+    from innerloop.checkpoint import open_checkpointer, store_errors
 
+    answer = _answer(args.answer)
     try:
         store = open_checkpointer(args.db)
-    except (ValueError, OSError) as exc:
-        raise UsageError(f"--db: {exc}") from None
+    except store_errors() as exc:
+        raise UsageError(f"--db: {_first_line(exc)}") from None
     try:
         record = store.machine(args.run_id)
     finally:
         store.close()
     args.machine = _recorded_machine(record, args, f"run {args.run_id}")
     harness, providers = build_harness(args, args.db)
-    answer = _answer(args.answer)
     if args.runs_command == "resume":
         run = harness.resume(args.run_id, answer)
     else:

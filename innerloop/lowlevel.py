@@ -5,6 +5,7 @@ generation. The names in ``innerloop`` and its packages
 are the ones most code needs; these are stable too, but rarely needed.
 """
 
+from innerloop._secrets import SECRET_PATTERNS, replace_secrets
 from innerloop.fsm._context import request_settings
 from innerloop.providers._errors import (
     error_from_body,
@@ -29,6 +30,7 @@ from innerloop.tools._schema import schema_for
 
 __all__ = [
     "CL100K_SHA256",
+    "SECRET_PATTERNS",
     "SUMMARY_INSTRUCTIONS",
     "RequestSettings",
     "WireRequest",
@@ -51,6 +53,7 @@ __all__ = [
     "parse_retry_after",
     "plan_cut",
     "render_transcript",
+    "replace_secrets",
     "request_settings",
     "schema_for",
     "scrub_secrets",

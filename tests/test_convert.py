@@ -365,6 +365,7 @@ class TestProviderError:
             "provider": "",
             "status": 401,
             "retry_after": None,
+            "retry_after_header": None,
         }
 
 

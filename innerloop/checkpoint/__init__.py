@@ -12,7 +12,7 @@ from a URL. Each implements :class:`Checkpointer`.
 """
 
 from innerloop.checkpoint._memory import MemoryCheckpointer
-from innerloop.checkpoint._open import open_checkpointer, resume_point
+from innerloop.checkpoint._open import driver_errors, open_checkpointer, resume_point, store_errors
 from innerloop.checkpoint._postgres import PostgresCheckpointer
 from innerloop.checkpoint._sql import MIGRATIONS
 from innerloop.checkpoint._sqlite import SQLiteCheckpointer
@@ -60,6 +60,8 @@ __all__ = [
     "StoredRows",
     "UnknownRunError",
     "decode",
+    "driver_errors",
     "open_checkpointer",
     "resume_point",
+    "store_errors",
 ]

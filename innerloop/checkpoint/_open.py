@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import sqlite3
+import sys
 from pathlib import Path
 
 from innerloop.checkpoint._memory import MemoryCheckpointer
 from innerloop.checkpoint._postgres import PostgresCheckpointer
 from innerloop.checkpoint._sqlite import SQLiteCheckpointer
-from innerloop.checkpoint._types import Checkpointer
+from innerloop.checkpoint._types import Checkpointer, CheckpointError
 
-__all__ = ["open_checkpointer", "resume_point"]
+__all__ = ["driver_errors", "open_checkpointer", "resume_point", "store_errors"]
 
 RESTART_AT = {"stream": "call"}
 """States that need a live object of the driver (the open stream): a run checkpointed on
@@ -33,6 +35,25 @@ def open_checkpointer(url: str | Path) -> Checkpointer:
             "postgresql://user@host/db or memory:"
         )
     return SQLiteCheckpointer(text)
+
+
+def driver_errors() -> tuple[type[Exception], ...]:
+    """The database drivers' own error types (``sqlite3.Error``, and ``psycopg.Error``
+    once psycopg is imported): what a store may still raise, besides
+    :class:`~innerloop.checkpoint.CheckpointError`, on a store it cannot use."""
+    errors: tuple[type[Exception], ...] = (sqlite3.Error,)
+    psycopg = sys.modules.get("psycopg")
+    error = getattr(psycopg, "Error", None)
+    if isinstance(error, type) and issubclass(error, Exception):
+        errors += (error,)
+    return errors
+
+
+def store_errors() -> tuple[type[Exception], ...]:
+    """What opening or reading a store that cannot be used may raise: a
+    :class:`~innerloop.checkpoint.CheckpointError`, a ``ValueError`` (a bad URL), an
+    ``OSError``, or one of :func:`driver_errors`."""
+    return (CheckpointError, ValueError, OSError, *driver_errors())
 
 
 def resume_point(state: str) -> str:

@@ -135,7 +135,13 @@ class SQLStore(abc.ABC):
             self._sql("SELECT value FROM innerloop_meta WHERE key = ?"), ("schema_version",)
         )
         row = cur.fetchone()
-        return int(row[0]) if row else 0
+        try:
+            return int(row[0]) if row else 0
+        except (TypeError, ValueError):
+            raise CheckpointError(
+                f"{self.where} has checkpoint schema version {row[0]!r}, not a number: the "
+                "store is damaged or not innerloop's; open another, or restore it from a backup"
+            ) from None
 
     def _migrate(self) -> None:
         """Bring the schema to ``self.version``; refuse a newer one, writing nothing."""

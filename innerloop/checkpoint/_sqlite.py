@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from innerloop.checkpoint._sql import SQLStore
+from innerloop.checkpoint._types import CheckpointError
 
 __all__ = ["SQLiteCheckpointer"]
 
@@ -31,14 +32,41 @@ class SQLiteCheckpointer(SQLStore):
         super().__init__()
         self.path = str(path)
         self.where = f"SQLite file {self.path}"
-        self._conn = sqlite3.connect(
-            self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
-        )
+        if Path(self.path).is_dir():
+            raise CheckpointError(
+                f"{self.path} is a folder, not a SQLite file; name a file in it "
+                f"({Path(self.path) / 'runs.db'})"
+            )
         try:
-            self._open(busy_timeout, synchronous)
+            self._conn = sqlite3.connect(
+                self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as exc:
+            raise CheckpointError(
+                f"cannot open the SQLite file {self.path} ({exc}); check that its folder "
+                "exists and is writable"
+            ) from exc
+        try:
+            with self._damaged():
+                self._open(busy_timeout, synchronous)
         except BaseException:
             self._conn.close()
             raise
+
+    @contextlib.contextmanager
+    def _damaged(self) -> Iterator[None]:
+        """A file SQLite cannot read (not a database, trashed pages) raises a
+        :class:`CheckpointError` naming it; constraint and lock errors pass through, for
+        the store to read."""
+        try:
+            yield
+        except (sqlite3.IntegrityError, sqlite3.OperationalError):
+            raise
+        except sqlite3.DatabaseError as exc:
+            raise CheckpointError(
+                f"{self.where} cannot be read ({exc}): it is damaged or not a SQLite file; "
+                "open another store, or restore this one from a backup"
+            ) from exc
 
     def _open(self, busy_timeout: float, synchronous: str) -> None:
         """Switch to WAL and migrate. Many processes creating one file at once can meet
@@ -60,7 +88,7 @@ class SQLiteCheckpointer(SQLStore):
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[Any]:
-        with self._lock:
+        with self._lock, self._damaged():
             cur = self._conn.cursor()
             cur.execute("BEGIN IMMEDIATE")
             try:
@@ -72,7 +100,7 @@ class SQLiteCheckpointer(SQLStore):
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[Any]:
-        with self._lock:
+        with self._lock, self._damaged():
             cur = self._conn.cursor()
             cur.execute("BEGIN")
             try:

@@ -6,16 +6,17 @@ The spec edit::
 
 inserts a ``redact`` state on the ``execute -> check`` edge. Before the tool results reach
 the model, ``redact`` rewrites the last message's tool results, replacing anything that
-looks like an API key (Anthropic ``sk-ant-...``, OpenAI ``sk-...``, AWS ``AKIA...``,
-GitHub ``ghp_...``) with ``[REDACTED <kind>]``, and yields an ``alert`` event saying how
-many it removed. The ``tool_executed`` events the host saw earlier keep the raw output; only
+looks like a secret (the one set every sink of innerloop uses, ``SECRET_PATTERNS`` in
+``innerloop.lowlevel``: Anthropic ``sk-ant-...``, OpenAI ``sk-...``, AWS ``AKIA...``,
+GitHub ``ghp_...``, Google ``AIza...``, Slack, Stripe, private key blocks, JWTs, ...) with
+``[REDACTED <kind>]``, and yields an ``alert`` event saying how many it removed. The
+``tool_executed`` events the host saw earlier keep the raw output; only
 the model's view is redacted.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 
 import attrs
 
@@ -25,27 +26,15 @@ from innerloop.fsm._context import PhaseContext
 from innerloop.fsm._default import DEFAULT_SPEC
 from innerloop.fsm._spec import MachineSpec, StateSpec, TransitionSpec
 from innerloop.fsm._state import OutcomeEnum
+from innerloop.lowlevel import SECRET_PATTERNS, replace_secrets
 
 __all__ = ["SECRET_PATTERNS", "RedactOutcome", "redact", "redact_secrets", "with_guardrail"]
 
-SECRET_PATTERNS: Mapping[str, re.Pattern[str]] = {
-    "anthropic_key": re.compile(r"sk-ant-[A-Za-z0-9_\-]{20,}"),
-    "openai_key": re.compile(r"sk-(?:proj-)?[A-Za-z0-9_\-]{20,}"),
-    "aws_access_key": re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
-    "github_token": re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36,}\b"),
-}
-"""Secret kinds and their patterns, tried in this order (``sk-ant-`` before ``sk-``)."""
 
-
-def redact_secrets(
-    text: str, patterns: Mapping[str, re.Pattern[str]] = SECRET_PATTERNS
-) -> tuple[str, list[str]]:
-    """``text`` with every secret replaced by ``[REDACTED <kind>]``, and the kinds found."""
-    found: list[str] = []
-    for kind, pattern in patterns.items():
-        text, n = pattern.subn(f"[REDACTED {kind}]", text)
-        found += [kind] * n
-    return text, found
+def redact_secrets(text: str) -> tuple[str, list[str]]:
+    """``text`` with every secret of ``SECRET_PATTERNS`` replaced by ``[REDACTED <kind>]``,
+    and the kinds found."""
+    return replace_secrets(text, lambda kind: f"[REDACTED {kind}]")
 
 
 class RedactOutcome(OutcomeEnum):

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from innerloop._errors import ResumeError
+from innerloop._json import MAX_JSON_DEPTH, json_depth
 from innerloop._messages import ToolResultBlock, ToolUseBlock
 from innerloop.fsm._context import PhaseContext
 from innerloop.fsm._state import HarnessState, Interrupt
@@ -103,6 +104,13 @@ def check_answer(state: HarnessState, answer: Any, run: str | None = None) -> In
             run,
             f"it is suspended on a {interrupt.kind!r} interrupt; pass answer=... "
             f"(it asked: {json.dumps(interrupt.payload)[:200]})",
+        )
+    depth = json_depth(answer)
+    if depth > MAX_JSON_DEPTH:
+        raise ResumeError(
+            run,
+            f"the answer is nested {depth} levels deep, deeper than the {MAX_JSON_DEPTH} "
+            "levels of lists and dicts an answer may have; give a flatter one",
         )
     if not _is_json(answer):
         raise ResumeError(run, f"the answer must be JSON data, not {type(answer).__name__}", answer)

@@ -44,7 +44,6 @@ construction as tool schemas are).
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, final
@@ -54,6 +53,7 @@ import pydantic
 from typing_extensions import TypeVar
 
 from innerloop._errors import ParamsError, ToolDefinitionError
+from innerloop._json import parse_json
 from innerloop.providers._normalize import OUTPUT_TOOL
 from innerloop.tools._schema import schema_for
 from innerloop.tools._strict import openai_strict_schema
@@ -141,7 +141,7 @@ class OutputSpec:
         """The typed value of the answer ``text`` and its JSON data; raises
         :class:`InvalidOutput` naming every problem (not JSON, a missing field...)."""
         try:
-            data = json.loads(text)
+            data = parse_json(text)
         except ValueError as exc:
             shown = text if len(text) <= 80 else text[:77] + "..."
             raise InvalidOutput([f"the answer is not JSON ({exc}): {shown!r}"]) from None

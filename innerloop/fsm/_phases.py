@@ -26,6 +26,7 @@ from innerloop._events import (
     ToolExecuted,
     ToolUseComplete,
 )
+from innerloop._json import unreadable_reason
 from innerloop._log import log_model_failure
 from innerloop._messages import (
     Block,
@@ -46,7 +47,7 @@ from innerloop.providers._normalize import build_request, with_output_tool
 from innerloop.recovery._compaction import CompactionRequest, CompactionResult
 from innerloop.recovery._diagnostic import build_diagnostic
 from innerloop.recovery._gate import RateLimitGate
-from innerloop.recovery._policy import backoff_delay, jitter_fraction
+from innerloop.recovery._policy import backoff_delay, jitter_fraction, refused_wait
 from innerloop.recovery._pricing import add_cost, price_for
 from innerloop.tools._runner import ABORTED_TOOL, ToolBatch
 from innerloop.tools._spec import ToolCallResult
@@ -215,15 +216,37 @@ async def normalize(ctx: PhaseContext) -> None:
     ctx.state.outcome = Outcome.NORMALIZED
 
 
+_RATE = (ErrorCategory.RATE_LIMITED, ErrorCategory.OVERLOADED)
+
+
+def _refusal(ctx: PhaseContext, error: ProviderError) -> str | None:
+    """Why the wait a rate-limited call's server asks for is refused (None: it is not)."""
+    return refused_wait(ctx.params.recovery, error) if error.category in _RATE else None
+
+
 def _record_failure(ctx: PhaseContext, error: ProviderError) -> None:
+    state, policy = ctx.state, ctx.params.recovery
+    refusal = _refusal(ctx, error)
+    if refusal is not None:  # no retry here: fall back at once, or fail quoting the header
+        error = ProviderError(
+            error.category,
+            f"{error.message}; {refusal}",
+            provider=error.provider,
+            status=error.status,
+            raw=error.raw,
+            retry_after_header=error.retry_after_header,
+        )
     log_model_failure(error)
-    state = ctx.state
     state.error = error
     state.count_error(error.category.value)
-    if error.category in (ErrorCategory.RATE_LIMITED, ErrorCategory.OVERLOADED):
+    if error.category in _RATE:
         state.rate_limit_failures += 1
     elif error.category is ErrorCategory.TRANSIENT:
         state.transient_failures += 1
+    if refusal is not None:
+        state.rate_limit_failures = max(
+            state.rate_limit_failures, policy.max_rate_limit_retries + 1
+        )
     state.outcome = Outcome.FAILED
 
 
@@ -239,10 +262,12 @@ def _gate_failure(ctx: PhaseContext, error: ProviderError) -> None:
     """Tell the model's shared gate how a sent call failed; when that leaves the circuit
     open, the run's retries on this model are pointless: it falls back at once."""
     gate = _gate(ctx)
-    if error.category not in (ErrorCategory.RATE_LIMITED, ErrorCategory.OVERLOADED):
+    if error.category not in _RATE:
         gate.release()
         return
-    gate.failure(ctx.deps.clock.monotonic(), error.retry_after)
+    # a refused wait holds no one: the other runs meet (and refuse) it themselves
+    hold = None if _refusal(ctx, error) is not None else error.retry_after
+    gate.failure(ctx.deps.clock.monotonic(), hold)
     if gate.state == "open" and _has_fallback(ctx):
         ctx.state.rate_limit_failures = ctx.params.recovery.max_rate_limit_retries
 
@@ -352,7 +377,7 @@ async def stream(ctx: PhaseContext) -> AsyncIterator[Event]:
     except Exception as exc:
         await tools.cancel_all()
         error = ProviderError.wrap(exc, ctx.choice.provider)
-        if error.category in (ErrorCategory.RATE_LIMITED, ErrorCategory.OVERLOADED):
+        if error.category in _RATE:
             _gate_failure(ctx, error)  # overloaded mid-stream
         _record_failure(ctx, error)
     finally:
@@ -467,6 +492,9 @@ def _parse(ctx: PhaseContext, spec: OutputSpec) -> tuple[object, object]:
     """The typed answer and its data; :class:`InvalidOutput` when it has none."""
     calls = _final_calls(ctx)
     if calls:
+        unreadable = unreadable_reason(calls[-1].input)
+        if unreadable is not None:
+            raise InvalidOutput([f"the {OUTPUT_TOOL} input could not be read ({unreadable})"])
         return spec.parse_data(calls[-1].input)
     if ctx.params.output_tool(ctx.choice.model):
         raise InvalidOutput([f"the answer was given as text, not through the {OUTPUT_TOOL} tool"])

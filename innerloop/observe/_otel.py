@@ -456,7 +456,7 @@ class RunTrace:
             attributes["error.type"] = result.error or "tool_error"
         span.set_attributes(attributes)
         if result.is_error:
-            span.set_status(Status(StatusCode.ERROR, _clean(result.output[:500])))
+            span.set_status(Status(StatusCode.ERROR, _clean(result.output)[:500]))
         if self.tracing.capture_content:
             span.set_attribute("gen_ai.tool.call.result", _clean(result.output))
         span.end()

@@ -5,6 +5,9 @@
     HTTP 5xx, 408, timeouts, dropped, bad JSON -> transient
     "prompt is too long", context_length_exceeded -> context_overflow
     HTTP 401, 403, 404, any other 4xx          -> fatal
+    no status (an error event inside a 200 stream): by the error's type, else its code
+      (insufficient_quota, invalid_request_error, ... -> fatal: account and request
+      errors; rate_limit_exceeded -> rate_limited; server_error -> transient), else transient
 
 Amazon Bedrock names its errors in ``x-amzn-ErrorType`` (an HTTP error) or in an
 event-stream exception message (mid-stream): ``throttlingException`` -> rate_limited;
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import math
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -40,6 +44,7 @@ __all__ = [
     "error_from_exception",
     "error_from_status",
     "parse_retry_after",
+    "retry_after_header",
 ]
 
 _OVERFLOW_MARKERS = (
@@ -62,7 +67,22 @@ _TYPE_CATEGORIES = {
     "modelstreamerrorexception": ErrorCategory.TRANSIENT,
     "modeltimeoutexception": ErrorCategory.TRANSIENT,
     "serviceunavailableexception": ErrorCategory.TRANSIENT,
+    "vector_store_timeout": ErrorCategory.TRANSIENT,
+    # account and request errors: the same request meets them again
+    "insufficient_quota": ErrorCategory.FATAL,
+    "invalid_request_error": ErrorCategory.FATAL,
+    "invalid_api_key": ErrorCategory.FATAL,
+    "invalid_prompt": ErrorCategory.FATAL,
+    "authentication_error": ErrorCategory.FATAL,
+    "permission_error": ErrorCategory.FATAL,
+    "billing_error": ErrorCategory.FATAL,
+    "billing_hard_limit_reached": ErrorCategory.FATAL,
+    "not_found_error": ErrorCategory.FATAL,
+    "model_not_found": ErrorCategory.FATAL,
+    "request_too_large": ErrorCategory.FATAL,
 }
+"""Error types and codes (looked up in lower case) -> category, after the status of a
+429 or 529 and before the others: the type first, then the code."""
 
 
 _T, _F = ErrorCategory.TRANSIENT, ErrorCategory.FATAL
@@ -134,28 +154,52 @@ def category_of(exc: BaseException) -> ErrorCategory:
     return ErrorCategory.FATAL
 
 
+def _finite_seconds(text: str, scale: float = 1.0) -> float | None:
+    """``text`` as a number of seconds >= 0; None when it is no number or not a finite
+    one (``inf``, ``nan``, ``1e400``): such a wait is refused, never waited on."""
+    try:
+        seconds = float(text) * scale
+    except ValueError:
+        return None
+    return max(seconds, 0.0) if math.isfinite(seconds) else None
+
+
+def retry_after_header(headers: Mapping[str, str]) -> str | None:
+    """The header that sets the wait, as sent (``"retry-after-ms: 1e308"``), to quote."""
+    lowered = {k.lower(): v for k, v in headers.items()}
+    for name in ("retry-after-ms", "retry-after"):
+        if name in lowered:
+            return f"{name}: {lowered[name]}"
+    return None
+
+
 def parse_retry_after(
     headers: Mapping[str, str], now: Callable[[], float] = time.time
 ) -> float | None:
     """Seconds to wait, from ``retry-after-ms``, ``retry-after`` in seconds, or
-    ``retry-after`` as an HTTP date; ``None`` when absent or unreadable."""
+    ``retry-after`` as an HTTP date; ``None`` when absent, unreadable or not finite
+    (``inf``, ``nan``, ``1e400``: a wait no run should take). The result is finite."""
     lowered = {k.lower(): v for k, v in headers.items()}
     ms = lowered.get("retry-after-ms")
     if ms is not None:
         try:
-            return max(float(ms) / 1000.0, 0.0)
+            float(ms)
         except ValueError:
-            pass
+            pass  # unreadable: the seconds header may still say
+        else:
+            return _finite_seconds(ms, 0.001)
     value = lowered.get("retry-after")
     if value is None:
         return None
     try:
-        return max(float(value), 0.0)
+        float(value)
     except ValueError:
         pass
+    else:
+        return _finite_seconds(value)
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     return max(when.timestamp() - now(), 0.0)
 
@@ -191,7 +235,7 @@ def _category(status: int | None, kind: str, code: str, message: str) -> ErrorCa
         return ErrorCategory.RATE_LIMITED
     if status == 529:
         return ErrorCategory.OVERLOADED
-    by_type = _TYPE_CATEGORIES.get(kind.lower())
+    by_type = _TYPE_CATEGORIES.get(kind.lower()) or _TYPE_CATEGORIES.get(code.lower())
     if by_type is not None:
         return by_type
     if status is None or status >= 500 or status == 408:
@@ -212,11 +256,13 @@ def error_from_body(
     if not kind and headers is not None:
         kind = _amazon_error_type(headers)
     category = _category(status, kind, code, message)
+    label = kind or code
     if not message:
-        message = f"{kind or 'error'} without a message" if kind else "request failed"
-    if kind and kind not in message:
-        message = f"{kind}: {message}"
+        message = f"{label} without a message" if label else "request failed"
+    if label and label not in message:
+        message = f"{label}: {message}"
     retry_after = parse_retry_after(headers) if headers is not None else None
+    header = retry_after_header(headers) if headers is not None else None
     if raw is None and body is not None:
         raw = json.dumps(body)
     return ProviderError(
@@ -226,6 +272,7 @@ def error_from_body(
         status=status,
         retry_after=retry_after,
         raw=scrub_secrets(raw) if raw else None,
+        retry_after_header=scrub_secrets(header) if header else None,
     )
 
 

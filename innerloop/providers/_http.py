@@ -20,6 +20,7 @@ import httpx2
 
 from innerloop._errors import ErrorCategory, ProviderError
 from innerloop._events import MessageComplete, StreamEvent
+from innerloop._json import WRAPPED_JSON_DEPTH, JSONTooDeep, parse_json, unreadable_input
 from innerloop._loopend import close_at_loop_end
 from innerloop._messages import ModelResponse
 from innerloop._secrets import hide_userinfo, scrub_logs, scrub_secrets
@@ -44,13 +45,11 @@ __all__ = [
 ]
 
 
-_decode = json.JSONDecoder().decode  # str only: skips json.loads' encoding sniffing
-
-
 def loads(provider: str, data: bytes | str) -> Any:
-    """Parse one SSE data payload; bad JSON is a transient provider failure."""
+    """Parse one SSE data payload; bad JSON (or JSON nested too deep) is a transient
+    provider failure."""
     try:
-        return _decode(data.decode() if isinstance(data, bytes) else data)
+        return parse_json(data.decode() if isinstance(data, bytes) else data, WRAPPED_JSON_DEPTH)
     except ValueError as exc:  # UnicodeDecodeError included
         text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
         raise ProviderError(
@@ -62,12 +61,15 @@ def loads(provider: str, data: bytes | str) -> Any:
 
 
 def parse_tool_input(provider: str, name: str, raw: str) -> dict[str, Any]:
-    """A complete tool input: empty means ``{}``; anything but a JSON object is malformed."""
+    """A complete tool input: empty means ``{}``; anything but a JSON object is malformed;
+    one nested too deep to read stands as :func:`~innerloop._json.unreadable_input`."""
     raw = raw.strip()
     if not raw:
         return {}
     try:
-        value = json.loads(raw)
+        value = parse_json(raw)
+    except JSONTooDeep as exc:  # the call stands, answered with an error result
+        return unreadable_input(exc.msg)
     except ValueError as exc:
         value = exc
     if not isinstance(value, dict):

@@ -67,6 +67,16 @@ class _Item:
         self.parts: list[str] = []
 
 
+def _error_of(event: dict[str, Any]) -> Any:
+    """The error an ``error`` event carries: nested under ``error`` (``{"type": "error",
+    "error": {"type": "insufficient_quota", "code": ..., "message": ...}}``), or flat
+    beside the event's own ``type`` (``{"type": "error", "code": ..., "message": ...}``)."""
+    nested = event.get("error")
+    if isinstance(nested, dict):
+        return nested
+    return {k: v for k, v in event.items() if k not in ("type", "sequence_number")}
+
+
 class ResponsesAssembler:
     """Responses stream events (as parsed JSON) -> stream events and a ``ModelResponse``."""
 
@@ -87,7 +97,7 @@ class ResponsesAssembler:
     def handle(self, event: dict[str, Any], out: list[StreamEvent]) -> None:
         kind = event.get("type")
         if kind == "error":
-            raise error_from_body(self.provider, {"error": event})
+            raise error_from_body(self.provider, {"error": _error_of(event)}, raw=json.dumps(event))
         self.started = True
         handler = _HANDLERS.get(str(kind))
         if handler is not None:

@@ -7,7 +7,7 @@ import hashlib
 from typing import Any
 
 from innerloop._errors import ProviderError
-from innerloop._secrets import scrub_secrets  # re-exported: it lived here first
+from innerloop._secrets import scrub_fields, scrub_secrets  # re-exported: it lived here first
 
 __all__ = ["build_diagnostic", "hash_content", "scrub_secrets"]
 
@@ -19,7 +19,10 @@ def _digest(value: Any) -> str:
 
 
 def hash_content(value: Any, key: str = "") -> Any:
-    """A copy of a wire payload with every content field replaced by its sha256."""
+    """A copy of a wire payload with every content field replaced by its sha256 (an object
+    under a content key, such as a tool call's ``input``, is hashed whole)."""
+    if isinstance(value, dict) and key in _CONTENT_KEYS:
+        return _digest(value)
     if isinstance(value, dict):
         return {k: hash_content(v, k) for k, v in value.items()}
     if isinstance(value, list):
@@ -46,7 +49,7 @@ def build_diagnostic(
         "phase": phase,
         "provider": provider,
         "model": model,
-        "error": error.to_dict() if error is not None else None,
+        "error": scrub_fields(error.to_dict()) if error is not None else None,
         "error_message": scrub_secrets(str(error)) if error is not None else None,
         "raw_response": scrub_secrets(error.raw) if error is not None and error.raw else None,
         "request": hash_content(payload),

@@ -3,7 +3,8 @@
 Without it, a thousand runs hitting a 429 storm each pay their own retries: six requests a
 run. With it, every run on the model shares what one learned:
 
-- a 429 or 529 with a Retry-After holds new calls of every run on that model until then;
+- a 429 or 529 with a Retry-After holds new calls of every run on that model until then
+  (for ``max_hold`` seconds at most);
 - after ``failures`` consecutive rate-limit failures (across runs) the model's circuit
   opens for ``cooldown`` seconds: runs with a fallback model left switch to it at once,
   the others wait at the gate instead of sending;
@@ -18,6 +19,7 @@ clock (real time, in production).
 from __future__ import annotations
 
 import functools
+import math
 import threading
 import weakref
 from typing import Any, Final, Literal
@@ -47,8 +49,12 @@ _GO: Final = Admission()
 
 
 def _positive(name: str, value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ParamsError(name, f"must be a number > 0, got {value!r}", value)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not (value > 0 and math.isfinite(value))
+    ):
+        raise ParamsError(name, f"must be a finite number > 0, got {value!r}", value)
 
 
 class RateLimitGate:
@@ -61,6 +67,7 @@ class RateLimitGate:
         cooldown: float = 5.0,
         max_cooldown: float = 60.0,
         probe_timeout: float = 60.0,
+        max_hold: float = 300.0,
     ) -> None:
         if isinstance(failures, bool) or not isinstance(failures, int) or failures < 1:
             raise ParamsError(
@@ -72,10 +79,13 @@ class RateLimitGate:
         _positive("gate.cooldown", cooldown)
         _positive("gate.max_cooldown", max_cooldown)
         _positive("gate.probe_timeout", probe_timeout)
+        _positive("gate.max_hold", max_hold)
         self.failures = failures
         self.cooldown = float(cooldown)
         self.max_cooldown = float(max(max_cooldown, cooldown))
         self.probe_timeout = float(probe_timeout)
+        self.max_hold = float(max_hold)
+        """The longest a Retry-After may hold the gate, in seconds."""
         self._lock = threading.Lock()
         self.consecutive = 0
         """Consecutive rate-limit failures on this model, across runs."""
@@ -120,11 +130,12 @@ class RateLimitGate:
             self._next_cooldown = self.cooldown
 
     def failure(self, now: float, retry_after: float | None) -> None:
-        """A call was rate limited or overloaded (``retry_after``: the server's wait)."""
+        """A call was rate limited or overloaded (``retry_after``: the server's wait, which
+        holds the gate for at most ``max_hold`` seconds; one that is not finite is ignored)."""
         with self._lock:
             self.consecutive += 1
-            if retry_after is not None and retry_after >= 0:
-                self.hold_until = max(self.hold_until, now + retry_after)
+            if retry_after is not None and math.isfinite(retry_after) and retry_after >= 0:
+                self.hold_until = max(self.hold_until, now + min(retry_after, self.max_hold))
             probe_failed = self._probe_deadline is not None
             if probe_failed or (self.open_until is None and self.consecutive >= self.failures):
                 cooldown = self._next_cooldown
@@ -165,6 +176,7 @@ class RateLimitGates:
         cooldown: float = 5.0,
         max_cooldown: float = 60.0,
         probe_timeout: float = 60.0,
+        max_hold: float = 300.0,
     ) -> None:
         self._make = functools.partial(
             RateLimitGate,
@@ -172,6 +184,7 @@ class RateLimitGates:
             cooldown=cooldown,
             max_cooldown=max_cooldown,
             probe_timeout=probe_timeout,
+            max_hold=max_hold,
         )
         self._make()  # the settings are checked here, once
         self._lock = threading.Lock()

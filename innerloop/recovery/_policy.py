@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import attrs
 
-from innerloop._errors import ParamsError
+from innerloop._errors import ParamsError, ProviderError
 from innerloop._validators import integer, number, string
 
-__all__ = ["RecoveryPolicy", "backoff_delay", "jitter_fraction"]
+__all__ = ["RecoveryPolicy", "backoff_delay", "jitter_fraction", "refused_wait"]
 
 CONTINUATION_MESSAGE = "Your previous response was truncated. Continue from where you left off."
 TOOL_FAILURE_NOTICE = (
@@ -45,7 +46,13 @@ class RecoveryPolicy:
     backoff_max: float = attrs.field(default=64.0, validator=number(gt=0, prefix=_R))
     backoff_jitter: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
     """Full jitter: each computed wait is drawn uniformly up to its exponential value, so
-    runs limited together do not retry together. A Retry-After is honoured as given."""
+    runs limited together do not retry together. A Retry-After is honoured as given, up to
+    ``max_retry_after``."""
+    max_retry_after: float = attrs.field(default=300.0, validator=number(gt=0, prefix=_R))
+    """The longest wait a server may ask for (Retry-After, retry-after-ms), in seconds. A
+    longer one, or one that is not a finite number (``inf``, ``1e400``), is refused: the
+    run falls back to the next model at once, or fails with a diagnostic quoting the
+    header."""
     max_rate_limit_retries: int = attrs.field(default=5, validator=integer(ge=0, prefix=_R))
     """Backoff retries on one provider before falling back to the next one."""
     transient_retries: int = attrs.field(default=1, validator=integer(ge=0, prefix=_R))
@@ -79,17 +86,41 @@ def backoff_delay(
 ) -> float:
     """Seconds to wait before retry number ``attempt`` (1-based).
 
-    A provider's Retry-After overrides the exponential schedule and is taken as given.
+    A provider's Retry-After overrides the exponential schedule and is taken as given, up
+    to ``policy.max_retry_after`` (a value that is not finite is ignored).
     ``jitter`` in (0, 1] is the share of the computed wait to use (see
     :func:`jitter_fraction`); ignored when ``policy.backoff_jitter`` is off.
     """
-    if retry_after is not None and retry_after >= 0:
-        return float(retry_after)
+    if retry_after is not None and math.isfinite(retry_after) and retry_after >= 0:
+        return min(float(retry_after), policy.max_retry_after)
     delay = policy.backoff_initial * policy.backoff_factor ** max(attempt - 1, 0)
     delay = min(delay, policy.backoff_max)
     if policy.backoff_jitter:
         delay *= min(max(jitter, 0.0), 1.0)
     return float(delay)
+
+
+def refused_wait(policy: RecoveryPolicy, error: ProviderError) -> str | None:
+    """Why the wait ``error``'s server asks for will not be taken (its header quoted), or
+    None when there is none to refuse: a value past ``policy.max_retry_after``, or a
+    number that is not finite (``retry-after: inf``, ``1e400``; such a header reaches
+    here as ``retry_after=None`` with the header kept)."""
+    header = error.retry_after_header
+    if header is None:
+        return None
+    cap = f"recovery.max_retry_after is {policy.max_retry_after:g} s"
+    if error.retry_after is None:
+        try:
+            float(header.partition(":")[2])
+        except ValueError:
+            return None  # unreadable (a malformed date): the schedule applies
+        return f"the server asks to wait {header!r}, which is not a finite time ({cap})"
+    if error.retry_after > policy.max_retry_after:
+        return (
+            f"the server asks to wait {header!r} ({error.retry_after:g} s), longer than "
+            f"{cap}; raise it to wait that long"
+        )
+    return None
 
 
 def jitter_fraction(clock: object) -> float:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
+from innerloop._json import unreadable_reason
 from innerloop._messages import ToolUseBlock
 from innerloop.recovery._tokens import ApproxTokenCounter, TokenCounter
 from innerloop.tools._output import OutputLimits, cap_output
@@ -230,6 +231,14 @@ class ToolRunner:
             known = ", ".join(t.name for t in run.params.tools) or "none"
             return self._failed(
                 call, f"unknown tool {call.name!r}; available: {known}", "unknown_tool"
+            )
+        unreadable = unreadable_reason(call.input)
+        if unreadable is not None:
+            return self._failed(
+                call,
+                f"the arguments of tool {call.name!r} could not be read ({unreadable}), the "
+                "tool was not run; call it again with flatter arguments",
+                "invalid_arguments",
             )
         problems = validate(spec.input_schema, call.input)
         if problems:

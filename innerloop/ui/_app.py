@@ -28,6 +28,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from innerloop._secrets import scrub_secrets
 from innerloop.diagrams import GraphvizNotFound
 from innerloop.fsm import MachineNotFound
 from innerloop.ui._catalog import Catalog, UnknownRun
@@ -37,6 +38,12 @@ __all__ = ["STATIC", "create_app"]
 STATIC = Path(__file__).resolve().parent / "static"
 POLL_SECONDS = 0.1
 """How often a live stream looks for new events (a log's size, a store's checkpoints)."""
+
+
+def _json(data: Any) -> Response:
+    """``data`` as JSON, scrubbed of keys and tokens (tool outputs and errors hold them)."""
+    text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return Response(scrub_secrets(text), media_type="application/json")
 
 
 def _not_found(exc: UnknownRun) -> JSONResponse:
@@ -60,14 +67,14 @@ def create_app(catalog: Catalog, closing: threading.Event | None = None) -> Star
         return FileResponse(STATIC / "index.html", media_type="text/html")
 
     async def runs(request: Request) -> Response:
-        return JSONResponse({"runs": await run_in_threadpool(catalog.runs)})
+        return _json({"runs": await run_in_threadpool(catalog.runs)})
 
     async def run(request: Request) -> Response:
         try:
             detail = await run_in_threadpool(catalog.detail, request.path_params["run_id"])
         except UnknownRun as exc:
             return _not_found(exc)
-        return JSONResponse(detail)
+        return _json(detail)
 
     async def diagram(request: Request) -> Response:
         try:
@@ -104,7 +111,7 @@ async def _changes(
 ) -> AsyncIterator[dict[str, str]]:
     """The run's detail now and at each change; ``end`` once it is over."""
     follow = run_id.endswith(":last")  # a log's next run may start after this one ends
-    sent = json.dumps(detail)
+    sent = scrub_secrets(json.dumps(detail))
     yield {"event": "run", "data": sent}
     while (follow or detail["status"] == "running") and not closing.is_set():
         await asyncio.sleep(POLL_SECONDS)
@@ -114,7 +121,7 @@ async def _changes(
             detail = await run_in_threadpool(catalog.detail, run_id)
         except UnknownRun:  # the log was removed
             break
-        text = json.dumps(detail)
+        text = scrub_secrets(json.dumps(detail))
         if text != sent:
             sent = text
             yield {"event": "run", "data": text}

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import sqlite3
 import threading
 import webbrowser
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from innerloop.checkpoint import Checkpointer, CheckpointError, open_checkpointer
+from innerloop.checkpoint import Checkpointer, open_checkpointer, store_errors
 from innerloop.fsm._locate import load_spec
 from innerloop.fsm._spec import MachineSpec
 from innerloop.ui._catalog import Catalog
@@ -30,15 +29,6 @@ DEFAULT_RUNS = Path("runs")
 
 Usage = Callable[[str], Exception]
 """Makes the command line's usage error (printed in one line, exit status 2)."""
-
-
-def _store_errors() -> tuple[type[BaseException], ...]:
-    errors: tuple[type[BaseException], ...] = (ValueError, OSError, CheckpointError, sqlite3.Error)
-    with contextlib.suppress(ImportError):
-        import psycopg
-
-        errors += (psycopg.Error,)
-    return errors
 
 
 def _sqlite_path(url: str) -> str | None:
@@ -56,7 +46,7 @@ def open_store(url: str, usage: Usage = ValueError) -> Checkpointer:
         raise usage(f"--db: no SQLite file {path!r} (a store is created by a run's --db)")
     try:
         return open_checkpointer(url)
-    except _store_errors() as exc:
+    except store_errors() as exc:
         raise usage(f"--db: {str(exc).strip().splitlines()[0]}") from None
 
 

@@ -302,6 +302,87 @@ class TestFaults:
             OpenAIResponsesProvider()
 
 
+QUOTA = "You exceeded your current quota, please check your plan and billing details."
+
+
+def _error_stream(error_event: dict[str, Any]) -> Raw:
+    """A 200 stream that opens, then carries an ``error`` event and ``response.failed``."""
+    created = {"type": "response.created", "sequence_number": 0, "response": {"id": "r1"}}
+    inner = error_event.get("error", error_event)
+    failed = {
+        "type": "response.failed",
+        "sequence_number": 2,
+        "response": {"id": "r1", "status": "failed", "error": inner},
+    }
+    body = b"".join(
+        f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode()
+        for e in (created, {**error_event, "sequence_number": 1}, failed)
+    )
+    return Raw(200, (("content-type", "text/event-stream"),), body)
+
+
+def _nested(kind: str, code: str | None, message: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": kind, "code": code, "message": message}}
+
+
+class TestErrorEvents:
+    @pytest.mark.parametrize(
+        ("event", "category", "message"),
+        [
+            (
+                _nested("insufficient_quota", "insufficient_quota", QUOTA),
+                "fatal",
+                f"insufficient_quota: {QUOTA}",
+            ),
+            (
+                _nested("invalid_request_error", "invalid_value", "Invalid 'input[0]'."),
+                "fatal",
+                "invalid_request_error: Invalid 'input[0]'.",
+            ),
+            (
+                _nested("requests", "rate_limit_exceeded", "Rate limit reached."),
+                "rate_limited",
+                "requests: Rate limit reached.",
+            ),
+            (
+                _nested("server_error", "server_error", "The server had an error."),
+                "transient",
+                "server_error: The server had an error.",
+            ),
+            (
+                {"type": "error", "code": "insufficient_quota", "message": QUOTA, "param": None},
+                "fatal",
+                f"insufficient_quota: {QUOTA}",
+            ),
+        ],
+    )
+    @pytest.mark.parametrize("route", ROUTES)
+    def test_an_error_event_keeps_its_message_and_code(
+        self, event: dict[str, Any], category: str, message: str, route: str
+    ) -> None:
+        """An error event in a 200 stream (nested under ``error``, or flat as the SDK's
+        ``ResponseErrorEvent``) keeps the message the SDK's ``APIError`` would carry, its
+        code in the raw body, and takes its category from its type, else its code."""
+        with ResponsesServer([_error_stream(event)]) as server:
+            error = _complete(server, route)
+        assert isinstance(error, ProviderError)
+        assert (error.category, error.message) == (category, message)
+        assert f'"code": "{event.get("error", event)["code"]}"' in (error.raw or "")
+
+    def test_out_of_quota_fails_the_run_without_a_retry(self, make_harness: Any) -> None:
+        """An out-of-quota error event ends the run at once, failed, quoting the message."""
+        event = _nested("insufficient_quota", "insufficient_quota", QUOTA)
+        with ResponsesServer([_error_stream(event), reply("never")]) as server:
+            provider = _provider(server)
+            state = make_harness(HarnessParams(model=GPT5), {"openai": provider}).run_sync("hi")
+            sent = len(server.requests)
+        assert state.exit_reason == "failed"
+        assert sent == 1
+        assert state.diagnostic is not None
+        assert state.diagnostic["error"]["category"] == "fatal"
+        assert QUOTA in state.diagnostic["error_message"]
+
+
 async def _echo(args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
     return ToolOutput("echo:" + str(args.get("x", "")))
 

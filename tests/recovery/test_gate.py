@@ -106,7 +106,7 @@ class TestRateLimitGate:
         """Settings are checked at construction, naming the field."""
         with pytest.raises(ParamsError, match=r"gate.failures.*consecutive failures"):
             RateLimitGate(failures=0)
-        with pytest.raises(ParamsError, match=r"gate.cooldown: must be a number > 0"):
+        with pytest.raises(ParamsError, match=r"gate.cooldown: must be a finite number > 0"):
             RateLimitGates(cooldown=-1)
 
 

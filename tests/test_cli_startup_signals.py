@@ -1,0 +1,84 @@
+"""SIGINT, SIGTERM and SIGHUP while ``innerloop run`` starts: one line and exit 4, at any
+point of the start-up (the package's heavy imports included), never a traceback.
+
+The child runs the command line as ``python -m innerloop run ...`` does (``sys.argv[0]``
+is ``-m`` while Python locates ``innerloop.__main__``), with an import hook that stops it
+at a named module, so the signal arrives at a known point, not after some delay."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from innerloop._boot import early_signals, is_command_line
+
+ROOT = Path(__file__).resolve().parents[1]
+CHILD = """
+import importlib.abc, os, runpy, sys, time
+STOP = sys.argv.pop(1)
+sys.argv = ["-m", "run", "a task", "--no-live"]  # as python -m innerloop run sets it
+
+class Stop(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == STOP:
+            os.write(1, b"stopped\\n")
+            time.sleep(60)
+        return None
+
+sys.meta_path.insert(0, Stop())
+runpy._run_module_as_main("innerloop")
+"""
+STOPS = (
+    "innerloop._errors",  # the package's first import after the handlers
+    "anthropic",  # an SDK, imported once the command line runs (its own handlers then)
+    "innerloop.cli",  # the package is imported; the command line is not yet running
+)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize("stop", STOPS)
+def test_a_signal_during_start_up_exits_4_in_one_line(stop: str, sig: signal.Signals) -> None:
+    """Wherever start-up is when the signal arrives: exit 4, one line naming it."""
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env.update({"PYTHONPATH": str(ROOT), "ANTHROPIC_API_KEY": "sk-ant-test"})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, stop],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=ROOT,
+    )
+    assert proc.stdout is not None
+    try:
+        assert proc.stdout.readline() == b"stopped\n"
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 4, err.decode()
+    assert err.decode() == f"innerloop run: interrupted by {sig.name}\n"
+
+
+class TestEarlySignals:
+    def test_only_the_command_line_is_recognised(self) -> None:
+        """``-m`` and a command while the package is located, or the ``innerloop``
+        script; nothing else (a host that imports innerloop, a durable worker)."""
+        assert is_command_line(["-m", "run", "x"])
+        assert is_command_line(["/venv/bin/innerloop", "runs", "list"])
+        assert not is_command_line(["-m", "temporal-worker"])  # python -m innerloop.durable
+        assert not is_command_line(["/usr/bin/pytest", "-q"])
+        assert not is_command_line(["app.py"])
+        assert not is_command_line([])
+
+    def test_a_host_keeps_its_handlers(self) -> None:
+        """Imported by a host, innerloop changes no signal handler."""
+        before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        assert early_signals(["app.py"]) is False
+        assert {s: signal.getsignal(s) for s in before} == before
