@@ -4,12 +4,36 @@ providers over their official SDKs.
 The pure request builders and the error mapping under them are in
 :mod:`innerloop.lowlevel`."""
 
-from innerloop.providers._anthropic import AnthropicProvider
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from innerloop.providers._base import ModelStream, Provider, final_response
 from innerloop.providers._normalize import Dialect, WireRequest
-from innerloop.providers._openai import OpenAIProvider
-from innerloop.providers._responses import OpenAIResponsesProvider
-from innerloop.providers._transport import AsyncioTransport
+
+if TYPE_CHECKING:
+    from innerloop.providers._anthropic import AnthropicProvider
+    from innerloop.providers._openai import OpenAIProvider
+    from innerloop.providers._responses import OpenAIResponsesProvider
+    from innerloop.providers._transport import AsyncioTransport
+
+_LAZY = {
+    "AnthropicProvider": "innerloop.providers._anthropic",
+    "AsyncioTransport": "innerloop.providers._transport",
+    "OpenAIProvider": "innerloop.providers._openai",
+    "OpenAIResponsesProvider": "innerloop.providers._responses",
+}
+"""The providers over the HTTP client, imported when first named (``import innerloop``
+does not load the HTTP stack)."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "AnthropicProvider",
