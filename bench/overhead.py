@@ -167,16 +167,20 @@ def _sdk() -> tuple[Any, Any, Any] | None:
     return provider, MeterProvider(), exporter
 
 
-def traced_runner() -> RunFn | None:
+def traced_runner(transitions: str = "events") -> RunFn | None:
     """The table engine traced by ``innerloop.observe.Tracing`` into the SDK's in-memory
-    exporter."""
+    exporter, the transitions recorded as ``transitions`` says."""
     sdk = _sdk()
     if sdk is None:
         return None
     from innerloop.observe import Tracing
 
     provider, meters, exporter = sdk
-    tracing = Tracing(tracer_provider=provider, meter_provider=meters)
+    tracing = Tracing(
+        tracer_provider=provider,
+        meter_provider=meters,
+        transitions=transitions,  # type: ignore[arg-type]
+    )
     inner = innerloop_runner("table", observers=[tracing])
 
     async def run(turns: int) -> int:
@@ -196,11 +200,12 @@ _EDGES = (
 )
 
 
-def sdk_floor_runner() -> RunFn | None:
+def sdk_floor_runner(transitions: str = "events") -> RunFn | None:
     """What a traced run puts into the SDK, made straight on it: per iteration a chat span
     (five attributes at its start, seven with the response), two token-usage records and a
     duration record, an execute_tool span (seven attributes, then outcome and duration), and
-    six transition events on the run's span (source, target, guard)."""
+    six transition events on the run's span (source, target, guard), or with
+    ``transitions="summary"`` one turn event listing the states and guards."""
     sdk = _sdk()
     if sdk is None:
         return None
@@ -227,9 +232,25 @@ def sdk_floor_runner() -> RunFn | None:
     as_input = {**metric, "gen_ai.token.type": "input"}
     as_output = {**metric, "gen_ai.token.type": "output"}
 
+    no_events: tuple[dict[str, str], ...] = ()
+    parts = (
+        (edges[:2], edges[2:3], edges[3:4], edges[4:])
+        if transitions == "events"
+        else (no_events,) * 4
+    )
+    summary = {
+        "innerloop.turn.states": (*(e[0] for e in _EDGES), "assemble"),
+        "innerloop.turn.guards": tuple(e[2] for e in _EDGES),
+    }
+
+    turn_event = ((), (summary,))[transitions == "summary"]
+
+    def note(agent: Any, part: Sequence[dict[str, Any]]) -> None:
+        for attributes in part:
+            agent.add_event("turn" if attributes is summary else "transition", attributes)
+
     def turn(agent: Any, parent: Any, n: int, tools: bool) -> None:
-        for attributes in edges[:2]:
-            agent.add_event("transition", attributes)
+        note(agent, parts[0])
         chat = tracer.start_span(
             "chat bench-20250101",
             context=parent,
@@ -242,7 +263,7 @@ def sdk_floor_runner() -> RunFn | None:
                 "innerloop.turn": n,
             },
         )
-        agent.add_event("transition", edges[2])
+        note(agent, parts[1])
         chat.set_attributes(
             {
                 "gen_ai.response.model": "bench-20250101",
@@ -256,10 +277,11 @@ def sdk_floor_runner() -> RunFn | None:
         )
         usage.record(10, as_input)
         usage.record(5, as_output)
-        agent.add_event("transition", edges[3])
+        note(agent, parts[2])
         duration.record(0.001, metric)
         chat.end()
         if not tools:
+            note(agent, turn_event)  # the answer's turn
             return
         tool = tracer.start_span(
             "execute_tool echo",
@@ -276,8 +298,8 @@ def sdk_floor_runner() -> RunFn | None:
         )
         tool.set_attributes({"innerloop.tool.outcome": "ok", "innerloop.tool.duration": 1e-5})
         tool.end()
-        for attributes in edges[4:]:
-            agent.add_event("transition", attributes)
+        note(agent, parts[3])
+        note(agent, turn_event)
 
     async def run(turns: int) -> int:
         exporter.clear()
@@ -289,6 +311,16 @@ def sdk_floor_runner() -> RunFn | None:
         return turns + 1
 
     return run
+
+
+def innerloop_traced_summary() -> RunFn | None:
+    """:func:`traced_runner` with ``Tracing(transitions="summary")``."""
+    return traced_runner("summary")
+
+
+def sdk_floor_summary() -> RunFn | None:
+    """:func:`sdk_floor_runner` for ``Tracing(transitions="summary")``."""
+    return sdk_floor_runner("summary")
 
 
 def langgraph_runner() -> RunFn | None:
@@ -368,6 +400,8 @@ CONTENDERS: dict[str, Callable[[], RunFn | None]] = {
     "innerloop (Tracing, no SDK)": untraced_runner,
     "innerloop (traced, in-memory)": traced_runner,
     "SDK floor (in-memory)": sdk_floor_runner,
+    "innerloop (traced, summary)": lambda: innerloop_traced_summary(),
+    "SDK floor (summary)": lambda: sdk_floor_summary(),
     "langgraph": langgraph_runner,
 }
 """Each contender by name, built when asked for (None: its library is not installed)."""
@@ -450,6 +484,7 @@ def target(number: int, what: str, value: float, limit: float, unit: str = "") -
     return value <= limit
 
 
+SUMMARY, SUMMARY_FLOOR = "innerloop (traced, summary)", "SDK floor (summary)"
 PLAIN, OURS, BUDGET = "plain loop", "innerloop (table engine)", "innerloop (+ context budget)"
 BUILD_PARAMS = "HarnessParams(...)"
 
@@ -473,10 +508,11 @@ def report_instructions(names: list[str], turns: int, runs: int) -> None:
         if BUDGET in counts:
             target(1, "with a context budget / plain loop", counts[BUDGET] / plain, 1.6, "x")
     target(2, "HarnessParams(...)", built[BUILD_PARAMS], 80_000, " instr")
-    if base is not None and TRACED in counts and FLOOR in counts:
-        extra = counts[TRACED] - base
-        print(f"tracing on: +{extra:,.0f} instructions per iteration")
-        target(3, "tracing on / the SDK floor", extra / counts[FLOOR], 1.25, "x")
+    for traced, floor, mode in ((TRACED, FLOOR, "events"), (SUMMARY, SUMMARY_FLOOR, "summary")):
+        if base is not None and traced in counts and floor in counts:
+            extra = counts[traced] - base
+            print(f"tracing on (transitions={mode!r}): +{extra:,.0f} instructions per iteration")
+            target(3, f"tracing on / the SDK floor ({mode})", extra / counts[floor], 1.25, "x")
     report_import()
 
 
