@@ -5,6 +5,8 @@ token counting, compaction); ``providers`` (normalize, the real SDK providers); 
 ``fsm`` (spec, compiler, guards, phases, driver); ``Harness``, the front door.
 """
 
+from typing import TYPE_CHECKING
+
 from innerloop._errors import (
     ErrorCategory,
     InnerloopError,
@@ -17,6 +19,7 @@ from innerloop._errors import (
 from innerloop._eventlog import EventLog, read_event_log
 from innerloop._events import Event
 from innerloop._harness import Harness
+from innerloop._lazy import lazy_names
 from innerloop._messages import (
     ImageBlock,
     Message,
@@ -41,7 +44,14 @@ from innerloop.fsm import (
     compile_spec,
 )
 from innerloop.recovery import RecoveryPolicy
-from innerloop.tools import Toolset, ToolSpec, builtin_tools, tool
+from innerloop.tools import Toolset, ToolSpec, tool
+
+if TYPE_CHECKING:
+    from innerloop.tools import builtin_tools
+
+
+__getattr__ = lazy_names(__name__, {"builtin_tools": "innerloop.tools._builtins"})
+"""``builtin_tools`` (the built-in tool sets and their sandbox) imported when first named."""
 
 __all__ = [
     "DEFAULT_SPEC",

@@ -4,9 +4,9 @@ providers over their official SDKs.
 The pure request builders and the error mapping under them are in
 :mod:`innerloop.lowlevel`."""
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from innerloop._lazy import lazy_names
 from innerloop.providers._base import ModelStream, Provider, final_response
 from innerloop.providers._normalize import Dialect, WireRequest
 
@@ -26,13 +26,7 @@ _LAZY = {
 does not load the HTTP stack)."""
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _LAZY)
 
 
 __all__ = [
