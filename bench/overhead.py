@@ -41,6 +41,7 @@ import asyncio
 import gc
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -446,6 +447,8 @@ def _counted(name: str, turns: int, runs: int) -> tuple[int, int]:
     """(instructions, iterations) of ``only(name)`` under callgrind."""
     argv = ["--only", name, "--turns", str(turns), "--runs", str(runs)]
     valgrind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+    if shutil.which("setarch") is not None:  # the same addresses, so id()-keyed orders too
+        valgrind = ["setarch", platform.machine(), "-R", *valgrind]
     out = subprocess.run(
         [*valgrind, sys.executable, os.path.abspath(__file__), *argv],
         env={**os.environ, "PYTHONHASHSEED": "0"},  # the same hashes, set orders in each run
