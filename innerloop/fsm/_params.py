@@ -353,6 +353,8 @@ class HarnessParams:
                 )
 
     def _check_repeated_models(self) -> None:
+        if not self.fallbacks:
+            return
         seen: set[ModelChoice] = set()
         for i, choice in enumerate(self.model_chain):
             if choice in seen:
@@ -369,6 +371,8 @@ class HarnessParams:
             )
 
     def _check_timeout_categories(self) -> None:
+        if self.tool_timeouts is _default_timeouts():
+            return
         known = {*DEFAULT_TIMEOUTS, *(t.category for t in self.tools)}
         for category in self.tool_timeouts:
             if category not in known:
@@ -383,9 +387,9 @@ class HarnessParams:
 
     def _check_tool_choice(self) -> None:
         choice = self.tool_choice
-        names = {t.name for t in self.tools}
         if choice in ("auto", "none"):
             return
+        names = {t.name for t in self.tools}
         if choice == "any":
             if not names:
                 raise ParamsError("tool_choice", "'any' forces a tool call but no tools are set")
