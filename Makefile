@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint diagrams screenshot bench setup clean
+.PHONY: demo test lint diagrams screenshot bench guard setup clean
 
 demo: $(STAMP)
 	$(PY) -m innerloop demo
@@ -25,6 +25,11 @@ screenshot: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/overhead.py
+
+# Instructions per iteration (valgrind) of the main contenders against bench/baseline.json:
+# fails when one rose more than 5%. A meant change: bench/overhead.py --guard --write-baseline.
+guard: $(STAMP)
+	$(PY) bench/overhead.py --guard
 
 setup: $(STAMP)
 

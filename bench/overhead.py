@@ -39,20 +39,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
 import os
+import platform
 import re
 import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypedDict
 
 import attrs
 
 from innerloop import Harness, HarnessParams, Message, ToolResultBlock, ToolSpec
 from innerloop.fsm import DEFAULT_SPEC, compile_spec, request_settings
-from innerloop.lowlevel import build_request
+from innerloop.lowlevel import RequestSettings, build_request
 from innerloop.providers import final_response
 from innerloop.recovery import TiktokenCounter
 from innerloop.testing import FakeProvider, Reply, reply, tool_call
@@ -88,9 +91,13 @@ def params(turns: int) -> HarnessParams:
     )
 
 
-async def model_turn(p: HarnessParams, provider: FakeProvider, history: list[Message]) -> bool:
-    """Shared work of one turn: request, stream, append. True when tools were called."""
-    request = build_request(request_settings(p), history, "anthropic", p.model.model)
+async def model_turn(
+    settings: RequestSettings, provider: FakeProvider, history: list[Message]
+) -> bool:
+    """Shared work of one turn: request, stream, append. True when tools were called.
+    ``settings`` are made once per run (``request_settings(params)``), as a hand-written
+    loop makes its request's fixed part once."""
+    request = build_request(settings, history, "anthropic", "bench-20250101")
     response = await final_response(await provider.open(request))
     assert response is not None
     history.append(response.message)
@@ -106,10 +113,10 @@ async def tool_turn(history: list[Message]) -> None:
 
 
 async def plain_loop(turns: int) -> int:
-    p, provider, history = params(turns), make_provider(turns), [Message.user("go")]
-    n = 0
+    settings, provider = request_settings(params(turns)), make_provider(turns)
+    history, n = [Message.user("go")], 0
     while True:
-        more = await model_turn(p, provider, history)
+        more = await model_turn(settings, provider, history)
         n += 1
         if not more:
             return n
@@ -161,16 +168,20 @@ def _sdk() -> tuple[Any, Any, Any] | None:
     return provider, MeterProvider(), exporter
 
 
-def traced_runner() -> RunFn | None:
+def traced_runner(transitions: str = "events") -> RunFn | None:
     """The table engine traced by ``innerloop.observe.Tracing`` into the SDK's in-memory
-    exporter."""
+    exporter, the transitions recorded as ``transitions`` says."""
     sdk = _sdk()
     if sdk is None:
         return None
     from innerloop.observe import Tracing
 
     provider, meters, exporter = sdk
-    tracing = Tracing(tracer_provider=provider, meter_provider=meters)
+    tracing = Tracing(
+        tracer_provider=provider,
+        meter_provider=meters,
+        transitions=transitions,  # type: ignore[arg-type]
+    )
     inner = innerloop_runner("table", observers=[tracing])
 
     async def run(turns: int) -> int:
@@ -190,11 +201,12 @@ _EDGES = (
 )
 
 
-def sdk_floor_runner() -> RunFn | None:
+def sdk_floor_runner(transitions: str = "events") -> RunFn | None:
     """What a traced run puts into the SDK, made straight on it: per iteration a chat span
     (five attributes at its start, seven with the response), two token-usage records and a
     duration record, an execute_tool span (seven attributes, then outcome and duration), and
-    six transition events on the run's span (source, target, guard)."""
+    six transition events on the run's span (source, target, guard), or with
+    ``transitions="summary"`` one turn event listing the states and guards."""
     sdk = _sdk()
     if sdk is None:
         return None
@@ -221,9 +233,25 @@ def sdk_floor_runner() -> RunFn | None:
     as_input = {**metric, "gen_ai.token.type": "input"}
     as_output = {**metric, "gen_ai.token.type": "output"}
 
+    no_events: tuple[dict[str, str], ...] = ()
+    parts = (
+        (edges[:2], edges[2:3], edges[3:4], edges[4:])
+        if transitions == "events"
+        else (no_events,) * 4
+    )
+    summary = {
+        "innerloop.turn.states": (*(e[0] for e in _EDGES), "assemble"),
+        "innerloop.turn.guards": tuple(e[2] for e in _EDGES),
+    }
+
+    turn_event = ((), (summary,))[transitions == "summary"]
+
+    def note(agent: Any, part: Sequence[dict[str, Any]]) -> None:
+        for attributes in part:
+            agent.add_event("turn" if attributes is summary else "transition", attributes)
+
     def turn(agent: Any, parent: Any, n: int, tools: bool) -> None:
-        for attributes in edges[:2]:
-            agent.add_event("transition", attributes)
+        note(agent, parts[0])
         chat = tracer.start_span(
             "chat bench-20250101",
             context=parent,
@@ -236,7 +264,7 @@ def sdk_floor_runner() -> RunFn | None:
                 "innerloop.turn": n,
             },
         )
-        agent.add_event("transition", edges[2])
+        note(agent, parts[1])
         chat.set_attributes(
             {
                 "gen_ai.response.model": "bench-20250101",
@@ -250,10 +278,11 @@ def sdk_floor_runner() -> RunFn | None:
         )
         usage.record(10, as_input)
         usage.record(5, as_output)
-        agent.add_event("transition", edges[3])
+        note(agent, parts[2])
         duration.record(0.001, metric)
         chat.end()
         if not tools:
+            note(agent, turn_event)  # the answer's turn
             return
         tool = tracer.start_span(
             "execute_tool echo",
@@ -270,8 +299,8 @@ def sdk_floor_runner() -> RunFn | None:
         )
         tool.set_attributes({"innerloop.tool.outcome": "ok", "innerloop.tool.duration": 1e-5})
         tool.end()
-        for attributes in edges[4:]:
-            agent.add_event("transition", attributes)
+        note(agent, parts[3])
+        note(agent, turn_event)
 
     async def run(turns: int) -> int:
         exporter.clear()
@@ -285,6 +314,16 @@ def sdk_floor_runner() -> RunFn | None:
     return run
 
 
+def innerloop_traced_summary() -> RunFn | None:
+    """:func:`traced_runner` with ``Tracing(transitions="summary")``."""
+    return traced_runner("summary")
+
+
+def sdk_floor_summary() -> RunFn | None:
+    """:func:`sdk_floor_runner` for ``Tracing(transitions="summary")``."""
+    return sdk_floor_runner("summary")
+
+
 def langgraph_runner() -> RunFn | None:
     try:
         from langgraph.graph import END, START, StateGraph
@@ -295,11 +334,11 @@ def langgraph_runner() -> RunFn | None:
         history: list[Message]
         done: bool
         turns: int
-        params: HarnessParams
+        settings: RequestSettings
         provider: FakeProvider
 
     async def model(s: S) -> dict[str, Any]:
-        more = await model_turn(s["params"], s["provider"], s["history"])
+        more = await model_turn(s["settings"], s["provider"], s["history"])
         return {"done": not more, "turns": s["turns"] + 1}
 
     async def tools(s: S) -> dict[str, Any]:
@@ -319,7 +358,7 @@ def langgraph_runner() -> RunFn | None:
             "history": [Message.user("go")],
             "done": False,
             "turns": 0,
-            "params": params(turns),
+            "settings": request_settings(params(turns)),
             "provider": make_provider(turns),
         }
         out = await app.ainvoke(state, {"recursion_limit": 4 * turns + 10})
@@ -362,9 +401,20 @@ CONTENDERS: dict[str, Callable[[], RunFn | None]] = {
     "innerloop (Tracing, no SDK)": untraced_runner,
     "innerloop (traced, in-memory)": traced_runner,
     "SDK floor (in-memory)": sdk_floor_runner,
+    "innerloop (traced, summary)": lambda: innerloop_traced_summary(),
+    "SDK floor (summary)": lambda: sdk_floor_summary(),
     "langgraph": langgraph_runner,
 }
 """Each contender by name, built when asked for (None: its library is not installed)."""
+
+_PARAMS = params(10)
+_PROVIDER = make_provider(10)
+CONSTRUCTION: dict[str, Callable[[], object]] = {
+    "HarnessParams(...)": lambda: params(10),
+    "attrs.evolve(params, 1 field)": lambda: attrs.evolve(_PARAMS, context_budget=100_000),
+    "Harness(...)": lambda: Harness(_PARAMS, [_PROVIDER], machine=MACHINE, token_counter=COUNTER),
+}
+"""What a host builds once per run, each built once per ``run`` under ``--only NAME``."""
 
 TRACED, UNTRACED, FLOOR = (
     "innerloop (traced, in-memory)",
@@ -379,6 +429,13 @@ async def _batch(fn: RunFn, turns: int, runs: int) -> int:
 
 def only(name: str, turns: int, runs: int) -> None:
     """Run ``name`` for one warm-up run and then ``runs`` runs; print the iterations."""
+    if name in CONSTRUCTION:
+        build = CONSTRUCTION[name]
+        build()
+        for _ in range(runs):
+            build()
+        print(f"iterations {runs}")
+        return
     fn = CONTENDERS[name]()
     if fn is None:
         sys.exit(f"{name} cannot run here: its library is not installed")
@@ -390,6 +447,8 @@ def _counted(name: str, turns: int, runs: int) -> tuple[int, int]:
     """(instructions, iterations) of ``only(name)`` under callgrind."""
     argv = ["--only", name, "--turns", str(turns), "--runs", str(runs)]
     valgrind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+    if shutil.which("setarch") is not None:  # the same addresses, so id()-keyed orders too
+        valgrind = ["setarch", platform.machine(), "-R", *valgrind]
     out = subprocess.run(
         [*valgrind, sys.executable, os.path.abspath(__file__), *argv],
         env={**os.environ, "PYTHONHASHSEED": "0"},  # the same hashes, set orders in each run
@@ -409,23 +468,120 @@ def instructions_per_iteration(name: str, turns: int, runs: int) -> float:
     return (i2 - i1) / (n2 - n1)
 
 
-def report_instructions(names: list[str], turns: int, runs: int) -> None:
+def count_all(names: Sequence[str], turns: int, runs: int) -> dict[str, float]:
+    """Instructions per iteration of each of ``names``, two callgrind processes at a time
+    (the counts do not depend on what else runs)."""
     if shutil.which("valgrind") is None:
         sys.exit("--instructions needs valgrind's callgrind: apt-get install valgrind")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        counted = pool.map(lambda n: instructions_per_iteration(n, turns, runs), names)
+        return dict(zip(names, counted, strict=True))
+
+
+def target(number: int, what: str, value: float, limit: float, unit: str = "") -> bool:
+    """Print one target of the issue with its figure: met or MISSED."""
+    verdict = "met" if value <= limit else "MISSED"
+    shown = f"{value:,.3g}{unit}" if value < 100 else f"{value:,.0f}{unit}"
+    bound = f"{limit:,.3g}{unit}" if limit < 100 else f"{limit:,.0f}{unit}"
+    print(f"target {number}: {what} {shown} (target <= {bound}): {verdict}")
+    return value <= limit
+
+
+SUMMARY, SUMMARY_FLOOR = "innerloop (traced, summary)", "SDK floor (summary)"
+PLAIN, OURS, BUDGET = "plain loop", "innerloop (table engine)", "innerloop (+ context budget)"
+BUILD_PARAMS = "HarnessParams(...)"
+
+
+def report_instructions(names: list[str], turns: int, runs: int) -> None:
     print(f"instructions per iteration (callgrind; {turns} iterations per run)")
-    counts: dict[str, float] = {}
-    for name in names:
-        counts[name] = instructions_per_iteration(name, turns, runs)
-        print(f"{name:32s} {counts[name]:12,.0f}", flush=True)
-    base = counts.get("innerloop (table engine)")
+    counts = count_all(names, turns, runs)
+    for name, count in counts.items():
+        print(f"{name:32s} {count:12,.0f}")
+    built = count_all(list(CONSTRUCTION), 1, 5 * runs)
+    print("instructions per build (once per run)")
+    for name, count in built.items():
+        print(f"{name:32s} {count:12,.0f}")
+    base = counts.get(OURS)
     if base is not None and UNTRACED in counts:
         print(f"Tracing without an SDK: {counts[UNTRACED] / base - 1:+.2%} of an iteration")
-    if base is not None and TRACED in counts:
-        extra = counts[TRACED] - base
-        print(f"tracing on: +{extra:,.0f} instructions per iteration", end="")
-        if FLOOR in counts:
-            print(f", of which the SDK floor {counts[FLOOR] / extra:.0%}", end="")
-        print()
+    if base is not None and PLAIN in counts:
+        plain = counts[PLAIN]
+        target(1, "innerloop's overhead over the plain loop", base - plain, 300_000, " instr")
+        target(1, "innerloop / plain loop", base / plain, 1.5, "x")
+        if BUDGET in counts:
+            target(1, "with a context budget / plain loop", counts[BUDGET] / plain, 1.6, "x")
+    target(2, "HarnessParams(...)", built[BUILD_PARAMS], 80_000, " instr")
+    for traced, floor, mode in ((TRACED, FLOOR, "events"), (SUMMARY, SUMMARY_FLOOR, "summary")):
+        if base is not None and traced in counts and floor in counts:
+            extra = counts[traced] - base
+            print(f"tracing on (transitions={mode!r}): +{extra:,.0f} instructions per iteration")
+            target(3, f"tracing on / the SDK floor ({mode})", extra / counts[floor], 1.25, "x")
+    report_import()
+
+
+def import_figures(repeat: int = 5) -> tuple[float, int]:
+    """Seconds ``import innerloop`` takes (``-X importtime``'s cumulative figure, best of
+    ``repeat`` fresh interpreters) and the modules it loads beyond the interpreter's own."""
+    code = (
+        "import sys; before = set(sys.modules); import innerloop; "
+        "print(len(set(sys.modules) - before))"
+    )
+    best, modules = float("inf"), 0
+    for _ in range(repeat):
+        out = subprocess.run(
+            [sys.executable, "-X", "importtime", "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        line = next(x for x in out.stderr.splitlines() if x.rstrip().endswith("| innerloop"))
+        best = min(best, int(line.split("|")[1]) / 1e6)
+        modules = int(out.stdout)
+    return best, modules
+
+
+def report_import() -> None:
+    seconds, modules = import_figures()
+    target(4, "import innerloop (s, best of 5)", seconds, 0.3, " s")
+    target(4, "modules import innerloop loads", modules, 300)
+
+
+GUARDED = (PLAIN, OURS, BUDGET, TRACED)
+"""The contenders the regression guard counts."""
+BASELINE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "baseline.json")
+GUARD_TURNS, GUARD_RUNS, GUARD_LIMIT = 10, 5, 0.05
+
+
+def guard(write: bool) -> None:
+    """Count the guarded contenders and compare each with ``bench/baseline.json``: exit 1
+    when one rose more than 5%. ``write``: record these counts as the new baseline."""
+    names = [n for n in GUARDED if CONTENDERS[n]() is not None]
+    counts = count_all(names, GUARD_TURNS, GUARD_RUNS)
+    if write:
+        with open(BASELINE, "w") as f:
+            json.dump({k: round(v) for k, v in counts.items()}, f, indent=2)
+            f.write("\n")
+        print(f"baseline written to {BASELINE}")
+        return
+    with open(BASELINE) as f:
+        baseline: dict[str, float] = json.load(f)
+    failed = []
+    for name, count in counts.items():
+        was = baseline.get(name)
+        if was is None:
+            print(f"{name:32s} {count:12,.0f}  (not in the baseline)")
+            continue
+        change = count / was - 1
+        verdict = "ok" if change <= GUARD_LIMIT else f"ROSE more than {GUARD_LIMIT:.0%}"
+        print(f"{name:32s} {count:12,.0f}  baseline {was:12,.0f}  {change:+.1%}  {verdict}")
+        if change > GUARD_LIMIT:
+            failed.append(name)
+    if failed:
+        sys.exit(
+            f"instructions per iteration rose more than {GUARD_LIMIT:.0%} for "
+            f"{', '.join(failed)}: find the cause, or if the rise is meant, rerun with "
+            "--write-baseline and give the reason in the commit message"
+        )
 
 
 def main() -> None:
@@ -439,8 +595,24 @@ def main() -> None:
         help="count instructions per iteration under callgrind instead of timing "
         "(--runs 10 is plenty)",
     )
-    ap.add_argument("--only", choices=sorted(CONTENDERS), help="run this contender alone")
+    ap.add_argument(
+        "--only", choices=sorted({*CONTENDERS, *CONSTRUCTION}), help="run this contender alone"
+    )
+    ap.add_argument(
+        "--guard",
+        action="store_true",
+        help="count the main contenders and fail when one rose more than 5%% over "
+        "bench/baseline.json (what .ci/run does)",
+    )
+    ap.add_argument(
+        "--write-baseline",
+        action="store_true",
+        help="with --guard: record the counts as bench/baseline.json (a deliberate change)",
+    )
     args = ap.parse_args()
+    if args.guard:
+        guard(args.write_baseline)
+        return
     if args.only and not args.instructions:
         only(args.only, args.turns, args.runs)
         return
@@ -460,16 +632,20 @@ def main() -> None:
     print(f"{'':32s} {'µs/iter':>10s} {'overhead µs':>12s}")
     for name, us in results.items():
         print(f"{name:32s} {us:10.1f} {us - plain:12.1f}")
-    ours = results["innerloop (table engine)"]
-    print(f"innerloop overhead per iteration: {ours - plain:.1f} µs (target <= 200 µs)")
+    ours = results[OURS]
+    print(f"innerloop overhead per iteration: {ours - plain:.1f} µs")
+    print(f"innerloop / plain loop: {ours / plain:.2f}x (target 1 by instructions: --instructions)")
     if UNTRACED in results:
         off = results[UNTRACED] / ours - 1
         print(f"Tracing without an SDK: {off:+.1%} per iteration (target <= 2%)")
     if TRACED in results:
         cost = results[TRACED] - ours
-        print(f"tracing on (in-memory exporter): +{cost:.1f} µs per iteration (target <= 50 µs)")
+        print(f"tracing on (in-memory exporter): +{cost:.1f} µs per iteration")
     if FLOOR in results:
         print(f"  the SDK's own floor for what it records: {results[FLOOR]:.1f} µs per iteration")
+        if TRACED in results:
+            ratio = (results[TRACED] - ours) / results[FLOOR]
+            print(f"  tracing on / the SDK floor, wall time: {ratio:.2f}x")
     if "langgraph" in results:
         lgv = results["langgraph"]
         print(f"innerloop / langgraph, time per iteration: {ours / lgv:.3f} (target <= 0.25)")
@@ -477,6 +653,7 @@ def main() -> None:
         print(f"innerloop / langgraph, overhead over the plain loop: {over:.3f}")
     else:
         print("langgraph is not installed: pip install -e '.[bench]' to compare")
+    report_import()
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ token counting, compaction); ``providers`` (normalize, the real SDK providers); 
 conversation, message after message); ``Harness``, the front door.
 """
 
+from typing import TYPE_CHECKING
+
 # first, before the heavy imports: the command line's abort signals (see innerloop._boot)
 import innerloop._boot  # noqa: F401
 from innerloop._errors import (
@@ -22,6 +24,7 @@ from innerloop._errors import (
 from innerloop._eventlog import EventLog, read_event_log
 from innerloop._events import Event
 from innerloop._harness import Harness
+from innerloop._lazy import lazy_names
 from innerloop._messages import (
     ImageBlock,
     Message,
@@ -47,7 +50,14 @@ from innerloop.fsm import (
     compile_spec,
 )
 from innerloop.recovery import RecoveryPolicy
-from innerloop.tools import Toolset, ToolSpec, builtin_tools, tool
+from innerloop.tools import Toolset, ToolSpec, tool
+
+if TYPE_CHECKING:
+    from innerloop.tools import builtin_tools
+
+
+__getattr__ = lazy_names(__name__, {"builtin_tools": "innerloop.tools._builtins"})
+"""``builtin_tools`` (the built-in tool sets and their sandbox) imported when first named."""
 
 __all__ = [
     "DEFAULT_SPEC",

@@ -31,16 +31,14 @@ import functools
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import attrs
-import cattrs
-from cattrs.errors import BaseValidationError, CattrsError
-from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
-from cattrs.preconf.json import make_converter as _json_converter
-from cattrs.v import transform_error
 
 from innerloop._errors import ConversionError, ProviderError
+
+if TYPE_CHECKING:  # cattrs itself is loaded with the first conversion (make_converter)
+    import cattrs
 
 __all__ = [
     "holds_code",
@@ -95,6 +93,8 @@ def make_converter() -> cattrs.Converter:
     """A new converter with every rule above. :func:`unstructure` and :func:`structure`
     share one (made at first use, never changed); make your own only to add the hooks of
     a higher layer."""
+    from cattrs.preconf.json import make_converter as _json_converter
+
     c = _json_converter(
         unstruct_collection_overrides={Sequence: list},
         unstructure_fallback_factory=_refuse_unknown,
@@ -151,6 +151,9 @@ def structure(
     ``named`` gives the objects that hold code (``ToolSpec``...): each is looked up by its
     class and ``name``. Raises :class:`ConversionError` naming every bad path.
     """
+    from cattrs.errors import BaseValidationError
+    from cattrs.v import transform_error
+
     conv = converter or _shared()
     registry = {(type(o), o.name): o for o in named}
     if registry:
@@ -172,6 +175,9 @@ def _name(cls: Any) -> str:
 
 
 def _describe(exc: BaseException, tp: Any) -> str:
+    import cattrs
+    from cattrs.errors import CattrsError
+
     if isinstance(exc, KeyError):
         return "required field missing"
     if isinstance(exc, ConversionError):
@@ -330,6 +336,8 @@ def _blocks_of(union: Any) -> dict[str, type[Any]]:
 
 
 def _tagged(cls: type[Any], conv: cattrs.Converter) -> Callable[[Any], dict[str, Any]]:
+    from cattrs.gen import make_dict_unstructure_fn, override
+
     tag = attrs.fields(cls).type.default
     fields = make_dict_unstructure_fn(cls, conv, type=override(omit=True))
     return lambda obj: {"type": tag, **fields(obj)}
@@ -373,6 +381,8 @@ def _is_event(cls: Any) -> bool:
 def _event_unstructure(cls: type[Any], conv: cattrs.Converter) -> Callable[[Any], Any]:
     if not _is_attrs(cls):
         return lambda obj: conv.unstructure(obj, unstructure_as=type(obj))
+    from cattrs.gen import make_dict_unstructure_fn
+
     tag = cls.type
     fields = make_dict_unstructure_fn(cls, conv)
     return lambda obj: {"type": tag, **fields(obj)}
@@ -397,6 +407,8 @@ def _event_classes(base: type[Any]) -> dict[str, type[Any]]:
 
 def _event_structure(cls: type[Any], conv: cattrs.Converter) -> Callable[[Any, Any], Any]:
     if _is_attrs(cls):
+        from cattrs.gen import make_dict_structure_fn
+
         fields = make_dict_structure_fn(cls, conv)
 
         def one(data: Any, _: Any) -> Any:

@@ -8,6 +8,7 @@ keyed by the ``tool_use_id`` of the assistant's :class:`ToolUseBlock`. ``normali
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, TypeAlias
 
@@ -150,8 +151,9 @@ class Message:
     def text(self) -> str:
         return "".join(b.text for b in self.content if isinstance(b, TextBlock))
 
-    @property
+    @functools.cached_property
     def tool_uses(self) -> tuple[ToolUseBlock, ...]:
+        """The tool calls among the content, in order (made once per message)."""
         return tuple(b for b in self.content if isinstance(b, ToolUseBlock))
 
     @property

@@ -4,6 +4,7 @@
 # postgresql provides the server the durable (DBOS) and checkpoint tests start on a free port.
 # bubblewrap provides `bwrap`, the sandbox of the run_shell and run_python tools.
 # chromium and chromium-driver run the live web view's browser test (headless, via Selenium).
+# valgrind counts the loop's instructions for the regression guard (make guard).
 set -eu
 MISSING=""
 if ! command -v dot >/dev/null 2>&1; then
@@ -20,6 +21,9 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 if ! command -v chromedriver >/dev/null 2>&1; then
     MISSING="$MISSING chromium-driver"
+fi
+if ! command -v valgrind >/dev/null 2>&1; then
+    MISSING="$MISSING valgrind"
 fi
 if [ -z "$MISSING" ]; then
     exit 0

@@ -26,7 +26,7 @@ from innerloop.providers._base import ModelStream, Provider
 from innerloop.providers._normalize import RequestSettings, WireRequest
 from innerloop.recovery._clock import Clock
 from innerloop.recovery._compaction import Compactor
-from innerloop.recovery._gate import RateLimitGates, shared_gates
+from innerloop.recovery._gate import RateLimitGate, RateLimitGates, shared_gates
 from innerloop.recovery._tokens import MessageTokenCache
 from innerloop.tools._runner import ToolExecutor
 from innerloop.tools._spec import ToolSpec
@@ -140,6 +140,9 @@ class TurnScope:
     ``model_response``)."""
     current: str = ""
     """The state whose handler runs (kept by the driver)."""
+    gates: dict[tuple[str, str], RateLimitGate] = attrs.field(factory=dict)
+    """The rate-limit gate of each provider and model this run called, looked up in the
+    process's gates once per run."""
 
 
 @attrs.frozen(eq=False)

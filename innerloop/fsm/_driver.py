@@ -112,10 +112,17 @@ class PhaseScope:
     __slots__ = ("_entry", "_fired", "_handle", "_task")
 
     def __init__(self, task: asyncio.Task[Any]) -> None:
+        self._handle: asyncio.Handle | None = None
+        self.enter(task)
+
+    def enter(self, task: asyncio.Task[Any]) -> PhaseScope:
+        """Open the scope around the next await of ``task`` (a run keeps one scope and
+        enters it for each await, so no await makes an object)."""
         self._task = task
         self._entry = task.cancelling()
-        self._handle: asyncio.Handle | None = None
+        self._handle = None
         self._fired = False
+        return self
 
     def cancel(self, loop: asyncio.AbstractEventLoop) -> None:
         """Cancel the await in progress (call on the loop's thread)."""
@@ -193,6 +200,7 @@ class Run(Generic[OutputT]):
             self._sm = machine.instantiate(self.ctx, at=self.current)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._phase: PhaseScope | None = None
+        self._scope: PhaseScope | None = None  # entered anew for each handler await
         """The cancel scope of the handler await in progress, if any."""
         self._hooks: tuple[RunHooks, ...] = ()
         self._path: list[TransitionSpec] = []
@@ -254,7 +262,9 @@ class Run(Generic[OutputT]):
         abort cancelled it; any other cancellation propagates."""
         task = asyncio.current_task()
         assert task is not None
-        scope = self._phase = PhaseScope(task)
+        scope = self._scope
+        scope = self._phase = scope.enter(task) if scope is not None else PhaseScope(task)
+        self._scope = scope
         try:
             result = await awaitable
         except BaseException as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
@@ -13,6 +14,8 @@ import attrs
 from innerloop._errors import ParamsError
 from innerloop._validators import (
     boolean,
+    check_fields,
+    checked,
     instance,
     integer,
     mapping_of,
@@ -164,6 +167,8 @@ class SpendBudget:
 def _as_tuple(value: Any) -> Any:
     """Lists (any iterable but a string or mapping) become tuples; anything else is left for
     the field's validator to name."""
+    if type(value) is tuple:
+        return value
     if isinstance(value, Iterable) and not isinstance(value, str | bytes | Mapping):
         return tuple(value)
     return value
@@ -173,20 +178,52 @@ def _str_tuple(value: Any) -> Any:
     return (value,) if isinstance(value, str) else _as_tuple(value)
 
 
-def _default_prices() -> Mapping[str, Price]:
-    return DEFAULT_PRICES
-
-
 def _readonly(value: Any) -> Any:
+    if value is DEFAULT_PRICES:
+        return value
     return MappingProxyType(dict(value)) if isinstance(value, Mapping) else value
 
 
 def _timeouts(value: Any) -> Any:
-    if not isinstance(value, Mapping):
+    if not isinstance(value, Mapping) or value is _default_timeouts():
         return value
+    if not value:
+        return _default_timeouts()
     merged = dict(DEFAULT_TIMEOUTS)
     merged.update(value)
     return MappingProxyType(merged)
+
+
+_PRICES = mapping_of(
+    instance(Price, hint=" (US dollars per million tokens, e.g. Price(input=3.0, output=15.0))"),
+    "model id (or prefix) to Price",
+)
+_TIMEOUTS = mapping_of(number(gt=0), "tool category to seconds")
+
+
+@functools.cache
+def _default_prices() -> Mapping[str, Price]:
+    """The default price table, checked the first time a process uses it."""
+    _PRICES(None, attrs.fields(HarnessParams).prices, DEFAULT_PRICES)
+    return DEFAULT_PRICES
+
+
+@functools.cache
+def _default_timeouts() -> Mapping[str, float]:
+    """The default tool timeouts, read-only, checked the first time a process uses them."""
+    timeouts = MappingProxyType(dict(DEFAULT_TIMEOUTS))
+    _TIMEOUTS(None, attrs.fields(HarnessParams).tool_timeouts, timeouts)
+    return timeouts
+
+
+def _prices(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not _default_prices():
+        _PRICES(instance, attribute, value)
+
+
+def _tool_timeouts(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not _default_timeouts():
+        _TIMEOUTS(instance, attribute, value)
 
 
 def _unique_tools(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -198,9 +235,6 @@ def _unique_tools(instance: object, attribute: attrs.Attribute[Any], value: Any)
 
 
 _TOOLS = tuple_of(instance(ToolSpec, hint=" (define tools with @tool)"), "ToolSpec")
-_PRICE = instance(
-    Price, hint=" (US dollars per million tokens, e.g. Price(input=3.0, output=15.0))"
-)
 _FLAG = boolean()
 
 
@@ -220,49 +254,55 @@ class HarnessParams(Generic[OutputT]):
     """
 
     model: ModelChoice = attrs.field(converter=_choice)
-    system: str = attrs.field(default="", validator=string())
+    system: str = attrs.field(default="", metadata=checked(string()))
     tools: tuple[ToolSpec, ...] = attrs.field(
-        default=(), converter=_as_tuple, validator=[_TOOLS, _unique_tools]
+        default=(), converter=_as_tuple, metadata=checked(_TOOLS, _unique_tools)
     )
     fallbacks: tuple[ModelChoice, ...] = attrs.field(default=(), converter=_choices)
-    temperature: float | None = attrs.field(default=None, validator=optional(number(ge=0, le=2)))
-    top_p: float | None = attrs.field(default=None, validator=optional(number(gt=0, le=1)))
-    max_output_tokens: int = attrs.field(default=4096, validator=integer(ge=1))
-    max_turns: int = attrs.field(default=20, validator=integer(ge=1))
-    context_budget: int | None = attrs.field(default=None, validator=optional(integer(ge=1)))
+    temperature: float | None = attrs.field(
+        default=None, metadata=checked(optional(number(ge=0, le=2)))
+    )
+    top_p: float | None = attrs.field(default=None, metadata=checked(optional(number(gt=0, le=1))))
+    max_output_tokens: int = attrs.field(default=4096, metadata=checked(integer(ge=1)))
+    max_turns: int = attrs.field(default=20, metadata=checked(integer(ge=1)))
+    context_budget: int | None = attrs.field(
+        default=None, metadata=checked(optional(integer(ge=1)))
+    )
     """Tokens one request may hold; over it, history is compacted before the call."""
     spend_budget: SpendBudget | None = attrs.field(
-        default=None, validator=optional(instance(SpendBudget))
+        default=None, metadata=checked(optional(instance(SpendBudget)))
     )
     """What the whole run may spend; reaching it ends the run."""
     tool_timeouts: Mapping[str, float] = attrs.field(
-        factory=dict,
-        converter=_timeouts,
-        validator=mapping_of(number(gt=0), "tool category to seconds"),
+        factory=_default_timeouts, converter=_timeouts, metadata=checked(_tool_timeouts)
     )
     """Seconds per tool category (``file``, ``shell``, ``network``, ``code`` and the
     categories of ``tools``); a tool's own ``timeout`` wins."""
-    tool_choice: str = attrs.field(default="auto", validator=string())
+    tool_choice: str = attrs.field(default="auto", metadata=checked(string()))
     """``auto``, ``any``, ``none``, or ``tool:NAME`` to force one tool."""
-    thinking: Thinking | None = attrs.field(default=None, validator=optional(instance(Thinking)))
+    thinking: Thinking | None = attrs.field(
+        default=None, metadata=checked(optional(instance(Thinking)))
+    )
     stop_sequences: tuple[str, ...] = attrs.field(
-        default=(), converter=_str_tuple, validator=tuple_of(string(non_empty=True), "strings")
+        default=(),
+        converter=_str_tuple,
+        metadata=checked(tuple_of(string(non_empty=True), "strings")),
     )
     recovery: RecoveryPolicy = attrs.field(
-        default=RecoveryPolicy(), validator=instance(RecoveryPolicy)
+        default=RecoveryPolicy(), metadata=checked(instance(RecoveryPolicy))
     )
     prices: Mapping[str, Price] = attrs.field(
-        factory=_default_prices,
-        converter=_readonly,
-        validator=mapping_of(_PRICE, "model id (or prefix) to Price"),
+        factory=_default_prices, converter=_readonly, metadata=checked(_prices)
     )
-    max_parallel_tools: int = attrs.field(default=4, validator=integer(ge=1))
-    eager_tools: bool = attrs.field(default=False, validator=_FLAG)
-    strict_models: bool = attrs.field(default=False, validator=_FLAG)
+    max_parallel_tools: int = attrs.field(default=4, metadata=checked(integer(ge=1)))
+    eager_tools: bool = attrs.field(default=False, metadata=checked(_FLAG))
+    strict_models: bool = attrs.field(default=False, metadata=checked(_FLAG))
     """Refuse undated model aliases (pin a dated id so behaviour cannot change silently)."""
-    cache_tools: bool = attrs.field(default=False, validator=_FLAG)
-    cache_last_user_turn: bool = attrs.field(default=False, validator=_FLAG)
-    call_deadline: float | None = attrs.field(default=600.0, validator=optional(number(gt=0)))
+    cache_tools: bool = attrs.field(default=False, metadata=checked(_FLAG))
+    cache_last_user_turn: bool = attrs.field(default=False, metadata=checked(_FLAG))
+    call_deadline: float | None = attrs.field(
+        default=600.0, metadata=checked(optional(number(gt=0)))
+    )
     """Seconds one model call may take from the request to the end of its stream (a server
     trickling bytes within each read timeout is stopped here); past it, the call fails as
     a transient timeout and is retried once. None: no overall limit."""
@@ -275,12 +315,12 @@ class HarnessParams(Generic[OutputT]):
     makes a ``HarnessParams[Weather]``, whose harness's ``state.output`` is
     ``Weather | None``."""
     output_mode: Literal["auto", "native", "tool"] = attrs.field(
-        default="auto", validator=_output_mode
+        default="auto", metadata=checked(_output_mode)
     )
     """How the answer of ``output_type`` is asked for: ``native`` structured output,
     the final-result ``tool`` (``final_result``, its input the answer), or ``auto``: native
     where the model has it, else the tool (decided per model of the chain)."""
-    max_output_repairs: int = attrs.field(default=2, validator=integer(ge=0))
+    max_output_repairs: int = attrs.field(default=2, metadata=checked(integer(ge=0)))
     """How many times an answer that does not match ``output_type`` is sent back to the
     model with the validation errors (the ``repair`` state) before the run fails."""
     output_spec: OutputSpec | None = attrs.field(init=False, eq=False, repr=False)
@@ -291,7 +331,9 @@ class HarnessParams(Generic[OutputT]):
         return None if self.output_type is None else output_spec(self.output_type)
 
     def __attrs_post_init__(self) -> None:
-        """The checks that read more than one field, each a small method."""
+        """The fields' own checks (a field left at its default is not checked again), then
+        the checks that read more than one field, each a small method."""
+        check_fields(self)
         self._check_output()
         self._check_strict_models()
         self._check_repeated_models()
@@ -313,6 +355,8 @@ class HarnessParams(Generic[OutputT]):
                 )
 
     def _check_repeated_models(self) -> None:
+        if not self.fallbacks:
+            return
         seen: set[ModelChoice] = set()
         for i, choice in enumerate(self.model_chain):
             if choice in seen:
@@ -329,6 +373,8 @@ class HarnessParams(Generic[OutputT]):
             )
 
     def _check_timeout_categories(self) -> None:
+        if self.tool_timeouts is _default_timeouts():
+            return
         known = {*DEFAULT_TIMEOUTS, *(t.category for t in self.tools)}
         for category in self.tool_timeouts:
             if category not in known:
@@ -343,9 +389,9 @@ class HarnessParams(Generic[OutputT]):
 
     def _check_tool_choice(self) -> None:
         choice = self.tool_choice
-        names = {t.name for t in self.tools}
         if choice in ("auto", "none"):
             return
+        names = {t.name for t in self.tools}
         if choice == "any":
             if not names:
                 raise ParamsError("tool_choice", "'any' forces a tool call but no tools are set")

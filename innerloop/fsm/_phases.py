@@ -251,7 +251,12 @@ def _record_failure(ctx: PhaseContext, error: ProviderError) -> None:
 
 
 def _gate(ctx: PhaseContext) -> RateLimitGate:
-    return ctx.deps.gates.gate(ctx.provider, ctx.choice.model)
+    choice = ctx.choice
+    key = (choice.provider, choice.model)
+    gate = ctx.scope.gates.get(key)
+    if gate is None:
+        gate = ctx.scope.gates[key] = ctx.deps.gates.gate(ctx.provider, choice.model)
+    return gate
 
 
 def _has_fallback(ctx: PhaseContext) -> bool:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
@@ -118,7 +118,13 @@ class Tracing:
 
     ``tracer_provider`` and ``meter_provider`` default to the global ones (set by the
     host's SDK set-up); ``capture_content=True`` records messages and tool arguments and
-    results (scrubbed of credentials); ``agent_name`` names the ``invoke_agent`` span."""
+    results (scrubbed of credentials); ``agent_name`` names the ``invoke_agent`` span.
+
+    ``transitions`` says how the run's span records the machine's transitions:
+    ``"events"``, a ``transition`` event each (source, target, guard); ``"summary"``, one
+    ``turn`` event per turn listing the states it went through
+    (``innerloop.turn.states``) and the guards that chose them (``innerloop.turn.guards``),
+    written when the turn ends; ``"off"``, none."""
 
     def __init__(
         self,
@@ -127,7 +133,13 @@ class Tracing:
         meter_provider: MeterProvider | None = None,
         capture_content: bool = False,
         agent_name: str = "innerloop",
+        transitions: Literal["events", "summary", "off"] = "events",
     ) -> None:
+        if transitions not in ("events", "summary", "off"):
+            raise ValueError(
+                f"transitions must be 'events', 'summary' or 'off', got {transitions!r}"
+            )
+        self.transitions = transitions
         self.tracer_provider = tracer_provider
         self.meter_provider = meter_provider
         self.tracer = trace.get_tracer(_SCOPE, tracer_provider=tracer_provider)
@@ -155,7 +167,10 @@ class Tracing:
         return None if self.off else RunTrace(self, run)
 
     def __repr__(self) -> str:
-        return f"Tracing(capture_content={self.capture_content}, agent_name={self.agent_name!r})"
+        return (
+            f"Tracing(capture_content={self.capture_content}, agent_name={self.agent_name!r}, "
+            f"transitions={self.transitions!r})"
+        )
 
 
 class RunTrace:
@@ -183,6 +198,10 @@ class RunTrace:
         """The chat's metric attributes (operation, provider, request and response model)."""
         self._chat_base: dict[tuple[str, str], dict[str, Any]] = {}
         self._metric: dict[tuple[str, ...], tuple[dict[str, str], ...]] = {}
+        self._states: list[str] = []
+        self._guards: list[str] = []
+        self._start: str | None = None
+        """The turn so far and where turns start, for ``transitions="summary"``."""
         if tracing.capture_content and run.params.system:
             self.agent.set_attribute("gen_ai.system_instructions", _clean(run.params.system))
 
@@ -199,6 +218,42 @@ class RunTrace:
             self._recovery(event)
 
     def _transition(self, ev: Transition) -> None:
+        mode = self.tracing.transitions
+        if mode == "events":
+            self._transition_event(ev)
+        elif mode == "summary":
+            self._summarize(ev)
+        if ev.source in _MODEL_STATES and ev.target != "stream":
+            self._end_chat()
+        if ev.target == "call" and self.chat is None:
+            self._start_chat()
+
+    def _summarize(self, ev: Transition) -> None:
+        """Add ``ev`` to the turn. A turn ends where the machine enters again the state
+        the run's first transition entered (``assemble`` in the default machine), or at a
+        final state; the first turn also holds that first transition."""
+        states = self._states
+        if not states:
+            states.append(ev.source)
+        states.append(ev.target)
+        self._guards.append(ev.guard or "")
+        if self._start is None:
+            self._start = ev.target
+        elif ev.target == self._start or ev.target in self.run.machine.finals:
+            self._end_turn()
+
+    def _end_turn(self) -> None:
+        if self._states:
+            self.agent.add_event(
+                "turn",
+                {
+                    "innerloop.turn.states": tuple(self._states),
+                    "innerloop.turn.guards": tuple(self._guards),
+                },
+            )
+            self._states, self._guards = [], []
+
+    def _transition_event(self, ev: Transition) -> None:
         key = (ev.source, ev.target, ev.guard)
         attributes = _TRANSITIONS.get(key)
         if attributes is None:
@@ -208,10 +263,6 @@ class RunTrace:
                 "innerloop.transition.guard": ev.guard or "",
             }
         self.agent.add_event("transition", attributes)
-        if ev.source in _MODEL_STATES and ev.target != "stream":
-            self._end_chat()
-        if ev.target == "call" and self.chat is None:
-            self._start_chat()
 
     def _recovery(self, event: Event) -> None:
         if isinstance(event, Backoff):
@@ -370,6 +421,7 @@ class RunTrace:
     # -- the end -------------------------------------------------------------------------
 
     def _finished(self, ev: Finished) -> None:
+        self._end_turn()
         agent = self.agent
         agent.set_attributes(
             {

@@ -11,6 +11,7 @@ Amazon Bedrock's ids (``anthropic.claude-...-v1:0``, and the cross-region
 
 from __future__ import annotations
 
+import functools
 import re
 
 import attrs
@@ -73,8 +74,10 @@ _BEDROCK_PREFIX = re.compile(r"(?:[a-z]+\.)?anthropic\.")
 """Bedrock's prefix of a Claude model id: ``anthropic.`` or a region's ``us.anthropic.``."""
 
 
+@functools.lru_cache(maxsize=256)
 def family_of(model: str) -> ReasoningFamily | None:
-    """The family of ``model`` (a model id, with or without a date), None when unknown."""
+    """The family of ``model`` (a model id, with or without a date), None when unknown
+    (found once per model id and process: a request asks for it every turn)."""
     bedrock = _BEDROCK_PREFIX.match(model)
     if bedrock is not None:
         model = model[bedrock.end() :]

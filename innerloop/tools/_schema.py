@@ -24,7 +24,6 @@ from collections.abc import Callable, Mapping
 from typing import Annotated, Any, NotRequired, Required, final
 
 import attrs
-import docstring_parser
 import pydantic
 from pydantic.json_schema import GenerateJsonSchema
 from typing_extensions import TypedDict
@@ -68,6 +67,8 @@ def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
     """The description (the text before the first section such as ``Args:``) and the
     parameter descriptions (Google ``Args:``, Sphinx ``:param x:``, NumPy or Epydoc)."""
     text = inspect.cleandoc(doc or "")
+    import docstring_parser  # loaded with the first @tool
+
     try:
         parsed = docstring_parser.parse(text)
     except docstring_parser.ParseError:

@@ -20,13 +20,15 @@ import json
 import re
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Protocol, final
+from typing import TYPE_CHECKING, Any, Protocol, final
 
-import jsonschema
 import pydantic
 import pydantic_core
 
 from innerloop._errors import ToolDefinitionError
+
+if TYPE_CHECKING:
+    import jsonschema
 
 __all__ = [
     "ToolSchema",
@@ -133,6 +135,8 @@ def _is_uri(value: object) -> bool:
 def _format_checker() -> jsonschema.FormatChecker:
     """jsonschema's Draft 2020-12 checkers plus RFC 3339 ``date-time`` and ``time`` and
     ``uri``, which it checks only with extra packages installed."""
+    import jsonschema  # loaded with the first hand-written schema
+
     checker = jsonschema.FormatChecker(jsonschema.Draft202012Validator.FORMAT_CHECKER.checkers)
     extra: Mapping[str, Callable[[object], bool]] = {
         "date-time": _is_datetime,
@@ -267,6 +271,8 @@ def checked_schema(schema: Mapping[str, Any], where: str) -> ToolSchema:
             f"{where}: input_schema declares $schema {declared!r}; tool schemas are Draft "
             f"2020-12: drop '$schema' or set it to {_DRAFT!r}"
         )
+    import jsonschema  # loaded with the first hand-written schema
+
     try:
         jsonschema.Draft202012Validator.check_schema(plain)
     except jsonschema.SchemaError as exc:
@@ -365,6 +371,8 @@ class _JsonSchemaValidator:
     __slots__ = ("_validator",)
 
     def __init__(self, schema: Mapping[str, Any], checker: jsonschema.FormatChecker) -> None:
+        import jsonschema  # loaded with the first hand-written schema
+
         self._validator = jsonschema.Draft202012Validator(schema, format_checker=checker)
 
     def problems(self, args: Any) -> list[str]:

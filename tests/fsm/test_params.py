@@ -9,7 +9,7 @@ import attrs
 import pytest
 
 from innerloop import HarnessParams, ModelChoice, ParamsError, SpendBudget, Thinking, ToolSpec
-from innerloop.recovery import Price, RecoveryPolicy
+from innerloop.recovery import DEFAULT_PRICES, Price, RecoveryPolicy
 from innerloop.tools import ToolContext, ToolOutput
 
 M = "anthropic:claude-sonnet-4-5-20250929"
@@ -303,3 +303,18 @@ def test_accepted_edge_values() -> None:
     assert p.timeout_for(db) == 2
     assert p.stop_sequences == ("END",)
     assert dict(p.tool_timeouts)["shell"] == 1.5
+
+
+def test_evolve_checks_the_field_it_changes_and_keeps_the_defaults() -> None:
+    """attrs.evolve re-checks a changed field (the same error as at construction) and keeps
+    the default tables as they are: the same read-only objects, not copies checked again."""
+    p = HarnessParams(model="scripted:m-20250101")
+    assert p.prices is DEFAULT_PRICES
+    q = attrs.evolve(p, system="s")
+    assert q.prices is p.prices
+    assert q.tool_timeouts is p.tool_timeouts
+    assert dict(q.tool_timeouts) == {"file": 5.0, "shell": 30.0, "network": 15.0, "code": 60.0}
+    with pytest.raises(ParamsError, match="max_turns: must be an integer >= 1, got 0"):
+        attrs.evolve(p, max_turns=0)
+    with pytest.raises(ParamsError, match=r"prices\['x'\]: must be a Price"):
+        attrs.evolve(p, prices={"x": 1.0})

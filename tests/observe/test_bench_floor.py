@@ -67,3 +67,19 @@ def test_the_floor_records_what_a_traced_run_records(monkeypatch: pytest.MonkeyP
         return sum(1 for e in agent.events if e.name == "transition")
 
     assert transitions(floor) == transitions(traced) - 2
+
+
+def test_the_summary_floor_records_the_turn_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With transitions="summary" the floor makes one turn event per iteration, as the
+    traced run does, with the same attribute keys."""
+    bench = _bench()
+    traced = _recorded(bench, "innerloop_traced_summary", monkeypatch)
+    floor = _recorded(bench, "sdk_floor_summary", monkeypatch)
+
+    def turns(spans: Any) -> list[frozenset[str]]:
+        (agent,) = [s for s in spans if s.name.startswith("invoke_agent")]
+        assert not [e for e in agent.events if e.name == "transition"]
+        return [frozenset(e.attributes or {}) for e in agent.events if e.name == "turn"]
+
+    assert len(turns(floor)) == len(turns(traced)) == 4
+    assert set(turns(floor)) == set(turns(traced))

@@ -466,3 +466,61 @@ class TestCustomMachine:
         assert ("approve", "execute") in moves
         (tool,) = by_name(exporter.get_finished_spans())["execute_tool echo"]
         assert tool.attributes["innerloop.tool.outcome"] == "ok"  # type: ignore[index]
+
+
+class TestTransitionsOption:
+    def _agent(
+        self, make_harness: Any, exporter: InMemorySpanExporter, tp: TracerProvider, mode: str
+    ) -> ReadableSpan:
+        script: list[Reply | Fault] = [reply("", tool_call("echo", {"x": "a"})), reply("done")]
+        observer = tracing(tp, transitions=mode)
+        harness = make_harness(params(), ScriptedProvider(script), observers=[observer])
+        assert harness.run_sync("go").exit_reason == "model_complete"
+        return agent_of(exporter.get_finished_spans())
+
+    def test_summary_is_one_turn_event_per_turn(
+        self, make_harness: Any, exporter: InMemorySpanExporter, tracer_provider: TracerProvider
+    ) -> None:
+        """transitions="summary": no transition events; a turn event per turn listing its
+        states and the guards that chose them, the first one from idle, the last one
+        ending at the final state."""
+        agent = self._agent(make_harness, exporter, tracer_provider, "summary")
+        assert events(agent, "transition") == []
+        assert events(agent, "turn") == [
+            {
+                "innerloop.turn.states": (
+                    "idle",
+                    "assemble",
+                    "normalize",
+                    "call",
+                    "stream",
+                    "execute",
+                    "check",
+                    "assemble",
+                ),
+                "innerloop.turn.guards": ("", "", "", "call_opened", "has_tool_calls", "", ""),
+            },
+            {
+                "innerloop.turn.states": (
+                    "assemble",
+                    "normalize",
+                    "call",
+                    "stream",
+                    "check",
+                    "model_complete",
+                ),
+                "innerloop.turn.guards": ("", "", "call_opened", "", "model_finished"),
+            },
+        ]
+        assert len(by_name(exporter.get_finished_spans())["chat m-20250101"]) == 2
+
+    def test_off_records_no_transition(
+        self, make_harness: Any, exporter: InMemorySpanExporter, tracer_provider: TracerProvider
+    ) -> None:
+        agent = self._agent(make_harness, exporter, tracer_provider, "off")
+        assert [e.name for e in agent.events] == []
+        assert len(by_name(exporter.get_finished_spans())["execute_tool echo"]) == 1
+
+    def test_an_unknown_mode_is_refused(self, tracer_provider: TracerProvider) -> None:
+        with pytest.raises(ValueError, match="transitions must be 'events', 'summary' or 'off'"):
+            tracing(tracer_provider, transitions="some")
