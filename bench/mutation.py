@@ -287,6 +287,8 @@ class _Mutator(ast.NodeTransformer):
         if not ordered or self._no_swap:
             return node
         for i in range(len(node.elts) - 1):
+            if ast.dump(node.elts[i]) == ast.dump(node.elts[i + 1]):
+                continue  # swapping equals changes nothing
             swapped = list(node.elts)
             swapped[i], swapped[i + 1] = swapped[i + 1], swapped[i]
             after = _rebuilt(node, swapped)

@@ -21,8 +21,11 @@ from innerloop import (
     DEFAULT_SPEC,
     HarnessParams,
     HarnessState,
+    ImageBlock,
     Message,
     SpendBudget,
+    TextBlock,
+    ToolUseBlock,
     Usage,
     tool,
 )
@@ -45,7 +48,14 @@ from innerloop.recovery._clock import ScaledClock, SystemClock
 from innerloop.recovery._compaction import TruncatingCompactor
 from innerloop.recovery._diagnostic import build_diagnostic
 from innerloop.recovery._policy import backoff_delay, jitter_fraction
-from innerloop.recovery._tokens import ApproxTokenCounter, MessageTokenCache
+from innerloop.recovery._pricing import DEFAULT_PRICES, Price
+from innerloop.recovery._tokens import (
+    ApproxTokenCounter,
+    MessageTokenCache,
+    count_message,
+    load_cl100k,
+    message_text,
+)
 from innerloop.testing import machine_at, phase_context
 from innerloop.testing._scripted import ScriptedProvider, reply
 from innerloop.tools._runner import ToolRunner
@@ -641,3 +651,99 @@ def test_a_tool_failure_notice_with_other_placeholders_is_refused(
         RecoveryPolicy(tool_failure_notice=template)
     assert problem in str(caught.value)
     assert str(caught.value).startswith("recovery.tool_failure_notice: must be a template")
+
+
+# --- the price table ------------------------------------------------------------------------
+
+# Each vendor prices a family by the same multiples of its input rate: a row that breaks
+# its family's multiples is a typo. (output, cache read, cache write) per input dollar.
+_FAMILY_MULTIPLES: list[tuple[tuple[float, float, float], tuple[str, ...]]] = [
+    (
+        (5.0, 0.1, 1.25),
+        (
+            "claude-opus-4-5",
+            "claude-opus-4",
+            "claude-sonnet-4",
+            "claude-3-7-sonnet",
+            "claude-haiku-4",
+            "claude-3-5-haiku",
+        ),
+    ),
+    ((5.0, 0.12, 1.2), ("claude-3-haiku",)),  # its cache rates are rounded to the cent
+    ((8.0, 0.1, 0.0), ("gpt-5", "gpt-5-mini", "gpt-5-nano")),
+    ((8.0, 0.0, 0.0), ("gpt-5-pro",)),
+    ((4.0, 0.25, 0.0), ("gpt-4.1", "gpt-4.1-mini", "gpt-4.1-nano", "o3", "o4-mini")),
+    ((4.0, 0.5, 0.0), ("gpt-4o", "gpt-4o-mini", "o3-mini")),
+    ((4.0, 0.0, 0.0), ("o3-pro",)),
+]
+
+
+def test_every_default_price_keeps_its_familys_multiples() -> None:
+    listed = [m for _, models in _FAMILY_MULTIPLES for m in models]
+    assert sorted([*listed, "scripted"]) == sorted(DEFAULT_PRICES)
+    assert DEFAULT_PRICES["scripted"] == Price(0.0, 0.0)  # scripted runs are free
+    for multiples, models in _FAMILY_MULTIPLES:
+        for model in models:
+            p = DEFAULT_PRICES[model]
+            got = (p.output / p.input, p.cache_read / p.input, p.cache_write / p.input)
+            assert got == pytest.approx(multiples), model
+
+
+# --- token counting -------------------------------------------------------------------------
+
+
+class _Tally:
+    """An approximate counter that also records each text it was asked to count."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def count_text(self, text: str) -> int:
+        self.texts.append(text)
+        return ApproxTokenCounter().count_text(text)
+
+
+@pytest.mark.parametrize(("text", "tokens"), [("", 0), ("a", 1), ("abcd", 1), ("abcde", 2)])
+def test_the_approximate_counter_takes_four_characters_a_token(text: str, tokens: int) -> None:
+    assert ApproxTokenCounter().count_text(text) == tokens
+
+
+def test_a_message_costs_its_framing_its_images_and_its_text() -> None:
+    image = ImageBlock("image/png", "AAAA")
+    assert count_message(ApproxTokenCounter(), Message("user", (image,))) == 4 + 1600
+    text = Message("user", (TextBlock("abcdefgh"), image, image))
+    assert count_message(ApproxTokenCounter(), text) == 4 + 3200 + 2
+    call = Message("assistant", (ToolUseBlock("t1", "find", {"q": 1, "r": [2]}),))
+    assert list(message_text(call)) == ["find", '{"q":1,"r":[2]}']
+
+
+@pytest.mark.parametrize(
+    ("token", "rank"),
+    [
+        ("<|endoftext|>", 100257),
+        ("<|fim_prefix|>", 100258),
+        ("<|fim_middle|>", 100259),
+        ("<|fim_suffix|>", 100260),
+        ("<|endofprompt|>", 100276),
+    ],
+)
+def test_the_offline_cl100k_knows_its_special_tokens(token: str, rank: int) -> None:
+    assert load_cl100k().encode(token, allowed_special="all") == [rank]
+
+
+def test_the_token_cache_counts_each_message_once_and_each_history_right() -> None:
+    tally = _Tally()
+    cache = MessageTokenCache(tally)
+    a, b, c = Message.user("aaaa aaaa"), Message.user("bbbb"), Message.user("cc")
+    assert cache.count(a) == cache.count(a) == 4 + 3
+    assert tally.texts == ["aaaa aaaa"]
+    assert cache.count_history([a, b]) == 7 + 5
+    assert cache.count_history([a, b, c]) == 7 + 5 + 5
+    assert tally.texts == ["aaaa aaaa", "bbbb", "cc"]
+    assert cache.count_history([a]) == 7  # shorter: recounted from the cache
+    assert cache.count_history([c, b]) == 10  # changed: likewise
+    assert cache.count_history([c, b, a]) == 17
+    assert tally.texts == ["aaaa aaaa", "bbbb", "cc"]
+    cache.forget_missing([c])
+    assert cache.count_history([a, b, c]) == 17
+    assert tally.texts == ["aaaa aaaa", "bbbb", "cc", "aaaa aaaa", "bbbb"]
