@@ -12,7 +12,8 @@ subprocesses import the mutant too. A failing (or hanging) test kills the mutant
     python bench/mutation.py --sample 0           # every mutant
     python bench/mutation.py --module _clock --line 30 --list
 
-Docstrings, annotations, f-strings and ``__all__`` are left alone. With ``--sample N``
+Docstrings, annotations, f-strings and ``__all__`` are left alone, and so is the order
+of the tables in ``UNORDERED``. With ``--sample N``
 at most N mutants are drawn per module, uniformly with ``random.Random(f"{seed}:{module}")``,
 so a seed names one sample.
 """
@@ -30,7 +31,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, cast
 
 import attrs
 import pytest
@@ -116,6 +117,10 @@ if _NAME and _SOURCE:
     sys.meta_path.insert(0, _Mutant())
 """
 
+UNORDERED = frozenset({"DEFAULT_GUARDS", "EXCEPTION_TABLE", "_OVERFLOW_MARKERS"})
+"""Tables whose order means nothing (looked up by key, or searched for any match): no
+swapped neighbours in them, only removed members."""
+
 _COMPARE_SWAP: dict[type[ast.cmpop], type[ast.cmpop]] = {
     ast.Lt: ast.LtE,
     ast.LtE: ast.Lt,
@@ -185,7 +190,7 @@ class _Mutator(ast.NodeTransformer):
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.AST:
         if node.value is not None:
-            node.value = self.visit(node.value)
+            node.value = self._assigned([node.target], node.value)
         return node
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
@@ -207,7 +212,16 @@ class _Mutator(ast.NodeTransformer):
     def visit_Assign(self, node: ast.Assign) -> ast.AST:
         if any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
             return node
-        return self.generic_visit(node)
+        node.targets = [self.visit(t) for t in node.targets]
+        node.value = self._assigned(node.targets, node.value)
+        return node
+
+    def _assigned(self, targets: list[ast.expr], value: ast.expr) -> ast.expr:
+        unordered = any(isinstance(t, ast.Name) and t.id in UNORDERED for t in targets)
+        self._no_swap += unordered
+        after = self.visit(value)
+        self._no_swap -= unordered
+        return cast(ast.expr, after)
 
     def visit_ExceptHandler(self, node: ast.ExceptHandler) -> ast.AST:
         self._no_swap += 1  # the order of an except tuple does not matter
