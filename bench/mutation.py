@@ -417,7 +417,12 @@ def _select(args: argparse.Namespace) -> Iterator[tuple[str, list[Mutant], int]]
         if args.module and not any(m in module for m in args.module):
             continue
         found = mutants(module)
-        chosen = [m for m in found if args.line is None or m.line == args.line]
+        chosen = [
+            m
+            for m in found
+            if (args.line is None or m.line == args.line)
+            and (not args.index or m.index in args.index)
+        ]
         if args.sample and len(chosen) > args.sample:
             chosen = random.Random(f"{args.seed}:{module}").sample(chosen, args.sample)
             chosen.sort(key=lambda m: m.index)
@@ -440,6 +445,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--module", action="append", help="only modules whose path holds this")
     parser.add_argument("--line", type=int, help="only mutants on this line")
+    parser.add_argument("--index", type=int, action="append", help="only the mutant #N")
     parser.add_argument("--list", action="store_true", help="list the mutants, run nothing")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))

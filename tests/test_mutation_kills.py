@@ -25,6 +25,8 @@ from innerloop import (
     Message,
     SpendBudget,
     TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
     ToolUseBlock,
     Usage,
     tool,
@@ -45,7 +47,14 @@ from innerloop.providers._errors import (
 from innerloop.providers._normalize import build_request, with_output_tool
 from innerloop.recovery import RecoveryPolicy
 from innerloop.recovery._clock import ScaledClock, SystemClock
-from innerloop.recovery._compaction import TruncatingCompactor
+from innerloop.recovery._compaction import (
+    TruncatingCompactor,
+    _trim_to_tokens,
+    apply_cut,
+    marker_text,
+    plan_cut,
+    render_transcript,
+)
 from innerloop.recovery._diagnostic import build_diagnostic
 from innerloop.recovery._policy import backoff_delay, jitter_fraction
 from innerloop.recovery._pricing import DEFAULT_PRICES, Price
@@ -747,3 +756,80 @@ def test_the_token_cache_counts_each_message_once_and_each_history_right() -> No
     cache.forget_missing([c])
     assert cache.count_history([a, b, c]) == 17
     assert tally.texts == ["aaaa aaaa", "bbbb", "cc", "aaaa aaaa", "bbbb"]
+
+
+# --- compaction -----------------------------------------------------------------------------
+
+
+def test_a_transcript_for_the_summarizer() -> None:
+    history = [
+        Message.user("hi"),
+        Message(
+            "assistant", (TextBlock("ok"), ToolUseBlock("t1", "search", {"q": "café", "n": 2}))
+        ),
+        Message("user", (ToolResultBlock("t1", "x" * 2001), ToolResultBlock("t2", "y" * 2000))),
+        Message("assistant", (ThinkingBlock("private"), TextBlock(""))),
+        Message("user", (ToolResultBlock("t1", "no", is_error=True),)),
+    ]
+    assert render_transcript(history) == (
+        "USER:\nhi\n\n"
+        'ASSISTANT:\nok\n[calls tool search with {"q":"café","n":2}]\n\n'
+        f"USER:\n[tool result of search]: {'x' * 2000} [...]\n"
+        f"[tool result of a tool]: {'y' * 2000}\n\n"
+        "USER:\n[tool error of search]: no"
+    )
+
+
+@pytest.mark.parametrize(
+    ("limit", "kept"),
+    [
+        (18, "abcdefghij" * 4),
+        (17, "abcdefghij" * 3 + "abc [...]"),
+        (12, "abcdefghijabc [...]"),
+        (9, "a [...]"),
+        (5, ""),
+    ],
+)
+def test_a_summary_is_trimmed_to_its_token_limit(limit: int, kept: str) -> None:
+    """The approximate counter: (29 header characters + the text + 3) // 4 tokens."""
+    assert _trim_to_tokens("abcdefghij" * 4, limit, ApproxTokenCounter()) == kept
+
+
+def _turns(n: int) -> list[Message]:
+    return [
+        Message.user(f"question {i} " * 3) if i % 2 == 0 else Message.assistant(f"answer {i}")
+        for i in range(n)
+    ]
+
+
+def _fit(history: list[Message], cut: int) -> int:
+    kept = apply_cut(history, cut, marker_text(cut, "budget"))
+    return sum(count_message(ApproxTokenCounter(), m) for m in kept)
+
+
+def test_the_smallest_cut_that_fits_exactly_wins() -> None:
+    history = _turns(10)  # users at 0, 2, ..., 8; the cuts allowed: 2 and 4
+    cache = MessageTokenCache(ApproxTokenCounter())
+    assert _fit(history, 2) > _fit(history, 4)
+    assert plan_cut(history, _fit(history, 2), cache) == 2
+    assert plan_cut(history, _fit(history, 2) - 1, cache) == 4
+    assert plan_cut(history, _fit(history, 4), cache) == 4
+    assert plan_cut(history, 1, cache) == 4  # nothing fits: the largest allowed cut
+    assert plan_cut(history, 1, cache, keep_recent=6) == 2
+    assert plan_cut(history, 1, cache, keep_recent=0) == 6  # at least 2 kept, and the turn
+    assert plan_cut(history[:4], 1, cache, keep_recent=0) == 0  # nothing may go
+
+
+def test_the_summary_follows_the_marker_in_the_first_kept_message() -> None:
+    history = [Message.user("a"), Message.assistant("b"), Message.user("c"), Message.user("d")]
+    assert apply_cut(history, 2, "MARK", "it went well") == (
+        Message(
+            "user",
+            (
+                TextBlock("MARK"),
+                TextBlock("Summary of the removed part:\nit went well"),
+                TextBlock("c"),
+            ),
+        ),
+        Message.user("d"),
+    )
