@@ -464,7 +464,7 @@ def main() -> int:
             if code != 0:
                 print(f"{module}: its tests fail unmutated (pytest exit {code}); fix them first")
                 return 1
-            timeout = 4 * baseline + 20
+            timeout = 6 * baseline + 30  # generous: the mutants run side by side
             runs = _run_all([(m, module) for m in chosen], work, timeout, args.jobs)
             outcomes = [
                 _outcome(m, code, secs) for m, (code, secs) in zip(chosen, runs, strict=True)
