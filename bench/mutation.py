@@ -84,6 +84,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "innerloop/providers/_errors.py": (KILLS, "tests/providers/test_errors.py"),
     "innerloop/tools/_runner.py": (
         KILLS,
+        "tests/tools/test_runner_off_loop.py",
         "tests/tools/test_tool_runner.py",
         "tests/tools/test_tool_dispatch.py",
     ),
