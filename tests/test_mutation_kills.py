@@ -282,6 +282,12 @@ def test_the_static_count_includes_the_system_prompt_and_every_tool_schema() -> 
     assert cache.count_static("a system prompt", [a, b]) == expected
     assert cache.count_static("", [a]) == counter.count_text(_compact_json(a))
     assert cache.count_static("", []) == 0
+    tally = _Tally()
+    MessageTokenCache(tally).count_static("sys", [a])
+    assert tally.texts == [
+        "sys",
+        '{"name":"a","input_schema":{"type":"object","properties":{"x":{}}}}',
+    ]
 
 
 async def test_assemble_counts_the_tool_schemas_into_the_context() -> None:
