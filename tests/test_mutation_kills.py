@@ -824,6 +824,14 @@ def test_the_smallest_cut_that_fits_exactly_wins() -> None:
     assert plan_cut(history, 1, cache, keep_recent=6) == 2
     assert plan_cut(history, 1, cache, keep_recent=0) == 6  # at least 2 kept, and the turn
     assert plan_cut(history[:4], 1, cache, keep_recent=0) == 0  # nothing may go
+    assert plan_cut(_turns(11), 1, cache) == 6  # by default the newest 4 stay
+
+
+def test_the_second_message_may_open_the_kept_history() -> None:
+    u, a = Message.user("question"), Message.assistant("answer")
+    history = [u, Message.user("more"), a, u, a, u, a]
+    cache = MessageTokenCache(ApproxTokenCounter())
+    assert plan_cut(history, 10_000, cache, keep_recent=2) == 1
 
 
 def test_the_summary_follows_the_marker_in_the_first_kept_message() -> None:
