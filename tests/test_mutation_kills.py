@@ -847,3 +847,11 @@ def test_the_summary_follows_the_marker_in_the_first_kept_message() -> None:
         ),
         Message.user("d"),
     )
+
+
+def test_no_response_yet_is_not_a_finished_model() -> None:
+    state = HarnessState()
+    assert machine_at(MACHINE, "check", state, PARAMS).step() == "assemble"
+    state = HarnessState()
+    turns_out(state)
+    assert machine_at(MACHINE, "check", state, PARAMS).step() == "max_turns_exceeded"
