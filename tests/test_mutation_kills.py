@@ -359,6 +359,14 @@ def test_the_default_spec_takes_its_exits_in_the_documented_order() -> None:
     assert declared["call"][:2] == [("abort", "abort_requested"), ("stream", "call_opened")]
 
 
+def test_the_default_spec_lists_states_and_transitions_as_documented() -> None:
+    """The table's order is the declaration's, so diagrams and the table read alike."""
+    table = _documented_order()
+    flat = [(source, target, guard) for source, exits in table.items() for target, guard in exits]
+    assert [(t.source, t.target, t.guard) for t in DEFAULT_SPEC.transitions] == flat
+    assert [s.name for s in DEFAULT_SPEC.states if not s.final] == list(table)
+
+
 def _spent(s: HarnessState) -> None:
     s.usage = Usage(900, 100)
 
