@@ -80,6 +80,7 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/fsm/test_interrupts.py",
         "tests/fsm/test_output.py",
         *_RECOVERY,
+        "tests/recovery/test_gate.py",
     ),
     "innerloop/providers/_errors.py": (KILLS, "tests/providers/test_errors.py"),
     "innerloop/tools/_runner.py": (

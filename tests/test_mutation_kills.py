@@ -23,6 +23,7 @@ from innerloop import (
     HarnessState,
     ImageBlock,
     Message,
+    ModelResponse,
     SpendBudget,
     TextBlock,
     ThinkingBlock,
@@ -32,11 +33,11 @@ from innerloop import (
     tool,
 )
 from innerloop._errors import ErrorCategory, ParamsError, ProviderError
-from innerloop._events import Fallback
+from innerloop._events import Abort, Fallback
 from innerloop.fsm import Outcome, Task
 from innerloop.fsm import _default as default_module
 from innerloop.fsm import _phases as phases
-from innerloop.fsm._context import Deps
+from innerloop.fsm._context import Deps, PhaseContext, TurnScope
 from innerloop.fsm._guards import FINISHING_STOPS
 from innerloop.providers._errors import (
     category_of,
@@ -515,14 +516,7 @@ async def test_fallback_resets_the_retry_counters_and_switches_model() -> None:
 
 async def test_a_call_resumed_without_a_request_rebuilds_it() -> None:
     provider = ScriptedProvider([reply("hi")])
-    deps = Deps(
-        providers={"scripted": provider},
-        clock=SystemClock(),
-        tokens=MessageTokenCache(ApproxTokenCounter()),
-        compactor=TruncatingCompactor(),
-        fallback_compactor=TruncatingCompactor(),
-        tools=ToolRunner(),
-    )
+    deps = _scripted_deps(provider)
     state = HarnessState()
     state.history = [Message.user("resume me")]
     ctx = phase_context(PARAMS, state, deps)
@@ -863,3 +857,50 @@ def test_no_response_yet_is_not_a_finished_model() -> None:
     state = HarnessState()
     turns_out(state)
     assert machine_at(MACHINE, "check", state, PARAMS).step() == "max_turns_exceeded"
+
+
+def _scripted_deps(provider: ScriptedProvider) -> Deps:
+    return Deps(
+        providers={"scripted": provider},
+        clock=SystemClock(),
+        tokens=MessageTokenCache(ApproxTokenCounter()),
+        compactor=TruncatingCompactor(),
+        fallback_compactor=TruncatingCompactor(),
+        tools=ToolRunner(),
+    )
+
+
+@pytest.mark.parametrize(("named", "booked"), [("", "m-20250101"), ("m-2025-06", "m-2025-06")])
+def test_an_accepted_response_books_its_model_and_resets_the_retries(
+    named: str, booked: str
+) -> None:
+    state = HarnessState()
+    state.rate_limit_failures, state.transient_failures = 2, 1
+    ctx = phase_context(PARAMS, state)
+    response = ModelResponse(Message.assistant("hi"), "end_turn", Usage(10, 5), named)
+    phases._accept(ctx, response)
+    assert state.resolved_models == [booked]
+    assert (state.turns, state.usage, state.rate_limit_failures, state.transient_failures) == (
+        1,
+        Usage(10, 5),
+        0,
+        0,
+    )
+
+
+def phase_scope(ctx: PhaseContext) -> TurnScope:
+    return ctx.scope
+
+
+async def test_abort_closes_the_open_stream() -> None:
+    provider = ScriptedProvider([reply("hi")])
+    state = HarnessState()
+    state.history = [Message.user("go")]
+    state.request_abort("host said stop")
+    ctx = phase_context(PARAMS, state, _scripted_deps(provider))
+    ctx.scope.stream = await provider.open(
+        build_request(ctx.scope.settings, state.history, "anthropic", "m-20250101")
+    )
+    events = [e async for e in phases.abort(ctx)]
+    assert events == [Abort("host said stop", None)]
+    assert (phase_scope(ctx).stream, state.outcome) == (None, Outcome.ABORTED)
