@@ -904,3 +904,29 @@ async def test_abort_closes_the_open_stream() -> None:
     events = [e async for e in phases.abort(ctx)]
     assert events == [Abort("host said stop", None)]
     assert (phase_scope(ctx).stream, state.outcome) == (None, Outcome.ABORTED)
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "prompt is too long: 210000 tokens",
+        "context_length_exceeded",
+        "This model's maximum context length is 128000 tokens",
+        "the input exceeds the context window",
+        "Input is too long for requested model.",
+    ],
+)
+def test_every_overflow_wording_is_a_context_overflow(message: str) -> None:
+    error = error_from_status("p", 400, {}, json.dumps({"error": {"message": message}}))
+    assert error.category is ErrorCategory.CONTEXT_OVERFLOW
+
+
+def test_an_error_given_as_a_bare_string_keeps_its_message() -> None:
+    error = error_from_body("p", {"error": "quota gone"}, status=403)
+    assert (error.category, str(error)) == (ErrorCategory.FATAL, "p HTTP 403 fatal: quota gone")
+
+
+def test_amazons_error_type_header_names_the_category() -> None:
+    header = {"X-Amzn-ErrorType": "ThrottlingException:http://internal.amazon.com/coral/"}
+    error = error_from_status("bedrock", 400, header, "{}")
+    assert error.category is ErrorCategory.RATE_LIMITED
