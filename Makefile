@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint diagrams screenshot bench guard setup clean
+.PHONY: demo test lint diagrams screenshot bench guard mutation setup clean
 
 demo: $(STAMP)
 	$(PY) -m innerloop demo
@@ -30,6 +30,12 @@ bench: $(STAMP)
 # fails when one rose more than 5%. A meant change: bench/overhead.py --guard --write-baseline.
 guard: $(STAMP)
 	$(PY) bench/overhead.py --guard
+
+# Mutation testing of the modules that decide a run's route (not in CI: minutes, not
+# seconds). MUTATION_ARGS="--sample 0" runs every mutant; see bench/mutation.py.
+MUTATION_ARGS ?= --sample 30 --seed 22
+mutation: $(STAMP)
+	$(PY) bench/mutation.py $(MUTATION_ARGS)
 
 setup: $(STAMP)
 
