@@ -665,6 +665,12 @@ class MCPServer:
         checked: dict[str, ToolSchema | ToolDefinitionError] = {}
         for tool in tools:
             where = f"MCP server {self.name!r}, tool {tool.name!r}"
+            if json_depth(tool.input_schema) > MAX_JSON_DEPTH:
+                checked[tool.name] = ToolDefinitionError(
+                    f"{where}: its input schema is nested deeper than {MAX_JSON_DEPTH} levels "
+                    "of arrays and objects; it cannot be checked"
+                )
+                continue
             size = len(json.dumps(tool.input_schema))
             if size > self.max_schema_bytes:
                 checked[tool.name] = ToolDefinitionError(

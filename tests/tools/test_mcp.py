@@ -571,6 +571,15 @@ class TestHostileServer:
         [*_, wide] = asyncio.run(hostile("wide", "100").tools())
         assert len(wide.input_schema["properties"]) == 100
 
+    def test_schema_nested_too_deep_names_the_tool(self) -> None:
+        """A schema nested past the JSON depth limit is refused before it is checked."""
+        with pytest.raises(ToolDefinitionError) as info:
+            asyncio.run(hostile("tall", "60").tools())
+        assert str(info.value) == (
+            "MCP server 'hostile', tool 'tall': its input schema is nested deeper than 100 "
+            "levels of arrays and objects; it cannot be checked"
+        )
+
     def test_listing_that_stalls_counts_in_connect_timeout(self) -> None:
         """A server that stops answering in the middle of its listing: the listing counts
         inside connect_timeout, and the process is stopped."""

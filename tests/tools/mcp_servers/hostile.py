@@ -10,6 +10,7 @@ listing pages forever). Modes:
 - ``endless-after-announce``: one honest page until ``announce`` is called.
 - ``many N``: one page of N tools.
 - ``wide N``: one more tool, ``wide``, whose input schema has N properties.
+- ``tall N``: one more tool, ``tall``, whose input schema nests N objects.
 - ``stall``: answers the first page with a next cursor, then never answers ``tools/list``.
 - ``stall-after-announce``: never answers ``tools/list`` once ``announce`` was called.
 - ``deep N``: ``deep`` returns structured content nested N levels deep, and no text.
@@ -63,6 +64,11 @@ class Hostile:
             return {"tools": [*self.base, *(tool(f"t{i}") for i in range(self.size))]}
         if mode == "wide":
             return {"tools": [*self.base, tool("wide", self.size)]}
+        if mode == "tall":
+            tall = tool("tall")
+            for _ in range(self.size):
+                tall["inputSchema"] = {"type": "object", "properties": {"a": tall["inputSchema"]}}
+            return {"tools": [*self.base, tall]}
         if mode == "stall":
             return {"tools": self.base, "nextCursor": "1"} if page == 0 else None
         if mode == "stall-after-announce" and self.announced:
