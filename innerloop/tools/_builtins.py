@@ -23,6 +23,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
+import attrs
+
 from innerloop.tools._define import tool
 from innerloop.tools._process import ProcessResult
 from innerloop.tools._sandbox import Sandbox, _Prepared
@@ -287,8 +289,14 @@ def _process_output(result: ProcessResult) -> ToolOutput:
 def _process_tools(sandbox: _Prepared, sets: tuple[str, ...]) -> list[ToolSpec]:
     specs: list[ToolSpec] = []
 
-    async def run(argv: list[str], ctx: ToolContext) -> ToolOutput:
-        return _process_output(await sandbox.run(argv, on_partial=ctx.keep_partial))
+    async def run(argv: list[str], ctx: ToolContext, tool: str) -> ToolOutput:
+        result = await sandbox.run(argv, on_partial=ctx.keep_partial)
+        output = _process_output(result)
+        limit = sandbox.over_limit(result)
+        if limit is None:
+            return output
+        said = f"{tool}: the command went over {limit}"
+        return attrs.evolve(output, content=f"{said}\n{output.content}", is_error=True)
 
     if "shell" in sets:
 
@@ -300,7 +308,7 @@ def _process_tools(sandbox: _Prepared, sets: tuple[str, ...]) -> list[ToolSpec]:
             Args:
                 command: the shell command line
             """
-            return await run(["/bin/sh", "-c", command], ctx)
+            return await run(["/bin/sh", "-c", command], ctx, "run_shell")
 
         specs.append(run_shell)
     if "python" in sets:
@@ -313,7 +321,7 @@ def _process_tools(sandbox: _Prepared, sets: tuple[str, ...]) -> list[ToolSpec]:
             Args:
                 code: the program's source
             """
-            return await run([sys.executable, "-I", "-c", code], ctx)
+            return await run([sys.executable, "-I", "-c", code], ctx, "run_python")
 
         specs.append(run_python)
     return specs

@@ -22,16 +22,23 @@ How a server's connection lives:
 - A server that exits or drops the connection: the calls in flight come back as
   ``is_error`` results naming the server (with the end of its stderr), and the next call
   starts it again. Calls are never retried by the client: a tool may have done its work.
-- ``notifications/tools/list_changed``: the server's tool list is read again, and
-  ``on_tools_changed(server)`` is called. ``HarnessParams`` are frozen, so a run keeps the
-  tool list it started with; the next run built from ``await server.tools()`` sees the new
-  tools.
+- ``notifications/tools/list_changed``: the server's tool list is read again (one
+  re-read at a time, each within ``connect_timeout``), and ``on_tools_changed(server)`` is
+  called. ``HarnessParams`` are frozen, so a run keeps the tool list it started with; the
+  next run built from ``await server.tools()`` sees the new tools. A re-read that fails
+  keeps the list as it was and logs a warning.
+- A hostile or broken server is bounded: a listing reads at most ``max_pages`` pages and
+  ``max_tools`` tools, a tool's input schema may take at most ``max_schema_bytes`` of
+  JSON, and the schemas are checked in a worker thread (never on the event loop); the
+  whole first listing, checks included, counts inside ``connect_timeout``.
 
 Tool results are text for the model: text blocks as they are, structured content as JSON
 when no text block comes with it, and a bracketed note for each image, audio clip,
 resource link and embedded resource (images and audio are not passed to the model: the
 project's tool results carry text only). ``ToolCallResult.value`` holds the whole MCP
-result as plain JSON (image data included) for the host.
+result as plain JSON (image data included) for the host. A result nested deeper than
+:data:`~innerloop._json.MAX_JSON_DEPTH` levels (whether the SDK could read it or not) is an
+``is_error`` result saying so.
 """
 
 from __future__ import annotations
@@ -39,7 +46,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
+import re
 import shlex
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
@@ -50,8 +59,10 @@ from urllib.parse import urlsplit
 import attrs
 
 from innerloop._errors import ToolDefinitionError
+from innerloop._json import _TOKENS, MAX_JSON_DEPTH, JSONTooDeep, json_depth, parse_json
 from innerloop.tools._define import _NAME
 from innerloop.tools._spec import ToolContext, ToolError, ToolOutput, ToolSpec
+from innerloop.tools._validate import ToolSchema, checked_schema
 
 if TYPE_CHECKING:
     import mcp.types as mcp_types
@@ -63,6 +74,21 @@ __all__ = ["MCPServer", "MCPServerError"]
 
 _STDERR_TAIL = 2_000
 """Characters of a stdio server's stderr quoted when it exits or fails to start."""
+
+MAX_PAGES = 100
+"""Default ``MCPServer(max_pages=...)``: pages one listing of a server's tools may take."""
+
+MAX_TOOLS = 1_000
+"""Default ``MCPServer(max_tools=...)``: tools one server may offer."""
+
+MAX_SCHEMA_BYTES = 64 * 1024
+"""Default ``MCPServer(max_schema_bytes=...)``: bytes of JSON one tool's input schema may
+take (checking a schema costs time in proportion to its size)."""
+
+TOO_DEEP = -32099
+"""The JSON-RPC error code given to a call whose response was too deeply nested to read."""
+
+_log = logging.getLogger(__name__)
 
 
 class MCPServerError(ToolError):
@@ -153,6 +179,10 @@ class _Connection:
         self.group: TaskGroup | None = None
         self.task: asyncio.Task[None] | None = None
         self.last_stderr = ""
+        self.refreshing = False
+        """A re-read of the tool list is under way."""
+        self.refresh_again = False
+        """``tools/list_changed`` came during the re-read: read once more after it."""
 
     def mark_lost(self) -> None:
         self.lost = True
@@ -202,11 +232,17 @@ class _RemoteTool:
         return f"<MCP tool {self.name!r} of {self.server.name!r}>"
 
 
-def _positive(field: str, value: float | None) -> None:
+def _positive(field: str, value: float | None, unit: str = "number of seconds") -> None:
     if value is not None and not value > 0:
-        raise ToolDefinitionError(
-            f"MCPServer {field} must be a positive number of seconds, got {value!r}"
-        )
+        raise ToolDefinitionError(f"MCPServer {field} must be a positive {unit}, got {value!r}")
+
+
+@attrs.frozen
+class _Listing:
+    """A server's tools as listed, each input schema checked (or the error to raise)."""
+
+    tools: tuple[mcp_types.Tool, ...]
+    schemas: Mapping[str, ToolSchema | ToolDefinitionError]
 
 
 class MCPServer:
@@ -218,9 +254,12 @@ class MCPServer:
     category's) for every tool, ``categories`` and ``timeouts`` per tool (keyed by the
     server's tool name); ``prefix`` put before every tool name and ``names`` renaming
     single tools (the model sees these names; the server is called with its own);
-    ``connect_timeout`` (seconds for start-up and handshake); ``on_tools_changed``, called
-    with the server after its tool list changed (``notifications/tools/list_changed``, or
-    different tools after a restart).
+    ``connect_timeout`` (seconds for start-up, handshake and listing the tools, and for
+    each re-read of the list); ``on_tools_changed``, called with the server after its tool
+    list changed (``notifications/tools/list_changed``, or different tools after a
+    restart); ``max_pages`` (default :data:`MAX_PAGES`), ``max_tools`` (default
+    :data:`MAX_TOOLS`) and ``max_schema_bytes`` (default :data:`MAX_SCHEMA_BYTES`), the
+    bounds of a listing.
     """
 
     def __init__(
@@ -236,10 +275,21 @@ class MCPServer:
         names: Mapping[str, str] | None = None,
         connect_timeout: float = 30.0,
         on_tools_changed: Callable[[MCPServer], object] | None = None,
+        max_pages: int = MAX_PAGES,
+        max_tools: int = MAX_TOOLS,
+        max_schema_bytes: int = MAX_SCHEMA_BYTES,
     ) -> None:
         _import_mcp()
         _positive("timeout", timeout)
         _positive("connect_timeout", connect_timeout)
+        for field, count in (
+            ("max_pages", max_pages),
+            ("max_tools", max_tools),
+            ("max_schema_bytes", max_schema_bytes),
+        ):
+            if not isinstance(count, int) or isinstance(count, bool):
+                raise ToolDefinitionError(f"MCPServer {field} must be an int, got {count!r}")
+            _positive(field, count, "count")
         for tool_name, value in (timeouts or {}).items():
             _positive(f"timeouts[{tool_name!r}]", value)
         self._transport = transport
@@ -252,9 +302,12 @@ class MCPServer:
         self.names: Mapping[str, str] = dict(names or {})
         self.connect_timeout = connect_timeout
         self.on_tools_changed = on_tools_changed
+        self.max_pages = max_pages
+        self.max_tools = max_tools
+        self.max_schema_bytes = max_schema_bytes
         self._conn: _Connection | None = None
         self._lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
-        self._listing: tuple[mcp_types.Tool, ...] | None = None
+        self._listing: _Listing | None = None
         self._seen: set[str] = set()
 
     @classmethod
@@ -325,7 +378,16 @@ class MCPServer:
         assert self._listing is not None
         return self._specs(self._listing)
 
-    def _specs(self, listing: Iterable[mcp_types.Tool]) -> tuple[ToolSpec, ...]:
+    async def refresh(self) -> tuple[ToolSpec, ...]:
+        """Read the server's tool list again now (connecting first if needed), within
+        ``connect_timeout``, and return the tools as :meth:`tools` does. Raises
+        :class:`MCPServerError` when the listing breaks a bound or takes too long (the
+        list stays as it was)."""
+        conn = await self._connected()
+        await self._reread(conn)
+        return await self.tools()
+
+    def _specs(self, listing: _Listing) -> tuple[ToolSpec, ...]:
         for option, keys in (
             ("categories", self.categories),
             ("timeouts", self.timeouts),
@@ -338,7 +400,7 @@ class MCPServer:
                     f"which the server does not offer; its tools: {', '.join(sorted(self._seen))}"
                 )
         specs: list[ToolSpec] = []
-        for tool in listing:
+        for tool in listing.tools:
             local = self.names.get(tool.name, self.prefix + tool.name)
             if not _NAME.match(local):
                 raise ToolDefinitionError(
@@ -346,13 +408,16 @@ class MCPServer:
                     "it is not a valid tool name for the model (1-64 of a-z A-Z 0-9 _ -); "
                     f"rename it with names={{{tool.name!r}: ...}}"
                 )
+            schema = listing.schemas[tool.name]
+            if isinstance(schema, ToolDefinitionError):
+                raise schema
             specs.append(
                 ToolSpec(
                     name=local,
                     description=tool.description
                     or tool.title
                     or f"Tool {tool.name} of the MCP server {self.name}.",
-                    input_schema=tool.input_schema,
+                    input_schema=schema,
                     handler=_RemoteTool(self, tool.name),
                     category=self.categories.get(tool.name, self.category),
                     timeout=self.timeouts.get(tool.name, self.timeout),
@@ -381,6 +446,8 @@ class MCPServer:
             if lost or conn.lost:
                 conn.mark_lost()
                 raise MCPServerError(self.name, self._lost_message(conn, tool)) from exc
+            if exc.code == TOO_DEEP:
+                return self._too_deep(tool)
             raise MCPServerError(
                 self.name,
                 f"MCP server {self.name!r} refused the call to {tool!r}: {exc.message} "
@@ -389,10 +456,20 @@ class MCPServer:
         except (OSError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
             conn.mark_lost()
             raise MCPServerError(self.name, self._lost_message(conn, tool)) from exc
+        if json_depth(result.structured_content) > MAX_JSON_DEPTH:
+            return self._too_deep(tool)
         return ToolOutput(
             render_mcp_result(result),
             is_error=result.is_error,
             value=result.model_dump(mode="json", by_alias=True, exclude_none=True),
+        )
+
+    def _too_deep(self, tool: str) -> ToolOutput:
+        return ToolOutput(
+            f"MCP server {self.name!r} answered the call to {tool!r} with a result nested "
+            f"deeper than {MAX_JSON_DEPTH} levels of arrays and objects; it was not read "
+            "(ask for less, or fix the server)",
+            is_error=True,
         )
 
     def _lost_message(self, conn: _Connection, tool: str) -> str:
@@ -428,8 +505,9 @@ class MCPServer:
                 raise MCPServerError(
                     self.name,
                     f"MCP server {self.name!r} ({self._transport.describe()}) did not finish "
-                    f"its handshake within {self.connect_timeout:g} s; check that it speaks MCP "
-                    "on this transport, or raise connect_timeout" + _quoted(conn.stderr_tail()),
+                    f"its handshake and tool listing within {self.connect_timeout:g} s; check "
+                    "that it speaks MCP on this transport, or raise connect_timeout"
+                    + _quoted(conn.stderr_tail()),
                 ) from None
             except MCPServerError:
                 self._conn = None
@@ -460,7 +538,7 @@ class MCPServer:
                 stack.callback(group.cancel_scope.cancel)
                 conn.group = group
                 send, receive = anyio.create_memory_object_stream[Any](0)
-                group.start_soon(_pump, read, send, conn)
+                group.start_soon(_pump, read, send, conn, self.name)
 
                 async def on_message(message: Any) -> None:
                     self._on_message(conn, message)
@@ -475,12 +553,17 @@ class MCPServer:
                 )
                 await session.initialize()
                 conn.session = session
-                self._absorb(await _list_tools(session))
+                self._absorb(await self._read_listing(session))
                 conn.ready.set_result(None)
                 await conn.finish.wait()
         except Exception as exc:
+            while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+                exc = exc.exceptions[0]  # type: ignore[assignment]
             if not conn.ready.done():
-                conn.ready.set_exception(self._start_error(conn, exc))
+                if isinstance(exc, MCPServerError | ToolDefinitionError):
+                    conn.ready.set_exception(exc)  # a listing out of bounds: as it is
+                else:
+                    conn.ready.set_exception(self._start_error(conn, exc))
         finally:
             conn.lost = True
             conn.close_errlog()  # the transport is closed: the process is gone
@@ -510,20 +593,107 @@ class MCPServer:
         import mcp_types
 
         if isinstance(message, mcp_types.ToolListChangedNotification) and conn.group is not None:
-            conn.group.start_soon(self._refresh, conn)
+            if conn.refreshing:
+                conn.refresh_again = True  # one re-read at a time; one more after it
+            else:
+                conn.refreshing = True
+                conn.group.start_soon(self._refresh, conn)
 
     async def _refresh(self, conn: _Connection) -> None:
-        if conn.session is None:
-            return
-        # a failed re-read keeps the list as it was; it must not end the connection
-        with contextlib.suppress(Exception):
-            self._absorb(await _list_tools(conn.session))
+        """Re-read the list after ``tools/list_changed`` (again if another came meanwhile);
+        a failed re-read keeps the list as it was and must not end the connection."""
+        try:
+            while True:
+                conn.refresh_again = False
+                try:
+                    await self._reread(conn)
+                except Exception as exc:
+                    _log.warning("%s", exc)
+                if not conn.refresh_again:
+                    return
+        finally:
+            conn.refreshing = False
 
-    def _absorb(self, listing: tuple[mcp_types.Tool, ...]) -> None:
+    async def _reread(self, conn: _Connection) -> None:
+        assert conn.session is not None
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                listing = await self._read_listing(conn.session)
+        except TimeoutError:
+            raise MCPServerError(
+                self.name,
+                f"MCP server {self.name!r}: reading its tool list again took more than "
+                f"{self.connect_timeout:g} s; the list stays as it was (raise connect_timeout "
+                "if the server is slow)",
+            ) from None
+        except (MCPServerError, ToolDefinitionError) as exc:
+            raise MCPServerError(self.name, f"{exc} (the tool list stays as it was)") from None
+        self._absorb(listing)
+
+    async def _read_listing(self, session: ClientSession) -> _Listing:
+        """The server's tools, within ``max_pages`` and ``max_tools``, each input schema
+        checked in a worker thread."""
+        import mcp_types
+
+        tools: list[mcp_types.Tool] = []
+        cursor: str | None = None
+        for _ in range(self.max_pages):
+            params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            page = await session.list_tools(params=params)
+            tools += page.tools
+            if len(tools) > self.max_tools:
+                raise MCPServerError(
+                    self.name,
+                    f"MCP server {self.name!r} offers more than {self.max_tools:,} tools; "
+                    "raise MCPServer(max_tools=...) if you want them all",
+                )
+            cursor = page.next_cursor
+            if not cursor:
+                schemas = await asyncio.to_thread(self._check_schemas, tools)
+                return _Listing(tuple(tools), schemas)
+        raise MCPServerError(
+            self.name,
+            f"MCP server {self.name!r} lists its tools in more than {self.max_pages:,} pages "
+            "(it may page forever); raise MCPServer(max_pages=...) if it really has that many",
+        )
+
+    def _check_schemas(
+        self, tools: Iterable[mcp_types.Tool]
+    ) -> dict[str, ToolSchema | ToolDefinitionError]:
+        """Each tool's input schema checked (run in a worker thread: a schema's check
+        costs time in proportion to its size)."""
+        checked: dict[str, ToolSchema | ToolDefinitionError] = {}
+        for tool in tools:
+            where = f"MCP server {self.name!r}, tool {tool.name!r}"
+            if json_depth(tool.input_schema) > MAX_JSON_DEPTH:
+                checked[tool.name] = ToolDefinitionError(
+                    f"{where}: its input schema is nested deeper than {MAX_JSON_DEPTH} levels "
+                    "of arrays and objects; it cannot be checked"
+                )
+                continue
+            size = len(json.dumps(tool.input_schema))
+            if size > self.max_schema_bytes:
+                checked[tool.name] = ToolDefinitionError(
+                    f"{where}: its input schema takes {size:,} bytes of JSON, more than "
+                    f"max_schema_bytes={self.max_schema_bytes:,}; raise "
+                    "MCPServer(max_schema_bytes=...) to accept it"
+                )
+                continue
+            try:
+                checked[tool.name] = checked_schema(tool.input_schema, where)
+            except ToolDefinitionError as exc:
+                checked[tool.name] = exc
+        return checked
+
+    def _absorb(self, listing: _Listing) -> None:
         before = self._listing
         self._listing = listing
-        self._seen.update(t.name for t in listing)
-        if before is not None and _shape(before) != _shape(listing) and self.on_tools_changed:
+        self._seen.update(t.name for t in listing.tools)
+        if (
+            before is not None
+            and _shape(before.tools) != _shape(listing.tools)
+            and self.on_tools_changed
+        ):
             # on the loop, not here: an exception from the host's callback goes to the
             # loop's exception handler instead of ending the connection
             asyncio.get_running_loop().call_soon(self.on_tools_changed, self)
@@ -533,30 +703,57 @@ async def _pump(
     read: ObjectReceiveStream[SessionMessage | Exception],
     send: ObjectSendStream[SessionMessage | Exception],
     conn: _Connection,
+    server: str,
 ) -> None:
     """Pass the transport's messages to the session; when the transport's stream ends (the
     server exited or dropped the connection), end the session's too and mark the
-    connection lost."""
+    connection lost. A response the transport could not read because it is nested too
+    deep becomes a :data:`TOO_DEEP` error for its request (else that call would wait
+    forever)."""
     try:
         async with send:
             async for item in read:
+                if isinstance(item, Exception):
+                    item = _too_deep_response(item) or item
                 await send.send(item)
     finally:
         conn.mark_lost()
 
 
-async def _list_tools(session: ClientSession) -> tuple[mcp_types.Tool, ...]:
-    import mcp_types
+_ID_VALUE = re.compile(r'\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")')
 
-    tools: list[mcp_types.Tool] = []
-    cursor: str | None = None
-    while True:
-        params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
-        page = await session.list_tools(params=params)
-        tools += page.tools
-        cursor = page.next_cursor
-        if not cursor:
-            return tuple(tools)
+
+def _too_deep_response(exc: Exception) -> SessionMessage | None:
+    """For a message the transport could not read, when it is JSON nested too deep: an
+    error response to the request it answers (its top-level ``id``), else None."""
+    from mcp.shared.message import SessionMessage
+    from mcp_types import ErrorData, JSONRPCError
+    from pydantic import ValidationError
+
+    if not isinstance(exc, ValidationError) or not exc.errors():
+        return None
+    line = exc.errors()[0].get("input")
+    if not isinstance(line, str):
+        return None
+    try:
+        parse_json(line)
+    except JSONTooDeep:
+        pass
+    except ValueError:
+        return None
+    else:
+        return None
+    depth = 0
+    for match in _TOKENS.finditer(line):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+        elif token in "]}":
+            depth -= 1
+        elif depth == 1 and token == '"id"' and (value := _ID_VALUE.match(line, match.end())):
+            error = ErrorData(code=TOO_DEEP, message="response nested too deep")
+            return SessionMessage(JSONRPCError(jsonrpc="2.0", id=json.loads(value[1]), error=error))
+    return None
 
 
 async def _drop(conn: _Connection) -> None:

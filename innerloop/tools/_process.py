@@ -13,6 +13,18 @@ PID namespace (see ``innerloop.tools._sandbox``) the namespace does the same job
 
 Output is read as it comes and only :data:`CAPTURE_LIMIT` bytes of each stream are kept
 (head and tail), so a child printing gigabytes costs no memory.
+
+Resource limits: ``rlimits`` are set (``ulimit``, no root needed) by a ``/bin/sh`` shim
+that then becomes the command (``exec``), so the command and everything it starts inherit
+them (the address space, ``RLIMIT_AS``, bounds each process's memory; ``RLIMIT_FSIZE``
+each file's size: ``SIGXFSZ`` is left ignored, so a write past it fails with ``EFBIG``,
+"File too large", instead of killing the writer silently). ``max_processes`` is a count
+check: every :data:`PROCESS_CHECK_INTERVAL` seconds the command's descendants are counted
+(through ``/proc/<pid>/task/<tid>/children``) and past the limit the whole group is
+stopped, as at a timeout, and the result says ``over_processes``. (``RLIMIT_NPROC`` cannot
+serve: outside a user namespace it counts every process of the user, and it does not hold
+for root, even inside bubblewrap's namespace.) A fork faster than the count can get ahead
+of it for up to one interval; each such process is still bounded by ``RLIMIT_AS``.
 """
 
 from __future__ import annotations
@@ -37,6 +49,13 @@ and dropped while reading."""
 
 REAPER_GRACE = 2.0
 """Seconds the subreaper gets to kill the descendants before its group is killed anyway."""
+
+PROCESS_CHECK_INTERVAL = 0.05
+"""Seconds between two counts of a command's processes (``max_processes``)."""
+
+_ULIMIT = {"RLIMIT_AS": ("-v", 1024), "RLIMIT_FSIZE": ("-f", 512)}
+"""The ``ulimit`` option and unit (bytes) of each limit the shim sets (POSIX ``sh``: dash, and
+bash as ``sh``, count ``-f`` in 512-byte blocks)."""
 
 _REAPER = r"""
 import ctypes, os, resource, signal, sys, time
@@ -94,7 +113,7 @@ def main():
         child = os.fork()
         if child == 0:
             try:
-                for sig in STOPS:
+                for sig in (*STOPS, signal.SIGPIPE, signal.SIGXFSZ):  # Python ignores the last two
                     signal.signal(sig, signal.SIG_DFL)
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
                 # the environment as given, without what Python added (LC_CTYPE)
@@ -138,6 +157,8 @@ class ProcessResult:
     exit_code: int | None
     timed_out: bool
     duration: float
+    over_processes: bool = False
+    """Stopped because it started more processes than ``max_processes``."""
 
 
 class _Capture:
@@ -190,6 +211,45 @@ def _reaped(argv: Sequence[str]) -> list[str]:
     return [sys.executable, "-I", "-S", "-c", _REAPER, str(os.getpid()), *argv]
 
 
+def _limited(argv: Sequence[str], rlimits: Mapping[str, int]) -> list[str]:
+    """``argv`` run by a ``/bin/sh`` shim that first sets ``rlimits`` (soft and hard;
+    under ``RLIMIT_FSIZE`` it leaves ``SIGXFSZ`` ignored, see the module docstring);
+    ``sh`` starts in a few milliseconds, where a Python shim costs tens."""
+    script = ['trap "" XFSZ'] if "RLIMIT_FSIZE" in rlimits else []
+    for name, value in sorted(rlimits.items()):
+        if name not in _ULIMIT:
+            raise ValueError(f"run_process cannot set {name}; it sets {', '.join(_ULIMIT)}")
+        option, unit = _ULIMIT[name]
+        script.append(f"ulimit {option} {max(1, value // unit)} || exit 126")
+    return ["/bin/sh", "-c", "; ".join([*script, 'exec "$@"']), "sh", *argv]
+
+
+def _count_descendants(pid: int) -> int:
+    """How many processes descend from ``pid`` (itself not counted); 0 once it is gone."""
+    count, todo = 0, [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{task}/children", "rb") as fh:
+                    kids = fh.read().split()
+            except OSError:
+                continue
+            count += len(kids)
+            todo += map(int, kids)
+    return count
+
+
+async def _watch_processes(pid: int, limit: int) -> None:
+    """Return once ``pid`` has more than ``limit`` descendants."""
+    while _count_descendants(pid) <= limit:  # noqa: ASYNC110  other processes: no event
+        await asyncio.sleep(PROCESS_CHECK_INTERVAL)
+
+
 CHILD_ENV: ContextVar[Mapping[str, str] | None] = ContextVar("innerloop_child_env", default=None)
 """Variables added to the environment of every process :func:`run_process` starts in this
 context (a sandbox's allowlist included): a tool observer sets ``TRACEPARENT`` here in a
@@ -213,6 +273,9 @@ async def run_process(
     capture_limit: int = CAPTURE_LIMIT,
     on_partial: Callable[[ProcessResult], None] | None = None,
     reaper: bool = False,
+    rlimits: Mapping[str, int] | None = None,
+    max_processes: int | None = None,
+    process_overhead: int = 0,
 ) -> ProcessResult:
     """Run ``argv`` in its own process group and capture its output.
 
@@ -220,9 +283,15 @@ async def run_process(
     killed and the result says ``timed_out``. If the awaiting task is cancelled the group
     is killed too, ``on_partial`` receives what the child printed so far, and the
     cancellation propagates. ``reaper=True`` (Linux) also kills every descendant that
-    left the group (``setsid``), when the command ends or is stopped.
+    left the group (``setsid``), when the command ends or is stopped. ``rlimits``
+    (``"RLIMIT_AS"`` and ``"RLIMIT_FSIZE"``, in bytes) are set for the command and
+    everything it starts; past ``max_processes`` descendants (beyond
+    ``process_overhead``, the processes of a wrapper such as bwrap) the group is stopped
+    and the result says ``over_processes`` (see the module docstring).
     """
     start = time.monotonic()
+    if rlimits:
+        argv = _limited(argv, rlimits)
     if reaper:
         argv = _reaped(argv)
     env = _with_child_env(env)
@@ -233,11 +302,16 @@ async def run_process(
         asyncio.ensure_future(_pump(proc.stdout, out)),
         asyncio.ensure_future(_pump(proc.stderr, err)),
     ]
-    timed_out = False
+    timed_out = over = False
+    waiters: list[asyncio.Future[Any]] = [asyncio.ensure_future(protocol.exited.wait())]
+    if max_processes is not None:
+        limit = max_processes + process_overhead
+        waiters.append(asyncio.ensure_future(_watch_processes(transport.get_pid(), limit)))
 
     def result() -> ProcessResult:  # called once: it takes the captured output
+        took = time.monotonic() - start
         return ProcessResult(
-            out.take_text(), err.take_text(), proc.returncode, timed_out, time.monotonic() - start
+            out.take_text(), err.take_text(), proc.returncode, timed_out, took, over
         )
 
     try:
@@ -247,15 +321,18 @@ async def run_process(
                 await proc.stdin.drain()
             proc.stdin.close()
         left = None if timeout is None else max(0.0, timeout - (time.monotonic() - start))
-        try:
-            await asyncio.wait_for(protocol.exited.wait(), left)
-        except TimeoutError:
-            timed_out = True
+        done, _ = await asyncio.wait(waiters, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        timed_out = not done
+        over = waiters[0] not in done and any(w in done for w in waiters[1:])
     except asyncio.CancelledError:
         await _finish(_stop(transport, protocol, pumps, reaper))
         if on_partial is not None:
             on_partial(result())
         raise
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+        await asyncio.gather(*waiters, return_exceptions=True)
     await _finish(_stop(transport, protocol, pumps, reaper))
     return result()
 

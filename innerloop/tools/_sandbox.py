@@ -14,6 +14,13 @@ Two isolation levels, chosen by ``Sandbox.isolation``:
   descendant, ``setsid`` ones included (see ``innerloop.tools._process``). Files outside
   the workspace, the network and other processes' ``/proc/<pid>/environ`` stay reachable.
 
+Both levels bound the resources a command may take (each a :class:`Sandbox` field; ``None``
+turns one off): ``memory_mb`` (the address space of each process, ``RLIMIT_AS``),
+``max_processes`` (the command's processes, counted as it runs), ``file_size_mb`` (each
+file written, ``RLIMIT_FSIZE``) and, under bubblewrap, ``tmpfs_mb`` (the size of each fresh
+tmpfs: ``/tmp``, ``$HOME`` and ``/dev/shm``). A command that goes over one gets an
+``is_error`` result naming the limit. No root and no cgroups are needed.
+
 ``auto`` (the default) takes bubblewrap when it works here and falls back to ``process``
 with a :class:`SandboxWarning`. Both levels pass an allowlisted environment: ``PATH``,
 ``HOME``, ``LANG``, ``TERM``, ``TMPDIR`` and the names the host declares (``env``), plus
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import warnings
@@ -47,6 +55,21 @@ BASE_ENV = ("PATH", "HOME", "LANG", "TERM", "TMPDIR")
 
 SANDBOX_HOME = "/home/sandbox"
 """``$HOME`` inside bubblewrap: an empty tmpfs."""
+
+MEMORY_MB = 1024
+"""Default ``Sandbox(memory_mb=...)``: megabytes of address space per process."""
+
+MAX_PROCESSES = 64
+"""Default ``Sandbox(max_processes=...)``: processes a command may run at once."""
+
+FILE_SIZE_MB = 256
+"""Default ``Sandbox(file_size_mb=...)``: megabytes one file written may reach."""
+
+TMPFS_MB = 256
+"""Default ``Sandbox(tmpfs_mb=...)``: megabytes each fresh tmpfs holds (bubblewrap)."""
+
+_MEMORY_SIGNS = ("MemoryError", "Cannot allocate memory", "cannot allocate", "memory exhausted")
+"""What a program says on stderr when an allocation failed (Python, libc, bash, GNU tools)."""
 
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _ETC = (
@@ -116,6 +139,13 @@ def _check_env(instance: Sandbox, attribute: attrs.Attribute[Any], value: Iterab
             raise SandboxError(f"Sandbox({attribute.name}=...) holds a bad name {name!r}")
 
 
+def _check_limit(instance: Sandbox, attribute: attrs.Attribute[Any], value: int | None) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise SandboxError(
+            f"Sandbox({attribute.name}={value!r}) must be a positive int, or None for no limit"
+        )
+
+
 def _check_paths(instance: Sandbox, attribute: attrs.Attribute[Any], value: Iterable[str]) -> None:
     for path in value:
         if not os.path.isabs(path):
@@ -134,7 +164,8 @@ class Sandbox:
     :data:`BASE_ENV`); ``set_env`` sets variables outright. ``network`` lets the command
     reach the network (bubblewrap only: ``process`` cannot cut it). ``read_only`` and
     ``read_write`` show more host paths inside bubblewrap, at the same place. ``bwrap``
-    is the bubblewrap program to use.
+    is the bubblewrap program to use. ``memory_mb``, ``max_processes``, ``file_size_mb``
+    and ``tmpfs_mb`` are the resource limits (see the module docstring; ``None`` for none).
     """
 
     isolation: Isolation = attrs.field(default="auto", validator=_check_isolation)
@@ -146,6 +177,10 @@ class Sandbox:
     read_only: tuple[str, ...] = attrs.field(default=(), converter=_paths, validator=_check_paths)
     read_write: tuple[str, ...] = attrs.field(default=(), converter=_paths, validator=_check_paths)
     bwrap: str = "bwrap"
+    memory_mb: int | None = attrs.field(default=MEMORY_MB, validator=_check_limit)
+    max_processes: int | None = attrs.field(default=MAX_PROCESSES, validator=_check_limit)
+    file_size_mb: int | None = attrs.field(default=FILE_SIZE_MB, validator=_check_limit)
+    tmpfs_mb: int | None = attrs.field(default=TMPFS_MB, validator=_check_limit)
 
     def prepare(
         self, workspace: str | os.PathLike[str], *, host_env: Mapping[str, str] | None = None
@@ -167,7 +202,8 @@ class Sandbox:
         if self.isolation != "process":
             problem = self._bubblewrap_problem(root, env)
             if problem is None:
-                return _Prepared("bubblewrap", root, self._bubblewrap_env(env), self._bwrap(root))
+                bwrap = self._bwrap(root)
+                return _Prepared("bubblewrap", root, self._bubblewrap_env(env), bwrap, self)
             if self.isolation == "bubblewrap":
                 raise SandboxError(
                     f"Sandbox(isolation='bubblewrap') cannot run: {problem}; install it "
@@ -188,7 +224,7 @@ class Sandbox:
                 f"Sandbox(isolation={self.isolation!r}) needs Linux (a subreaper or "
                 f"bubblewrap); this is {sys.platform}"
             )
-        return _Prepared("process", root, {**env, **self.set_env}, ())
+        return _Prepared("process", root, {**env, **self.set_env}, (), self)
 
     def _bubblewrap_env(self, env: Mapping[str, str]) -> dict[str, str]:
         return {**env, "HOME": SANDBOX_HOME, "TMPDIR": "/tmp", **self.set_env}
@@ -212,6 +248,11 @@ class Sandbox:
             return f"bubblewrap cannot create its namespaces here ({self.bwrap} said: {said})"
         return None
 
+    def _tmpfs(self, *paths: str) -> list[str]:
+        """bwrap's options for a fresh tmpfs at each of ``paths``, of ``tmpfs_mb``."""
+        size = [] if self.tmpfs_mb is None else ["--size", str(self.tmpfs_mb << 20)]
+        return [arg for path in paths for arg in (*size, "--tmpfs", path)]
+
     def _bwrap(self, root: Path) -> tuple[str, ...]:
         """The bwrap command line up to the sandboxed command."""
         argv = [
@@ -231,7 +272,7 @@ class Sandbox:
                 argv += ["--ro-bind", path, path]
         for name in (*_ETC, *(("resolv.conf",) if self.network else ())):
             argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-        argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", SANDBOX_HOME]
+        argv += ["--proc", "/proc", "--dev", "/dev", *self._tmpfs("/tmp", SANDBOX_HOME, "/dev/shm")]
         for path in _interpreter_dirs():  # after the tmpfs: a venv may live under /tmp
             argv += ["--ro-bind", path, path]
         for path in self.read_only:
@@ -240,6 +281,10 @@ class Sandbox:
             argv += ["--bind", path, path]
         argv += ["--bind", str(root), str(root), "--remount-ro", "/", "--chdir", str(root), "--"]
         return tuple(argv)
+
+
+_BWRAP_PROCESSES = 1
+"""Processes bubblewrap itself keeps below the one started (the PID namespace's init)."""
 
 
 def _interpreter_dirs() -> list[str]:
@@ -265,6 +310,47 @@ class _Prepared:
     env: Mapping[str, str] = attrs.field(converter=_frozen_mapping)
     prefix: tuple[str, ...]
     """The bwrap command line before the command (empty for ``process``)."""
+    policy: Sandbox
+
+    def rlimits(self) -> dict[str, int]:
+        """The resource limits of every command, in bytes."""
+        limits = {}
+        if self.policy.memory_mb is not None:
+            limits["RLIMIT_AS"] = self.policy.memory_mb << 20
+        if self.policy.file_size_mb is not None:
+            limits["RLIMIT_FSIZE"] = self.policy.file_size_mb << 20
+        return limits
+
+    def over_limit(self, result: ProcessResult) -> str | None:
+        """Which limit ``result``'s command went over, with the fix, or None: the process
+        count as counted, the others by what the command said on stderr when an allocation
+        or a write failed (or its death by ``SIGXFSZ``), whatever its exit code."""
+        policy = self.policy
+        if result.over_processes:
+            return (
+                f"the process limit ({policy.max_processes}); it was stopped with everything "
+                "it started (start fewer processes, or raise Sandbox(max_processes=...))"
+            )
+        if policy.memory_mb is not None and any(s in result.stderr for s in _MEMORY_SIGNS):
+            return (
+                f"the memory limit ({policy.memory_mb} MB per process); make it use less, or "
+                "raise Sandbox(memory_mb=...)"
+            )
+        xfsz = (-signal.SIGXFSZ, 128 + signal.SIGXFSZ)
+        if policy.file_size_mb is not None and (
+            result.exit_code in xfsz or "File too large" in result.stderr
+        ):
+            return (
+                f"the file size limit ({policy.file_size_mb} MB per file); write less, or "
+                "raise Sandbox(file_size_mb=...)"
+            )
+        full = "No space left on device" in result.stderr
+        if self.mode == "bubblewrap" and policy.tmpfs_mb is not None and full:
+            return (
+                f"the tmpfs size limit ({policy.tmpfs_mb} MB for each of /tmp, $HOME and "
+                "/dev/shm), or filled a disk; write less there, or raise Sandbox(tmpfs_mb=...)"
+            )
+        return None
 
     def argv(self, command: Sequence[str]) -> list[str]:
         """The full command line that runs ``command`` in the sandbox."""
@@ -277,8 +363,8 @@ class _Prepared:
         timeout: float | None = None,  # noqa: ASYNC109  public API, as run_process's
         on_partial: Callable[[ProcessResult], None] | None = None,
     ) -> ProcessResult:
-        """Run ``command`` in the workspace root inside the sandbox (see
-        :func:`~innerloop.tools.run_process` for timeouts and cancellation)."""
+        """Run ``command`` in the workspace root inside the sandbox, within its limits
+        (see :func:`~innerloop.tools.run_process` for timeouts and cancellation)."""
         return await run_process(
             self.argv(command),
             cwd=self.root,
@@ -286,6 +372,9 @@ class _Prepared:
             timeout=timeout,
             on_partial=on_partial,
             reaper=self.mode == "process",
+            rlimits=self.rlimits(),
+            max_processes=self.policy.max_processes,
+            process_overhead=_BWRAP_PROCESSES if self.mode == "bubblewrap" else 0,
         )
 
     def __repr__(self) -> str:

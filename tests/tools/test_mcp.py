@@ -22,9 +22,10 @@ import pytest
 
 from innerloop import Harness, HarnessParams, HarnessState, ToolDefinitionError, ToolResultBlock
 from innerloop.testing import AnthropicServer, ScriptedProvider, reply, tool_call
-from innerloop.tools import MCPServer, MCPServerError, Toolset, tool
+from innerloop.tools import MCPServer, MCPServerError, ToolOutput, Toolset, tool
 
 DEMO = str(Path(__file__).parent / "mcp_servers" / "demo.py")
+HOSTILE = str(Path(__file__).parent / "mcp_servers" / "hostile.py")
 TIME_ARGS = ["-m", "mcp_server_time", "--local-timezone", "UTC"]
 
 
@@ -219,8 +220,8 @@ class TestCrash:
             asyncio.run(asyncio.wait_for(server.tools(), 30))
         assert str(info.value) == (
             f"MCP server 'mute' ({sys.executable} -c 'import sys; sys.stdin.read()') did not "
-            "finish its handshake within 0.5 s; check that it speaks MCP on this transport, "
-            "or raise connect_timeout"
+            "finish its handshake and tool listing within 0.5 s; check that it speaks MCP on "
+            "this transport, or raise connect_timeout"
         )
         assert children("sys.stdin.read()") == []
 
@@ -488,6 +489,174 @@ class TestOptions:
             MCPServer.http("localhost:8000/mcp")
         with pytest.raises(ToolDefinitionError, match=r"timeouts\['slow'\] must be a positive"):
             MCPServer.http("http://127.0.0.1:1/mcp", timeouts={"slow": 0})
+
+
+def hostile(*args: str, **options: Any) -> MCPServer:
+    return MCPServer.stdio(sys.executable, [HOSTILE, *args], name="hostile", **options)
+
+
+async def pages_listed(server: MCPServer) -> int:
+    """How many tools/list requests the hostile server has answered."""
+    return int((await server.call("pages", {})).content)
+
+
+class TestHostileServer:
+    def test_endless_pages_are_refused_at_connect(self) -> None:
+        """A server whose listing pages forever is refused after max_pages pages."""
+        server = hostile("endless", max_pages=5)
+        with pytest.raises(MCPServerError) as info:
+            asyncio.run(server.tools())
+        assert str(info.value) == (
+            "MCP server 'hostile' lists its tools in more than 5 pages (it may page "
+            "forever); raise MCPServer(max_pages=...) if it really has that many"
+        )
+        assert children(HOSTILE) == []
+
+    def test_list_changed_then_endless_pages_is_bounded(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """After tools/list_changed the server pages forever: the re-read stops after
+        max_pages pages with a warning, the list stays as it was, the connection works."""
+        message = (
+            "MCP server 'hostile' lists its tools in more than 5 pages (it may page "
+            "forever); raise MCPServer(max_pages=...) if it really has that many "
+            "(the tool list stays as it was)"
+        )
+
+        async def main() -> tuple[list[str], int, int]:
+            async with hostile("endless-after-announce", max_pages=5) as server:
+                before = [t.name for t in await server.tools()]
+                await server.call("announce", {})
+                for _ in range(1_000):  # the re-read runs in the background
+                    if caplog.records:
+                        break
+                    await asyncio.sleep(0.01)
+                after_notice = await pages_listed(server)
+                with pytest.raises(MCPServerError) as info:
+                    await server.refresh()
+                assert str(info.value) == message
+                after = [t.name for t in await server.tools()]
+                assert after == before
+                return before, after_notice, await pages_listed(server)
+
+        with caplog.at_level("WARNING", logger="innerloop.tools._mcp"):
+            names, after_notice, after_refresh = asyncio.run(main())
+        assert names == ["pages", "announce", "deep"]
+        assert (after_notice, after_refresh) == (1 + 5, 1 + 5 + 5)
+        assert [r.getMessage() for r in caplog.records] == [message]
+
+    def test_too_many_tools(self) -> None:
+        """More tools than max_tools is refused, naming the setting."""
+        server = hostile("many", "11", max_tools=10)
+        with pytest.raises(MCPServerError) as info:
+            asyncio.run(server.tools())
+        assert str(info.value) == (
+            "MCP server 'hostile' offers more than 10 tools; raise MCPServer(max_tools=...) "
+            "if you want them all"
+        )
+        assert asyncio.run(hostile("many", "7", max_tools=10).tools())[-1].name == "t6"
+
+    def test_schema_over_the_size_limit_names_the_tool(self) -> None:
+        """A schema over max_schema_bytes is refused before it is checked, naming the tool;
+        the default bound refuses a schema of 20,000 properties."""
+        with pytest.raises(ToolDefinitionError) as info:
+            asyncio.run(hostile("wide", "100", max_schema_bytes=1_000).tools())
+        assert str(info.value) == (
+            "MCP server 'hostile', tool 'wide': its input schema takes 2,724 bytes of JSON, "
+            "more than max_schema_bytes=1,000; raise MCPServer(max_schema_bytes=...) to "
+            "accept it"
+        )
+        with pytest.raises(ToolDefinitionError, match="takes 588,924 bytes of JSON, more than"):
+            asyncio.run(hostile("wide", "20000").tools())
+        [*_, wide] = asyncio.run(hostile("wide", "100").tools())
+        assert len(wide.input_schema["properties"]) == 100
+
+    def test_schema_nested_too_deep_names_the_tool(self) -> None:
+        """A schema nested past the JSON depth limit is refused before it is checked."""
+        with pytest.raises(ToolDefinitionError) as info:
+            asyncio.run(hostile("tall", "60").tools())
+        assert str(info.value) == (
+            "MCP server 'hostile', tool 'tall': its input schema is nested deeper than 100 "
+            "levels of arrays and objects; it cannot be checked"
+        )
+
+    def test_listing_that_stalls_counts_in_connect_timeout(self) -> None:
+        """A server that stops answering in the middle of its listing: the listing counts
+        inside connect_timeout, and the process is stopped."""
+        server = hostile("stall", connect_timeout=0.5)
+        with pytest.raises(MCPServerError) as info:
+            asyncio.run(asyncio.wait_for(server.tools(), 30))
+        assert str(info.value) == (
+            f"MCP server 'hostile' ({sys.executable} {HOSTILE} stall) did not finish its "
+            "handshake and tool listing within 0.5 s; check that it speaks MCP on this "
+            "transport, or raise connect_timeout"
+        )
+        assert children(HOSTILE) == []
+
+    def test_refresh_that_stalls_times_out(self, caplog: pytest.LogCaptureFixture) -> None:
+        """A re-read the server never answers ends at connect_timeout, in the background
+        (a warning) and through refresh() (raised); the list and the connection stay."""
+        message = (
+            "MCP server 'hostile': reading its tool list again took more than 0.5 s; the "
+            "list stays as it was (raise connect_timeout if the server is slow)"
+        )
+
+        async def main() -> tuple[str, list[str]]:
+            async with hostile("stall-after-announce", connect_timeout=0.5) as server:
+                await server.call("announce", {})
+                for _ in range(1_000):  # the re-read runs in the background
+                    if caplog.records:
+                        break
+                    await asyncio.sleep(0.01)
+                with pytest.raises(MCPServerError) as info:
+                    await server.refresh()
+                assert str(info.value) == message
+                names = [t.name for t in await server.tools()]
+                return (await server.call("pages", {})).content, names
+
+        with caplog.at_level("WARNING", logger="innerloop.tools._mcp"):
+            listed, names = asyncio.run(main())
+        assert [r.getMessage() for r in caplog.records] == [message]
+        assert (listed, names) == ("3", ["pages", "announce", "deep"])
+
+    @pytest.mark.parametrize("depth", [101, 5_000])
+    def test_result_nested_too_deep_is_an_error_result(self, depth: int) -> None:
+        """Structured content nested past the JSON depth limit is an is_error result, both
+        when the SDK reads it (101) and when it cannot (5,000: the call would hang)."""
+
+        async def main() -> HarnessState:
+            async with hostile("deep", str(depth), timeout=30) as server:
+                return await run(await server.tools(), reply(tool_call("deep")))
+
+        state = asyncio.run(main())
+        [result] = results(state)
+        assert (result.content, result.is_error) == (
+            "MCP server 'hostile' answered the call to 'deep' with a result nested deeper "
+            "than 100 levels of arrays and objects; it was not read (ask for less, or fix "
+            "the server)",
+            True,
+        )
+        assert state.exit_reason == "model_complete"
+
+    def test_result_at_the_depth_limit_is_read(self) -> None:
+        """Structured content exactly at the limit comes through."""
+
+        async def main() -> ToolOutput:
+            async with hostile("deep", "100") as server:
+                return await server.call("deep", {})
+
+        out = asyncio.run(main())
+        assert not out.is_error
+        assert out.content == '{"a": ' * 99 + "{}" + "}" * 99
+
+    def test_bad_bounds(self) -> None:
+        """A bound that is not a positive int is refused at construction."""
+        with pytest.raises(ToolDefinitionError) as info:
+            hostile("many", "1", max_tools=0)
+        assert str(info.value) == "MCPServer max_tools must be a positive count, got 0"
+        with pytest.raises(ToolDefinitionError) as again:
+            hostile("many", "1", max_pages=2.5)
+        assert str(again.value) == "MCPServer max_pages must be an int, got 2.5"
 
 
 class TestReadme:

@@ -355,3 +355,150 @@ class TestFallback:
             warnings.simplefilter("error")
             prepared = Sandbox(isolation="process").prepare(ws)
         assert repr(prepared).startswith(f"<sandbox process root={str(ws)!r} env=[")
+
+
+def first_line(text: str) -> str:
+    return text.split("\n", 1)[0]
+
+
+class TestLimitSettings:
+    def test_documented_defaults(self) -> None:
+        """Every limit is on by default, at the documented value."""
+        box = Sandbox()
+        assert (box.memory_mb, box.max_processes, box.file_size_mb, box.tmpfs_mb) == (
+            1024,
+            64,
+            256,
+            256,
+        )
+
+    @pytest.mark.parametrize("value", [0, -1, 1.5, True, "64"])
+    def test_bad_limits_are_refused(self, value: Any) -> None:
+        """A limit must be a positive int (or None for no limit)."""
+        with pytest.raises(SandboxError) as info:
+            Sandbox(max_processes=value)
+        assert str(info.value) == (
+            f"Sandbox(max_processes={value!r}) must be a positive int, or None for no limit"
+        )
+
+    @needs_bwrap
+    def test_each_tmpfs_gets_the_size(self, ws: Path) -> None:
+        """/tmp, $HOME and /dev/shm are each a tmpfs of tmpfs_mb (none without it)."""
+        sized = Sandbox(isolation="bubblewrap", tmpfs_mb=3).prepare(ws)
+        result = shell(sized, "df -k /tmp /home/sandbox /dev/shm | tail -n +2")
+        assert [line.split()[1] for line in result.stdout.splitlines()] == ["3072"] * 3
+        free = Sandbox(isolation="bubblewrap", tmpfs_mb=None).prepare(ws)
+        assert "--size" not in free.prefix
+
+
+@pytest.mark.parametrize("mode", MODES)
+class TestLimits:
+    def test_memory(self, ws: Path, mode: str, call_tool: Any) -> None:
+        """A program allocating past memory_mb fails, and the result names the limit;
+        without the limit the same program runs."""
+        code = "data = bytearray(400 << 20); print(len(data) >> 20)"
+        limited = builtin_tools(
+            "python",
+            workspace=ws,
+            sandbox=Sandbox(isolation=mode, memory_mb=128),  # type: ignore[arg-type]
+        )
+        result = call_tool(limited, "run_python", {"code": code})
+        assert result.is_error
+        assert first_line(result.output) == (
+            "run_python: the command went over the memory limit (128 MB per process); make "
+            "it use less, or raise Sandbox(memory_mb=...)"
+        )
+        assert result.exit_code == 1
+        assert result.stderr.endswith("MemoryError\n")
+        free = builtin_tools(
+            "python",
+            workspace=ws,
+            sandbox=Sandbox(isolation=mode, memory_mb=None),  # type: ignore[arg-type]
+        )
+        ok = call_tool(free, "run_python", {"code": code})
+        assert (ok.is_error, ok.stdout) == (False, "400\n")
+
+    def test_processes(self, ws: Path, mode: str, call_tool: Any) -> None:
+        """A command starting more processes than max_processes is stopped with all of
+        them, and the result names the limit."""
+        marker = f"100.{uuid.uuid4().int % 10**9}"
+        tools = builtin_tools(
+            "shell",
+            workspace=ws,
+            sandbox=Sandbox(isolation=mode, max_processes=8),  # type: ignore[arg-type]
+        )
+        line = f"echo started; for i in $(seq 12); do sleep {marker} & done; wait"
+        result = call_tool(tools, "run_shell", {"command": line})
+        assert result.is_error
+        assert not result.timed_out
+        assert first_line(result.output) == (
+            "run_shell: the command went over the process limit (8); it was stopped with "
+            "everything it started (start fewer processes, or raise Sandbox(max_processes=...))"
+        )
+        assert result.stdout == "started\n"
+        assert all_gone(marker)
+        within = call_tool(tools, "run_shell", {"command": "sleep 0 & sleep 0 & wait; echo ok"})
+        assert (within.is_error, within.stdout) == (False, "ok\n")
+
+    def test_file_size(self, ws: Path, mode: str, call_tool: Any) -> None:
+        """A file cannot grow past file_size_mb; the write fails and the result names the
+        limit."""
+        tools = builtin_tools(
+            "shell",
+            workspace=ws,
+            sandbox=Sandbox(isolation=mode, file_size_mb=2),  # type: ignore[arg-type]
+        )
+        result = call_tool(tools, "run_shell", {"command": "head -c 8M /dev/zero > big"})
+        assert result.is_error
+        assert first_line(result.output) == (
+            "run_shell: the command went over the file size limit (2 MB per file); write "
+            "less, or raise Sandbox(file_size_mb=...)"
+        )
+        assert result.stderr == "head: error writing 'standard output': File too large\n"
+        assert (ws / "big").stat().st_size == 2 << 20
+
+    def test_tmpfs(self, ws: Path, mode: str, call_tool: Any) -> None:
+        """Under bubblewrap /tmp holds tmpfs_mb at most, and filling it names the limit;
+        the process level has no tmpfs of its own (the file size limit still holds)."""
+        if mode != "bubblewrap":
+            pytest.skip("the process level has no tmpfs of its own")
+        tools = builtin_tools(
+            "python",
+            workspace=ws,
+            sandbox=Sandbox(isolation="bubblewrap", tmpfs_mb=2, file_size_mb=None),
+        )
+        code = "for i in range(3):\n    open(f'/tmp/f{i}', 'wb').write(bytes(1 << 20))"
+        result = call_tool(tools, "run_python", {"code": code})
+        assert result.is_error
+        assert first_line(result.output) == (
+            "run_python: the command went over the tmpfs size limit (2 MB for each of /tmp, "
+            "$HOME and /dev/shm), or filled a disk; write less there, or raise "
+            "Sandbox(tmpfs_mb=...)"
+        )
+        assert result.stderr.endswith("OSError: [Errno 28] No space left on device\n")
+
+    def test_signals_as_a_shell_leaves_them(self, ws: Path, mode: str) -> None:
+        """SIGPIPE keeps its default (``yes | head`` ends quietly); SIGXFSZ is ignored only
+        under a file size limit, so a write past it fails with "File too large"."""
+        line = "yes | head -1; grep SigIgn /proc/self/status"
+        xfsz = 1 << (25 - 1)
+        for file_size_mb, ignored in ((None, 0), (1, xfsz)):
+            box = Sandbox(isolation=mode, file_size_mb=file_size_mb)  # type: ignore[arg-type]
+            result = shell(box.prepare(ws), line)
+            assert result.stderr == ""
+            said, mask = result.stdout.split("\n")[:2]
+            assert said == "y"
+            assert int(mask.split()[1], 16) & (xfsz | 1 << (13 - 1)) == ignored
+
+    def test_process_limit_counts_the_shell_and_its_children(self, ws: Path, mode: str) -> None:
+        """max_processes=3 holds the shell and two sleepers (until the timeout ends them);
+        a third sleeper is one too many (bubblewrap's own init is not counted)."""
+        marker = f"100.{uuid.uuid4().int % 10**9}"
+        prepared = Sandbox(isolation=mode, max_processes=3).prepare(ws)  # type: ignore[arg-type]
+        outcomes = []
+        for sleepers, timeout in ((2, 1.0), (3, 60.0)):  # the timeout ends the first
+            line = f"for i in $(seq {sleepers}); do sleep {marker} & done; wait"
+            result = shell(prepared, line, timeout=timeout)
+            outcomes.append((result.over_processes, result.timed_out))
+        assert outcomes == [(False, True), (True, False)]
+        assert all_gone(marker)
