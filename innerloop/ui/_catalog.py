@@ -4,6 +4,7 @@ store, each under one id (``log:FILE:N``, the N-th run of a log; ``db:RUN_ID``).
 from __future__ import annotations
 
 import threading
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -197,7 +198,8 @@ class Catalog:
             if not run.events and log.error:
                 extra["status"] = "error"
             counts = ".".join(str(run.count(k)) for k in LISTS)
-            return run, extra, f"{n}:{counts}.{run.events}.{run.errors}.{extra['error']}"
+            problem = zlib.crc32(str(extra["error"]).encode())  # an id is one line
+            return run, extra, f"{n}:{counts}.{run.events}.{run.errors}.{problem}"
         if run_id.startswith("db:") and self.store is not None:
             info = self._store_run(run_id)
             key = (info.run_id, info.checkpoints, info.updated)

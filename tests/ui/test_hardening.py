@@ -123,6 +123,9 @@ class TestStore:
         assert error.startswith("run 'bad' cannot be read from the store: checkpoint ")
         assert "\n" not in error
         assert httpx.get(server.url + "api/run/db:good", timeout=10).json()["error"] is None
+        listed = httpx.get(server.url + "api/runs", timeout=10).json()["runs"]
+        assert sorted(r["id"] for r in listed) == ["db:bad", "db:good"]
+        assert httpx.get(server.url + "api/diagram/db:bad", timeout=10).status_code == 200
         assert _sse(server.url + "api/events/db:bad")[-1] == ("end", {"status": "finished"})
 
     def test_run_ids_holding_hash_and_question_mark_open(self, tmp_path: Path, serve: Any) -> None:
@@ -154,22 +157,26 @@ class TestIncremental:
         path.write_text("\n".join([header, *steps[:3]]) + "\n")
         catalog = Catalog(tmp_path)
         key, first = catalog.update("log:run.jsonl:1", None)
-        assert (key, first["append"], len(first["transitions"])) == ("1:3.0.0.0.3.0.None", False, 3)
+        assert (key, first["append"], len(first["transitions"])) == (
+            "1:3.0.0.0.3.0.3751981041",
+            False,
+            3,
+        )
         with path.open("a") as f:
             f.write("\n".join(steps[3:]) + "\n")
         server = serve(catalog)
         url = server.url + "api/events/log:run.jsonl:1"
         with httpx.stream("GET", url, headers={"Last-Event-ID": key}, timeout=10) as response:
             lines = iter(response.iter_lines())
-            assert next(lines) == "id: 1:5.0.0.0.5.0.None"
+            assert next(lines) == "id: 1:5.0.0.0.5.0.3751981041"
             assert next(lines) == "event: run"
             sent = json.loads(next(lines).removeprefix("data: "))
         assert sent["append"] is True
         assert [t["source"] for t in sent["transitions"]] == ["s3", "s4"]
         assert sent["totals"]["transitions"] == 5
         # an id of another run, or from the future, gets the latest page again
-        assert _counts("2:1.0.0.0", "1:5.0.0.0.5.0.None") is None
-        assert _counts("1:9.0.0.0", "1:5.0.0.0.5.0.None") is None
+        assert _counts("2:1.0.0.0", "1:5.0.0.0.5.0.3751981041") is None
+        assert _counts("1:9.0.0.0", "1:5.0.0.0.5.0.3751981041") is None
 
     def test_long_lists_are_paged(self, tmp_path: Path, serve: Any) -> None:
         header = json.dumps({"type": "log_header", "schema": "innerloop.events/1"})
