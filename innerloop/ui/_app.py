@@ -2,10 +2,20 @@
 
     GET /                        the page (plain HTML, CSS and JS shipped in the package)
     GET /api/runs                every run: id, source, status, exit reason, turns, cost, error
-    GET /api/run/{id}            one run: summary, transitions, tool calls, tokens per turn
+                                 (``?offset=&limit=`` pages them; ``total`` counts them)
+    GET /api/run/{id}            one run: summary, the latest rows of its transitions, tool
+                                 calls, tokens per turn and recoveries, and their ``totals``
+                                 (``?list=transitions&offset=&limit=``: one page of one list)
     GET /api/diagram/{id}        the machine's SVG with the run's trace (edge counts)
-    GET /api/events/{id}         server-sent events: the run's detail each time it changes,
-                                 then ``end`` once it finished
+    GET /api/events/{id}         server-sent events: the run's detail, then at each change
+                                 its summary and the rows added since the client's last
+                                 event id (``Last-Event-ID``), then ``end`` once it finished
+
+Only requests naming a loopback host (``127.0.0.1``, ``localhost``, ``[::1]``) or the host
+the server was given in their ``Host`` header are answered (a page elsewhere cannot rebind
+its name to this server: DNS rebinding); with a ``token``, the page and the API also want
+``?token=...`` (the static files, which hold no data, do not). Anything else is a 403
+whose body is the one line saying why.
 
 A run id is ``log:FILE:N`` (``log:FILE:last`` follows a log's latest run) or ``db:RUN_ID``;
 an unknown one is a 404 whose JSON ``error`` says what ids look like.
@@ -14,8 +24,10 @@ an unknown one is a 404 whose JSON ``error`` says what ids look like.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import threading
+import urllib.parse
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -27,27 +39,76 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from innerloop._secrets import scrub_secrets
 from innerloop.diagrams import GraphvizNotFound
 from innerloop.fsm import MachineNotFound
-from innerloop.ui._catalog import Catalog, UnknownRun
+from innerloop.ui._catalog import PAGE, Catalog, UnknownRun
+from innerloop.ui._view import LISTS
 
-__all__ = ["STATIC", "create_app"]
+__all__ = ["LOOPBACK_HOSTS", "STATIC", "create_app"]
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]"})
+"""The host names a request may name in its ``Host`` header (with the server's port)."""
 
 STATIC = Path(__file__).resolve().parent / "static"
 POLL_SECONDS = 0.1
 """How often a live stream looks for new events (a log's size, a store's checkpoints)."""
+RUNS_PAGE = 1000
+"""The runs ``/api/runs`` lists at most at once (``?offset=`` pages on)."""
 
 
 def _json(data: Any) -> Response:
     """``data`` as JSON, scrubbed of keys and tokens (tool outputs and errors hold them)."""
-    text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    return Response(scrub_secrets(text), media_type="application/json")
+    return Response(_text(data), media_type="application/json")
 
 
 def _not_found(exc: UnknownRun) -> JSONResponse:
     return JSONResponse({"error": str(exc)}, status_code=404)
+
+
+def _bad_query(message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=400)
+
+
+def _number(request: Request, name: str, default: int) -> int:
+    """Query parameter ``name``, a whole number not below 0 (ValueError otherwise)."""
+    value = request.query_params.get(name)
+    if value is None:
+        return default
+    if not value.isdigit():
+        raise ValueError(f"?{name}= wants a whole number from 0 up, not {value!r}")
+    return int(value)
+
+
+async def _runs(catalog: Catalog, request: Request) -> Response:
+    try:
+        offset, limit = _number(request, "offset", 0), _number(request, "limit", RUNS_PAGE)
+    except ValueError as exc:
+        return _bad_query(str(exc))
+    every = await run_in_threadpool(catalog.runs)
+    return _json({"runs": every[offset : offset + limit], "offset": offset, "total": len(every)})
+
+
+async def _run(catalog: Catalog, request: Request) -> Response:
+    """One run's detail, or one page of one of its lists (``?list=``)."""
+    run_id = request.path_params["run_id"]
+    kind = request.query_params.get("list")
+    try:
+        offset, limit = _number(request, "offset", 0), _number(request, "limit", PAGE)
+    except ValueError as exc:
+        return _bad_query(str(exc))
+    if kind is not None and kind not in LISTS:
+        return _bad_query(f"?list= is one of {', '.join(LISTS)}, not {kind!r}")
+    try:
+        if kind is None:
+            detail = await run_in_threadpool(catalog.detail, run_id, limit)
+        else:
+            detail = await run_in_threadpool(catalog.page, run_id, kind, offset, limit)
+    except UnknownRun as exc:
+        return _not_found(exc)
+    return _json(detail)
 
 
 def _diagram_error(exc: Exception) -> JSONResponse:
@@ -59,22 +120,69 @@ def _diagram_error(exc: Exception) -> JSONResponse:
     return JSONResponse({"error": str(exc)}, status_code=status)
 
 
-def create_app(catalog: Catalog, closing: threading.Event | None = None) -> Starlette:
-    """The application serving ``catalog``. Live streams end when ``closing`` is set."""
+def _host_name(host: str) -> str:
+    """``host`` as a ``Host`` header names it (an IPv6 address in brackets)."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host.lower()
+
+
+class _Guard:
+    """Answers only requests whose ``Host`` is one of ``hosts`` (with or without the
+    server's port) and, with a ``token``, that carry it (``?token=``), but for ``/static``."""
+
+    def __init__(self, app: ASGIApp, hosts: frozenset[str], token: str | None) -> None:
+        self.app = app
+        self.hosts = hosts
+        self.token = token
+
+    def _refusal(self, scope: Scope) -> str | None:
+        headers = dict(scope.get("headers") or ())
+        host = headers.get(b"host", b"").decode("latin-1").lower()
+        server = scope.get("server")
+        port = f":{server[1]}" if server else ""
+        name = host.removesuffix(port) if port and host.endswith(port) else host
+        if name not in self.hosts:
+            return (
+                f"host {host!r} refused: the live view answers only {', '.join(sorted(self.hosts))}"
+                " (a page elsewhere may not read it); open it by one of those names"
+            )
+        if self.token is None or str(scope.get("path", "")).startswith("/static/"):
+            return None
+        query = urllib.parse.parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        given = (query.get("token") or [""])[0]
+        if not hmac.compare_digest(given.encode(), self.token.encode()):
+            return "token missing or wrong: open the URL the server printed (it holds ?token=...)"
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        refusal = self._refusal(scope) if scope["type"] in ("http", "websocket") else None
+        if refusal is None:
+            await self.app(scope, receive, send)
+            return
+        response = Response(refusal + "\n", status_code=403, media_type="text/plain")
+        await response(scope, receive, send)
+
+
+def create_app(
+    catalog: Catalog,
+    closing: threading.Event | None = None,
+    *,
+    host: str | None = None,
+    token: str | None = None,
+) -> ASGIApp:
+    """The application serving ``catalog``, answering requests that name a loopback host
+    or ``host``, and (with ``token``) carry ``?token=``. Live streams end when ``closing``
+    is set."""
     closing = closing or threading.Event()
+    hosts = LOOPBACK_HOSTS | ({_host_name(host)} if host else set())
 
     async def index(request: Request) -> Response:
         return FileResponse(STATIC / "index.html", media_type="text/html")
 
     async def runs(request: Request) -> Response:
-        return _json({"runs": await run_in_threadpool(catalog.runs)})
+        return await _runs(catalog, request)
 
     async def run(request: Request) -> Response:
-        try:
-            detail = await run_in_threadpool(catalog.detail, request.path_params["run_id"])
-        except UnknownRun as exc:
-            return _not_found(exc)
-        return _json(detail)
+        return await _run(catalog, request)
 
     async def diagram(request: Request) -> Response:
         try:
@@ -85,8 +193,9 @@ def create_app(catalog: Catalog, closing: threading.Event | None = None) -> Star
 
     async def events(request: Request) -> Response:
         run_id = request.path_params["run_id"]
+        last = request.headers.get("last-event-id")
         try:
-            first = await run_in_threadpool(catalog.detail, run_id)
+            first = await run_in_threadpool(catalog.update, run_id, last)
         except UnknownRun as exc:
             return _not_found(exc)
         return EventSourceResponse(_changes(catalog, run_id, first, request, closing), ping=10)
@@ -99,30 +208,34 @@ def create_app(catalog: Catalog, closing: threading.Event | None = None) -> Star
         Route("/api/events/{run_id:path}", events),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    return Starlette(routes=routes)
+    return _Guard(Starlette(routes=routes), hosts, token)
 
 
 async def _changes(
     catalog: Catalog,
     run_id: str,
-    detail: dict[str, Any],
+    first: tuple[str, dict[str, Any]],
     request: Request,
     closing: threading.Event,
 ) -> AsyncIterator[dict[str, str]]:
-    """The run's detail now and at each change; ``end`` once it is over."""
+    """The run now, then what changed at each change (what the client lacks, by the
+    event ids); ``end`` once it is over."""
     follow = run_id.endswith(":last")  # a log's next run may start after this one ends
-    sent = scrub_secrets(json.dumps(detail))
-    yield {"event": "run", "data": sent}
-    while (follow or detail["status"] == "running") and not closing.is_set():
+    sent, update = first
+    yield {"event": "run", "id": sent, "data": _text(update)}
+    while (follow or update["status"] == "running") and not closing.is_set():
         await asyncio.sleep(POLL_SECONDS)
         if await request.is_disconnected():
             return
         try:
-            detail = await run_in_threadpool(catalog.detail, run_id)
+            key, update = await run_in_threadpool(catalog.update, run_id, sent)
         except UnknownRun:  # the log was removed
             break
-        text = scrub_secrets(json.dumps(detail))
-        if text != sent:
-            sent = text
-            yield {"event": "run", "data": text}
-    yield {"event": "end", "data": json.dumps({"status": detail["status"]})}
+        if key != sent:
+            sent = key
+            yield {"event": "run", "id": key, "data": _text(update)}
+    yield {"event": "end", "data": json.dumps({"status": update["status"]})}
+
+
+def _text(data: Any) -> str:
+    return scrub_secrets(json.dumps(data, ensure_ascii=False, separators=(",", ":")))

@@ -4,12 +4,12 @@ store, each under one id (``log:FILE:N``, the N-th run of a log; ``db:RUN_ID``).
 from __future__ import annotations
 
 import threading
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from innerloop._eventlog import split_runs
-from innerloop.checkpoint import Checkpointer, RunInfo
+from innerloop.checkpoint import Checkpointer, RunInfo, store_errors
 from innerloop.diagrams import build_diagram, render
 from innerloop.fsm._compile import CompiledMachine
 from innerloop.fsm._default import DEFAULT_SPEC
@@ -17,12 +17,15 @@ from innerloop.fsm._locate import MachineNotFound, MachineRecord, find_machine
 from innerloop.fsm._spec import MachineSpec
 from innerloop.ui._logs import LogFile, is_log
 from innerloop.ui._store import store_detail, store_summary
-from innerloop.ui._view import run_detail, run_summary
+from innerloop.ui._view import LISTS, RunFold
 
 __all__ = ["Catalog", "UnknownRun"]
 
 SVG_CACHE = 32
 """Rendered diagrams kept (the oldest goes first)."""
+
+PAGE = 500
+"""The rows of each list a run's detail carries (its latest ones); the API pages the rest."""
 
 
 class UnknownRun(LookupError):
@@ -36,12 +39,31 @@ class UnknownRun(LookupError):
         )
 
 
-def _initial(events: Sequence[Any]) -> str:
-    """Where a logged run started (its ``run_started`` line says; else the default
-    machine's initial state)."""
-    first = events[0] if events else {}
-    state = first.get("state") if first.get("type") == "run_started" else None
-    return state if isinstance(state, str) else DEFAULT_SPEC.initial
+class StoredView:
+    """A stored run's detail, read the way a log's :class:`RunFold` is."""
+
+    def __init__(self, detail: dict[str, Any]) -> None:
+        self.lists = {kind: detail.get(kind, []) for kind in LISTS}
+        self._summary = {k: v for k, v in detail.items() if k not in LISTS}
+        self.error: str | None = None
+
+    def summary(self) -> dict[str, Any]:
+        return self._summary
+
+    def count(self, kind: str) -> int:
+        return len(self.lists[kind])
+
+    def items(self, kind: str, start: int, stop: int) -> list[Any]:
+        return list(self.lists[kind][start:stop])
+
+
+View = RunFold | StoredView
+
+
+def _paged(view: View, limit: int = PAGE) -> dict[str, Any]:
+    """The summary, the latest ``limit`` rows of each list and each list's ``total``."""
+    lists = {k: view.items(k, max(0, view.count(k) - limit), view.count(k)) for k in LISTS}
+    return {**view.summary(), **lists, "totals": {k: view.count(k) for k in LISTS}}
 
 
 class Catalog:
@@ -104,18 +126,19 @@ class Catalog:
         return self._log(path) if inside and is_log(path) else None
 
     def _log_entries(self, name: str, log: LogFile) -> list[dict[str, Any]]:
-        runs = split_runs(log.events)
-        base = {"source": "log", "file": name, "error": log.problem, "updated": log.mtime}
-        if not runs:
+        base = {"source": "log", "file": name, "updated": log.mtime}
+        if not log.runs:
             status = "error" if log.error else "running"
-            empty = run_summary([], self.initial)
-            return [{**empty, **base, "id": f"log:{name}:1", "status": status}]
+            empty = RunFold(self.initial).summary()
+            entry = {**empty, **base, "error": log.problem, "status": status}
+            return [{**entry, "id": f"log:{name}:1"}]
         return [
-            {**run_summary(events, _initial(events)), **base, "id": f"log:{name}:{n}"}
-            for n, events in enumerate(runs, start=1)
+            {**run.summary(), **base, "error": run.error or log.problem, "id": f"log:{name}:{n}"}
+            for n, run in enumerate(log.runs, start=1)
         ]
 
-    def _log_run(self, run_id: str) -> tuple[LogFile, list[Any]]:
+    def _log_run(self, run_id: str) -> tuple[LogFile, int, RunFold]:
+        """The log, number and view of a log's run (the latest for ``:last``)."""
         _, _, rest = run_id.partition(":")
         name, _, number = rest.rpartition(":")
         if not (number.isdigit() or number == "last"):
@@ -123,11 +146,11 @@ class Catalog:
         log = self._named_log(name)
         if log is None:
             raise UnknownRun(run_id)
-        runs = split_runs(log.events) or [[]]
+        runs = log.runs or [RunFold(self.initial)]
         n = len(runs) if number == "last" else int(number)
         if not 1 <= n <= len(runs):
             raise UnknownRun(run_id)
-        return log, runs[n - 1]
+        return log, n, runs[n - 1]
 
     # -- the store -------------------------------------------------------------------------
 
@@ -135,7 +158,10 @@ class Catalog:
         if self.store is None:
             return []
         with self._lock:
-            return self.store.runs()
+            try:
+                return self.store.runs()
+            except store_errors():
+                return []  # the page lists the logs' runs; the store's error is each run's
 
     def _store_run(self, run_id: str) -> RunInfo:
         found = [r for r in self._store_runs() if f"db:{r.run_id}" == run_id]
@@ -145,8 +171,9 @@ class Catalog:
 
     # -- what the server asks --------------------------------------------------------------
 
-    def runs(self) -> list[dict[str, Any]]:
-        """Every run, logs first (by file, in order), then the store's (latest first)."""
+    def runs(self, offset: int = 0, limit: int | None = None) -> list[dict[str, Any]]:
+        """Runs ``offset`` to ``offset + limit`` (all by default), logs first (by file, in
+        order), then the store's (latest first)."""
         out = [e for name, log in self._log_files() for e in self._log_entries(name, log)]
         out += [
             {
@@ -158,30 +185,74 @@ class Catalog:
             }
             for r in self._store_runs()
         ]
-        return out
+        return out[offset : None if limit is None else offset + limit]
 
-    def detail(self, run_id: str) -> dict[str, Any]:
-        """Everything the page shows of one run; :class:`UnknownRun` when there is none."""
+    def _view(self, run_id: str) -> tuple[View, dict[str, Any], str]:
+        """A run's view, what goes with it (source, machine, error) and a key that
+        changes with it (the stream's event id)."""
         if run_id.startswith("log:"):
-            log, events = self._log_run(run_id)
-            detail = run_detail(events, _initial(events))
-            if not events and log.error:
-                detail["status"] = "error"
-            machine = self._machine_fields(MachineRecord.from_events(events), run_id)
-            return {**detail, **machine, "id": run_id, "source": "log", "error": log.problem}
+            log, n, run = self._log_run(run_id)
+            record = MachineRecord.from_events([run.started] if run.started else [])
+            machine = self._machine_fields(record, run_id)
+            extra = {**machine, "id": run_id, "source": "log", "error": run.error or log.problem}
+            if not run.events and log.error:
+                extra["status"] = "error"
+            counts = ".".join(str(run.count(k)) for k in LISTS)
+            problem = zlib.crc32(str(extra["error"]).encode())  # an id is one line
+            return run, extra, f"{n}:{counts}.{run.events}.{run.errors}.{problem}"
         if run_id.startswith("db:") and self.store is not None:
             info = self._store_run(run_id)
+            key = (info.run_id, info.checkpoints, info.updated)
             with self._lock:
-                key = (info.run_id, info.checkpoints, info.updated)
                 cached = self._stored.get(key)
                 if cached is None:
-                    record = self.store.machine(info.run_id)
-                    machine = self._machine_fields(record, run_id)
-                    cached = {**store_detail(self.store, info), **machine}
-                detail = cached
-                self._stored = {key: detail}
-            return {**detail, "id": run_id, "source": "db", "error": None}
+                    cached = self._read_stored(info, run_id)
+                self._stored = {key: cached}
+            view = StoredView(cached)
+            extra = {"id": run_id, "source": "db", "error": cached.get("error")}
+            return view, extra, f"db:{info.checkpoints}:{info.updated}"
         raise UnknownRun(run_id)
+
+    def _read_stored(self, info: RunInfo, run_id: str) -> dict[str, Any]:
+        """A stored run's detail; one that cannot be read (a corrupt row, a broken
+        store) is its summary with the one line saying why."""
+        assert self.store is not None
+        try:
+            machine = self._machine_fields(self.store.machine(info.run_id), run_id)
+            return {**store_detail(self.store, info), **machine}
+        except store_errors() as exc:
+            line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            return {
+                **store_summary(info),
+                "machine": None,
+                "fingerprint": None,
+                "machine_error": None,
+                "error": f"run {info.run_id!r} cannot be read from the store: {line}",
+            }
+
+    def detail(self, run_id: str, limit: int = PAGE) -> dict[str, Any]:
+        """What the page shows of one run: the summary, the latest ``limit`` rows of each
+        list and the lists' ``totals``; :class:`UnknownRun` when there is none."""
+        view, extra, _ = self._view(run_id)
+        return {**_paged(view, limit), **extra}
+
+    def page(self, run_id: str, kind: str, offset: int, limit: int) -> dict[str, Any]:
+        """Rows ``offset`` to ``offset + limit`` of one of a run's lists (``LISTS``)."""
+        view, _, _ = self._view(run_id)
+        rows = view.items(kind, offset, offset + limit)
+        return {"list": kind, "offset": offset, "total": view.count(kind), kind: rows}
+
+    def update(self, run_id: str, last: str | None) -> tuple[str, dict[str, Any]]:
+        """The stream's next message for a client whose last event id is ``last``: its
+        id, and the summary with the rows added since ``last`` (``"append": true``), or
+        the paged detail when ``last`` is not an earlier state of the same run."""
+        view, extra, key = self._view(run_id)
+        since = _counts(last, key)
+        if since is None or not isinstance(view, RunFold):
+            return key, {**_paged(view), **extra, "append": False}
+        lists = {k: view.items(k, since[i], view.count(k)) for i, k in enumerate(LISTS)}
+        totals = {k: view.count(k) for k in LISTS}
+        return key, {**view.summary(), **lists, "totals": totals, **extra, "append": True}
 
     def _machine_fields(self, record: MachineRecord | None, run_id: str) -> dict[str, Any]:
         """What the page says of a run's machine: its name and fingerprint, and why it
@@ -199,7 +270,8 @@ class Catalog:
     def _machine(self, run_id: str) -> MachineSpec:
         """The machine run ``run_id`` recorded; :class:`MachineNotFound` when not at hand."""
         if run_id.startswith("log:"):
-            record = MachineRecord.from_events(self._log_run(run_id)[1])
+            started = self._log_run(run_id)[2].started
+            record = MachineRecord.from_events([started] if started else [])
         elif self.store is not None:
             record = self.store.machine(self._store_run(run_id).run_id)
         else:
@@ -208,9 +280,11 @@ class Catalog:
 
     def diagram(self, run_id: str) -> bytes:
         """The machine's SVG with the run's trace on it (edge counts, path to the exit)."""
-        detail = self.detail(run_id)
+        view, _, _ = self._view(run_id)
+        detail = view.summary()
         machine = self._machine(run_id)
-        steps = [(s["source"], s["target"], s["guard"]) for s in detail["transitions"]]
+        rows = view.items("transitions", 0, view.count("transitions"))
+        steps = [(s["source"], s["target"], s["guard"]) for s in rows]
         final = detail["current"] if detail["status"] == "finished" else None
         key = (machine.name, machine.fingerprint, tuple(steps), final, detail["exit_reason"])
         with self._lock:
@@ -232,3 +306,23 @@ class Catalog:
     def close(self) -> None:
         if self.store is not None:
             self.store.close()
+
+
+def _counts(last: str | None, key: str) -> list[int] | None:
+    """The list lengths a stream's last event id ``last`` names, when it is an earlier
+    state of the run ``key`` names (same run, no list longer than now); else None."""
+    if not last or not key[0].isdigit():
+        return None
+    run, _, rest = last.partition(":")
+    now_run, _, now = key.partition(":")
+    try:
+        since = [int(x) for x in rest.split(".")[: len(LISTS)]]
+        counts = [int(x) for x in now.split(".")[: len(LISTS)]]
+    except ValueError:
+        return None
+    if run != now_run or len(since) != len(counts):
+        return None
+    gaps = [b - a for a, b in zip(since, counts, strict=True)]
+    if min(gaps) < 0 or sum(gaps) > PAGE:
+        return None  # too far behind: the latest page instead
+    return since

@@ -1,9 +1,12 @@
 """Event logs read as they grow: each refresh reads only the bytes added since the last one.
 
 A log is read line by line; a line not yet ended by a newline is kept back until it is
-(another process may be writing it). What cannot be read becomes the log's ``error``, and
-the runs read before it stay listed: a log that is not an innerloop log, a line that is not
-JSON, a file cut off in the middle of its last line.
+(another process may be writing it). Each line is folded into its run's view as it is read
+(:class:`~innerloop.ui._view.RunFold`) and then dropped: memory grows with the runs and
+what the page lists of them, not with the log. A line that cannot be read (not JSON, too
+deep, ``NaN``, not a well-typed event) is its run's error, with its line, and the lines
+after it are read on; what stops a log is its ``error``: a file that is not an innerloop
+log, another schema, one that cannot be read, cut off in the middle of its last line.
 """
 
 from __future__ import annotations
@@ -14,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from innerloop._eventlog import header_problem
+from innerloop._json import WRAPPED_JSON_DEPTH, parse_json
+from innerloop.fsm._default import DEFAULT_SPEC
+from innerloop.ui._view import RunFold
 
 __all__ = ["LogFile", "is_log"]
 
@@ -30,7 +36,9 @@ class LogFile:
 
     def _reset(self) -> None:
         self.header: dict[str, Any] | None = None
-        self.events: list[dict[str, Any]] = []
+        self.runs: list[RunFold] = []
+        """The runs read, in order (each starts at ``run_started``, ends at ``finished``)."""
+        self._open: RunFold | None = None
         self.error: str | None = None
         self.truncated: str | None = None
         """The error of a last line without its newline, should no more bytes come."""
@@ -91,31 +99,47 @@ class LogFile:
         self.truncated = None
         if self._pending.strip():
             try:
-                json.loads(self._pending)
-            except ValueError:
+                _parse(self._pending)
+            except (ValueError, RecursionError):
                 self.truncated = (
                     f"line {self._lineno + 1} is cut off (no newline, not JSON): a truncated "
                     "log, or one still being written"
                 )
 
     def _line(self, raw: bytes) -> bool:
+        """Fold in one line; False when it stops the log (a first line that is not a header)."""
         where = f"{self.path.name}:{self._lineno}"
         try:
-            data = json.loads(raw)
+            data = _parse(raw)
         except ValueError as exc:
-            self.error = f"{where}: not JSON ({exc})"
-            return False
+            if self.header is None:
+                self.error = f"{where}: not JSON ({exc})"
+                return False
+            self._run(None).fail(where, f"not JSON ({exc})")
+            return True
         if not isinstance(data, dict):
-            self.error = f"{where}: a JSON {type(data).__name__}, not an event object"
-            return False
+            problem = f"a JSON {type(data).__name__}, not an event object"
+            if self.header is None:
+                self.error = f"{where}: {problem}"
+                return False
+            self._run(None).fail(where, problem)
+            return True
         if self.header is None:
             return self._header(data, where)
-        problem = _shape_problem(data)
-        if problem is not None:
-            self.error = f"{where}: {problem}"
-            return False
-        self.events.append(data)
+        run = self._run(data.get("type"))
+        run.add(data, where)
+        if run.end is not None:
+            self._open = None
         return True
+
+    def _run(self, kind: object) -> RunFold:
+        """The run a line of type ``kind`` belongs to (a new one at ``run_started``, or
+        after ``finished``)."""
+        run = self._open
+        if run is None or (kind == "run_started" and run.events + run.errors > 0):
+            run = self._open = RunFold(DEFAULT_SPEC.initial)
+            self.runs.append(run)
+        return run
 
     def _header(self, data: dict[str, Any], where: str) -> bool:
         problem = header_problem(data)
@@ -135,23 +159,16 @@ class LogFile:
         return self._stamp[2] / 1e9 if self._stamp else 0.0
 
 
-REQUIRED = {
-    "transition": ("source", "target"),
-    "tool_use_start": ("id",),
-    "tool_executed": ("name",),
-}
-"""The fields the page reads of an event, by type, that have no sensible default."""
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
 
 
-def _shape_problem(event: dict[str, Any]) -> str | None:
-    """What makes ``event`` unreadable as an event, if anything."""
-    kind = event.get("type")
-    if not isinstance(kind, str):
-        return "an event without a type"
-    missing = [f for f in REQUIRED.get(kind, ()) if not isinstance(event.get(f), str)]
-    if missing:
-        return f"a {kind} event without {' or '.join(missing)}"
-    return None
+def _parse(raw: bytes) -> Any:
+    """A line's JSON: too deep, ``NaN`` and ``Infinity`` are errors (ValueError)."""
+    data = parse_json(raw, WRAPPED_JSON_DEPTH)
+    if b"NaN" in raw or b"Infinity" in raw:  # rare: parse again to tell a string from a number
+        data = json.loads(raw, parse_constant=_refuse_constant)
+    return data
 
 
 def is_log(path: Path) -> bool:

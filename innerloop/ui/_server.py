@@ -7,7 +7,10 @@ with UIServer(Catalog(runs_dir=Path("runs"))) as server:
 
 from __future__ import annotations
 
+import ipaddress
+import secrets
 import socket
+import sys
 import threading
 import time
 import urllib.parse
@@ -18,25 +21,39 @@ import uvicorn
 from innerloop.ui._app import create_app
 from innerloop.ui._catalog import Catalog
 
-__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "UIServer"]
+__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "UIServer", "is_loopback"]
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8321
 START_SECONDS = 10.0
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``) is reachable from this machine only."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 class UIServer:
     """The page for ``catalog`` on ``host:port`` (port 0: a free one), served from a
-    daemon thread between :meth:`start` and :meth:`stop` (or as a context manager)."""
+    daemon thread between :meth:`start` and :meth:`stop` (or as a context manager).
+
+    On an address other than loopback it warns (one line on stderr, at :meth:`start`) and
+    wants a per-launch ``token`` in every URL (:attr:`url` carries it)."""
 
     def __init__(
         self, catalog: Catalog, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT
     ) -> None:
         self.catalog = catalog
         self.host = host
+        self.token = None if is_loopback(host) else secrets.token_urlsafe(24)
         self._closing = threading.Event()
         config = uvicorn.Config(
-            create_app(catalog, self._closing),
+            create_app(catalog, self._closing, host=host, token=self.token),
             host=host,
             port=port,
             loop="asyncio",
@@ -74,6 +91,13 @@ class UIServer:
         """Start serving; returns once the page is served. OSError when it cannot be (the
         port is taken, the host is not an address of this machine)."""
         self._socket = self._bind()
+        if self.token is not None:
+            print(
+                f"innerloop ui: warning: listening on {self.host}, not loopback: anyone who "
+                "can reach it and has the URL's token can read the runs",
+                file=sys.stderr,
+                flush=True,
+            )
         self.port = int(self._socket.getsockname()[1])
         self._thread.start()
         deadline = time.monotonic() + START_SECONDS
@@ -86,12 +110,15 @@ class UIServer:
 
     @property
     def url(self) -> str:
+        """The page (with its ``?token=`` when it wants one)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/"
+        token = f"?token={self.token}" if self.token else ""
+        return f"http://{host}:{self.port}/{token}"
 
     def run_url(self, run_id: str) -> str:
         """The page of one run."""
-        return f"{self.url}?run={urllib.parse.quote(run_id, safe=':/')}"
+        joiner = "&" if self.token else "?"
+        return f"{self.url}{joiner}run={urllib.parse.quote(run_id, safe=':/')}"
 
     @property
     def running(self) -> bool:

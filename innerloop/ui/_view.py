@@ -7,15 +7,37 @@ tokens and cost of each model turn.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
+from sys import intern
 from typing import Any
 
-import attrs
-
-from innerloop._messages import Usage
+from innerloop._errors import ConversionError
+from innerloop._events import (
+    Abort,
+    Alert,
+    Backoff,
+    Compacted,
+    Event,
+    Fallback,
+    Finished,
+    ModelResponseEvent,
+    RunStarted,
+    ToolExecuted,
+    ToolUseStart,
+    Transition,
+)
 from innerloop.recovery._pricing import DEFAULT_PRICES, cost_usd
 
-__all__ = ["OUTPUT_CHARS", "RECOVERY_EVENTS", "run_detail", "run_summary"]
+__all__ = [
+    "LISTS",
+    "OUTPUT_CHARS",
+    "RECOVERY_EVENTS",
+    "RunFold",
+    "fold",
+    "run_detail",
+    "run_summary",
+]
 
 OUTPUT_CHARS = 300
 """A tool's output is cut to this many characters on the page."""
@@ -23,126 +45,210 @@ OUTPUT_CHARS = 300
 RECOVERY_EVENTS = ("backoff", "fallback", "compacted", "alert", "abort")
 
 
-def _finished(events: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    return events[-1] if events and events[-1].get("type") == "finished" else None
+class RunFold:
+    """One run's view kept as its events are read, one at a time (:meth:`add`): the
+    summary in a few fields, the lists (transitions, tool calls, turns, recoveries) as
+    compact rows, appended to, never recomputed. Each event is structured through the
+    event classes (:meth:`Event.from_dict`) first: a line that is not a well-typed event
+    is the run's ``error`` (the first one, with its line; ``errors`` counts them), and
+    the lines after it are read on."""
 
+    def __init__(self, initial: str = "idle") -> None:
+        self.initial = initial
+        self.started: dict[str, Any] | None = None
+        self.end: Finished | None = None
+        self.current = initial
+        self.events = 0
+        self.turns = 0
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.cost: float | None = 0.0
+        self.error: str | None = None
+        self.errors = 0
+        self.lists: dict[str, list[Any]] = {kind: [] for kind in LISTS}
+        self._tool_starts: dict[str, float | None] = {}
 
-def _current(events: Sequence[Mapping[str, Any]], initial: str) -> str:
-    for event in reversed(events):
-        if event.get("type") == "transition":
-            return str(event["target"])
-    return initial
+    def fail(self, where: str, problem: str) -> None:
+        """Line ``where`` of this run cannot be read: ``problem``."""
+        self.errors += 1
+        if self.error is None:
+            self.error = f"{where}: {problem}"
 
+    def add(self, data: Mapping[str, Any], where: str = "event") -> None:
+        """Fold in one event (a log line's dict); what is wrong with it is the run's error."""
+        kind = data.get("type")
+        cls = VIEWED.get(kind) if isinstance(kind, str) else None
+        t = data.get("t")
+        if not isinstance(kind, str):
+            self.fail(where, "an event without a type")
+            return
+        if t is not None and (type(t) not in (int, float) or not math.isfinite(t)):
+            self.fail(where, f"a {kind} event whose time t is {t!r}, not a number of seconds")
+            return
+        usage = data.get("usage") if kind == "finished" else None
+        if usage is not None and not isinstance(usage, Mapping):
+            # the converter reads a string as an object without fields: refused here
+            self.fail(where, f"a {kind} event whose usage is {usage!r}, not an object")
+            return
+        self.events += 1
+        if cls is None:
+            return  # an event the page does not show (a stream delta, a custom state's)
+        try:
+            event = cls.from_dict(data)
+        except ConversionError as exc:
+            self.events -= 1
+            self.fail(where, str(exc))
+            return
+        self._fold(event, data, t)
 
-def _turns(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    turns: list[dict[str, Any]] = []
-    for event in events:
-        if event.get("type") != "model_response":
-            continue
-        response = event.get("response")
-        response = response if isinstance(response, Mapping) else {}
-        usage = _usage(response.get("usage"))
-        model = str(response.get("model") or "")
-        turns.append(
-            {
-                "turn": event.get("turn", len(turns) + 1),
-                "t": event.get("t"),
-                "model": model,
-                "input_tokens": usage.input_tokens,
-                "output_tokens": usage.output_tokens,
-                "cache_read_tokens": usage.cache_read_tokens,
-                "cost_usd": cost_usd(usage, model, DEFAULT_PRICES),
-                "stop_reason": response.get("stop_reason"),
+    def _fold(self, event: Event, data: Mapping[str, Any], t: float | None) -> None:
+        lists = self.lists
+        match event:
+            case RunStarted():
+                if self.events == 1:
+                    self.started = dict(data)
+                    self.current = self.initial = event.state
+            case Transition(source=source, target=target, guard=guard):
+                self.current = target
+                lists["transitions"].append((t, intern(source), intern(target), guard))
+            case ToolUseStart(id=tool_id):
+                self._tool_starts[tool_id] = t
+            case ToolExecuted():
+                output = event.output[:OUTPUT_CHARS] + (
+                    "…" if len(event.output) > OUTPUT_CHARS else ""
+                )
+                outcome = "timeout" if event.timed_out else "error" if event.is_error else "ok"
+                started = self._tool_starts.pop(event.tool_use_id, None)
+                row = (
+                    event.tool_use_id,
+                    intern(event.name),
+                    started,
+                    t,
+                    event.duration,
+                    outcome,
+                    output,
+                )
+                lists["tools"].append(row)
+            case ModelResponseEvent(response=response, turn=turn):
+                usage = response.usage
+                price = cost_usd(usage, response.model, DEFAULT_PRICES)
+                self.turns += 1
+                self.input_tokens += usage.input_tokens
+                self.output_tokens += usage.output_tokens
+                self.cost = None if price is None or self.cost is None else self.cost + price
+                lists["turn_usage"].append(
+                    (
+                        turn,
+                        t,
+                        intern(response.model),
+                        usage.input_tokens,
+                        usage.output_tokens,
+                        usage.cache_read_tokens,
+                        price,
+                        response.stop_reason,
+                    )
+                )
+            case Finished():
+                self.end = event
+                self.current = event.final_state
+            case _:
+                lists["recoveries"].append(
+                    {k: v for k, v in data.items() if k not in ("seq", "diagnostic")}
+                )
+
+    def count(self, kind: str) -> int:
+        return len(self.lists[kind])
+
+    def items(self, kind: str, start: int, stop: int) -> list[Any]:
+        """Rows ``start:stop`` of list ``kind``, as the page reads them."""
+        rows = self.lists[kind][start:stop]
+        if kind == "recoveries":
+            return rows
+        names = ROW_FIELDS[kind]
+        return [dict(zip(names, row, strict=True)) for row in rows]
+
+    def summary(self) -> dict[str, Any]:
+        """The run's line in the list: status, exit reason, turns, tokens, cost, state."""
+        end = self.end
+        if end is not None:
+            return {
+                "status": "finished",
+                "exit_reason": end.exit_reason,
+                "current": end.final_state,
+                "turns": end.turns,
+                "input_tokens": end.usage.input_tokens,
+                "output_tokens": end.usage.output_tokens,
+                "cost_usd": end.cost_usd,
+                "events": self.events,
             }
-        )
-    return turns
+        return {
+            "status": "running",
+            "exit_reason": None,
+            "current": self.current,
+            "turns": self.turns,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cost_usd": self.cost,
+            "events": self.events,
+        }
+
+    def detail(self) -> dict[str, Any]:
+        """The summary and every list in full."""
+        return {**self.summary(), **{k: self.items(k, 0, self.count(k)) for k in LISTS}}
 
 
-def _usage(data: object) -> Usage:
-    """A response's usage; fields missing or not whole numbers count 0."""
-    fields = data if isinstance(data, Mapping) else {}
-    known = attrs.fields_dict(Usage)
-    return Usage(**{k: v for k, v in fields.items() if k in known and type(v) is int})
+LISTS = ("transitions", "tools", "turn_usage", "recoveries")
+"""The lists of a run's detail, each appended to as the run goes (and paged by the API)."""
+
+ROW_FIELDS = {
+    "transitions": ("t", "source", "target", "guard"),
+    "tools": ("id", "name", "started", "t", "duration", "outcome", "output"),
+    "turn_usage": (
+        "turn",
+        "t",
+        "model",
+        "input_tokens",
+        "output_tokens",
+        "cache_read_tokens",
+        "cost_usd",
+        "stop_reason",
+    ),
+}
+"""The fields of a row of each list but ``recoveries`` (kept as the events' dicts)."""
+
+VIEWED: dict[str, type[Event]] = {
+    cls.type: cls
+    for cls in (
+        RunStarted,
+        Transition,
+        ToolUseStart,
+        ToolExecuted,
+        ModelResponseEvent,
+        Finished,
+        Backoff,
+        Fallback,
+        Compacted,
+        Alert,
+        Abort,
+    )
+}
+"""The events the page shows, by type; the others are counted, not kept."""
 
 
-def _tools(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    started: dict[str, Any] = {}
-    tools = []
-    for event in events:
-        kind = event.get("type")
-        if kind == "tool_use_start":
-            started[str(event["id"])] = event.get("t")
-        elif kind == "tool_executed":
-            output = str(event.get("output", ""))
-            outcome = (
-                "timeout" if event.get("timed_out") else "error" if event.get("is_error") else "ok"
-            )
-            tools.append(
-                {
-                    "id": event.get("tool_use_id"),
-                    "name": event.get("name"),
-                    "started": started.get(str(event.get("tool_use_id"))),
-                    "t": event.get("t"),
-                    "duration": event.get("duration"),
-                    "outcome": outcome,
-                    "output": output[:OUTPUT_CHARS] + ("…" if len(output) > OUTPUT_CHARS else ""),
-                }
-            )
-    return tools
-
-
-def _transitions(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    return [
-        {"t": e.get("t"), "source": e["source"], "target": e["target"], "guard": e.get("guard")}
-        for e in events
-        if e.get("type") == "transition"
-    ]
-
-
-def _recoveries(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    return [
-        {k: v for k, v in e.items() if k not in ("seq", "diagnostic")}
-        for e in events
-        if e.get("type") in RECOVERY_EVENTS
-    ]
+def fold(events: Iterable[Mapping[str, Any]], initial: str = "idle") -> RunFold:
+    """The view of a run's events."""
+    run = RunFold(initial)
+    for n, event in enumerate(events, start=1):
+        run.add(event, f"event {n}")
+    return run
 
 
 def run_summary(events: Sequence[Mapping[str, Any]], initial: str = "idle") -> dict[str, Any]:
     """A run's line in the list: status, exit reason, turns, tokens, cost, current state."""
-    end = _finished(events)
-    turns = _turns(events)
-    if end is not None:
-        usage = end.get("usage") or {}
-        return {
-            "status": "finished",
-            "exit_reason": end.get("exit_reason"),
-            "current": end.get("final_state"),
-            "turns": end.get("turns", len(turns)),
-            "input_tokens": usage.get("input_tokens", 0),
-            "output_tokens": usage.get("output_tokens", 0),
-            "cost_usd": end.get("cost_usd"),
-            "events": len(events),
-        }
-    costs = [t["cost_usd"] for t in turns]
-    return {
-        "status": "running",
-        "exit_reason": None,
-        "current": _current(events, initial),
-        "turns": len(turns),
-        "input_tokens": sum(t["input_tokens"] for t in turns),
-        "output_tokens": sum(t["output_tokens"] for t in turns),
-        "cost_usd": None if None in costs else sum(costs),
-        "events": len(events),
-    }
+    return fold(events, initial).summary()
 
 
 def run_detail(events: Sequence[Mapping[str, Any]], initial: str = "idle") -> dict[str, Any]:
     """Everything the run's page shows: the summary, the transition timeline, the tool
     calls, the recoveries and the tokens and cost per model turn."""
-    return {
-        **run_summary(events, initial),
-        "transitions": _transitions(events),
-        "tools": _tools(events),
-        "turn_usage": _turns(events),
-        "recoveries": _recoveries(events),
-    }
+    return fold(events, initial).detail()

@@ -167,9 +167,16 @@ class TestLive:
         assert seen.index("stream") < seen.index("execute")
         assert seen[-1] == "model_complete"
         assert updates[-1]["turns"] == 2
-        assert len(updates[-1]["turn_usage"]) == 2
-        assert [(t["name"], t["outcome"]) for t in updates[-1]["tools"]] == [("add", "ok")]
-        assert updates[-1]["tools"][0]["duration"] >= 1.0
+        # the first message carries the run so far; each later one only what was added
+        assert [u["append"] for u in updates] == [False] + [True] * (len(updates) - 1)
+        turns = [t for u in updates for t in u["turn_usage"]]
+        assert [t["turn"] for t in turns] == [1, 2]
+        assert updates[-1]["totals"]["turn_usage"] == 2
+        tools = [t for u in updates for t in u["tools"]]
+        assert [(t["name"], t["outcome"]) for t in tools] == [("add", "ok")]
+        assert tools[0]["duration"] >= 1.0
+        steps = [t for u in updates for t in u["transitions"]]
+        assert len(steps) == updates[-1]["totals"]["transitions"]
         assert run.state.exit_reason == "model_complete"
 
 

@@ -19,17 +19,25 @@ def _append(path: Path, text: str) -> None:
         f.write(text)
 
 
+def _targets(log: LogFile) -> list[str]:
+    return [t["target"] for run in log.runs for t in run.detail()["transitions"]]
+
+
+def _events(log: LogFile) -> int:
+    return sum(run.events for run in log.runs)
+
+
 def test_reads_only_what_was_added(tmp_path: Path) -> None:
     """Each refresh picks up the new lines; nothing new is no change."""
     path = tmp_path / "run.jsonl"
     path.write_text(HEADER + T1 + "\n")
     log = LogFile(path)
     assert log.refresh() is True
-    assert [e["target"] for e in log.events] == ["assemble"]
+    assert _targets(log) == ["assemble"]
     assert log.refresh() is False
     _append(path, T2 + "\n")
     assert log.refresh() is True
-    assert [e["target"] for e in log.events] == ["assemble", "normalize"]
+    assert _targets(log) == ["assemble", "normalize"]
     assert log.problem is None
 
 
@@ -39,26 +47,86 @@ def test_a_line_being_written_waits_for_its_newline(tmp_path: Path) -> None:
     path.write_text(HEADER + T1 + "\n" + T2[:20])
     log = LogFile(path)
     log.refresh()
-    assert len(log.events) == 1
+    assert _events(log) == 1
     assert log.error is None
     assert log.truncated == (
         "line 3 is cut off (no newline, not JSON): a truncated log, or one still being written"
     )
     _append(path, T2[20:] + "\n")
     log.refresh()
-    assert [e["target"] for e in log.events] == ["assemble", "normalize"]
+    assert _targets(log) == ["assemble", "normalize"]
     assert log.problem is None
 
 
-def test_a_line_that_is_not_json_stops_the_log_with_its_error(tmp_path: Path) -> None:
-    """The events before it stay; the error names the file and line."""
+def test_a_line_that_is_not_json_is_its_runs_error_and_reading_goes_on(tmp_path: Path) -> None:
+    """The error names the file and line and stays with its run; the lines after it count."""
     path = tmp_path / "bad.jsonl"
     path.write_text(HEADER + T1 + "\n{oops\n" + T2 + "\n")
     log = LogFile(path)
     log.refresh()
-    assert len(log.events) == 1
-    assert log.error is not None
-    assert log.error.startswith("bad.jsonl:3: not JSON (Expecting property name")
+    assert (_events(log), log.error) == (2, None)
+    (run,) = log.runs
+    assert run.error is not None
+    assert run.error.startswith("bad.jsonl:3: not JSON (Expecting property name")
+
+
+def test_malformed_lines_stay_with_their_run_and_line(tmp_path: Path) -> None:
+    """NaN, Infinity, a line nested 100,000 deep and an ill-typed event each are the
+    error of their run, with their line; the other runs and the following lines are read."""
+    started = {"type": "run_started", "machine": "innerloop", "fingerprint": "f"}
+    start = json.dumps({**started, "import_path": None, "state": "idle"})
+    end = json.dumps(
+        {
+            "type": "finished",
+            "exit_reason": "model_complete",
+            "final_state": "model_complete",
+            "turns": 0,
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+            "cost_usd": 0.0,
+        }
+    )
+    lines = [
+        start,
+        T1,
+        '{"type": "transition", "source": "a", "target": "b", "guard": null, "t": NaN}',
+        T2,
+        end,
+        start,
+        "[" * 100_000 + "]" * 100_000,
+        T1,
+        end,
+        start,
+        json.dumps(
+            {
+                "type": "finished",
+                "exit_reason": "x",
+                "final_state": "y",
+                "turns": 1,
+                "usage": "lots",
+                "cost_usd": 1.0,
+            }
+        ),
+        T1,
+        '{"type": "backoff", "attempt": 1, "delay": Infinity, "retry_after": null, '
+        '"total_wait": 1}',
+    ]
+    path = tmp_path / "mixed.jsonl"
+    path.write_text(HEADER + "\n".join(lines) + "\n")
+    log = LogFile(path)
+    log.refresh()
+    assert log.error is None
+    assert [(r.summary()["status"], r.errors) for r in log.runs] == [
+        ("finished", 1),
+        ("finished", 1),
+        ("running", 2),
+    ]
+    first, deep, typed = (r.error for r in log.runs)
+    assert first == "mixed.jsonl:4: not JSON (NaN is not a number JSON allows)"
+    assert deep is not None
+    assert deep.startswith("mixed.jsonl:8: not JSON (nested deeper than 132 levels")
+    assert typed is not None
+    assert typed == "mixed.jsonl:12: a finished event whose usage is 'lots', not an object"
+    assert [len(r.detail()["transitions"]) for r in log.runs] == [2, 1, 1]
 
 
 def test_a_file_that_is_not_an_event_log(tmp_path: Path) -> None:
@@ -101,7 +169,7 @@ def test_an_unreadable_path_and_its_recovery(tmp_path: Path) -> None:
     assert log.error == "cannot read later.jsonl: No such file or directory"
     path.write_text(HEADER + T1 + "\n")
     assert log.refresh() is True
-    assert (log.problem, len(log.events)) == (None, 1)
+    assert (log.problem, _events(log)) == (None, 1)
     folder = tmp_path / "dir.jsonl"
     folder.mkdir()
     log = LogFile(folder)
@@ -117,20 +185,24 @@ def test_a_rewritten_log_is_read_again(tmp_path: Path) -> None:
     log.refresh()
     path.write_text(HEADER + T2 + "\n")
     log.refresh()
-    assert [e["target"] for e in log.events] == ["normalize"]
+    assert _targets(log) == ["normalize"]
 
 
-def test_an_event_of_the_wrong_shape_is_the_logs_error(tmp_path: Path) -> None:
+def test_an_event_of_the_wrong_shape_is_its_runs_error(tmp_path: Path) -> None:
     """JSON, but not an event the page can read: named with its line."""
     path = tmp_path / "odd.jsonl"
     path.write_text(HEADER + T1 + "\n" + json.dumps({"type": "transition", "source": "a"}) + "\n")
     log = LogFile(path)
     log.refresh()
-    assert (len(log.events), log.error) == (1, "odd.jsonl:3: a transition event without target")
+    assert (_events(log), log.error) == (1, None)
+    assert log.runs[0].error == (
+        "odd.jsonl:3: cannot read a Transition from this data: required field missing @ "
+        "$.target; required field missing @ $.guard"
+    )
     path.write_text(HEADER + '{"no": "type"}\n')
     log = LogFile(path)
     log.refresh()
-    assert log.error == "odd.jsonl:2: an event without a type"
+    assert log.runs[0].error == "odd.jsonl:2: an event without a type"
 
 
 def test_a_log_written_again_past_its_old_size_is_read_again(tmp_path: Path) -> None:
@@ -142,7 +214,7 @@ def test_a_log_written_again_past_its_old_size_is_read_again(tmp_path: Path) -> 
     log.refresh()
     path.write_text(HEADER + T2 + "\n" + T2 + "\n" + T1 + "\n")
     log.refresh()
-    assert [e["target"] for e in log.events] == ["normalize", "normalize", "assemble"]
+    assert _targets(log) == ["normalize", "normalize", "assemble"]
     assert log.problem is None
 
 
@@ -154,4 +226,4 @@ def test_an_error_clears_when_the_log_is_written_again(tmp_path: Path) -> None:
     assert log.error is not None
     path.write_text(HEADER + T1 + "\n" + T2 + "\n")
     log.refresh()
-    assert (log.problem, len(log.events)) == (None, 2)
+    assert (log.problem, _events(log)) == (None, 2)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from innerloop._eventlog import split_runs
-from innerloop.ui._view import OUTPUT_CHARS, run_detail, run_summary
+from innerloop.ui._view import OUTPUT_CHARS, fold, run_detail, run_summary
 
 USAGE = {
     "input_tokens": 1000,
@@ -167,11 +167,26 @@ def test_a_tool_timeout_and_a_tool_error_are_told_apart() -> None:
     assert [t["outcome"] for t in run_detail(events)["tools"]] == ["timeout", "error"]
 
 
-def test_a_usage_of_another_shape_counts_what_it_can() -> None:
-    """Unknown fields (a later schema) are skipped, non-numbers count 0: no crash."""
-    response = {**_response(), "usage": {"input_tokens": 7, "output_tokens": "x", "future": 1}}
-    events = [{"type": "model_response", "response": response, "turn": 1}]
-    (turn,) = run_detail(events)["turn_usage"]
-    assert (turn["input_tokens"], turn["output_tokens"]) == (7, 0)
-    odd = [{"type": "model_response", "response": "not an object", "turn": 1}]
-    assert run_detail(odd)["turn_usage"][0]["input_tokens"] == 0
+def test_an_ill_typed_event_is_the_runs_error_and_the_next_lines_are_read() -> None:
+    """Each event is structured as it is read: a usage, a cost or a time of the wrong type
+    is the run's error (the first, with its line; all counted), never a field the page
+    reads, and the lines after it still count."""
+    response = {**_response(), "usage": {"input_tokens": 7, "output_tokens": "x"}}
+    step = {"type": "transition", "source": "idle", "target": "assemble", "guard": None}
+    end = {"type": "finished", "exit_reason": "x", "final_state": "y", "turns": 1}
+    events: list[dict[str, Any]] = [
+        {"type": "model_response", "response": response, "turn": 1},
+        {**step, "t": "3"},
+        {**end, "usage": USAGE, "cost_usd": "abc"},
+        {**step, "t": 1.5},
+    ]
+    run = fold(events)
+    assert run.error == (
+        "event 1: cannot read a ModelResponseEvent from this data: expected int, got invalid "
+        "literal for int() with base 10: 'x' @ $.response.usage.output_tokens"
+    )
+    assert run.errors == 3
+    assert run.detail()["transitions"] == [
+        {"t": 1.5, "source": "idle", "target": "assemble", "guard": None}
+    ]
+    assert (run.summary()["status"], run.summary()["turns"]) == ("running", 0)

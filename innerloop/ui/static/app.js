@@ -13,6 +13,16 @@ let diagramKey = null;    // what the drawn diagram shows (transitions, status)
 let diagramBusy = false;
 let diagramWanted = null;
 let lastDetail = null;
+// the per-launch token of a server not on loopback (in the page's URL): every API call carries it
+const TOKEN = new URL(window.location).searchParams.get("token");
+
+// an API URL: the run id encoded whole (ids may hold "#", "?", "/"), the token added
+function api(path, id, query) {
+  const url = new URL(path + (id === undefined ? "" : encodeURIComponent(id)), window.location.origin);
+  for (const [k, v] of Object.entries(query || {})) url.searchParams.set(k, v);
+  if (TOKEN) url.searchParams.set("token", TOKEN);
+  return url.toString();
+}
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -47,7 +57,7 @@ function seconds(s) {
 async function loadRuns() {
   let data;
   try {
-    const response = await fetch("/api/runs");
+    const response = await fetch(api("/api/runs"));
     data = await response.json();
     document.getElementById("connection").textContent = "connected";
   } catch (err) {
@@ -56,7 +66,7 @@ async function loadRuns() {
   }
   const body = document.querySelector("#runs tbody");
   body.replaceChildren();
-  for (const run of data.runs) {
+  for (const run of data.runs) {  // the first page (a thousand runs)
     const row = el("tr", { "data-id": run.id, "data-status": run.status },
       el("td", { class: "id" }, run.id),
       el("td", {}, el("span", { class: "badge " + run.status }, run.status)),
@@ -89,20 +99,31 @@ function select(id) {
   document.getElementById("run").hidden = false;
   document.getElementById("empty").hidden = true;
   document.getElementById("diagram").replaceChildren();
-  const stream = new EventSource("/api/events/" + encodeURI(id));
+  const stream = new EventSource(api("/api/events/", id));
   source = stream;
-  stream.addEventListener("run", (e) => show(JSON.parse(e.data)));
+  stream.addEventListener("run", (e) => show(merge(JSON.parse(e.data))));
   stream.addEventListener("end", () => { stream.close(); loadRuns(); });
   stream.onerror = () => {
     // a dropped connection is retried by the EventSource itself; a refused one (a run
     // whose log is not there yet: 404) is asked for again each second
     if (stream.readyState !== EventSource.CLOSED) return;
-    fetch("/api/run/" + encodeURI(id)).then((r) => (r.status === 404 ? r.json() : null)).then((d) => {
+    fetch(api("/api/run/", id)).then((r) => (r.status === 404 ? r.json() : null)).then((d) => {
       if (d && selected === id && source === stream) showMissing(id, d.error);
     }).catch(() => {});
     setTimeout(() => { if (selected === id && source === stream) select(id); }, 1000);
   };
   loadRuns();
+}
+
+// a stream message: the run's latest rows ("append": false), or the rows added since the
+// last message, added to those kept (the latest LIST_ROWS of each list)
+const LISTS = ["transitions", "tools", "turn_usage", "recoveries"];
+const LIST_ROWS = 500;
+function merge(update) {
+  if (!update.append || !lastDetail || lastDetail.id !== update.id) return update;
+  const run = { ...update };
+  for (const k of LISTS) run[k] = lastDetail[k].concat(update[k]).slice(-LIST_ROWS);
+  return run;
 }
 
 function showMissing(id, message) {
@@ -153,13 +174,13 @@ function drawRecoveries(items) {
 }
 
 function refreshDiagram(run) {
-  const key = run.id + "|" + run.transitions.length + "|" + run.status;
+  const key = run.id + "|" + run.totals.transitions + "|" + run.status;
   if (key === diagramKey) return;
   diagramWanted = key;
   if (diagramBusy) return;
   diagramBusy = true;
   const id = run.id;
-  fetch("/api/diagram/" + encodeURI(id)).then((r) =>
+  fetch(api("/api/diagram/", id)).then((r) =>
     r.ok ? r.text() : r.json().then((j) => ({ error: j.error || r.statusText }))
   ).then((text) => {
     if (id !== (lastDetail && lastDetail.id)) return;
