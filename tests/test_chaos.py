@@ -44,14 +44,13 @@ from tests.chaos_runner import (
 
 
 def test_300_seeded_runs_break_nothing(transition_coverage: TransitionCoverage) -> None:
-    """Every run of seeds 0-299 keeps every invariant, in under a minute, and the slice
-    goes down every recovery route by runs whose path does not depend on timing (aborts
-    aimed at a state or an event count, no call or tool late on a loaded machine)."""
-    started = time.monotonic()
+    """Every run of seeds 0-299 keeps every invariant, and the slice goes down every
+    recovery route by runs whose path does not depend on timing (aborts aimed at a state
+    or an event count, no call or tool late on a loaded machine). Its speed is for
+    bench/chaos.py to measure: on a loaded machine the slice takes minutes."""
     report = run_campaign(300, seed=0, jobs=32, observers=(transition_coverage,))
     assert report.runs == 300
     assert report.breaks == [], report.summary(first=10)
-    assert time.monotonic() - started < 60, report.summary()
     # the slice reaches every way a run ends, and host aborts fire
     assert set(report.exits) == {
         "model_complete",
