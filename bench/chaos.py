@@ -4,7 +4,7 @@ warning, no API key in any output). Reports runs/s and breaks, and the first fai
 seeds with what broke. The campaign itself is ``tests/chaos_runner.py`` (its docstring
 lists the faults and the invariants); ``tests/test_chaos.py`` runs a 300-run slice.
 
-    python bench/chaos.py --runs 10000 --jobs 32 --seed 0
+    python bench/chaos.py --runs 10000 --jobs 16 --seed 0
     python bench/chaos.py --runs 10000 --jobs 16 --load 2   # beside 2 busy processes
 
 Replay one failing seed alone: ``python bench/chaos.py --runs 1 --jobs 1 --seed N``.
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10_000, help="runs to play (10000)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first run (0)")
-    parser.add_argument("--jobs", type=int, default=32, help="concurrent runs (32)")
+    parser.add_argument("--jobs", type=int, default=16, help="concurrent runs (16)")
     parser.add_argument("--show", type=int, default=10, help="failing seeds to print (10)")
     parser.add_argument("--every", type=int, default=1000, help="progress every N runs")
     parser.add_argument(
