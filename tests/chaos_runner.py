@@ -13,15 +13,16 @@ processes, and maybe a host abort.
 The two loopback servers stay up for the whole campaign; each run's script is served by
 the run's tag (in its system prompt), so runs interleave freely. Each model call takes
 the run's next script step, whichever server it reaches. Backoff waits go through a
-:class:`~innerloop.testing.FakeClock`; hangs end at the providers' 1 s timeout, trickles
+:class:`~innerloop.testing.FakeClock`; hangs end at the providers' HTTP timeout, trickles
 at their event size cap.
 
 The invariants (:func:`check_run`): a final state whose exit_reason matches; a valid
 history that normalizes for both dialects; the state round-trips through JSON; counters
-add up (turns, usage, backoff, fallback, errors against the steps served); tool results
-as the tools behave; no API key in any event, the state or the diagnostic. Per wave of
-concurrent runs: no process left behind, no warning, no logged warning, no unhandled
-asyncio error.
+add up (turns, usage, backoff, fallback, errors against the steps served: a call the
+HTTP timeout ends on a loaded machine is late, not a break); tool results as the tools
+behave (a quick one at its limit is late); no API key in any event, the state or the
+diagnostic. Per wave of concurrent runs: no process left behind, no warning, no logged
+warning, no unhandled asyncio error.
 
 ``bench/chaos.py`` is the command line; ``tests/test_chaos.py`` runs a slice.
 """
@@ -39,6 +40,7 @@ import random
 import re
 import socket
 import struct
+import subprocess
 import sys
 import tempfile
 import threading
@@ -91,7 +93,19 @@ from innerloop.testing import (
 from innerloop.testing._servers import LoopbackServer, Step, _Plan
 from innerloop.tools import Sandbox, ToolSpec, builtin_tools, tool
 
-__all__ = ["Break", "Plan", "Report", "check_run", "plan", "run_campaign"]
+__all__ = [
+    "Board",
+    "Break",
+    "ChaosStep",
+    "Exhausted",
+    "Outcome",
+    "Plan",
+    "Report",
+    "busy_processes",
+    "check_run",
+    "plan",
+    "run_campaign",
+]
 
 ANTHROPIC_KEY = "sk-ant-api03-chaos-" + "7f3a9c1e5b2d4680" * 2
 OPENAI_KEY = "sk-proj-chaos-" + "0e9d8c7b6a5f4e3d" * 2
@@ -113,17 +127,27 @@ class Reset:
     after_events: int = 2
 
 
+@attrs.frozen
+class Exhausted:
+    """What the server answers a call made past the run's script: a 400 (fatal). Kept
+    among the steps served, so a call the server never read (a timeout on a loaded
+    machine) is told from one past the script."""
+
+
 ChaosStep = Step | Reset
+Served = ChaosStep | Exhausted
 
 # -- what a step does to the run ----------------------------------------------------------
 
 TURN = "turn"
 
 
-def expected_category(step: ChaosStep) -> str:
+def expected_category(step: Served) -> str:
     """What a served step must end as: a model turn or an error category."""
     if isinstance(step, Reply):
         return TURN
+    if isinstance(step, Exhausted):
+        return "fatal"
     if isinstance(step, Reset):
         return "transient"
     if isinstance(step, RateLimit):
@@ -251,6 +275,12 @@ class Plan:
     def tag(self) -> str:
         return f"chaos-run-{self.seed}"
 
+    @property
+    def timed_abort(self) -> bool:
+        """Whether the host abort fires after a time (where it lands depends on the
+        machine's speed); one aimed at a state or an event count lands where it aims."""
+        return self.abort is not None and self.abort[0] in ("time", "thread")
+
 
 def _fault(rng: random.Random) -> ChaosStep:  # noqa: C901  one table of weighted choices
     r = rng.random()
@@ -290,7 +320,7 @@ def _fault(rng: random.Random) -> ChaosStep:  # noqa: C901  one table of weighte
 
 ABORT_STATES = (
     *("assemble", "compact", "normalize", "call", "stream", "execute", "check"),
-    *("backoff", "fallback") * 3,  # rarer on a run's path: aimed at more often
+    *("backoff", "fallback", "execute") * 3,  # rarer on a run's path: aimed at more often
 )
 
 
@@ -377,7 +407,7 @@ class Board:
 
     def __init__(self) -> None:
         self.scripts: dict[str, collections.deque[ChaosStep]] = {}
-        self.served: dict[str, list[ChaosStep]] = {}
+        self.served: dict[str, list[Served]] = {}
         self.lock = threading.Lock()
 
     def add(self, p: Plan) -> None:
@@ -389,15 +419,15 @@ class Board:
             self.served[tag] = []
 
     def take(self, tag: str) -> ChaosStep | None:
+        """The run's next step (None past its script, which is recorded as served)."""
         with self.lock:
             script = self.scripts.get(tag)
-            if not script:
-                return None
-            step = script.popleft()
-            self.served[tag].append(step)
-            return step
+            step: Served = script.popleft() if script else Exhausted()
+            if tag in self.served:  # a late request of a run that ended takes nothing
+                self.served[tag].append(step)
+            return None if isinstance(step, Exhausted) else step
 
-    def remove(self, tag: str) -> list[ChaosStep]:
+    def remove(self, tag: str) -> list[Served]:
         with self.lock:
             self.scripts.pop(tag, None)
             return self.served.pop(tag, [])
@@ -463,12 +493,14 @@ class Outcome:
     seed: int
     state: HarnessState
     events: list[Event]
-    served: list[ChaosStep]
+    served: list[Served]
     abort_fired: bool
     seconds: float
     errors: list[str] = attrs.Factory(list)
     """The failures of the run's calls, in order."""
     late_tools: int = 0
+    late_calls: int = 0
+    """Calls that hit the HTTP timeout without a hang served (a loaded machine)."""
 
 
 def _params(p: Plan, tools: tuple[ToolSpec, ...]) -> HarnessParams:
@@ -627,18 +659,40 @@ def _problems_counters(o: Outcome, harness: Harness) -> Iterator[str]:
         yield from _problems_served(o, calls, failures)
 
 
+TIMED_OUT = re.compile(r" transient: \w*Timeout\w*: ")
+"""A call's error when the provider's HTTP timeout ended it (either SDK, or the wire)."""
+
+
+def _is_hang(step: Served) -> bool:
+    return isinstance(step, Fault) and step.kind == "hang"
+
+
 def _problems_served(o: Outcome, calls: int, failures: int) -> Iterator[str]:
-    """Without an abort, every call reached a server and ended as its step says."""
+    """Without an abort, every call ended as the step it was served says.
+
+    A call that hits the HTTP timeout counts transient. A served hang must end so; on a
+    loaded machine any other call may too (``o.late_calls``, not a break): before the
+    server read its request (no step taken for it) or after (that step's outcome is what
+    the timeout replaced). Every other outcome must be a step's, exactly."""
     s = o.state
     if s.turns + failures != calls:
         yield f"{s.turns} turns + {failures} failures != {calls} calls"
     expected = collections.Counter(expected_category(step) for step in o.served)
-    exhausted = calls - len(o.served)  # calls past the script: a 400, fatal
-    if exhausted:
-        expected["fatal"] += exhausted
     got = collections.Counter({TURN: s.turns, **s.errors})
-    if +expected != +got:
-        yield f"served {dict(expected)} but the run counted {dict(+got)}; errors: {o.errors}"
+    timeouts = sum(1 for error in o.errors if TIMED_OUT.search(error))
+    hangs = sum(1 for step in o.served if _is_hang(step))
+    unread = calls - len(o.served)  # requests the server never planned
+    rest_expected = expected - collections.Counter(transient=hangs)
+    rest_got = got - collections.Counter(transient=timeouts)
+    replaced = rest_expected - rest_got  # outcomes a late timeout took the place of
+    late = timeouts - hangs
+    if rest_got - rest_expected or min(late, unread) < 0 or unread + replaced.total() != late:
+        yield (
+            f"served {dict(expected)} but the run counted {dict(+got)} ({timeouts} timeouts, "
+            f"{hangs} hangs served, {unread} calls unread); errors: {o.errors}"
+        )
+    else:
+        o.late_calls = late
 
 
 PROCESS_TOOLS = frozenset(name for name, _, _ in PROCESS_CALLS)
@@ -819,6 +873,31 @@ def keys_in_environment() -> Iterator[None]:
                 os.environ[n] = v
 
 
+BUSY = """
+import os, sys, time
+deadline, parent = time.monotonic() + float(sys.argv[1]), int(sys.argv[2])
+while time.monotonic() < deadline and os.getppid() == parent:
+    sum(range(100_000))
+"""
+"""Spins a core until its deadline passes or the process that started it is gone."""
+
+
+@contextlib.contextmanager
+def busy_processes(n: int, seconds: float) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """``n`` processes spinning a core each beside the block (a loaded machine), for at
+    most ``seconds``: each stops by itself then, or as soon as this process is gone, and
+    all are stopped when the block ends."""
+    parent = str(os.getpid())
+    procs = [subprocess.Popen([sys.executable, "-c", BUSY, str(seconds), parent]) for _ in range(n)]
+    try:
+        yield procs
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait()
+
+
 # -- the campaign -----------------------------------------------------------------------------
 
 
@@ -833,7 +912,12 @@ class Report:
     """Each run's outcome, plan and harness (with ``keep=True``), to inspect or replay."""
     late_tools: int = 0
     """Quick process tools that hit their limit on a loaded machine (not a break)."""
+    late_calls: int = 0
+    """Model calls that hit the HTTP timeout on a loaded machine (not a break)."""
     steps: collections.Counter[str] = attrs.Factory(collections.Counter)
+    routes: collections.Counter[tuple[str, str]] = attrs.Factory(collections.Counter)
+    """Transitions (source, target) taken by the runs whose path does not depend on
+    timing: no timed abort, no late call or tool."""
 
     @property
     def runs_per_second(self) -> float:
@@ -848,8 +932,8 @@ class Report:
             f"{self.runs} runs in {self.seconds:.1f} s: {self.runs_per_second:.1f} runs/s, "
             f"{len(self.broken_seeds)} breaks",
             "exits: " + ", ".join(f"{k} {v}" for k, v in self.exits.most_common()),
-            f"host aborts fired: {self.aborts}; quick commands late on a loaded machine: "
-            f"{self.late_tools}; steps served: "
+            f"host aborts fired: {self.aborts}; late on a loaded machine: "
+            f"{self.late_tools} quick commands, {self.late_calls} model calls; steps served: "
             + ", ".join(f"{k} {v}" for k, v in self.steps.most_common()),
         ]
         for seed in self.broken_seeds[:first]:
@@ -929,6 +1013,11 @@ class _Campaign:
             report.steps.update(type(s).__name__ for s in o.served)
             report.breaks += [Break(seed, what) for what in check_run(o, p, harness)]
             report.late_tools += o.late_tools
+            report.late_calls += o.late_calls
+            if not (p.timed_abort or o.late_tools or o.late_calls):
+                report.routes.update(
+                    (e.source, e.target) for e in o.events if isinstance(e, Transition)
+                )
             if self.keep:
                 report.outcomes[seed] = (o, p, harness)
         left = await leftovers(slot) if _spawns(p) else []
