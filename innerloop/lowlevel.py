@@ -7,6 +7,7 @@ are the ones most code needs; these are stable too, but rarely needed.
 
 from innerloop._secrets import SECRET_PATTERNS, replace_secrets
 from innerloop.fsm._context import request_settings
+from innerloop.fsm._phases import execute_batch
 from innerloop.providers._errors import (
     error_from_body,
     error_from_exception,
@@ -44,6 +45,7 @@ __all__ = [
     "error_from_body",
     "error_from_exception",
     "error_from_status",
+    "execute_batch",
     "find_cl100k_data",
     "hash_content",
     "jitter_fraction",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from innerloop.examples.approval import DENIED, Approver, with_approval
 from innerloop.examples.costcap import CostCap, Spending, with_cost_cap
 from innerloop.examples.guardrail import SECRET_PATTERNS, redact_secrets, with_guardrail
-from innerloop.fsm._spec import MachineSpec
+from innerloop.fsm import MachineSpec
 
 __all__ = [
     "DENIED",

@@ -26,16 +26,19 @@ import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
-from innerloop._errors import ParamsError
-from innerloop._events import Event
-from innerloop._messages import ToolUseBlock
-from innerloop.fsm import _phases as phases
-from innerloop.fsm._context import PhaseContext
-from innerloop.fsm._default import DEFAULT_SPEC
-from innerloop.fsm._spec import MachineSpec, StateSpec, TransitionSpec
-from innerloop.fsm._state import HarnessState, OutcomeEnum
-from innerloop.tools._runner import ToolBatch
-from innerloop.tools._spec import ToolCallResult
+from innerloop import ParamsError, ToolUseBlock
+from innerloop.events import Event
+from innerloop.fsm import (
+    DEFAULT_SPEC,
+    HarnessState,
+    MachineSpec,
+    OutcomeEnum,
+    PhaseContext,
+    StateSpec,
+    TransitionSpec,
+)
+from innerloop.lowlevel import execute_batch
+from innerloop.tools import ToolBatch, ToolCallResult
 
 __all__ = [
     "DENIED",
@@ -125,7 +128,7 @@ async def execute_approved(ctx: PhaseContext) -> AsyncIterator[Event]:
         by_id[c.id] if c.id in by_id else ToolCallResult(c.id, c.name, DENIED, is_error=True)
         for c in calls
     )
-    async for event in phases.execute_batch(ctx, ToolBatch(results, ran.cancelled)):
+    async for event in execute_batch(ctx, ToolBatch(results, ran.cancelled)):
         yield event
 
 

@@ -21,11 +21,16 @@ from collections.abc import Awaitable, Callable
 
 import attrs
 
-from innerloop._errors import ParamsError
-from innerloop.fsm._context import PhaseContext
-from innerloop.fsm._default import DEFAULT_SPEC
-from innerloop.fsm._spec import MachineSpec, StateSpec, TransitionSpec
-from innerloop.fsm._state import HarnessState, OutcomeEnum
+from innerloop import ParamsError
+from innerloop.fsm import (
+    DEFAULT_SPEC,
+    HarnessState,
+    MachineSpec,
+    OutcomeEnum,
+    PhaseContext,
+    StateSpec,
+    TransitionSpec,
+)
 
 __all__ = [
     "EXIT_REASON",

@@ -20,12 +20,16 @@ from collections.abc import AsyncIterator
 
 import attrs
 
-from innerloop._events import Alert, Event
-from innerloop._messages import Block, Message, ToolResultBlock
-from innerloop.fsm._context import PhaseContext
-from innerloop.fsm._default import DEFAULT_SPEC
-from innerloop.fsm._spec import MachineSpec, StateSpec, TransitionSpec
-from innerloop.fsm._state import OutcomeEnum
+from innerloop import Message, ToolResultBlock
+from innerloop.events import Alert, Event
+from innerloop.fsm import (
+    DEFAULT_SPEC,
+    MachineSpec,
+    OutcomeEnum,
+    PhaseContext,
+    StateSpec,
+    TransitionSpec,
+)
 from innerloop.lowlevel import SECRET_PATTERNS, replace_secrets
 
 __all__ = ["SECRET_PATTERNS", "RedactOutcome", "redact", "redact_secrets", "with_guardrail"]
@@ -42,18 +46,19 @@ class RedactOutcome(OutcomeEnum):
     CLEAN = "clean"
 
 
+def _clean(block: ToolResultBlock, found: list[str]) -> ToolResultBlock:
+    """``block`` with the secrets of its content replaced (their kinds added to ``found``)."""
+    content, kinds = redact_secrets(block.content)
+    found += kinds
+    return attrs.evolve(block, content=content)
+
+
 async def redact(ctx: PhaseContext) -> AsyncIterator[Event]:
     """The ``redact`` phase: clean the tool results of the last (user) message."""
     state = ctx.state
     last = state.history[-1]
     found: list[str] = []
-    blocks: list[Block] = []
-    for block in last.content:
-        if isinstance(block, ToolResultBlock):
-            content, kinds = redact_secrets(block.content)
-            found += kinds
-            block = attrs.evolve(block, content=content)
-        blocks.append(block)
+    blocks = [_clean(b, found) if isinstance(b, ToolResultBlock) else b for b in last.content]
     state.outcome = RedactOutcome.REDACTED if found else RedactOutcome.CLEAN
     if found:
         state.history[-1] = Message(last.role, tuple(blocks))

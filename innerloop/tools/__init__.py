@@ -8,7 +8,7 @@ from innerloop._lazy import lazy_names
 from innerloop.tools._define import Toolset, tool
 from innerloop.tools._output import OutputLimits
 from innerloop.tools._process import ProcessResult, run_process
-from innerloop.tools._runner import ToolRunner
+from innerloop.tools._runner import ToolBatch, ToolRunner
 from innerloop.tools._spec import (
     DEFAULT_TIMEOUTS,
     ToolCallResult,
@@ -56,6 +56,7 @@ __all__ = [
     "Sandbox",
     "SandboxError",
     "SandboxWarning",
+    "ToolBatch",
     "ToolCallResult",
     "ToolContext",
     "ToolError",
