@@ -290,9 +290,9 @@ def _summary(state: Any, log_path: Path | None, run_id: str | None = None) -> No
         print(f"event log: {log_path}")
 
 
-def build_harness(args: argparse.Namespace, db: str | None) -> tuple[Any, dict[str, Any]]:
-    """The harness the run options describe (checkpointing into ``db``), and its
-    providers."""
+def build_harness(args: argparse.Namespace, db: Any) -> tuple[Any, dict[str, Any]]:
+    """The harness the run options describe (checkpointing into ``db``: a store URL or
+    an open store), and its providers."""
     from innerloop import DEFAULT_SPEC, Harness
     from innerloop.checkpoint import store_errors
 
@@ -642,10 +642,12 @@ def _continue(args: argparse.Namespace) -> int:
         raise UsageError(f"--db: {_first_line(exc)}") from None
     try:
         record = store.machine(args.run_id)
-    finally:
+        args.machine = _recorded_machine(record, args, f"run {args.run_id}")
+    except BaseException:
         store.close()
-    args.machine = _recorded_machine(record, args, f"run {args.run_id}")
-    harness, providers = build_harness(args, args.db)
+        raise
+    # the store read for the machine record is the one the run goes on in: opened once
+    harness, providers = build_harness(args, store)
     if args.runs_command == "resume":
         run = harness.resume(args.run_id, answer)
     else:
