@@ -123,10 +123,13 @@ def _clip(value: Any, limit: int = 300) -> str:
 
 
 def _path(path: Sequence[Step], at: int | None) -> Text:
-    text = Text()
-    for i, step in enumerate(path):
-        text.append(f"{i + 1}. {step}\n", style="bold yellow" if i == at else "")
-    return text if path else Text("-")
+    if not path:
+        return Text("-")
+    lines = [
+        Text(f"{i + 1}. {step}", style="bold yellow" if i == at else "")
+        for i, step in enumerate(path)
+    ]
+    return Text("\n").join(lines)
 
 
 def _on_store(harness: Harness[Any], store: Checkpointer) -> Harness[Any]:
