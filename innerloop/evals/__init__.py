@@ -25,7 +25,7 @@ from innerloop.evals._checks import (
 )
 from innerloop.evals._dataset import Case, Dataset, DatasetError
 from innerloop.evals._report import CaseResult, EvalReport
-from innerloop.evals._rerun import RunComparison, rerun, rerun_sync
+from innerloop.evals._rerun import RunComparison, compare_fork, rerun, rerun_sync
 from innerloop.evals._runner import run_eval, run_eval_sync
 from innerloop.evals._summary import Recoveries, RunSummary, Step
 
@@ -50,6 +50,7 @@ __all__ = [
     "RunComparison",
     "RunSummary",
     "Step",
+    "compare_fork",
     "rerun",
     "rerun_sync",
     "run_eval",

@@ -17,12 +17,18 @@ from rich.text import Text
 
 from innerloop._errors import ResumeError
 from innerloop._harness import Harness
-from innerloop.checkpoint import Checkpointer, CheckpointInfo, UnknownRunError, open_checkpointer
+from innerloop.checkpoint import (
+    Checkpointer,
+    CheckpointInfo,
+    UnknownRunError,
+    decode,
+    open_checkpointer,
+)
 from innerloop.evals._report import render_text
 from innerloop.evals._summary import RunSummary, Step, transitions
 from innerloop.fsm._state import HarnessState
 
-__all__ = ["RunComparison", "rerun", "rerun_sync"]
+__all__ = ["RunComparison", "compare_fork", "rerun", "rerun_sync"]
 
 
 def _steps(infos: Sequence[CheckpointInfo]) -> tuple[Step, ...]:
@@ -132,6 +138,38 @@ def _path(path: Sequence[Step], at: int | None) -> Text:
     return Text("\n").join(lines)
 
 
+def _stored(store: Checkpointer, run_id: str, at: int) -> tuple[RunSummary, list[CheckpointInfo]]:
+    """A stored run from its checkpoint ``at`` on (its path after it, its latest state),
+    and its checkpoints."""
+    infos = store.checkpoints(run_id)
+    if not 1 <= at <= len(infos):
+        raise UnknownRunError(run_id, at, len(infos))
+    last = decode(store.rows(run_id))
+    took = infos[-1].created - infos[at - 1].created
+    return RunSummary.of(last.state, _steps(infos[at:]), seconds=took, run_id=run_id), infos
+
+
+def compare_fork(store: Checkpointer | str | Path, run_id: str) -> RunComparison:
+    """A stored fork (a rerun, ``Harness.fork``) beside the run it was forked from, both
+    read from ``store``: nothing runs. ``UnknownRunError`` when the store lacks it,
+    ``ValueError`` when it is no fork."""
+    if isinstance(store, str | Path):
+        store = open_checkpointer(store)
+    info = next((r for r in store.runs() if r.run_id == run_id), None)
+    if info is None:
+        raise UnknownRunError(run_id)
+    if info.parent_run_id is None or info.parent_seq is None:
+        raise ValueError(
+            f"run {run_id!r} is no fork (it has no parent run); compare a run made by "
+            "rerun or fork, or rerun this one"
+        )
+    at = info.parent_seq
+    original, infos = _stored(store, info.parent_run_id, at)
+    again, _ = _stored(store, run_id, 1)
+    shared = _steps(infos[:at])
+    return RunComparison(info.parent_run_id, at, infos[at - 1].state, shared, original, again)
+
+
 def _on_store(harness: Harness[Any], store: Checkpointer) -> Harness[Any]:
     """``harness`` built again on ``store`` (its params, providers, machine, services)."""
     return Harness(
@@ -177,12 +215,7 @@ async def rerun(
             "a rerun reads the run from a checkpoint store; pass store='sqlite:///runs.db' "
             "(or a Checkpointer), or build the Harness with checkpointer=",
         )
-    infos = harness.checkpoints(run_id)
-    if not 1 <= at <= len(infos):
-        raise UnknownRunError(run_id, at, len(infos))
-    last = harness.checkpoint(run_id)
-    took = infos[-1].created - infos[at - 1].created
-    original = RunSummary.of(last.state, _steps(infos[at:]), seconds=took, run_id=run_id)
+    original, infos = _stored(harness.checkpointer, run_id, at)
     started = time.perf_counter()
     run = harness.fork(run_id, at=at, edit=edit, new_run_id=new_run_id)
     path = await transitions(run)

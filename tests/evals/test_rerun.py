@@ -9,7 +9,7 @@ import pytest
 
 from innerloop import Harness, HarnessParams, Message, ResumeError, tool
 from innerloop.checkpoint import MemoryCheckpointer, UnknownRunError
-from innerloop.evals import Recoveries, Step, rerun_sync
+from innerloop.evals import Recoveries, Step, compare_fork, rerun_sync
 from innerloop.testing import FakeClock, Fault, ScriptedProvider, reply, tool_call
 
 
@@ -155,3 +155,19 @@ def test_errors() -> None:
         rerun_sync(harness, "r1", at=count + 1, store=store)
     with pytest.raises(UnknownRunError, match="no run 'nope'"):
         rerun_sync(harness, "nope", store=store)
+
+
+def test_compare_a_stored_fork() -> None:
+    """compare_fork reads a stored rerun and its parent back: the same comparison, nothing
+    run again; a run that is no fork is refused."""
+    store = MemoryCheckpointer()
+    recorded(store)
+    harness, _ = other(reply("No idea."))
+    ran = rerun_sync(harness, "r1", store=store, new_run_id="r2")
+    read = compare_fork(store, "r2")
+    assert (read.run_id, read.at, read.state, read.shared) == ("r1", 1, "idle", ())
+    assert read.original.path == ran.original.path
+    assert read.rerun.path == ran.rerun.path
+    assert (read.rerun.output, read.rerun.turns) == ("No idea.", 1)
+    with pytest.raises(ValueError, match=r"^run 'r1' is no fork"):
+        compare_fork(store, "r1")
