@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,15 @@ def _load_harness(target: str, usage: type[Exception]) -> Harness[Any]:
     return harness
 
 
+def _writable(path: str | None, usage: type[Exception]) -> None:
+    """Refuse a --json file that cannot be written, before anything runs."""
+    if path is None:
+        return
+    folder = Path(path).resolve().parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK) or Path(path).is_dir():
+        raise usage(f"--json: cannot write {path} (no such folder, a folder, or not writable)")
+
+
 def _write_json(path: str, data: Any, usage: type[Exception]) -> None:
     try:
         Path(path).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
@@ -105,6 +115,7 @@ def eval_command(args: argparse.Namespace, usage: type[Exception]) -> int:
     except DatasetError as exc:
         raise usage(str(exc)) from None
     harness = _load_harness(args.harness, usage)
+    _writable(args.json, usage)
     console = Console()
     progress = Progress(
         TextColumn("eval"),
@@ -141,6 +152,7 @@ def eval_command(args: argparse.Namespace, usage: type[Exception]) -> int:
 def rerun_command(args: argparse.Namespace, usage: type[Exception]) -> int:
     """``innerloop runs rerun``: 0 once compared (whatever the rerun's end)."""
     harness = _load_harness(args.harness, usage)
+    _writable(args.json, usage)
     message = args.message
 
     def edit(state: Any) -> None:

@@ -38,7 +38,7 @@ class _Judges:
     ) -> None:
         self.model = model or str(harness.params.model)
         self.providers = providers if providers is not None else harness.providers
-        self.clock = harness.clock
+        self.harness = harness
         self.harnesses: dict[str, Harness[JudgeVerdict]] = {}
 
     async def ask(self, model: str | None, prompt: str) -> HarnessState[JudgeVerdict]:
@@ -48,7 +48,14 @@ class _Judges:
             params = HarnessParams(
                 model=name, system=JUDGE_SYSTEM, output_type=JudgeVerdict, max_output_repairs=1
             )
-            harness = self.harnesses[name] = Harness(params, self.providers, clock=self.clock)
+            under_test = self.harness  # the judges share its clock, tokenizer and gates
+            harness = self.harnesses[name] = Harness(
+                params,
+                self.providers,
+                clock=under_test.clock,
+                token_counter=under_test.token_counter,
+                gates=under_test.gates,
+            )
         return await harness.run(prompt)
 
 

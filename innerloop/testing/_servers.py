@@ -397,9 +397,10 @@ class LoopbackServer:
             self._storm, self.storm_end = None, max([until, *self.storm_requests[-1:]])
         chosen = self.respond(body) if self.respond is not None else None
         if chosen is not None:
-            return self._render(
-                script_steps([chosen], STEPS, type(self).__name__)[0], stream, model
-            )
+            if not isinstance(chosen, STEPS):
+                names = ", ".join(k.__name__ for k in STEPS)
+                raise TypeError(f"respond gave a {type(chosen).__name__}; a step is one of {names}")
+            return self._render(chosen, stream, model)
         if self.played >= len(self.script):
             return self._error(
                 400,

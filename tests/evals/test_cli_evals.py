@@ -92,6 +92,8 @@ def test_eval_passes_with_exit_0(project: str, tmp_path: Path) -> None:
         (["cases.yaml", "--harness", "{project}:not_a_harness"],
          "--harness {project}:not_a_harness: expected a Harness, got int"),
         (["cases.yaml", "--harness", "{project}"], "--harness: --harness expects MODULE:ATTR"),
+        (["cases.yaml", "--harness", "{project}:harness", "--json", "no/such/dir/out.json"],
+         "--json: cannot write no/such/dir/out.json (no such folder, a folder, or not writable)"),
     ],
 )  # fmt: skip
 def test_eval_usage_errors(
