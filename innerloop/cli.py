@@ -490,16 +490,19 @@ RUNS_HELP = """innerloop runs: the runs of a checkpoint store.
     innerloop runs show RUN_ID --db URL [--diagram FILE] [--spec MODULE:ATTR]...
     innerloop runs resume RUN_ID --db URL [--answer JSON] [run options]
     innerloop runs fork RUN_ID --db URL [--at N] [--message TEXT] [--answer JSON] [run options]
+    innerloop runs rerun RUN_ID --db URL --harness MODULE:ATTR [--at N] [--message TEXT]
 
 resume and fork take the options of innerloop run (provider, model, tools, ...):
 params are code and are never stored, so give the ones the run was started with.
+rerun runs it again from checkpoint N on the harness --harness names (other params) and
+prints both runs side by side (--json OUT writes the comparison).
 """
 
 
 def _add_runs_parser(subparsers: Any) -> None:
     runs = subparsers.add_parser(
         "runs",
-        help="list, show, resume or fork the runs of a checkpoint store",
+        help="list, show, resume, fork or rerun the runs of a checkpoint store",
         description=RUNS_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
