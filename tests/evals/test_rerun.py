@@ -9,7 +9,17 @@ import pytest
 
 from innerloop import Harness, HarnessParams, Message, ResumeError, tool
 from innerloop.checkpoint import MemoryCheckpointer, UnknownRunError
-from innerloop.evals import Recoveries, Step, compare_fork, rerun_sync
+from innerloop.evals import (
+    Case,
+    Contains,
+    Dataset,
+    Recoveries,
+    Step,
+    compare_fork,
+    rerun_sync,
+    run_eval_sync,
+)
+from innerloop.examples import with_approval
 from innerloop.testing import FakeClock, Fault, ScriptedProvider, reply, tool_call
 
 
@@ -171,3 +181,32 @@ def test_compare_a_stored_fork() -> None:
     assert (read.rerun.output, read.rerun.turns) == ("No idea.", 1)
     with pytest.raises(ValueError, match=r"^run 'r1' is no fork"):
         compare_fork(store, "r1")
+
+
+def test_an_eval_case_rerun() -> None:
+    """With a store on the harness, each eval case's run is stored under its run id, so a
+    failed case reruns on other params."""
+    store = MemoryCheckpointer()
+    model = ScriptedProvider([reply("Milan.")])
+    harness = Harness(HarnessParams(model="scripted:a"), [model], checkpointer=store)
+    report = run_eval_sync(Dataset([Case("it", "Italy?", checks=[Contains("Rome")])]), harness)
+    failed = report.results[0]
+    assert failed.status == "failed"
+    assert failed.run is not None
+    assert failed.run.run_id is not None
+    better, _ = other(reply("Rome."))
+    comparison = rerun_sync(better, failed.run.run_id, store=store)
+    assert (comparison.original.output, comparison.rerun.output) == ("Milan.", "Rome.")
+
+
+def test_another_machine_must_keep_what_the_run_used() -> None:
+    """A harness on a machine of another name is refused, as fork refuses it, and nothing
+    is stored."""
+    store = MemoryCheckpointer()
+    recorded(store)
+    model = ScriptedProvider([reply("x")])
+    params = HarnessParams(model="scripted:second", tools=[weather])
+    approving = Harness(params, [model], machine=with_approval())
+    with pytest.raises(ResumeError, match="build the Harness with machine="):
+        rerun_sync(approving, "r1", store=store)
+    assert [r.run_id for r in store.runs()] == ["r1"]
