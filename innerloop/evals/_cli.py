@@ -27,7 +27,7 @@ from innerloop._messages import Message
 from innerloop.evals._dataset import Dataset, DatasetError
 from innerloop.evals._report import CaseResult
 from innerloop.evals._rerun import rerun_sync
-from innerloop.evals._runner import run_eval_sync
+from innerloop.evals._runner import Judges, run_eval_sync
 from innerloop.fsm._locate import import_target
 
 __all__ = ["add_eval_parser", "add_rerun_parser", "eval_command", "rerun_command"]
@@ -116,6 +116,10 @@ def eval_command(args: argparse.Namespace, usage: type[Exception]) -> int:
         raise usage(str(exc)) from None
     harness = _load_harness(args.harness, usage)
     _writable(args.json, usage)
+    try:  # a judge model no provider serves: refused before the progress bar shows
+        Judges(harness, args.judge_model, None).prepare(dataset)
+    except ValueError as exc:
+        raise usage(f"--judge-model: {exc}" if args.judge_model else str(exc)) from None
     console = Console()
     progress = Progress(
         TextColumn("eval"),

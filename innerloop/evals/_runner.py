@@ -15,6 +15,7 @@ from innerloop.evals._checks import (
     CheckContext,
     CheckResult,
     ExitReason,
+    Judge,
     JudgeVerdict,
 )
 from innerloop.evals._dataset import Case, Dataset
@@ -24,10 +25,10 @@ from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._state import HarnessState
 from innerloop.providers._base import Provider
 
-__all__ = ["run_eval", "run_eval_sync"]
+__all__ = ["Judges", "run_eval", "run_eval_sync"]
 
 
-class _Judges:
+class Judges:
     """The judge harnesses of one eval, one per judge model, built when first asked."""
 
     def __init__(
@@ -41,7 +42,17 @@ class _Judges:
         self.harness = harness
         self.harnesses: dict[str, Harness[JudgeVerdict]] = {}
 
+    def prepare(self, dataset: Dataset) -> None:
+        """Build the harness of every judge the dataset's checks name, so a judge model
+        without a provider is refused before any case runs."""
+        for check in (*dataset.checks, *(c for case in dataset.cases for c in case.checks)):
+            if isinstance(check, Judge):
+                self.harness_for(check.model)
+
     async def ask(self, model: str | None, prompt: str) -> HarnessState[JudgeVerdict]:
+        return await self.harness_for(model).run(prompt)
+
+    def harness_for(self, model: str | None) -> Harness[JudgeVerdict]:
         name = model or self.model
         harness = self.harnesses.get(name)
         if harness is None:
@@ -56,11 +67,11 @@ class _Judges:
                 token_counter=under_test.token_counter,
                 gates=under_test.gates,
             )
-        return await harness.run(prompt)
+        return harness
 
 
 async def _run_case(
-    case: Case, dataset: Dataset, harness: Harness[Any], judges: _Judges
+    case: Case, dataset: Dataset, harness: Harness[Any], judges: Judges
 ) -> CaseResult:
     started = time.perf_counter()
     try:
@@ -99,11 +110,13 @@ async def run_eval(
 ) -> EvalReport:
     """Run every case of ``dataset`` through ``harness``, at most ``concurrency`` at a time,
     and check each run. A ``Judge`` check asks ``judge_model`` (default: the harness's
-    model) through ``judge_providers`` (default: the harness's providers). ``on_result``
+    model) through ``judge_providers`` (default: the harness's providers); a judge model
+    without a provider (or bad judge params) raises before any case runs. ``on_result``
     sees each case's result as it is known (for progress)."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
-    judges = _Judges(harness, judge_model, judge_providers)
+    judges = Judges(harness, judge_model, judge_providers)
+    judges.prepare(dataset)
     gate = asyncio.Semaphore(concurrency)
     started = time.perf_counter()
 

@@ -19,6 +19,8 @@ from innerloop.testing import FakeProvider, reply
 
 def answer(request):
     text = str(request.payload["messages"])
+    if "<rubric>" in text:  # a judge's question
+        return reply('{"passed": false, "reason": "it names Milan"}')
     return reply("It is Paris." if "France" in text else "It is Milan.")
 
 
@@ -37,7 +39,7 @@ cases:
     evaluators: [{Contains: Paris}]
   - name: italy
     inputs: Capital of Italy?
-    evaluators: [{Contains: Rome}]
+    evaluators: [{Contains: Rome}, {LLMJudge: Names Rome}]
 """
 
 
@@ -66,6 +68,7 @@ def test_eval_reports_and_writes_json(
     assert "eval capitals" in out
     assert "'Rome' not in 'It is Milan.'" in out
     assert "1/2 (50%), 1 failed, 0 errors" in out
+    assert "judge: it names Milan" in out
     data = json.loads((tmp_path / "out.json").read_text())
     assert [(r["name"], r["status"]) for r in data["results"]] == [
         ("france", "passed"),
@@ -92,6 +95,8 @@ def test_eval_passes_with_exit_0(project: str, tmp_path: Path) -> None:
         (["cases.yaml", "--harness", "{project}:not_a_harness"],
          "--harness {project}:not_a_harness: expected a Harness, got int"),
         (["cases.yaml", "--harness", "{project}"], "--harness: --harness expects MODULE:ATTR"),
+        (["cases.yaml", "--harness", "{project}:harness", "--judge-model", "x:y"],
+         "--judge-model: no provider given for x; pass providers={'x': ...}"),
         (["cases.yaml", "--harness", "{project}:harness", "--json", "no/such/dir/out.json"],
          "--json: cannot write no/such/dir/out.json (no such folder, a folder, or not writable)"),
     ],

@@ -306,6 +306,15 @@ class TestChecks:
             "failed); check the judge model and providers"
         )
 
+    def test_a_judge_without_a_provider_is_refused_first(self) -> None:
+        """A judge model no provider serves is refused before any case runs."""
+        model = ScriptedProvider([reply("x")])
+        harness = Harness(HarnessParams(model="scripted:m"), [model])
+        dataset = Dataset([Case("c", "q", checks=[Judge("anything", "judge:grader")])])
+        with pytest.raises(ValueError, match=r"^no provider given for judge; pass providers="):
+            run_eval_sync(dataset, harness)
+        assert model.requests == []
+
     def test_dataset_checks_apply_to_every_case(self) -> None:
         answers = {"a": [reply("yes")], "b": [reply("no")]}
         dataset = Dataset([Case("a", "a"), Case("b", "b")], checks=[Contains("yes")])
