@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     Console().print(report)
     print(
         f"{len(report.results)} cases in {report.seconds:.2f} s of eval "
-        f"({took:.2f} s with the servers' start and stop), "
+        f"({took:.2f} s in all, importing and building the SDK clients included), "
         f"{len(report.results) / report.seconds:.0f} cases/s"
     )
     if args.json:
