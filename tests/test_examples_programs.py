@@ -78,7 +78,8 @@ def test_persist_resume_fork_in_three_processes(tmp_path: Path) -> None:
     forked = program(str(EXAMPLES / "persist_resume_fork.py"), "fork", db, run_id)
     assert forked == [
         "model_complete 'I did not remove it.'",
-        "[('approval', 'finished', 'model_complete'), ('approval', 'finished', 'model_complete')]",
+        "[('approval', 'finished', 'model_complete'), ('approval', 'finished', "
+        "'model_complete')]",
     ]
 
 

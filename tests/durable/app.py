@@ -88,6 +88,7 @@ PARAMS = HarnessParams(model="scripted:scripted-model-20250101", system="You wor
 app = LoopApp({"tools": LoopDefinition(PARAMS, {"scripted": FakeProvider(model)})})
 
 
+
 async def one_tool(request: WireRequest) -> Reply | Fault:
     """A call of the request's first tool, then a final answer quoting its result."""
     _log("model.log", f"model {_turn(request)}")

@@ -245,7 +245,9 @@ def test_suspend_timeout_and_abort_while_suspended(
         await loops.abort("a", "no one will answer")
         return timed_out, await loops.result("a")
 
-    timed_out, aborted = with_worker(procs, f"sqlite:///{tmp_path / 'dbos.sqlite'}", log_dir, body)
+    timed_out, aborted = with_worker(
+        procs, f"sqlite:///{tmp_path / 'dbos.sqlite'}", log_dir, body
+    )
     assert timed_out.exit_reason == "suspended"
     assert timed_out.interrupt.kind == "approval"
     assert aborted.exit_reason == "aborted"

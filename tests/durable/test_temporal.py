@@ -306,7 +306,9 @@ def test_suspended_loop_resumes_on_the_update(
         state = await handle.result()
         return state, interrupt, [e async for e in handle.events(poll=0.05)]
 
-    state, interrupt, events = in_process_worker(temporal_server, f"resume-{loop}-{answer!r}", body)
+    state, interrupt, events = in_process_worker(
+        temporal_server, f"resume-{loop}-{answer!r}", body
+    )
     assert interrupt.kind == kind
     assert interrupt.tool_use_ids == ("call_c",)
     assert [m.to_dict() for m in state.history] == expected
