@@ -1,4 +1,4 @@
-"""Command line: ``innerloop run | runs | demo | diagram | ui``.
+"""Command line: ``innerloop run | runs | demo | diagram | ui | eval``.
 
 Exit codes (also in README.md):
 
@@ -106,10 +106,12 @@ def _parser() -> argparse.ArgumentParser:
     _add_ui_options(demo)
 
     from innerloop.diagrams import _cli as diagram_cli
+    from innerloop.evals import _cli as evals_cli
 
     _add_runs_parser(sub)
     diagram_cli.add_parser(sub)
     _add_ui_parser(sub)
+    evals_cli.add_eval_parser(sub)
     return parser
 
 
@@ -404,6 +406,10 @@ def _command(args: argparse.Namespace) -> int:
         return cmd_runs(args)
     if args.command == "ui":
         return int(_ui_cli().run(args, Interrupted, UsageError))
+    if args.command == "eval":
+        from innerloop.evals import _cli as evals_cli
+
+        return evals_cli.eval_command(args, UsageError)
     from innerloop.diagrams import _cli as diagram_cli
 
     return diagram_cli.run(args)
@@ -484,16 +490,19 @@ RUNS_HELP = """innerloop runs: the runs of a checkpoint store.
     innerloop runs show RUN_ID --db URL [--diagram FILE] [--spec MODULE:ATTR]...
     innerloop runs resume RUN_ID --db URL [--answer JSON] [run options]
     innerloop runs fork RUN_ID --db URL [--at N] [--message TEXT] [--answer JSON] [run options]
+    innerloop runs rerun RUN_ID --db URL --harness MODULE:ATTR [--at N] [--message TEXT]
 
 resume and fork take the options of innerloop run (provider, model, tools, ...):
 params are code and are never stored, so give the ones the run was started with.
+rerun runs it again from checkpoint N on the harness --harness names (other params) and
+prints both runs side by side (--json OUT writes the comparison).
 """
 
 
 def _add_runs_parser(subparsers: Any) -> None:
     runs = subparsers.add_parser(
         "runs",
-        help="list, show, resume or fork the runs of a checkpoint store",
+        help="list, show, resume, fork or rerun the runs of a checkpoint store",
         description=RUNS_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -515,7 +524,10 @@ def _add_runs_parser(subparsers: Any) -> None:
     fork.add_argument("run_id")
     fork.add_argument("--at", type=int, help="the checkpoint (default: the latest)")
     fork.add_argument("--message", help="a user message to add first")
-    for p in (listing, show, resume, fork):
+    from innerloop.evals import _cli as evals_cli
+
+    rerun = evals_cli.add_rerun_parser(sub)
+    for p in (listing, show, resume, fork, rerun):
         p.add_argument("--db", metavar="URL", required=True, help="the checkpoint store")
     for p in (resume, fork):
         p.add_argument("--answer", help="the answer to a suspended run (JSON, else text)")
@@ -542,6 +554,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
     try:
         if args.runs_command in ("list", "show"):
             return _read_only(args)
+        if args.runs_command == "rerun":
+            from innerloop.evals import _cli as evals_cli
+
+            return evals_cli.rerun_command(args, UsageError)
         return _continue(args)
     except driver_errors() as exc:
         raise UsageError(f"--db: {_first_line(exc)}") from None

@@ -24,6 +24,7 @@ PACKAGES = [
     "innerloop.checkpoint",
     "innerloop.observe",
     "innerloop.ui",
+    "innerloop.evals",
 ]
 
 

@@ -24,7 +24,7 @@ from innerloop.fsm._compile import CompiledMachine
 from innerloop.fsm._default import DEFAULT_SPEC
 from innerloop.fsm._spec import MachineSpec, fingerprint_of
 
-__all__ = ["MachineNotFound", "MachineRecord", "find_machine", "load_spec"]
+__all__ = ["MachineNotFound", "MachineRecord", "find_machine", "import_target", "load_spec"]
 
 
 class MachineNotFound(ValueError):
@@ -131,35 +131,47 @@ def _cwd_on_path() -> Iterator[None]:
             sys.path.remove(cwd)
 
 
-def load_spec(target: str) -> MachineSpec:
-    """The spec named by ``module:attr`` (attr may be dotted): a MachineSpec, a
-    CompiledMachine, or a function taking no argument that returns one. The module may
-    also sit in the current directory. The spec comes back with ``target`` as its
-    import path unless it names one itself. ``ValueError`` says what is wrong."""
+def import_target(
+    target: str, what: str, option: str, example: str, kinds: tuple[type, ...] | None
+) -> Any:
+    """The object ``module:attr`` names (attr may be dotted; the module may sit in the
+    current directory), called when it is a function of no argument that is none of
+    ``kinds`` (never called when ``kinds`` is None). ``ValueError`` names ``what`` was
+    wanted, ``option`` and ``example``."""
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
-        raise ValueError(f"--spec expects MODULE:ATTR (e.g. mypkg.machines:SPEC), got {target!r}")
+        raise ValueError(f"{option} expects MODULE:ATTR (e.g. {example}), got {target!r}")
     try:
         with _cwd_on_path():
             obj: Any = importlib.import_module(module_name)
         for part in attr.split("."):
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as exc:
-        raise ValueError(f"cannot load the machine {target}: {exc}") from None
-    if callable(obj) and not isinstance(obj, MachineSpec | CompiledMachine):
+        raise ValueError(f"cannot load the {what} {target}: {exc}") from None
+    if kinds is not None and callable(obj) and not isinstance(obj, kinds):
         try:
             obj = obj()
         except TypeError as exc:
             raise ValueError(
-                f"{target} is a function that needs arguments ({exc}); name a spec, or a "
+                f"{target} is a function that needs arguments ({exc}); name a {what}, or a "
                 "function that takes none"
             ) from None
+    return obj
+
+
+def load_spec(target: str) -> MachineSpec:
+    """The spec named by ``module:attr`` (attr may be dotted): a MachineSpec, a
+    CompiledMachine, or a function taking no argument that returns one. The module may
+    also sit in the current directory. The spec comes back with ``target`` as its
+    import path unless it names one itself. ``ValueError`` says what is wrong."""
+    obj = import_target(
+        target, "machine", "--spec", "mypkg.machines:SPEC", (MachineSpec, CompiledMachine)
+    )
     if isinstance(obj, CompiledMachine):
         obj = obj.spec
     if not isinstance(obj, MachineSpec):
         raise ValueError(
-            f"--spec {target}: expected a MachineSpec or CompiledMachine, got "
-            f"{type(obj).__name__}"
+            f"--spec {target}: expected a MachineSpec or CompiledMachine, got {type(obj).__name__}"
         )
     return obj if obj.import_path else obj.with_import_path(target)
 

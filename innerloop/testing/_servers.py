@@ -187,11 +187,15 @@ class LoopbackServer:
         path: str | None = None,
         output_schema: dict[str, Any] | None = None,
         output_tool: bool = False,
+        respond: Callable[[Any], ScriptStep | None] | None = None,
     ) -> None:
         """``output_schema``: every request must ask for its answer in this JSON schema, in
         the dialect's structured-output form (else a 400 names what was sent); with
         ``output_tool``, as the input schema of the ``final_result`` tool instead (and no
-        structured-output form)."""
+        structured-output form). ``respond(body)``, when given, picks the step for each
+        request from its JSON body (None: the script's next step), so concurrent runs get
+        answers by what they ask, whatever the order their requests arrive in."""
+        self.respond = respond
         self.output_schema = output_schema
         self.output_tool = output_tool
         if path is not None:  # a cloud route's path (Vertex, Azure) instead of the API's own
@@ -230,9 +234,7 @@ class LoopbackServer:
         """Append steps to the script."""
         self.script.extend(steps)
 
-    def storm(
-        self, seconds: float, retry_after: float | None = None, *, at_least: int = 0
-    ) -> None:
+    def storm(self, seconds: float, retry_after: float | None = None, *, at_least: int = 0) -> None:
         """For the next ``seconds`` (real time), and until it has answered ``at_least``
         requests, answer every request with a 429 (with ``retry_after``, if given) without
         playing the script; then play it again. ``at_least`` makes a storm meet a known
@@ -393,6 +395,12 @@ class LoopbackServer:
                 self.storm_requests.append(now)
                 return self._render(fault, stream, model)
             self._storm, self.storm_end = None, max([until, *self.storm_requests[-1:]])
+        chosen = self.respond(body) if self.respond is not None else None
+        if chosen is not None:
+            if not isinstance(chosen, STEPS):
+                names = ", ".join(k.__name__ for k in STEPS)
+                raise TypeError(f"respond gave a {type(chosen).__name__}; a step is one of {names}")
+            return self._render(chosen, stream, model)
         if self.played >= len(self.script):
             return self._error(
                 400,

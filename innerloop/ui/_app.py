@@ -10,6 +10,7 @@
     GET /api/events/{id}         server-sent events: the run's detail, then at each change
                                  its summary and the rows added since the client's last
                                  event id (``Last-Event-ID``), then ``end`` once it finished
+    GET /evals, /compare/{id}    eval reports and reruns compared (see ``_reports.py``)
 
 Only requests naming a loopback host (``127.0.0.1``, ``localhost``, ``[::1]``) or the host
 the server was given in their ``Host`` header are answered (a page elsewhere cannot rebind
@@ -45,6 +46,7 @@ from innerloop._secrets import scrub_secrets
 from innerloop.diagrams import GraphvizNotFound
 from innerloop.fsm import MachineNotFound
 from innerloop.ui._catalog import PAGE, Catalog, UnknownRun
+from innerloop.ui._reports import report_routes
 from innerloop.ui._view import LISTS
 
 __all__ = ["LOOPBACK_HOSTS", "STATIC", "create_app"]
@@ -206,6 +208,7 @@ def create_app(
         Route("/api/run/{run_id:path}", run),
         Route("/api/diagram/{run_id:path}", diagram),
         Route("/api/events/{run_id:path}", events),
+        *report_routes(catalog),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     return _Guard(Starlette(routes=routes), hosts, token)

@@ -1,0 +1,291 @@
+"""The checks an eval case's run must pass: equality, containment, a JSON schema, a Python
+predicate, a judge model, the exit reason, a time limit.
+
+Each check is a frozen object with a ``name`` and ``async evaluate(ctx) -> CheckResult |
+None`` (None: the check does not apply to this case, say equality to an expected output
+the case does not give). Any object of that shape is a check too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+import attrs
+import jsonschema
+from pydantic import BaseModel
+
+from innerloop._json import parse_json
+from innerloop.evals._summary import RunSummary
+from innerloop.fsm._state import HarnessState
+
+__all__ = [
+    "Check",
+    "CheckContext",
+    "CheckResult",
+    "Contains",
+    "Equals",
+    "ExitReason",
+    "Judge",
+    "JudgeVerdict",
+    "MatchesSchema",
+    "MaxSeconds",
+    "Predicate",
+]
+
+
+@attrs.frozen
+class CheckResult:
+    """How one check went on one case."""
+
+    name: str
+    passed: bool
+    reason: str = ""
+    cost_usd: float | None = 0.0
+    """What the check itself cost (a judge's model calls; None when unpriced)."""
+    tokens: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+class JudgeVerdict(BaseModel):
+    """What a judge model answers (its typed output)."""
+
+    passed: bool
+    reason: str
+
+
+AskJudge = Callable[[str | None, str], Awaitable[HarnessState[JudgeVerdict]]]
+"""``ask(model, prompt)``: a judge run's final state (``model`` None: the default)."""
+
+
+@attrs.frozen
+class CheckContext:
+    """What a check sees of one case and its run."""
+
+    case_name: str
+    prompt: str
+    expected_output: Any
+    run: RunSummary
+    state: HarnessState[Any]
+    ask_judge: AskJudge
+
+    @property
+    def output(self) -> Any:
+        return self.run.output
+
+
+@runtime_checkable
+class Check(Protocol):
+    """A check: a ``name`` and ``evaluate(ctx)``."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def evaluate(self, ctx: CheckContext) -> CheckResult | None: ...
+
+
+def _strings(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(map(str, values))
+
+
+def _mapping(value: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(value)
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+_UNSET: Any = _Unset()
+
+
+@attrs.frozen
+class Equals:
+    """The output equals ``value`` (without one: the case's ``expected_output``; a case
+    without an expected output is not checked)."""
+
+    value: Any = _UNSET
+
+    @property
+    def name(self) -> str:
+        return "equals" if self.value is not _UNSET else "equals_expected"
+
+    async def evaluate(self, ctx: CheckContext) -> CheckResult | None:
+        want = ctx.expected_output if self.value is _UNSET else self.value
+        if self.value is _UNSET and want is None:
+            return None
+        got = ctx.output
+        if got == want:
+            return CheckResult(self.name, True)
+        return CheckResult(self.name, False, f"expected {_short(want)}, got {_short(got)}")
+
+
+@attrs.frozen
+class Contains:
+    """The output's text (its JSON for a typed output) contains ``value``."""
+
+    value: str
+    case_sensitive: bool = True
+
+    @property
+    def name(self) -> str:
+        return "contains"
+
+    async def evaluate(self, ctx: CheckContext) -> CheckResult | None:
+        out = ctx.output
+        text = out if isinstance(out, str) else json.dumps(out)
+        needle = self.value
+        if not self.case_sensitive:
+            text, needle = text.casefold(), needle.casefold()
+        if needle in text:
+            return CheckResult(self.name, True)
+        return CheckResult(self.name, False, f"{self.value!r} not in {_short(out)}")
+
+
+@attrs.frozen
+class MatchesSchema:
+    """The output is JSON matching ``schema`` (a typed output's data, or the text parsed
+    as JSON). The schema is checked when the check is built."""
+
+    schema: Mapping[str, Any] = attrs.field(converter=_mapping)
+
+    @schema.validator
+    def _valid(self, _: Any, schema: dict[str, Any]) -> None:
+        try:
+            jsonschema.validators.validator_for(schema).check_schema(schema)
+        except jsonschema.SchemaError as exc:
+            raise ValueError(f"MatchesSchema: the schema is not valid: {exc.message}") from None
+
+    @property
+    def name(self) -> str:
+        return "matches_schema"
+
+    async def evaluate(self, ctx: CheckContext) -> CheckResult | None:
+        data = ctx.output
+        if isinstance(data, str):
+            try:
+                data = parse_json(data)
+            except ValueError as exc:
+                return CheckResult(self.name, False, f"the output is not JSON: {exc}")
+        validator = jsonschema.validators.validator_for(self.schema)(self.schema)
+        problems = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+        if not problems:
+            return CheckResult(self.name, True)
+        first = problems[0]
+        where = "/".join(map(str, first.absolute_path)) or "(root)"
+        return CheckResult(self.name, False, f"{where}: {first.message}")
+
+
+@attrs.frozen
+class Predicate:
+    """``fn(ctx)`` holds: a function of the :class:`CheckContext` returning a bool (or a
+    str, a reason to fail; '' passes)."""
+
+    fn: Callable[[CheckContext], bool | str]
+    label: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.label or str(getattr(self.fn, "__name__", "predicate"))
+
+    async def evaluate(self, ctx: CheckContext) -> CheckResult | None:
+        verdict = self.fn(ctx)
+        if isinstance(verdict, str):
+            return CheckResult(self.name, not verdict, verdict)
+        return CheckResult(self.name, bool(verdict), "" if verdict else "the predicate is false")
+
+
+@attrs.frozen
+class ExitReason:
+    """The run ended in one of ``reasons``. A case without an ``ExitReason`` check must end
+    in ``model_complete`` or ``tasks_complete``."""
+
+    reasons: tuple[str, ...] = attrs.field(converter=_strings)
+
+    @property
+    def name(self) -> str:
+        return "exit_reason"
+
+    async def evaluate(self, ctx: CheckContext) -> CheckResult | None:
+        got = ctx.run.exit_reason
+        if got in self.reasons:
+            return CheckResult(self.name, True)
+        want = " or ".join(self.reasons)
+        return CheckResult(self.name, False, f"the run ended in {got}, not {want}")
+
+
+FINISHED = ExitReason(("model_complete", "tasks_complete"))
+
+
+@attrs.frozen
+class MaxSeconds:
+    """The run took at most ``seconds`` of wall time."""
+
+    seconds: float
+
+    @property
+    def name(self) -> str:
+        return "max_seconds"
+
+    async def evaluate(self, ctx: CheckContext) -> CheckResult | None:
+        took = ctx.run.seconds or 0.0
+        if took <= self.seconds:
+            return CheckResult(self.name, True)
+        return CheckResult(self.name, False, f"took {took:.3f} s, over {self.seconds} s")
+
+
+JUDGE_SYSTEM = (
+    "You grade the answer of an AI assistant against a rubric. Answer with JSON: "
+    '{"passed": true or false, "reason": "one sentence"}.'
+)
+
+
+@attrs.frozen
+class Judge:
+    """A judge model grades the output against ``rubric``. It runs through innerloop, on
+    any provider: ``model`` (``"provider:model-id"``) or the eval's judge model, with the
+    eval's judge providers. Its answer is typed (:class:`JudgeVerdict`), repaired once
+    when malformed; its tokens and cost are the check's own."""
+
+    rubric: str
+    model: str | None = None
+    include_prompt: bool = True
+    include_expected: bool = True
+
+    @property
+    def name(self) -> str:
+        return "judge"
+
+    def prompt(self, ctx: CheckContext) -> str:
+        """What the judge is asked."""
+        parts = [f"<rubric>\n{self.rubric}\n</rubric>"]
+        if self.include_prompt:
+            parts.append(f"<prompt>\n{ctx.prompt}\n</prompt>")
+        if self.include_expected and ctx.expected_output is not None:
+            parts.append(f"<expected>\n{_as_text(ctx.expected_output)}\n</expected>")
+        parts.append(f"<answer>\n{_as_text(ctx.output)}\n</answer>")
+        return "\n".join(parts)
+
+    async def evaluate(self, ctx: CheckContext) -> CheckResult | None:
+        state = await ctx.ask_judge(self.model, self.prompt(ctx))
+        tokens, cost = state.usage.total_tokens, state.cost_usd
+        verdict = state.output
+        if verdict is None:
+            raise RuntimeError(
+                f"the judge gave no verdict (its run ended in {state.exit_reason}); check the "
+                "judge model and providers"
+            )
+        return CheckResult(self.name, verdict.passed, verdict.reason, cost, tokens)
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)

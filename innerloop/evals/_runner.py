@@ -1,0 +1,161 @@
+"""Running an eval: every case's prompt through a harness, at most ``concurrency`` runs at
+a time, each run's path and figures recorded, then its checks."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from innerloop._harness import Harness
+from innerloop.evals._checks import (
+    FINISHED,
+    JUDGE_SYSTEM,
+    CheckContext,
+    CheckResult,
+    ExitReason,
+    Judge,
+    JudgeVerdict,
+)
+from innerloop.evals._dataset import Case, Dataset
+from innerloop.evals._report import CaseResult, EvalReport
+from innerloop.evals._summary import RunSummary, transitions
+from innerloop.fsm._params import HarnessParams
+from innerloop.fsm._state import HarnessState
+from innerloop.providers._base import Provider
+
+__all__ = ["Judges", "run_eval", "run_eval_sync"]
+
+
+class Judges:
+    """The judge harnesses of one eval, one per judge model, built when first asked."""
+
+    def __init__(
+        self,
+        harness: Harness[Any],
+        model: str | None,
+        providers: Mapping[str, Provider] | Iterable[Provider] | None,
+    ) -> None:
+        self.model = model or str(harness.params.model)
+        self.providers = providers if providers is not None else harness.providers
+        self.harness = harness
+        self.harnesses: dict[str, Harness[JudgeVerdict]] = {}
+
+    def prepare(self, dataset: Dataset) -> None:
+        """Build the harness of every judge the dataset's checks name, so a judge model
+        without a provider is refused before any case runs."""
+        for check in (*dataset.checks, *(c for case in dataset.cases for c in case.checks)):
+            if isinstance(check, Judge):
+                self.harness_for(check.model)
+
+    async def ask(self, model: str | None, prompt: str) -> HarnessState[JudgeVerdict]:
+        return await self.harness_for(model).run(prompt)
+
+    def harness_for(self, model: str | None) -> Harness[JudgeVerdict]:
+        name = model or self.model
+        harness = self.harnesses.get(name)
+        if harness is None:
+            params = HarnessParams(
+                model=name, system=JUDGE_SYSTEM, output_type=JudgeVerdict, max_output_repairs=1
+            )
+            under_test = self.harness  # the judges share its clock, tokenizer and gates
+            harness = self.harnesses[name] = Harness(
+                params,
+                self.providers,
+                clock=under_test.clock,
+                token_counter=under_test.token_counter,
+                gates=under_test.gates,
+            )
+        return harness
+
+
+async def _run_case(
+    case: Case, dataset: Dataset, harness: Harness[Any], judges: Judges
+) -> CaseResult:
+    started = time.perf_counter()
+    try:
+        run = harness.start(case.prompt)
+        path = await transitions(run)
+    except Exception as exc:
+        return CaseResult(case.name, "error", error=f"the run raised {type(exc).__name__}: {exc}")
+    state = run.state
+    summary = RunSummary.of(state, path, seconds=time.perf_counter() - started, run_id=run.run_id)
+    checks = [*case.checks, *dataset.checks]
+    if not any(isinstance(c, ExitReason) for c in checks):
+        checks.insert(0, FINISHED)
+    ctx = CheckContext(case.name, case.prompt, case.expected_output, summary, state, judges.ask)
+    results: list[CheckResult] = []
+    for check in checks:
+        try:
+            result = await check.evaluate(ctx)
+        except Exception as exc:
+            error = f"check {check.name} raised {type(exc).__name__}: {exc}"
+            return CaseResult(case.name, "error", tuple(results), summary, error)
+        if result is not None:
+            results.append(result)
+    if all(r.passed for r in results):
+        return CaseResult(case.name, "passed", tuple(results), summary)
+    return CaseResult(case.name, "failed", tuple(results), summary)
+
+
+async def run_eval(
+    dataset: Dataset,
+    harness: Harness[Any],
+    *,
+    concurrency: int = 8,
+    judge_model: str | None = None,
+    judge_providers: Mapping[str, Provider] | Iterable[Provider] | None = None,
+    on_result: Callable[[CaseResult], None] | None = None,
+) -> EvalReport:
+    """Run every case of ``dataset`` through ``harness``, at most ``concurrency`` at a time,
+    and check each run. A ``Judge`` check asks ``judge_model`` (default: the harness's
+    model) through ``judge_providers`` (default: the harness's providers); a judge model
+    without a provider (or bad judge params) raises before any case runs. ``on_result``
+    sees each case's result as it is known (for progress)."""
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+    judges = Judges(harness, judge_model, judge_providers)
+    judges.prepare(dataset)
+    gate = asyncio.Semaphore(concurrency)
+    started = time.perf_counter()
+
+    async def one(case: Case) -> CaseResult:
+        async with gate:
+            result = await _run_case(case, dataset, harness, judges)
+        if on_result is not None:
+            on_result(result)
+        return result
+
+    results = await asyncio.gather(*(one(case) for case in dataset.cases))
+    return EvalReport(tuple(results), time.perf_counter() - started, concurrency, dataset.name)
+
+
+def run_eval_sync(
+    dataset: Dataset,
+    harness: Harness[Any],
+    *,
+    concurrency: int = 8,
+    judge_model: str | None = None,
+    judge_providers: Mapping[str, Provider] | Iterable[Provider] | None = None,
+    on_result: Callable[[CaseResult], None] | None = None,
+) -> EvalReport:
+    """:func:`run_eval` for code without an event loop (it raises inside one: there,
+    ``await run_eval(...)``)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(
+            run_eval(
+                dataset,
+                harness,
+                concurrency=concurrency,
+                judge_model=judge_model,
+                judge_providers=judge_providers,
+                on_result=on_result,
+            )
+        )
+    raise RuntimeError(
+        "run_eval_sync was called inside a running event loop, which it would block; "
+        "use `await run_eval(...)` there"
+    )
