@@ -41,7 +41,8 @@ def test_a_broken_link_fails_and_a_page_outside_the_nav_does_not(tmp_path: Path)
     shutil.copytree(DOCS, tmp_path / "docs", symlinks=True)
     shutil.copytree(ROOT / "diagrams", tmp_path / "diagrams")
     shutil.copy(ROOT / "mkdocs.yml", tmp_path / "mkdocs.yml")
-    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    for api in (tmp_path / "docs" / "reference" / "api").glob("innerloop*.md"):
+        api.write_text(f"# {api.stem}\n")  # the reference is not what is tested here: quicker
     page = tmp_path / "docs" / "guides" / "new-topic.md"
     page.write_text("# A new topic\n\nSee [the machine](../concepts/machin.md).\n")
     done = build(tmp_path / "mkdocs.yml", tmp_path / "site")
