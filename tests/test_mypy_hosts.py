@@ -29,6 +29,7 @@ TYPED_PAGES = [
     "docs/guides/custom-states.md",
     "docs/guides/diagrams.md",
     "docs/guides/embed.md",
+    "docs/guides/live-view.md",
     "docs/guides/mcp.md",
     "docs/guides/pause-resume-fork.md",
     "docs/guides/providers.md",
