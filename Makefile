@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint diagrams screenshot bench guard mutation setup clean
+.PHONY: demo test lint diagrams docs docs-build screenshot bench guard mutation setup clean
 
 demo: $(STAMP)
 	$(PY) -m innerloop demo
@@ -19,6 +19,14 @@ lint: $(STAMP)
 
 diagrams: $(STAMP)
 	$(PY) -m innerloop diagram --write-all diagrams
+
+# The manual (mkdocs.yml, docs/): served with live reload, or built strictly into site/.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs
+docs: $(STAMP)
+	$(MKDOCS) serve
+
+docs-build: $(STAMP)
+	$(MKDOCS) build --strict
 
 screenshot: $(STAMP)
 	INNERLOOP_SCREENSHOT=1 $(PY) -m pytest -q tests/ui/test_browser.py -k demo_run

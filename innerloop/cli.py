@@ -1,6 +1,6 @@
 """Command line: ``innerloop run | runs | demo | diagram | ui | eval``.
 
-Exit codes (also in README.md):
+Exit codes (also in docs/reference/cli.md):
 
 ====  ==========================================================
 0     the model finished (model_complete or tasks_complete)

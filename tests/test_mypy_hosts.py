@@ -1,5 +1,5 @@
 """Host programs type-check under ``mypy --strict`` outside the repo, against the project
-installed editable (``pip install -e``, as ``make`` installs it): the README's snippets and
+installed editable (``pip install -e``, as ``make`` installs it): the manual's examples and
 small typed hosts, in a temporary directory, with a fresh virtual environment whose only
 innerloop is this tree's editable install (the other packages come from this interpreter's
 site-packages through a path entry)."""
@@ -15,21 +15,31 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
+from tests.docs._pages import python_blocks, skipped
 
-FRAGMENTS = {
-    # each snippet below uses names an earlier snippet or the reader defines, or awaits at
-    # the top level; each is keyed by its first line
-    "from opentelemetry import trace": "Harness, params, providers",
-    "from innerloop.diagrams import build_diagram, load_trace, render, to_mermaid": "run, spec",
-    "spec = DEFAULT_SPEC.insert_between(": "approve_handler, ask, execute_approved",
-    "from innerloop import Harness": "params, providers (with_approval)",
-    "# myproject/loops.py": "anthropic_provider, tools=[...]",
-    "from temporalio.client import Client": "await at the top level",
-    'handle = await loops.start("support", "Remove build.log", id="ticket-4712")': "loops",
-}
-"""README snippets mypy does not check, with what each leaves undefined."""
+ROOT = Path(__file__).resolve().parents[1]
+
+TYPED_PAGES = [
+    "README.md",
+    "docs/getting-started.md",
+    "docs/concepts/bounded-loops.md",
+    "docs/event-log.md",
+    "docs/tools.md",
+    "docs/guides/conversations.md",
+    "docs/guides/custom-states.md",
+    "docs/guides/diagrams.md",
+    "docs/guides/embed.md",
+    "docs/guides/live-view.md",
+    "docs/guides/mcp.md",
+    "docs/guides/pause-resume-fork.md",
+    "docs/guides/providers.md",
+    "docs/guides/sandbox.md",
+    "docs/guides/testing.md",
+    "docs/guides/tracing.md",
+    "docs/guides/typed-output.md",
+]
+"""The pages whose runnable examples (every ```python block not fenced
+``{test="skip"}``) must pass ``mypy --strict`` as user code."""
 
 HOST = '''\
 """A newcomer's host: the event loop, a typed answer, the test helpers."""
@@ -106,15 +116,16 @@ print(state.output.city)
 """A deliberate type error: the answer may be None (so the check can fail)."""
 
 
-def readme_snippets() -> list[str]:
-    """Every Python snippet of the README, in order."""
-    return re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
-
-
 def checked_snippets() -> dict[str, str]:
-    """The snippets mypy checks, by the file each is written to."""
-    whole = [code for code in readme_snippets() if code.splitlines()[0] not in FRAGMENTS]
-    return {f"readme_{i}.py": code for i, code in enumerate(whole, start=1)}
+    """The examples mypy checks, by the file each is written to (named after its page
+    and line)."""
+    found = {}
+    for example in python_blocks():
+        page = example.path.relative_to(ROOT).as_posix()
+        if page in TYPED_PAGES and not skipped(example):
+            name = re.sub(r"\W", "_", example.path.relative_to(ROOT).with_suffix("").as_posix())
+            found[f"{name}_{example.start_line}.py"] = example.source
+    return found
 
 
 def _output(python: Path, code: str) -> str:
@@ -162,7 +173,7 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def report(venv: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
-    """``mypy --strict`` once over the host programs and the README's snippets, in a
+    """``mypy --strict`` once over the host programs and the manual's examples, in a
     directory outside the repo: its error lines by file."""
     where = tmp_path_factory.mktemp("hosts")
     files = {"host.py": HOST, "wrong.py": WRONG, **checked_snippets()}
@@ -209,17 +220,17 @@ def test_a_type_error_is_reported(report: dict[str, list[str]]) -> None:
     ]
 
 
-def test_readme_snippets_pass_mypy_strict(report: dict[str, list[str]]) -> None:
-    """Every README snippet that is a whole program type-checks under ``--strict``."""
+def test_the_manual_examples_pass_mypy_strict(report: dict[str, list[str]]) -> None:
+    """Every runnable example of the typed pages type-checks under ``--strict``."""
     snippets = checked_snippets()
-    failing = {snippets[k].splitlines()[0]: v for k, v in report.items() if k in snippets and v}
+    failing = {name: errors for name, errors in report.items() if name in snippets and errors}
     assert failing == {}, failing
 
 
-def test_the_event_loop_and_typed_output_snippets_are_checked() -> None:
-    """The snippets this check is for are not left out as fragments, and each fragment
-    named above is still in the README (a renamed one would otherwise be skipped)."""
+def test_the_event_loop_and_typed_output_examples_are_checked() -> None:
+    """The examples this check is for are among those checked, and every typed page
+    exists (a renamed one would otherwise be left out)."""
     checked = "\n".join(checked_snippets().values())
     assert "match event:" in checked
     assert checked.count("output_type=Weather") == 2
-    assert set(FRAGMENTS) <= {code.splitlines()[0] for code in readme_snippets()}
+    assert all((ROOT / page).is_file() for page in TYPED_PAGES)

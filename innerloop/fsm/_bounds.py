@@ -192,7 +192,7 @@ class CycleProof:
 @attrs.frozen
 class LoopProof:
     """Every simple cycle of a machine with the budgets that bound it (``str()`` writes
-    it out; README's "Every loop ends" shows the default machine's)."""
+    it out; docs/concepts/bounded-loops.md shows the default machine's)."""
 
     machine: str
     cycles: tuple[CycleProof, ...]

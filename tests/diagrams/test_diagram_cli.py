@@ -102,12 +102,16 @@ class TestRepositoryDiagrams:
 
 
 def test_readme_diagram_fresh() -> None:
-    """README's Diagrams section shows the current default machine in Mermaid."""
-    readme = (REPO_DIAGRAMS.parent / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("\n## Diagrams\n") :]
+    """The machine page's diagram section (docs/concepts/machine.md) shows the current
+    default machine in Mermaid."""
+    page = REPO_DIAGRAMS.parent / "docs" / "concepts" / "machine.md"
+    text = page.read_text(encoding="utf-8")
+    section = text[text.index("\n## The diagram\n") :]
     block = section[section.index("```mermaid\n") + len("```mermaid\n") :]
     fresh = to_mermaid(build_diagram(DEFAULT_SPEC))
-    assert block[: block.index("```\n")] == fresh, "copy diagrams/innerloop.mmd into README"
+    assert block[: block.index("```\n")] == fresh, (
+        "copy diagrams/innerloop.mmd into docs/concepts/machine.md"
+    )
 
 
 def test_spec_module_in_current_directory(

@@ -22,7 +22,8 @@ from innerloop.fsm import (
 from innerloop.fsm._guards import turn_limit
 
 T = TransitionSpec
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "concepts" / "bounded-loops.md"
+"""The manual's page on why every loop ends."""
 FIX = (
     "so a run could go round it forever; declare the budget a guard on it bounds "
     "(guard(spends='name') on a guard that holds only while the budget is left, or "
@@ -111,7 +112,7 @@ def test_unbounded_cycle_is_refused_naming_it() -> None:
         f"approve -> ask [wants_more]; ask -> approve), {FIX}"
         "TransitionSpec('approve', 'ask', 'wants_more'), why='...')"
     )
-    assert f"SpecError: {err.value}\n" in README.read_text(encoding="utf-8")
+    assert f"SpecError: {err.value}\n" in PAGE.read_text(encoding="utf-8")
 
 
 def test_self_loop_without_budget_is_refused() -> None:
@@ -202,15 +203,15 @@ def test_guard_declaration_validated() -> None:
 
 
 def test_readme_shows_the_default_proof() -> None:
-    """README's "Every loop ends" block is loop_proof(DEFAULT_SPEC), as generated."""
-    text = README.read_text(encoding="utf-8")
+    """The "Every loop ends" page shows loop_proof(DEFAULT_SPEC), as generated."""
+    text = PAGE.read_text(encoding="utf-8")
     found = re.search(
-        r"### Every loop ends\n.*?`str\(loop_proof\(DEFAULT_SPEC\)\)` writes it"
+        r"# Every loop ends\n.*?`str\(loop_proof\(DEFAULT_SPEC\)\)` writes it"
         r".*?```text\n(.*?)```",
         text,
         re.S,
     )
     assert found is not None
     assert found.group(1) == str(loop_proof(DEFAULT_SPEC)), (
-        "paste str(innerloop.fsm.loop_proof(DEFAULT_SPEC)) into README's Every loop ends"
+        "paste str(innerloop.fsm.loop_proof(DEFAULT_SPEC)) into docs/concepts/bounded-loops.md"
     )

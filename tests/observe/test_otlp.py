@@ -98,10 +98,12 @@ def test_spans_reach_a_real_otlp_receiver(make_harness: Any) -> None:
 
 
 def test_readme_tracing_snippet_sends_spans(make_harness: Any) -> None:
-    """The README's tracing snippet, run as written against a receiver on loopback (the
-    exporter's endpoint comes from the environment, as the comment says)."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    code = re.search(r"## Seeing a run: tracing and logging\n.*?```python\n(.*?)```", readme, re.S)
+    """The tracing guide's OTLP snippet (a fragment there: it uses the host's harness),
+    run as written against a receiver on loopback (the exporter's endpoint comes from the
+    environment, as the comment says)."""
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "tracing.md").read_text()
+    fence = r'```python \{test="skip"\}\n(from opentelemetry import trace\n.*?)```'
+    code = re.search(fence, guide, re.S)
     assert code is not None
     port = _free_port()
     params = HarnessParams(model="scripted:m-20250101", system="s")
@@ -115,7 +117,7 @@ def test_readme_tracing_snippet_sends_spans(make_harness: Any) -> None:
     env = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
     os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{port}"
     try:
-        exec(compile(code.group(1), "README.md", "exec"), namespace)
+        exec(compile(code.group(1), "tracing.md", "exec"), namespace)
 
         async def scenario() -> Span:
             settings = OtelTapHttpProtobufReceiverSettings(http_port=port)

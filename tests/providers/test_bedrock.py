@@ -6,9 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -542,33 +540,6 @@ class TestHarness:
             {"role": "tool", "tool_call_id": "toolu_01C", "content": "echo:hi"},
         ]
         assert state.history[-1] == Message.assistant("It said echo:hi.")
-
-
-README = Path(__file__).resolve().parents[2] / "README.md"
-
-
-def test_the_readme_example_runs(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """The README's Bedrock example, as written, with credentials from the environment
-    (boto3's chain) and the SDK's base-URL variable pointing at the loopback server."""
-    text = README.read_text()
-    code = re.search(
-        r"Bedrock, falling back to Anthropic's own API:\n\n```python\n(.*?)```", text, re.S
-    )
-    assert code is not None
-    with BedrockServer([reply("GET.")]) as server:
-        monkeypatch.setenv("AWS_ACCESS_KEY_ID", server.access_key)
-        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", server.secret_key)
-        monkeypatch.setenv("ANTHROPIC_BEDROCK_BASE_URL", server.url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-readme-fallback")
-        exec(compile(code.group(1), "README.md", "exec"), {})
-        sent = server.requests[0]
-    assert capsys.readouterr().out == "model_complete GET.\n"
-    assert (
-        sent.path
-        == "/model/us.anthropic.claude-sonnet-4-5-20250929-v1:0/invoke-with-response-stream"
-    )
 
 
 class TestReasoning:

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("transport", ["wire", "sdk"])
 def test_concurrency_bench_smoke(transport: str) -> None:
     """20 loops through the loopback server: every loop completes, and the report holds
-    the figures the README quotes."""
+    the figures the manual quotes."""
     argv = [sys.executable, str(ROOT / "bench" / "concurrency.py"), "--loops", "20"]
     argv += ["--transport", transport, "--gc", "off", "--chunk-interval", "0.005"]
     argv += ["--tool-seconds", "0.05", "--arrival-rate", "200"]

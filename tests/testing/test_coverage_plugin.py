@@ -15,7 +15,7 @@ pytest_plugins = ["pytester"]
 
 @pytest.fixture(autouse=True)
 def _project_settings(pytester: pytest.Pytester) -> None:
-    """The sample project's pytest settings: async tests as the README shows them."""
+    """The sample project's pytest settings: async tests as the testing guide shows them."""
     pytester.makeini(
         "[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n"
     )

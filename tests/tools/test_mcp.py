@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from innerloop import Harness, HarnessParams, HarnessState, ToolDefinitionError, ToolResultBlock
-from innerloop.testing import AnthropicServer, ScriptedProvider, reply, tool_call
+from innerloop.testing import ScriptedProvider, reply, tool_call
 from innerloop.tools import MCPServer, MCPServerError, ToolOutput, Toolset, tool
 
 DEMO = str(Path(__file__).parent / "mcp_servers" / "demo.py")
@@ -657,23 +657,3 @@ class TestHostileServer:
         with pytest.raises(ToolDefinitionError) as again:
             hostile("many", "1", max_pages=2.5)
         assert str(again.value) == "MCPServer max_pages must be an int, got 2.5"
-
-
-class TestReadme:
-    def test_mcp_example_runs(
-        self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-    ) -> None:
-        """The README's MCP example completes against an Anthropic-compatible loopback
-        server, the time server's answer going back to the model."""
-        readme = Path(__file__).resolve().parents[2] / "README.md"
-        code = re.search(r"### MCP servers\n.*?```python\n(.*?)```", readme.read_text(), re.S)
-        assert code is not None
-        args = {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}
-        script = [reply(tool_call("convert_time", args)), reply("21:00 in Tokyo.")]
-        with AnthropicServer(script) as api:
-            monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-readme")
-            monkeypatch.setenv("ANTHROPIC_BASE_URL", api.base_url)
-            exec(compile(code.group(1), "README.md", "exec"), {})
-            tool_result = api.requests[1].body["messages"][-1]["content"][0]
-        assert capsys.readouterr().out == "model_complete 21:00 in Tokyo.\n"
-        assert json.loads(tool_result["content"])["time_difference"] == "+9.0h"

@@ -1,6 +1,6 @@
 """The page in a real headless Chromium (Debian's chromium and chromium-driver, through
 Selenium): it lists the demo's runs, highlights the state of a live run as it advances,
-draws one chart point per turn, and takes the screenshot the README shows (docs/ui.png, written
+draws one chart point per turn, and takes the screenshot the manual shows (docs/ui.png, written
 there when ``INNERLOOP_SCREENSHOT=1``, as ``make screenshot`` sets it, so that a test run does
 not change the repository; elsewhere under the test's temporary folder)."""
 

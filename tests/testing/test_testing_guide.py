@@ -1,5 +1,5 @@
-"""The README's 'Testing your loop' test module runs as written, under pytest with the
-settings the README gives (pytest-asyncio in auto mode)."""
+"""The testing guide's test module (docs/guides/testing.md) runs as written, under pytest
+with the settings the guide gives (pytest-asyncio in auto mode)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "testing.md"
 
 
 def test_the_scenario_tests_pass(pytester: pytest.Pytester) -> None:
     """Its sync scenario test and its async handler test both pass (none skipped)."""
-    section = README.read_text().split("## Testing your loop\n", 1)[1].split("\n## ", 1)[0]
+    section = GUIDE.read_text()
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
     module = next(b for b in blocks if "async def test_" in b)
     toml = re.search(r"```toml\n(.*?)```", section, re.S)
