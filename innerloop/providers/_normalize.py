@@ -43,6 +43,7 @@ __all__ = [
     "RequestSettings",
     "WireRequest",
     "build_request",
+    "check_sendable",
     "native_output",
     "normalize",
     "output_tool_used",
@@ -183,6 +184,15 @@ def normalize(messages: Sequence[Message], dialect: Dialect | str) -> list[dict[
     if dialect == "responses":
         return _responses_input(messages)
     raise ValueError(f"unknown dialect {dialect!r}; expected one of {', '.join(DIALECTS)}")
+
+
+def check_sendable(messages: Sequence[Message], dialects: Sequence[str]) -> None:
+    """Raise :class:`~innerloop.ContentError` for the first block of ``messages`` that one of
+    ``dialects`` cannot take (a dialect outside :data:`DIALECTS`, such as a scripted
+    provider's, takes anything)."""
+    for dialect in dict.fromkeys(dialects):
+        if dialect in DIALECTS:
+            normalize(messages, dialect)
 
 
 # -- Anthropic --------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from innerloop import (
     ContentError,
     DocumentBlock,
     HarnessParams,
+    HarnessState,
     ImageBlock,
     Message,
     RecoveryPolicy,
@@ -409,14 +410,31 @@ class TestFallback:
         assert (state.exit_reason, state.history[-1].text) == ("model_complete", "read it")
         assert o.requests[0].body["messages"] == normalize([_question()], "openai")
 
-    def test_a_url_the_fallback_cannot_take_is_a_clear_error(self, make_harness: Any) -> None:
-        """A PDF by URL cannot go to Chat Completions: the fallback raises ContentError
-        before sending anything, instead of dropping the document."""
+    def test_a_prompt_a_fallback_cannot_take_is_refused_at_start(self, make_harness: Any) -> None:
+        """A PDF by URL cannot go to Chat Completions, a fallback of the chain: the run is
+        refused when it starts, before any request."""
         question = Message.user([TextBlock("Read this."), DocumentBlock.from_url(PDF_URL)])
+        with AnthropicServer([reply("never")]) as a, OpenAIServer([reply("never")]) as o:
+            harness = _anthropic_then_chat(make_harness, a, o)
+            with pytest.raises(ContentError, match="Chat Completions takes no file by URL"):
+                harness.start(question)
+            assert (a.requests, o.requests) == ([], [])
+
+    def test_a_fallback_that_cannot_take_the_history_is_a_clear_error(
+        self, make_harness: Any
+    ) -> None:
+        """A history given with the state is not checked at start: falling back to Chat
+        Completions raises ContentError when the request is built, before it is sent,
+        instead of dropping the document."""
+        state = HarnessState()
+        state.history += [
+            Message.user([TextBlock("Read this."), DocumentBlock.from_url(PDF_URL)]),
+            Message.assistant("Read."),
+        ]
         with AnthropicServer([RateLimit(None)]) as a, OpenAIServer([reply("never")]) as o:
             harness = _anthropic_then_chat(make_harness, a, o)
             with pytest.raises(ContentError, match="Chat Completions takes no file by URL"):
-                harness.run_sync(question)
+                harness.run_sync("Summarize it.", state=state)
             assert o.requests == []
         assert a.requests[0].body["messages"][0]["content"][1] == {
             "type": "document",
