@@ -208,10 +208,11 @@ def message_text(message: Message) -> Iterable[str]:
             yield json.dumps(block.input, separators=(",", ":"))
         elif isinstance(block, ToolResultBlock):
             yield block.content
-        elif isinstance(block, DocumentBlock) and block.title:
-            yield block.title
-        if isinstance(block, DocumentBlock) and block.media_type == "text/plain":
-            yield block.text
+        elif isinstance(block, DocumentBlock):
+            if block.title:
+                yield block.title
+            if block.media_type == "text/plain":
+                yield block.text
 
 
 def pdf_pages(block: DocumentBlock) -> int:

@@ -367,22 +367,18 @@ class TestOverTheWire:
                 client: Any = anthropic.Anthropic(
                     api_key=KEY, base_url=server.base_url, max_retries=0
                 )
-                with pytest.raises(anthropic.BadRequestError) as caught:
-                    client.messages.create(
-                        model="m", max_tokens=10, messages=[{"role": "user", "content": content}]
-                    )
+                send, field = client.messages.create, "messages"
+                refused: type[Exception] = anthropic.BadRequestError
+                extra: dict[str, Any] = {"max_tokens": 10}
             else:
                 client = openai.OpenAI(api_key=KEY, base_url=server.base_url, max_retries=0)
-                send = (
-                    client.chat.completions.create
-                    if server_class is OpenAIServer
-                    else client.responses.create
-                )
-                field = "messages" if server_class is OpenAIServer else "input"
-                with pytest.raises(openai.BadRequestError) as caught:
-                    send(model="m", **{field: [{"role": "user", "content": content}]})
+                chat = server_class is OpenAIServer
+                send = client.chat.completions.create if chat else client.responses.create
+                field, refused, extra = "messages" if chat else "input", openai.BadRequestError, {}
+            with pytest.raises(refused) as caught:
+                send(model="m", **{field: [{"role": "user", "content": content}]}, **extra)
             assert server.played == 0
-        body = caught.value.body
+        body: Any = getattr(caught.value, "body", None)
         error = body.get("error", body) if isinstance(body, dict) else {}
         assert error["message"] == message
 
