@@ -282,7 +282,7 @@ def _data_url(block: ImageBlock | DocumentBlock) -> str:
     return block.url or f"data:{block.media_type};base64,{block.data}"
 
 
-def document_text(block: DocumentBlock) -> str:
+def _document_text(block: DocumentBlock) -> str:
     """A plain-text document as the text part it becomes on Chat Completions (which takes
     files as PDFs only): its text between ``<document>`` tags naming its title."""
     name = block.title or block.filename
@@ -300,7 +300,7 @@ def _openai_document(block: DocumentBlock) -> dict[str, Any]:
             "openai",
         )
     if block.media_type == "text/plain":  # declared conversion: files are PDFs only here
-        return {"type": "text", "text": document_text(block)}
+        return {"type": "text", "text": _document_text(block)}
     return {"type": "file", "file": {"filename": block.name, "file_data": _data_url(block)}}
 
 
