@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 # first, before the heavy imports: the command line's abort signals (see innerloop._boot)
 import innerloop._boot  # noqa: F401
 from innerloop._errors import (
+    ContentError,
     ErrorCategory,
     InnerloopError,
     ParamsError,
@@ -26,6 +27,7 @@ from innerloop._events import Event
 from innerloop._harness import Harness
 from innerloop._lazy import lazy_names
 from innerloop._messages import (
+    DocumentBlock,
     ImageBlock,
     Message,
     ModelResponse,
@@ -43,6 +45,7 @@ from innerloop.fsm import (
     HarnessState,
     MachineSpec,
     ModelChoice,
+    PromptCache,
     SpendBudget,
     StateSpec,
     Thinking,
@@ -61,6 +64,8 @@ __getattr__ = lazy_names(__name__, {"builtin_tools": "innerloop.tools._builtins"
 
 __all__ = [
     "DEFAULT_SPEC",
+    "ContentError",
+    "DocumentBlock",
     "ErrorCategory",
     "Event",
     "EventLog",
@@ -74,6 +79,7 @@ __all__ = [
     "ModelChoice",
     "ModelResponse",
     "ParamsError",
+    "PromptCache",
     "ProviderError",
     "RecoveryPolicy",
     "RedactedThinkingBlock",

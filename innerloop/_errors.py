@@ -4,6 +4,8 @@
     ├── ParamsError (ValueError)      bad HarnessParams, raised at construction
     ├── SpecError (ValueError)        a machine spec that cannot run, raised at compile
     ├── ToolDefinitionError (ValueError)  a tool that cannot be defined
+    ├── ContentError (ValueError)     a content block that is malformed, or that the
+    │                                 provider of the request cannot take
     ├── ConversionError (ValueError)  data that cannot be written as, or read from, JSON
     ├── ResumeError (ValueError)      a resume that cannot go on: the run is not suspended,
     │                                 the answer has the wrong shape
@@ -11,8 +13,9 @@
     │   └── SessionLimitError         a conversation-wide limit is spent
     └── ProviderError                 a model call failed; ``category`` drives recovery
 
-Only ``ParamsError``, ``SpecError`` and ``ToolDefinitionError`` (programmer errors) ever
-leave a run: every runtime failure is routed by the machine and ends in a final state.
+Only ``ParamsError``, ``SpecError``, ``ToolDefinitionError`` and ``ContentError``
+(programmer errors) ever leave a run: every runtime failure is routed by the machine and
+ends in a final state.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
+    "ContentError",
     "ConversionError",
     "ErrorCategory",
     "InnerloopError",
@@ -60,6 +64,20 @@ class SpecError(InnerloopError, ValueError):
 
 class ToolDefinitionError(InnerloopError, ValueError):
     """A tool cannot be defined (bad annotation, duplicate name, ...)."""
+
+
+class ContentError(InnerloopError, ValueError):
+    """A content block is malformed (raised when it is made), or the provider a request goes
+    to cannot take it (raised when the request is built, before anything is sent)."""
+
+    def __init__(self, block: str, reason: str, dialect: str | None = None) -> None:
+        self.block = block
+        """The block's type (``document``, ``image``)."""
+        self.reason = reason
+        self.dialect = dialect
+        """The wire format that cannot take the block; None for a malformed block."""
+        where = f" (for {dialect})" if dialect else ""
+        super().__init__(f"{block} block{where}: {reason}")
 
 
 class ConversionError(InnerloopError, ValueError):

@@ -41,6 +41,7 @@ from innerloop.fsm._params import HarnessParams, SpendBudget
 from innerloop.fsm._spec import MachineSpec
 from innerloop.fsm._state import HarnessState
 from innerloop.providers._base import Provider
+from innerloop.providers._normalize import check_sendable
 from innerloop.recovery._clock import Clock, SystemClock
 from innerloop.recovery._compaction import Compactor, TruncatingCompactor
 from innerloop.recovery._gate import RateLimitGates, shared_gates
@@ -184,6 +185,11 @@ class Harness(Generic[OutputT]):
         self.settings = request_settings(params)
         """What every request of its runs carries besides the history (built once)."""
         self.providers = _provider_map(providers)
+        self._dialects = [
+            str(getattr(self.providers.get(c.provider), "dialect", "")) for c in params.model_chain
+        ]
+        """The wire format of each model of the chain: a prompt any of them cannot take is
+        refused when the run starts."""
         missing = [c for c in params.model_chain if c.provider not in self.providers]
         if missing:
             names = ", ".join(sorted({c.provider for c in missing}))
@@ -229,6 +235,7 @@ class Harness(Generic[OutputT]):
             state.start_run()
         if prompt is not None:
             message = prompt if isinstance(prompt, Message) else Message.user(prompt)
+            check_sendable([message], self._dialects)
             state.history.append(message)
         for i, text in enumerate(tasks, start=len(state.tasks) + 1):
             state.tasks.append(Task(f"t{i}", text))

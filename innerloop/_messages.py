@@ -8,6 +8,8 @@ keyed by the ``tool_use_id`` of the assistant's :class:`ToolUseBlock`. ``normali
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, TypeAlias
@@ -15,10 +17,14 @@ from typing import Any, Literal, TypeAlias
 import attrs
 
 from innerloop import _convert
+from innerloop._errors import ContentError
 
 __all__ = [
+    "DOCUMENT_TYPES",
+    "IMAGE_TYPES",
     "STOP_REASONS",
     "Block",
+    "DocumentBlock",
     "ImageBlock",
     "Message",
     "ModelResponse",
@@ -79,13 +85,183 @@ class RedactedThinkingBlock:
         return _unstructure(self)
 
 
+IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+"""The image media types every supported API takes."""
+DOCUMENT_TYPES = ("application/pdf", "text/plain")
+"""The document media types: PDF, and plain text (UTF-8)."""
+_PDF_MAGIC = b"%PDF-"
+"""The first bytes of every PDF."""
+
+
+def _check_base64(block: str, data: str) -> bytes:
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise ContentError(
+            block,
+            f"data is not base64 text (it starts {data[:16]!r}); pass the raw bytes to "
+            f"{'ImageBlock' if block == 'image' else 'DocumentBlock'}.from_bytes(...), "
+            "which encodes them",
+        ) from None
+
+
+def _check_url(block: str, url: str) -> None:
+    if not url.startswith(("https://", "http://")):
+        cls = "ImageBlock" if block == "image" else "DocumentBlock"
+        raise ContentError(
+            block,
+            f"url must be an http(s) URL the provider can fetch, got {url[:60]!r}; for a local "
+            f"file pass its bytes: {cls}.from_bytes(Path(...).read_bytes(), ...)",
+        )
+
+
+def _check_source(block: str, data: str, url: str | None) -> None:
+    """Exactly one of ``data`` and ``url``."""
+    cls = "ImageBlock" if block == "image" else "DocumentBlock"
+    if data and url is not None:
+        raise ContentError(
+            block, f"give data or url, not both; drop one ({cls}.from_bytes or {cls}.from_url)"
+        )
+    if not data and url is None:
+        raise ContentError(
+            block,
+            f"has no content: data is empty and there is no url; give the bytes with "
+            f"{cls}.from_bytes(...) or a link with {cls}.from_url(...)",
+        )
+    if url is not None:
+        _check_url(block, url)
+
+
 @attrs.frozen
 class ImageBlock:
-    """An image as base64 data."""
+    """An image: base64 ``data`` of ``media_type`` (one of :data:`IMAGE_TYPES`), or a
+    ``url`` the provider fetches (then ``media_type`` may stay empty).
 
-    media_type: str
-    data: str
+    ``ImageBlock.from_bytes(png, "image/png")`` and ``ImageBlock.from_url(url)`` make one;
+    a bad one raises :class:`~innerloop.ContentError` here, naming the fix."""
+
+    media_type: str = ""
+    data: str = ""
+    url: str | None = None
     type: Literal["image"] = attrs.field(default="image", init=False)
+
+    def __attrs_post_init__(self) -> None:
+        _check_source("image", self.data, self.url)
+        if self.data and self.media_type not in IMAGE_TYPES:
+            raise ContentError(
+                "image",
+                f"media type {self.media_type!r} is not one the providers take; use one of "
+                f"{', '.join(IMAGE_TYPES)} (convert the image first), or a DocumentBlock "
+                "for a PDF",
+            )
+        if self.data:
+            _check_base64("image", self.data)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, media_type: str) -> ImageBlock:
+        """An image from its raw bytes (base64-encoded here)."""
+        return cls(media_type, base64.b64encode(data).decode("ascii"))
+
+    @classmethod
+    def from_url(cls, url: str, media_type: str = "") -> ImageBlock:
+        """An image the provider fetches from ``url`` (http or https)."""
+        return cls(media_type, "", url)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _unstructure(self)
+
+
+@attrs.frozen
+class DocumentBlock:
+    """A document for the model to read: a PDF or plain text, as base64 ``data`` or by
+    ``url`` (which the provider fetches). ``title`` names it to the model; ``filename`` is
+    the name OpenAI is told (default ``document.pdf`` / ``document.txt``).
+
+    Make one with :meth:`from_bytes`, :meth:`from_text` or :meth:`from_url`; a bad one
+    raises :class:`~innerloop.ContentError` here, naming the fix. Each provider takes it in
+    its own form; where one cannot (a URL on Chat Completions, plain text by URL on
+    Anthropic), building the request raises ContentError before anything is sent."""
+
+    media_type: str = "application/pdf"
+    data: str = ""
+    url: str | None = None
+    title: str | None = None
+    filename: str | None = None
+    type: Literal["document"] = attrs.field(default="document", init=False)
+
+    def __attrs_post_init__(self) -> None:
+        if self.media_type not in DOCUMENT_TYPES:
+            hint = " (for an image, use ImageBlock)" if self.media_type in IMAGE_TYPES else ""
+            raise ContentError(
+                "document",
+                f"media type {self.media_type!r} is not a document type; use "
+                f"{' or '.join(DOCUMENT_TYPES)}{hint}",
+            )
+        _check_source("document", self.data, self.url)
+        if not self.data:
+            return
+        raw = _check_base64("document", self.data)
+        if self.media_type == "application/pdf" and not raw.startswith(_PDF_MAGIC):
+            raise ContentError(
+                "document",
+                f"data is not a PDF (a PDF starts with %PDF-, this starts {raw[:8]!r}); for "
+                "text use DocumentBlock.from_text(...) or media_type='text/plain'",
+            )
+        if self.media_type == "text/plain":
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ContentError(
+                    "document",
+                    "text/plain data is not UTF-8; decode it yourself and pass the text to "
+                    "DocumentBlock.from_text(...)",
+                ) from None
+
+    @classmethod
+    def from_bytes(
+        cls,
+        data: bytes,
+        media_type: str = "application/pdf",
+        *,
+        title: str | None = None,
+        filename: str | None = None,
+    ) -> DocumentBlock:
+        """A document from its raw bytes (base64-encoded here)."""
+        encoded = base64.b64encode(data).decode("ascii")
+        return cls(media_type, encoded, title=title, filename=filename)
+
+    @classmethod
+    def from_text(
+        cls, text: str, *, title: str | None = None, filename: str | None = None
+    ) -> DocumentBlock:
+        """A plain-text document."""
+        return cls.from_bytes(text.encode(), "text/plain", title=title, filename=filename)
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        media_type: str = "application/pdf",
+        *,
+        title: str | None = None,
+        filename: str | None = None,
+    ) -> DocumentBlock:
+        """A document the provider fetches from ``url`` (http or https)."""
+        return cls(media_type, "", url, title, filename)
+
+    @property
+    def text(self) -> str:
+        """The text of a plain-text document given by data ('' for a PDF or a URL)."""
+        if self.media_type != "text/plain" or not self.data:
+            return ""
+        return base64.b64decode(self.data).decode("utf-8")
+
+    @property
+    def name(self) -> str:
+        """The file name sent where a provider wants one."""
+        if self.filename:
+            return self.filename
+        return "document.pdf" if self.media_type == "application/pdf" else "document.txt"
 
     def to_dict(self) -> dict[str, Any]:
         return _unstructure(self)
@@ -124,7 +300,13 @@ class ToolResultBlock:
 
 
 Block: TypeAlias = (
-    TextBlock | ThinkingBlock | RedactedThinkingBlock | ImageBlock | ToolUseBlock | ToolResultBlock
+    TextBlock
+    | ThinkingBlock
+    | RedactedThinkingBlock
+    | ImageBlock
+    | DocumentBlock
+    | ToolUseBlock
+    | ToolResultBlock
 )
 
 

@@ -14,7 +14,13 @@ from innerloop.providers._errors import (
     error_from_status,
     parse_retry_after,
 )
-from innerloop.providers._normalize import RequestSettings, WireRequest, build_request, normalize
+from innerloop.providers._normalize import (
+    RequestSettings,
+    WireRequest,
+    build_request,
+    check_sendable,
+    normalize,
+)
 from innerloop.recovery._compaction import (
     SUMMARY_INSTRUCTIONS,
     apply_cut,
@@ -25,7 +31,13 @@ from innerloop.recovery._compaction import (
 from innerloop.recovery._diagnostic import build_diagnostic, hash_content, scrub_secrets
 from innerloop.recovery._policy import backoff_delay, jitter_fraction
 from innerloop.recovery._pricing import add_cost
-from innerloop.recovery._tokens import CL100K_SHA256, count_message, find_cl100k_data, load_cl100k
+from innerloop.recovery._tokens import (
+    CL100K_SHA256,
+    count_message,
+    document_tokens,
+    find_cl100k_data,
+    load_cl100k,
+)
 from innerloop.tools._output import cap_output
 from innerloop.tools._schema import schema_for
 
@@ -41,7 +53,9 @@ __all__ = [
     "build_diagnostic",
     "build_request",
     "cap_output",
+    "check_sendable",
     "count_message",
+    "document_tokens",
     "error_from_body",
     "error_from_exception",
     "error_from_status",

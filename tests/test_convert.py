@@ -26,6 +26,7 @@ from innerloop import (
     HarnessParams,
     HarnessState,
     ModelChoice,
+    PromptCache,
     ProviderError,
     RecoveryPolicy,
     SpendBudget,
@@ -36,6 +37,9 @@ from innerloop import (
 from innerloop._convert import holds_code, structure, unstructure
 from innerloop._errors import ConversionError, ErrorCategory
 from innerloop._messages import (
+    DOCUMENT_TYPES,
+    IMAGE_TYPES,
+    DocumentBlock,
     ImageBlock,
     Message,
     RedactedThinkingBlock,
@@ -64,6 +68,7 @@ BLOCKS = (
     ThinkingBlock,
     RedactedThinkingBlock,
     ImageBlock,
+    DocumentBlock,
     ToolUseBlock,
     ToolResultBlock,
 )
@@ -88,6 +93,24 @@ json_data = st.recursive(
 
 finite = st.floats(allow_nan=False, allow_infinity=False)
 
+urls = st.text(max_size=8).map(lambda t: "https://example.com/" + t)
+names = st.none() | st.text(max_size=8)
+CHECKED = {
+    ImageBlock: st.builds(
+        ImageBlock.from_bytes, st.binary(min_size=1, max_size=8), st.sampled_from(IMAGE_TYPES)
+    )
+    | st.builds(ImageBlock.from_url, urls),
+    DocumentBlock: st.builds(
+        DocumentBlock.from_bytes,
+        st.binary(max_size=8).map(lambda b: b"%PDF-" + b),
+        title=names,
+        filename=names,
+    )
+    | st.builds(DocumentBlock.from_text, st.text(min_size=1, max_size=8), title=names)
+    | st.builds(DocumentBlock.from_url, urls, st.sampled_from(DOCUMENT_TYPES), title=names),
+}
+"""The classes that check their values when made, by hand."""
+
 provider_errors = st.builds(
     ProviderError,
     st.sampled_from(ErrorCategory),
@@ -106,6 +129,8 @@ def for_type(tp: Any) -> st.SearchStrategy[Any]:
         return json_data
     if tp is ProviderError:
         return provider_errors
+    if tp in CHECKED:
+        return CHECKED[tp]
     if tp in (str, int, bool, type(None)):
         return st.from_type(tp)
     if tp is float:
@@ -225,7 +250,7 @@ class TestBlocks:
             block_from_dict({"type": "video", "data": "x"})
         assert str(caught.value) == (
             "unknown content block type 'video'; expected one of text, thinking, "
-            "redacted_thinking, image, tool_use, tool_result"
+            "redacted_thinking, image, document, tool_use, tool_result"
         )
 
     def test_a_bad_message_names_every_bad_path(self) -> None:
@@ -235,7 +260,7 @@ class TestBlocks:
         assert str(caught.value) == (
             "cannot read a Message from this data: required field missing @ $.content[0].text; "
             "unknown content block type 'x'; expected one of text, thinking, "
-            "redacted_thinking, image, tool_use, tool_result @ $.content[1]"
+            "redacted_thinking, image, document, tool_use, tool_result @ $.content[1]"
         )
 
 
@@ -466,6 +491,18 @@ def harness_params(draw: st.DrawFn) -> HarnessParams:
         "strict_models": draw(st.booleans()),
         "cache_tools": draw(st.booleans()),
         "cache_last_user_turn": draw(st.booleans()),
+        "prompt_cache": draw(
+            st.builds(
+                PromptCache,
+                system=st.booleans(),
+                tools=st.booleans(),
+                last_messages=st.integers(0, 2),
+                ttl=st.just("1h"),
+                messages_ttl=st.sampled_from([None, "5m", "1h"]),
+                key=st.none() | st.text(min_size=1),
+                retention=st.sampled_from([None, "in_memory", "24h"]),
+            )
+        ),
         "output_type": None,
         "max_output_repairs": draw(st.integers(0, 5)),
     }

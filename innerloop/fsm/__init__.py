@@ -19,6 +19,7 @@ from innerloop.fsm._state import (
     OutcomeEnum,
     Task,
 )
+from innerloop.providers._cache import PromptCache
 
 __all__ = [
     "DEFAULT_GUARDS",
@@ -43,6 +44,7 @@ __all__ = [
     "OutcomeEnum",
     "OutputSpec",
     "PhaseContext",
+    "PromptCache",
     "Run",
     "RunHooks",
     "RunObserver",

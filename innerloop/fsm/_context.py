@@ -62,8 +62,7 @@ def request_settings(params: HarnessParams) -> RequestSettings:
         stop_sequences=params.stop_sequences,
         temperature=params.temperature,
         top_p=params.top_p,
-        cache_tools=params.cache_tools,
-        cache_last_user_turn=params.cache_last_user_turn,
+        prompt_cache=params.effective_prompt_cache,
         call_deadline=params.call_deadline,
         output_schema=dict(output.schema) if output is not None else None,
         output_strict_schema=(

@@ -25,6 +25,7 @@ from innerloop._validators import (
     tuple_of,
 )
 from innerloop.fsm._output import OutputSpec, OutputT, output_spec
+from innerloop.providers._cache import PromptCache
 from innerloop.providers._normalize import (
     OUTPUT_MODES,
     OUTPUT_TOOL,
@@ -299,7 +300,14 @@ class HarnessParams(Generic[OutputT]):
     strict_models: bool = attrs.field(default=False, metadata=checked(_FLAG))
     """Refuse undated model aliases (pin a dated id so behaviour cannot change silently)."""
     cache_tools: bool = attrs.field(default=False, metadata=checked(_FLAG))
+    """Shorthand for ``prompt_cache.tools=True``."""
     cache_last_user_turn: bool = attrs.field(default=False, metadata=checked(_FLAG))
+    """Shorthand for a breakpoint on the last message (``prompt_cache.last_messages=1``)."""
+    prompt_cache: PromptCache = attrs.field(
+        default=PromptCache(), metadata=checked(instance(PromptCache))
+    )
+    """Prompt caching: Anthropic's breakpoints (system, tools, the last N messages) and
+    their lifetimes, OpenAI's ``prompt_cache_key`` and ``prompt_cache_retention``."""
     call_deadline: float | None = attrs.field(
         default=600.0, metadata=checked(optional(number(gt=0)))
     )
@@ -341,6 +349,25 @@ class HarnessParams(Generic[OutputT]):
         self._check_timeout_categories()
         self._check_tool_choice()
         self._check_thinking()
+        self._check_prompt_cache()
+
+    def _check_prompt_cache(self) -> None:
+        """The shorthand flags folded into ``prompt_cache`` must still make a request
+        Anthropic takes (at most four breakpoints)."""
+        if self.cache_tools or self.cache_last_user_turn:
+            _ = self.effective_prompt_cache  # making it is the check
+
+    @property
+    def effective_prompt_cache(self) -> PromptCache:
+        """``prompt_cache`` with ``cache_tools`` and ``cache_last_user_turn`` folded in."""
+        cache = self.prompt_cache
+        if not (self.cache_tools or self.cache_last_user_turn):
+            return cache
+        return attrs.evolve(
+            cache,
+            tools=cache.tools or self.cache_tools,
+            last_messages=max(cache.last_messages, int(self.cache_last_user_turn)),
+        )
 
     def _check_strict_models(self) -> None:
         if not self.strict_models:

@@ -4,10 +4,13 @@
 
 - ``invoke_agent {agent}``: one span per run (a child of whatever span is current when the
   run starts), with every transition as a span event (source, target, guard) and the
-  recovery figures as events (backoff, fallback, compaction, alert, abort);
+  recovery figures as events (backoff, fallback, compaction, alert, abort), and the run's
+  token totals (prompt-cache reads and writes among them) and cost;
 - ``chat {model}``: one span per model call, from entering ``call`` until the stream is
   consumed or fails, with the request and response models, the response id, the finish
-  reason and the token counts; a failed call records its error category;
+  reason and the token counts (``gen_ai.usage.cache_read.input_tokens`` and
+  ``gen_ai.usage.cache_creation.input_tokens`` for the prompt cache); a failed call records
+  its error category;
 - ``execute_tool {name}``: one span per tool call, in the call's own task, with its id,
   category, timeout and outcome; the processes the call starts get ``TRACEPARENT``.
 
@@ -430,6 +433,8 @@ class RunTrace:
                 "innerloop.turns": ev.turns,
                 "gen_ai.usage.input_tokens": ev.usage.input_tokens,
                 "gen_ai.usage.output_tokens": ev.usage.output_tokens,
+                "gen_ai.usage.cache_read.input_tokens": ev.usage.cache_read_tokens,
+                "gen_ai.usage.cache_creation.input_tokens": ev.usage.cache_creation_tokens,
             }
         )
         if ev.cost_usd is not None:

@@ -14,8 +14,10 @@ from typing import Any, Literal, TypeAlias
 
 import attrs
 
+from innerloop._errors import ContentError
 from innerloop._messages import (
     Block,
+    DocumentBlock,
     ImageBlock,
     Message,
     RedactedThinkingBlock,
@@ -23,6 +25,12 @@ from innerloop._messages import (
     ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
+)
+from innerloop.providers._cache import (
+    PromptCache,
+    anthropic_cache_control,
+    mark_messages,
+    openai_cache_fields,
 )
 from innerloop.providers._reasoning import family_of
 
@@ -35,6 +43,7 @@ __all__ = [
     "RequestSettings",
     "WireRequest",
     "build_request",
+    "check_sendable",
     "native_output",
     "normalize",
     "output_tool_used",
@@ -47,7 +56,6 @@ RESPONSES_SIGNATURE = "openai-responses:"
 """The prefix of a ``ThinkingBlock.signature`` that holds a Responses API reasoning item
 (its id and ``encrypted_content``, as JSON): sent back to the Responses API only."""
 ERROR_PREFIX = "[tool error] "
-CACHE = {"type": "ephemeral"}
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9_-]")
 
 OUTPUT_MODES = ("auto", "native", "tool")
@@ -141,7 +149,13 @@ class RequestSettings:
     temperature: float | None = None
     top_p: float | None = None
     cache_tools: bool = False
+    """A cache breakpoint after the tools (as ``prompt_cache.tools``)."""
     cache_last_user_turn: bool = False
+    """A cache breakpoint on the last message when it is the user's (as
+    ``prompt_cache.last_messages=1``)."""
+    prompt_cache: PromptCache = PromptCache()
+    """Where Anthropic's cache breakpoints go and how long they live; OpenAI's
+    ``prompt_cache_key`` and ``prompt_cache_retention``."""
     call_deadline: float | None = None
     """Seconds the whole call may take (carried on the request as ``time_limit``)."""
     output_schema: dict[str, Any] | None = None
@@ -172,6 +186,15 @@ def normalize(messages: Sequence[Message], dialect: Dialect | str) -> list[dict[
     raise ValueError(f"unknown dialect {dialect!r}; expected one of {', '.join(DIALECTS)}")
 
 
+def check_sendable(messages: Sequence[Message], dialects: Sequence[str]) -> None:
+    """Raise :class:`~innerloop.ContentError` for the first block of ``messages`` that one of
+    ``dialects`` cannot take (a dialect outside :data:`DIALECTS`, such as a scripted
+    provider's, takes anything)."""
+    for dialect in dict.fromkeys(dialects):
+        if dialect in DIALECTS:
+            normalize(messages, dialect)
+
+
 # -- Anthropic --------------------------------------------------------------------------------
 
 
@@ -185,10 +208,14 @@ def _anthropic_block(block: Block) -> dict[str, Any] | None:
     if isinstance(block, RedactedThinkingBlock):
         return {"type": "redacted_thinking", "data": block.data}
     if isinstance(block, ImageBlock):
+        if block.url is not None:
+            return {"type": "image", "source": {"type": "url", "url": block.url}}
         return {
             "type": "image",
             "source": {"type": "base64", "media_type": block.media_type, "data": block.data},
         }
+    if isinstance(block, DocumentBlock):
+        return _anthropic_document(block)
     if isinstance(block, ToolUseBlock):
         return {
             "type": "tool_use",
@@ -203,6 +230,26 @@ def _anthropic_block(block: Block) -> dict[str, Any] | None:
     }
     if block.is_error:
         out["is_error"] = True
+    return out
+
+
+def _anthropic_document(block: DocumentBlock) -> dict[str, Any]:
+    if block.url is not None:
+        if block.media_type != "application/pdf":
+            raise ContentError(
+                "document",
+                f"Anthropic fetches only PDFs by URL, and {block.url} is {block.media_type}; "
+                "fetch it yourself and pass DocumentBlock.from_text(...)",
+                "anthropic",
+            )
+        source: dict[str, Any] = {"type": "url", "url": block.url}
+    elif block.media_type == "text/plain":
+        source = {"type": "text", "media_type": "text/plain", "data": block.text}
+    else:
+        source = {"type": "base64", "media_type": block.media_type, "data": block.data}
+    out: dict[str, Any] = {"type": "document", "source": source}
+    if block.title is not None:
+        out["title"] = block.title
     return out
 
 
@@ -231,12 +278,39 @@ def _anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
 # -- OpenAI -----------------------------------------------------------------------------------
 
 
+def _data_url(block: ImageBlock | DocumentBlock) -> str:
+    return block.url or f"data:{block.media_type};base64,{block.data}"
+
+
+def _document_text(block: DocumentBlock) -> str:
+    """A plain-text document as the text part it becomes on Chat Completions (which takes
+    files as PDFs only): its text between ``<document>`` tags naming its title."""
+    name = block.title or block.filename
+    head = f'<document title="{name}">' if name else "<document>"
+    return f"{head}\n{block.text}\n</document>"
+
+
+def _openai_document(block: DocumentBlock) -> dict[str, Any]:
+    if block.url is not None:
+        raise ContentError(
+            "document",
+            f"Chat Completions takes no file by URL ({block.url}); pass the bytes with "
+            "DocumentBlock.from_bytes(...), or send the run through "
+            "OpenAIResponsesProvider (the Responses API), which fetches URLs",
+            "openai",
+        )
+    if block.media_type == "text/plain":  # declared conversion: files are PDFs only here
+        return {"type": "text", "text": _document_text(block)}
+    return {"type": "file", "file": {"filename": block.name, "file_data": _data_url(block)}}
+
+
 def _openai_user_part(block: Block) -> dict[str, Any] | None:
     if isinstance(block, TextBlock):
         return {"type": "text", "text": block.text} if block.text else None
     if isinstance(block, ImageBlock):
-        url = f"data:{block.media_type};base64,{block.data}"
-        return {"type": "image_url", "image_url": {"url": url}}
+        return {"type": "image_url", "image_url": {"url": _data_url(block)}}
+    if isinstance(block, DocumentBlock):
+        return _openai_document(block)
     return None
 
 
@@ -297,8 +371,14 @@ def _responses_user_part(block: Block) -> dict[str, Any] | None:
     if isinstance(block, TextBlock):
         return {"type": "input_text", "text": block.text} if block.text else None
     if isinstance(block, ImageBlock):
-        url = f"data:{block.media_type};base64,{block.data}"
-        return {"type": "input_image", "image_url": url, "detail": "auto"}
+        return {"type": "input_image", "image_url": _data_url(block), "detail": "auto"}
+    if isinstance(block, DocumentBlock):
+        if block.url is not None:
+            part = {"type": "input_file", "file_url": block.url}
+            if block.filename is not None:
+                part["filename"] = block.filename
+            return part
+        return {"type": "input_file", "filename": block.name, "file_data": _data_url(block)}
     return None
 
 
@@ -378,6 +458,7 @@ def _responses_payload(settings: RequestSettings, history: Sequence[Message]) ->
     if settings.tools:
         payload["tools"] = [_responses_tool(t) for t in settings.tools]
         payload["tool_choice"] = _responses_tool_choice(settings.tool_choice)
+    payload.update(openai_cache_fields(settings.prompt_cache))
     payload["messages"] = _responses_input(history)
     return payload
 
@@ -410,18 +491,24 @@ def _openai_tool_choice(choice: str) -> Any:
 def _anthropic_payload(settings: RequestSettings, history: Sequence[Message]) -> dict[str, Any]:
     messages = _anthropic_messages(history)
     payload: dict[str, Any] = {"max_tokens": settings.max_output_tokens}
+    cache = settings.prompt_cache
     if settings.system:
-        payload["system"] = [{"type": "text", "text": settings.system, "cache_control": CACHE}]
+        system: dict[str, Any] = {"type": "text", "text": settings.system}
+        if cache.system:
+            system["cache_control"] = anthropic_cache_control(cache.ttl)
+        payload["system"] = [system]
     if settings.tools:
         defs = [{k: v for k, v in t.items() if k != "strict_schema"} for t in settings.tools]
-        if settings.cache_tools:
-            defs[-1]["cache_control"] = CACHE
+        if cache.tools or settings.cache_tools:
+            defs[-1]["cache_control"] = anthropic_cache_control(cache.ttl)
         payload["tools"] = defs
         payload["tool_choice"] = _anthropic_tool_choice(settings.tool_choice)
     if settings.stop_sequences:
         payload["stop_sequences"] = list(settings.stop_sequences)
-    if settings.cache_last_user_turn and messages and messages[-1]["role"] == "user":
-        messages[-1]["content"][-1]["cache_control"] = CACHE
+    last = cache.last_messages
+    if not last and settings.cache_last_user_turn and messages and messages[-1]["role"] == "user":
+        last = 1
+    mark_messages(messages, last, cache.messages_ttl)
     payload["messages"] = messages
     return payload
 
@@ -439,6 +526,7 @@ def _openai_payload(settings: RequestSettings, history: Sequence[Message]) -> di
         payload["tool_choice"] = _openai_tool_choice(settings.tool_choice)
     if settings.stop_sequences:
         payload["stop"] = list(settings.stop_sequences)
+    payload.update(openai_cache_fields(settings.prompt_cache))
     payload["messages"] = messages
     return payload
 

@@ -1,8 +1,9 @@
 """OpenAI Chat Completions (and compatible servers: vLLM, llama.cpp, Ollama) through
 ``AsyncOpenAI`` (max_retries=0: the machine retries).
 
-Only choice 0 is assembled. ``usage.input_tokens`` excludes cached prompt tokens, which are
-counted in ``cache_read_tokens`` (as Anthropic reports them).
+Only choice 0 is assembled. ``usage.input_tokens`` excludes the prompt tokens read from
+cache (``cache_read_tokens``) and written to it (``cache_creation_tokens``), as Anthropic
+reports them.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ from innerloop._messages import (
     TextBlock,
     ThinkingBlock,
     ToolUseBlock,
-    Usage,
 )
+from innerloop.providers._cache import openai_usage
 from innerloop.providers._errors import error_from_body
 from innerloop.providers._http import (
     DEFAULT_MAX_EVENT_BYTES,
@@ -201,14 +202,11 @@ class OpenAIAssembler:
         if self.refusal:
             stop = "refusal"
         u = self.usage or {}
-        cached = int((u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
-        reasoning = int((u.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0)
-        usage = Usage(
-            int(u.get("prompt_tokens") or 0) - cached,
-            int(u.get("completion_tokens") or 0),
-            cached,
-            0,
-            reasoning,
+        usage = openai_usage(
+            u.get("prompt_tokens"),
+            u.get("prompt_tokens_details"),
+            u.get("completion_tokens"),
+            (u.get("completion_tokens_details") or {}).get("reasoning_tokens"),
         )
         blocks = tuple(self.blocks[i] for i in sorted(self.blocks))
         return ModelResponse(

@@ -5,8 +5,9 @@ Requests are stateless (``store: false``): each reasoning item comes back with i
 ``encrypted_content`` and is kept in the canonical history as a ``ThinkingBlock`` (its
 summary as the text; its id and encrypted content in the signature, under
 ``RESPONSES_SIGNATURE``), which only this dialect sends back. Function calls are tool uses
-keyed by their ``call_id``. Usage: ``input_tokens`` excludes cached tokens (counted in
-``cache_read_tokens``), ``reasoning_tokens`` comes from ``output_tokens_details``.
+keyed by their ``call_id``. Usage: ``input_tokens`` excludes the tokens read from cache
+(``cache_read_tokens``) and written to it (``cache_creation_tokens``); ``reasoning_tokens``
+comes from ``output_tokens_details``.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from innerloop._messages import (
     ToolUseBlock,
     Usage,
 )
+from innerloop.providers._cache import openai_usage
 from innerloop.providers._errors import error_from_body
 from innerloop.providers._http import (
     DEFAULT_MAX_EVENT_BYTES,
@@ -257,14 +259,11 @@ def _thinking(item: dict[str, Any], streamed: str) -> ThinkingBlock:
 
 
 def _usage(u: dict[str, Any]) -> Usage:
-    cached = int((u.get("input_tokens_details") or {}).get("cached_tokens") or 0)
-    reasoning = int((u.get("output_tokens_details") or {}).get("reasoning_tokens") or 0)
-    return Usage(
-        int(u.get("input_tokens") or 0) - cached,
-        int(u.get("output_tokens") or 0),
-        cached,
-        0,
-        reasoning,
+    return openai_usage(
+        u.get("input_tokens"),
+        u.get("input_tokens_details"),
+        u.get("output_tokens"),
+        (u.get("output_tokens_details") or {}).get("reasoning_tokens"),
     )
 
 

@@ -28,6 +28,7 @@ import attrs
 from innerloop._errors import InnerloopError
 from innerloop._messages import (
     Block,
+    DocumentBlock,
     ImageBlock,
     Message,
     ModelResponse,
@@ -218,7 +219,14 @@ def _render_block(block: Block, names: dict[str, str], limit: int) -> str | None
         kind = "error" if block.is_error else "result"
         return f"[tool {kind} of {names.get(block.tool_use_id, 'a tool')}]: {content}"
     if isinstance(block, ImageBlock):
-        return f"[image ({block.media_type})]"
+        return f"[image ({block.media_type or block.url})]"
+    if isinstance(block, DocumentBlock):
+        name = f"{block.title!r} " if block.title else ""
+        head = f"[document {name}({block.url or block.media_type})]"
+        text = block.text
+        if len(text) > limit:
+            text = text[:limit] + ELLIPSIS
+        return f"{head}: {text}" if text else head
     if isinstance(block, ThinkingBlock | RedactedThinkingBlock):
         return None  # private reasoning; its conclusions are in the text that follows
     return None

@@ -16,12 +16,15 @@ import functools
 import hashlib
 import importlib.resources
 import json
+import math
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from innerloop._errors import InnerloopError
 from innerloop._messages import (
+    DocumentBlock,
     ImageBlock,
     Message,
     RedactedThinkingBlock,
@@ -44,6 +47,7 @@ __all__ = [
     "TokenCounter",
     "TokenizerDataError",
     "count_message",
+    "document_tokens",
     "find_cl100k_data",
     "load_cl100k",
     "message_text",
@@ -52,7 +56,17 @@ __all__ = [
 MESSAGE_OVERHEAD = 4
 """Tokens charged per message for role and framing."""
 IMAGE_TOKENS = 1600
-"""A flat estimate for an image block."""
+"""A flat estimate for an image block (by data or by URL)."""
+PDF_PAGE_TOKENS = 3000
+"""The estimate for one page of a PDF: the top of Anthropic's stated 1,500-3,000 text tokens
+a page. The providers also send each page as an image to vision models; a run that needs the
+exact figure counts with ``innerloop.recovery.AnthropicTokenCounter``."""
+PDF_BYTES_PER_PAGE = 100_000
+"""Bytes taken for a page when a PDF lists no ``/Type /Page`` objects in the clear (its page
+tree is in compressed object streams)."""
+URL_DOCUMENT_PAGES = 10
+"""Pages assumed for a PDF given by URL: its size is unknown offline."""
+_PAGE = re.compile(rb"/Type\s*/Page(?![a-zA-Z])")
 
 CL100K_FILE = "cl100k_base.tiktoken"
 CL100K_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
@@ -194,14 +208,41 @@ def message_text(message: Message) -> Iterable[str]:
             yield json.dumps(block.input, separators=(",", ":"))
         elif isinstance(block, ToolResultBlock):
             yield block.content
+        elif isinstance(block, DocumentBlock):
+            if block.title:
+                yield block.title
+            if block.media_type == "text/plain":
+                yield block.text
+
+
+def pdf_pages(block: DocumentBlock) -> int:
+    """Pages of a PDF document, estimated offline: its ``/Type /Page`` objects, else its size
+    at :data:`PDF_BYTES_PER_PAGE` a page; :data:`URL_DOCUMENT_PAGES` for a URL."""
+    if block.url is not None:
+        return URL_DOCUMENT_PAGES
+    raw = base64.b64decode(block.data)
+    found = len(_PAGE.findall(raw))
+    return found or max(1, math.ceil(len(raw) / PDF_BYTES_PER_PAGE))
+
+
+def document_tokens(block: DocumentBlock) -> int:
+    """The flat part of a document's estimate: :data:`PDF_PAGE_TOKENS` a page of a PDF (see
+    :func:`pdf_pages`), :data:`URL_DOCUMENT_PAGES` pages for any document by URL; a
+    plain-text document given as data costs only its text (counted with the message's)."""
+    if block.media_type == "text/plain" and block.url is None:
+        return 0
+    return pdf_pages(block) * PDF_PAGE_TOKENS
 
 
 def count_message(counter: TokenCounter, message: Message) -> int:
-    """Tokens of one message: framing, images at a flat rate, and its text."""
+    """Tokens of one message: framing, images at a flat rate, documents by
+    :func:`document_tokens`, and its text."""
     total = MESSAGE_OVERHEAD
     for block in message.content:
         if isinstance(block, ImageBlock):
             total += IMAGE_TOKENS
+        elif isinstance(block, DocumentBlock):
+            total += document_tokens(block)
     # one tokenizer call per message: the blocks joined by newlines (about one token per
     # joint, which the framing allowance covers) cost a third of counting them one by one
     texts = [t for t in message_text(message) if t]

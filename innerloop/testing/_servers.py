@@ -35,6 +35,7 @@ from innerloop._messages import (
     ToolUseBlock,
     Usage,
 )
+from innerloop.testing._checks import anthropic_refusal, chat_refusal, responses_refusal
 from innerloop.testing._scripted import Fault, Reply, ScriptStep, reply, script_steps, tool_call
 
 __all__ = [
@@ -386,6 +387,9 @@ class LoopbackServer:
             refused = self._output_refused(body if isinstance(body, dict) else {})
             if refused is not None:
                 return self._error(400, "invalid_request_error", refused)
+        refused = self.content_refused(body) if isinstance(body, dict) else None
+        if refused is not None:  # played no step: as the API, which refuses before answering
+            return self._error(400, "invalid_request_error", refused)
         stream = bool(isinstance(body, dict) and body.get("stream"))
         model = str(body.get("model") or self.model) if isinstance(body, dict) else self.model
         if self._storm is not None:
@@ -604,6 +608,11 @@ class LoopbackServer:
         """The JSON schema ``body`` asks the answer in; None when it asks none."""
         raise NotImplementedError
 
+    def content_refused(self, body: dict[str, Any]) -> str | None:
+        """Why the real API would refuse ``body``'s images, documents, files or prompt-cache
+        settings (see ``innerloop.testing._checks``); None when it takes them."""
+        return None
+
     def tool_schema(self, tool: dict[str, Any]) -> tuple[Any, Any]:
         """The name and input schema of one tool of a request."""
         function = tool.get("function", tool)  # Chat Completions nests them
@@ -645,6 +654,9 @@ class AnthropicServer(LoopbackServer):
 
     def output_format(self, body: dict[str, Any]) -> Any:
         return _json_schema(body, "output_config", "format")
+
+    def content_refused(self, body: dict[str, Any]) -> str | None:
+        return anthropic_refusal(body)
 
     def frames(self, r: Reply, model: str) -> list[bytes]:
         size = self.chunk_size
@@ -778,13 +790,19 @@ class OpenAIServer(LoopbackServer):
     def output_format(self, body: dict[str, Any]) -> Any:
         return _json_schema(body, "response_format")
 
+    def content_refused(self, body: dict[str, Any]) -> str | None:
+        return chat_refusal(body)
+
     def _usage(self, u: Usage) -> dict[str, Any]:
-        prompt = u.input_tokens + u.cache_read_tokens
+        prompt = u.input_tokens + u.cache_read_tokens + u.cache_creation_tokens
         return {
             "prompt_tokens": prompt,
             "completion_tokens": u.output_tokens,
             "total_tokens": prompt + u.output_tokens,
-            "prompt_tokens_details": {"cached_tokens": u.cache_read_tokens},
+            "prompt_tokens_details": {
+                "cached_tokens": u.cache_read_tokens,
+                "cache_write_tokens": u.cache_creation_tokens,
+            },
             "completion_tokens_details": {"reasoning_tokens": u.thinking_tokens},
         }
 
@@ -909,11 +927,18 @@ class ResponsesServer(LoopbackServer):
     def output_format(self, body: dict[str, Any]) -> Any:
         return _json_schema(body, "text", "format")
 
+    def content_refused(self, body: dict[str, Any]) -> str | None:
+        return responses_refusal(body)
+
     def _usage(self, u: Usage) -> dict[str, Any]:
-        prompt = u.input_tokens + u.cache_read_tokens
+        prompt = u.input_tokens + u.cache_read_tokens + u.cache_creation_tokens
+        written = u.cache_creation_tokens
         return {
             "input_tokens": prompt,
-            "input_tokens_details": {"cached_tokens": u.cache_read_tokens, "cache_write_tokens": 0},
+            "input_tokens_details": {
+                "cached_tokens": u.cache_read_tokens,
+                "cache_write_tokens": written,
+            },
             "output_tokens": u.output_tokens,
             "output_tokens_details": {"reasoning_tokens": u.thinking_tokens},
             "total_tokens": prompt + u.output_tokens,
