@@ -1,4 +1,4 @@
-"""Command line: ``innerloop run | runs | demo | diagram | ui``.
+"""Command line: ``innerloop run | runs | demo | diagram | replay | ui``.
 
 Exit codes (also in README.md):
 
@@ -105,10 +105,12 @@ def _parser() -> argparse.ArgumentParser:
     _add_ui_options(run)
     _add_ui_options(demo)
 
+    from innerloop import _replay_cli
     from innerloop.diagrams import _cli as diagram_cli
 
     _add_runs_parser(sub)
     diagram_cli.add_parser(sub)
+    _replay_cli.add_parser(sub)
     _add_ui_parser(sub)
     return parser
 
@@ -404,6 +406,10 @@ def _command(args: argparse.Namespace) -> int:
         return cmd_runs(args)
     if args.command == "ui":
         return int(_ui_cli().run(args, Interrupted, UsageError))
+    if args.command == "replay":
+        from innerloop import _replay_cli
+
+        return _replay_cli.run(args)
     from innerloop.diagrams import _cli as diagram_cli
 
     return diagram_cli.run(args)

@@ -27,8 +27,10 @@ from innerloop.fsm._compile import CompiledMachine
 from innerloop.fsm._context import AbortSignal, Deps, PhaseContext, TurnScope, request_settings
 from innerloop.fsm._output import OutputT
 from innerloop.fsm._params import HarnessParams
+from innerloop.fsm._record import ParamsRecord
 from innerloop.fsm._spec import Handler, TransitionSpec
 from innerloop.fsm._state import HarnessState
+from innerloop.providers._fingerprint import history_fingerprint
 from innerloop.providers._normalize import RequestSettings
 from innerloop.tools._runner import ToolObserver, ToolRunner
 
@@ -421,7 +423,13 @@ class Run(Generic[OutputT]):
     ) -> RunStarted:
         spec = self.machine.spec
         ev = RunStarted(
-            spec.name, self.machine.fingerprint, spec.import_path, self.current, self.run_id
+            spec.name,
+            self.machine.fingerprint,
+            spec.import_path,
+            self.current,
+            self.run_id,
+            ParamsRecord(self.params),
+            tuple(self.state.history),
         )
         if RunStarted in watched:
             watch(ev)
@@ -433,7 +441,10 @@ class Run(Generic[OutputT]):
         state = self.state
         state.final_state = self.current
         state.exit_reason = self.machine.exit_reason(self.current)
-        ev = Finished(state.exit_reason, self.current, state.turns, state.usage, state.cost_usd)
+        history = None if self.scope.quiet else history_fingerprint(state.history)
+        ev = Finished(
+            state.exit_reason, self.current, state.turns, state.usage, state.cost_usd, history
+        )
         if Finished in watched:
             watch(ev)
         return ev
