@@ -169,10 +169,14 @@ def params_from_record(data: Mapping[str, Any], *, real_tools: bool = False) -> 
     it cannot be read (a tool's function is not importable for ``real_tools``...)."""
     try:
         tools = [_tool(t, real_tools) for t in data.get("tools", ())]
-        plain = {k: v for k, v in data.items() if k not in ("tools", "output_type")}
-        plain["tools"] = [t.name for t in tools]
-        plain["output_type"] = _output_type(data.get("output_type"))
-        params: HarnessParams[Any] = structure(plain, HarnessParams, named=tools)
+        hints, fields = _hints(), attrs.fields_dict(HarnessParams)
+        kwargs = {
+            k: structure(v, hints[k])
+            for k, v in data.items()
+            if k not in ("tools", "output_type") and k in fields and fields[k].init
+        }
+        output = _output_type(data.get("output_type"))
+        params: HarnessParams[Any] = HarnessParams(**kwargs, tools=tools, output_type=output)
         return params
     except RecordError:
         raise

@@ -14,6 +14,7 @@ and the final history's fingerprint with the record. The first difference is a
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -178,14 +179,24 @@ _OLD = (
 )
 
 
+_READ = frozenset(
+    c.type
+    for c in (
+        RunStarted,
+        ModelCall,
+        ModelResponseEvent,
+        ModelError,
+        ToolExecuted,
+        Transition,
+        Abort,
+        Finished,
+    )
+)
+"""The events a replay reads (a stream's deltas are not replayed: its response is)."""
+
+
 def _events(lines: Sequence[Mapping[str, Any]]) -> list[Event]:
-    events: list[Event] = []
-    for line in lines:
-        try:
-            events.append(Event.from_dict(line))
-        except ValueError:  # an event of a custom state not imported here: not replayed
-            continue
-    return events
+    return [Event.from_dict(line) for line in lines if line.get("type") in _READ]
 
 
 def _calls(events: Sequence[Event]) -> tuple[_Call, ...]:
@@ -263,7 +274,29 @@ def _machine(rec: _Recording, specs: Iterable[MachineSpec | str]) -> CompiledMac
             f"cannot replay {rec.where}: it went on from state {started.state!r} (a resumed "
             f"run); a replay starts at {initial!r}: replay the run it resumed"
         )
-    return compile_spec(spec)
+    return _compiled(_Same(spec))
+
+
+class _Same:
+    """A spec compared by identity (a spec is unhashable), as a cache key that keeps it."""
+
+    __slots__ = ("spec",)
+
+    def __init__(self, spec: MachineSpec) -> None:
+        self.spec = spec
+
+    def __hash__(self) -> int:
+        return id(self.spec)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.spec is self.spec
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled(key: _Same) -> CompiledMachine:
+    """The compiled machine of a spec: replaying the runs of one machine compiles it once
+    (compiling costs tens of milliseconds; a compiled machine serves any number of runs)."""
+    return compile_spec(key.spec)
 
 
 def _params(
