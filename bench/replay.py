@@ -25,7 +25,15 @@ from typing import Any
 
 from innerloop import EventLog, Harness, HarnessParams, ToolSpec
 from innerloop.providers import AnthropicProvider
-from innerloop.testing import AnthropicServer, FakeClock, Fault, RateLimit, areplay, reply, tool_call
+from innerloop.testing import (
+    AnthropicServer,
+    FakeClock,
+    Fault,
+    RateLimit,
+    areplay,
+    reply,
+    tool_call,
+)
 from innerloop.tools import ToolContext, ToolOutput
 
 MODEL = "anthropic:claude-sonnet-4-5-20250929"
