@@ -16,28 +16,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any, Literal
 
 import attrs
 
-from innerloop._errors import ErrorCategory, InnerloopError, ProviderError
-from innerloop._eventlog import pick_run, read_event_log, split_runs
-from innerloop._events import (
-    Abort,
-    Event,
-    Finished,
-    MessageComplete,
-    ModelCall,
-    ModelError,
-    ModelResponseEvent,
-    RunStarted,
-    StreamEvent,
-    ToolExecuted,
-    Transition,
-)
-from innerloop._messages import ModelResponse, ToolUseBlock
+from innerloop._errors import ErrorCategory, ProviderError
+from innerloop._events import MessageComplete, ModelCall, StreamEvent, Transition
+from innerloop._messages import Message, ModelResponse, ToolUseBlock
 from innerloop.fsm._compile import CompiledMachine, compile_spec
 from innerloop.fsm._context import Deps
 from innerloop.fsm._driver import Run
@@ -51,11 +37,12 @@ from innerloop.providers._fingerprint import (
     request_fingerprint,
     request_parts,
 )
-from innerloop.providers._normalize import WireRequest
+from innerloop.providers._normalize import DIALECTS, WireRequest
 from innerloop.recovery._compaction import TruncatingCompactor
 from innerloop.recovery._gate import RateLimitGates
 from innerloop.recovery._tokens import MessageTokenCache, TiktokenCounter
 from innerloop.testing._clock import FakeClock
+from innerloop.testing._recording import Call, Recording, ReplayError, Source, load_recording
 from innerloop.tools._runner import ToolBatch, ToolRunner
 from innerloop.tools._spec import ToolCallResult
 
@@ -66,10 +53,6 @@ ParamsOverride = HarnessParams[Any] | Callable[[HarnessParams[Any]], HarnessPara
 
 _ABORT_GUARD = "abort_requested"
 """The guard of the edges a host's abort takes (the default machine's)."""
-
-
-class ReplayError(InnerloopError, ValueError):
-    """A run cannot be replayed (an older log, no such run, its machine not at hand...)."""
 
 
 class ReplayDivergence(AssertionError):
@@ -154,113 +137,7 @@ class ReplayResult:
 # -- the record -------------------------------------------------------------------------------
 
 
-@attrs.frozen
-class _Call:
-    request: ModelCall
-    response: ModelResponse | None = None
-    error: ModelError | None = None
-
-
-@attrs.frozen
-class _Recording:
-    where: str
-    started: RunStarted
-    calls: tuple[_Call, ...]
-    tools: Mapping[str, ToolExecuted]
-    transitions: tuple[Transition, ...]
-    finished: Finished
-    host_abort: str | None
-
-
-_OLD = (
-    "it was recorded by an innerloop that did not keep what a replay needs (the run's "
-    "params and each model call's request fingerprint); record it again with this "
-    "innerloop (innerloop run --log, or an EventLog) and replay that"
-)
-
-
-_READ = frozenset(
-    c.type
-    for c in (
-        RunStarted,
-        ModelCall,
-        ModelResponseEvent,
-        ModelError,
-        ToolExecuted,
-        Transition,
-        Abort,
-        Finished,
-    )
-)
-"""The events a replay reads (a stream's deltas are not replayed: its response is)."""
-
-
-def _events(lines: Sequence[Mapping[str, Any]]) -> list[Event]:
-    return [Event.from_dict(line) for line in lines if line.get("type") in _READ]
-
-
-def _calls(events: Sequence[Event]) -> tuple[_Call, ...]:
-    """Each recorded model call with what it got back."""
-    calls: list[_Call] = []
-    for ev in events:
-        if isinstance(ev, ModelCall):
-            calls.append(_Call(ev))
-        elif isinstance(ev, ModelResponseEvent) and calls:
-            calls[-1] = attrs.evolve(calls[-1], response=ev.response)
-        elif isinstance(ev, ModelError) and calls:
-            calls[-1] = attrs.evolve(calls[-1], error=ev)
-    return tuple(calls)
-
-
-def _record(lines: Sequence[Mapping[str, Any]], where: str) -> _Recording:
-    events = _events(lines)
-    started = events[0] if events else None
-    calls = _calls(events)
-    answered = any(isinstance(e, ModelResponseEvent | ModelError) for e in events)
-    if not isinstance(started, RunStarted) or started.params is None or (answered and not calls):
-        raise ReplayError(f"cannot replay {where}: {_OLD}")
-    finished = next((e for e in reversed(events) if isinstance(e, Finished)), None)
-    if finished is None:
-        raise ReplayError(
-            f"cannot replay {where}: it has no finished event (still going, or cut off); "
-            "replay a run that ended"
-        )
-    host_abort = next(
-        (e.reason for e in events if isinstance(e, Abort) and e.diagnostic is None), None
-    )
-    return _Recording(
-        where,
-        started,
-        calls,
-        {e.tool_use_id: e for e in events if isinstance(e, ToolExecuted)},
-        tuple(e for e in events if isinstance(e, Transition)),
-        finished,
-        host_abort,
-    )
-
-
-Source = str | Path | Sequence[Mapping[str, Any]]
-"""An event log's path, or a log's events as dicts (``event.to_dict()``: the events a
-durable engine streams, say)."""
-
-
-def _load(source: Source, run: int | str) -> _Recording:
-    where = "the events given" if not isinstance(source, str | Path) else str(source)
-    try:
-        lines: Sequence[Mapping[str, Any]] = (
-            read_event_log(source)
-            if isinstance(source, str | Path)
-            else [e for e in source if e.get("type") != "log_header"]
-        )
-        picked, label = pick_run(split_runs(lines), run, where)
-    except OSError as exc:
-        raise ReplayError(f"cannot read {where}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise ReplayError(str(exc)) from None
-    return _record(picked, label)
-
-
-def _machine(rec: _Recording, specs: Iterable[MachineSpec | str]) -> CompiledMachine:
+def _machine(rec: Recording, specs: Iterable[MachineSpec | str]) -> CompiledMachine:
     started = rec.started
     record = MachineRecord(started.machine, started.fingerprint, started.import_path)
     try:
@@ -300,11 +177,15 @@ def _compiled(key: _Same) -> CompiledMachine:
 
 
 def _params(
-    rec: _Recording, override: ParamsOverride | None, real_tools: bool
+    rec: Recording, override: ParamsOverride | None, real_tools: bool
 ) -> HarnessParams[Any]:
-    assert rec.started.params is not None
     if isinstance(override, HarnessParams):
         return override
+    if rec.started.params is None:
+        raise ReplayError(
+            f"cannot replay {rec.where}: a checkpoint store keeps no params; pass "
+            "params=HarnessParams(...), the params the run ran with"
+        )
     try:
         recorded = params_from_record(rec.started.params, real_tools=real_tools)
     except RecordError as exc:
@@ -330,6 +211,10 @@ def _response_text(response: ModelResponse) -> str:
 def _short(value: Any, limit: int = 160) -> str:
     text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _message(history: Sequence[Message], i: int) -> str:
+    return _short(history[i].to_dict()) if i < len(history) else "none"
 
 
 def _call_text(call: ModelCall) -> str:
@@ -364,7 +249,7 @@ class _Player:
     """The replay's side of the record: the model calls served so far, the first
     divergence, and the run (to name its state)."""
 
-    def __init__(self, rec: _Recording, params: HarnessParams[Any]) -> None:
+    def __init__(self, rec: Recording, params: HarnessParams[Any]) -> None:
         self.rec = rec
         self.params = params
         self.served = 0
@@ -403,23 +288,46 @@ class _Player:
                 )
             )
         call = calls[n - 1]
-        if call.request.fingerprint != now.fingerprint:
-            self._refuse(
-                Divergence(
-                    "request",
-                    self.state,
-                    n,
-                    _call_text(call.request),
-                    _call_text(now),
-                    tuple(self._request_diff(call.request, now, request)),
-                    call.error.error if call.error is not None else call.response,
-                )
+        if call.request is None:
+            divergence = self._history_differs(call, now)
+        elif call.request.fingerprint != now.fingerprint:
+            divergence = Divergence(
+                "request",
+                self.state,
+                n,
+                _call_text(call.request),
+                _call_text(now),
+                tuple(self._request_diff(call.request, now, request)),
+                call.error.error if call.error is not None else call.response,
             )
+        else:
+            divergence = None
+        if divergence is not None:
+            self._refuse(divergence)
         self.served = n
         error = call.error
         if error is not None and error.stage == "open":
             raise error.error
         return _Stream(call.response, error.error if error is not None else None)
+
+    def _history_differs(self, call: Call, now: ModelCall) -> Divergence | None:
+        """A stored run keeps each call's history, not its request: the replay's history
+        must be that one (the first message that differs is named)."""
+        then = call.history or ()
+        history = tuple(self.run.state.history) if self.run is not None else ()
+        if history == then:
+            return None
+        i = next((i for i, (a, b) in enumerate(zip(then, history, strict=False)) if a != b), None)
+        i = min(len(then), len(history)) if i is None else i
+        return Divergence(
+            "request",
+            self.state,
+            self.served + 1,
+            f"{len(then)} messages",
+            f"{len(history)} messages ({now.provider}:{now.model})",
+            (f"messages[{i}]: recorded {_message(then, i)}, replayed {_message(history, i)}",),
+            call.error.error if call.error is not None else call.response,
+        )
 
     def _refuse(self, divergence: Divergence) -> None:
         self.diverge(divergence)
@@ -514,9 +422,13 @@ class _RecordedTools:
         return None
 
 
-def _dialects(rec: _Recording, params: HarnessParams[Any]) -> dict[str, str]:
-    found = {c.request.provider: c.request.dialect for c in rec.calls}
-    return {c.provider: found.get(c.provider, c.provider) for c in params.model_chain}
+def _dialects(rec: Recording, params: HarnessParams[Any]) -> dict[str, str]:
+    found = {c.request.provider: c.request.dialect for c in rec.calls if c.request is not None}
+    known = {
+        c.provider: c.provider if c.provider in DIALECTS else DIALECTS[0]
+        for c in params.model_chain
+    }
+    return {p: found.get(p, d) for p, d in known.items()}
 
 
 def _check_end(player: _Player, replayed: int) -> None:
@@ -603,7 +515,7 @@ async def areplay(
     real_tools: bool = False,
 ) -> ReplayResult:
     """:func:`replay`, on the running event loop."""
-    rec = _load(source, run)
+    rec = load_recording(source, run)
     machine = _machine(rec, specs)
     run_params = _params(rec, params, real_tools)
     player = _Player(rec, run_params)

@@ -19,6 +19,8 @@ from innerloop.examples import with_guardrail
 from innerloop.fsm import MachineSpec
 from innerloop.testing import (
     Divergence,
+    FakeClock,
+    Fault,
     ReplayError,
     ReplayResult,
     ScriptedProvider,
@@ -285,4 +287,71 @@ class TestCommandLine:
         assert main(["replay", str(log), "--run", "2"]) == 2
         assert capsys.readouterr().err == (
             f"innerloop replay: {log} has no run '2': its runs are 1 to 1, or last\n"
+        )
+
+
+# -- stored runs ------------------------------------------------------------------------------
+
+
+async def _add_one_more(args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+    return ToolOutput(str(args["a"] + args["b"] + 1))
+
+
+STORED_SCRIPT = [Fault.rate_limited(retry_after=1), *SCRIPT]
+
+
+def stored(tmp_path: Path) -> tuple[str, str]:
+    """A run checkpointed into SQLite at every transition (a 429 first): the store's URL
+    and the run's id."""
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    harness = Harness(
+        PARAMS, [ScriptedProvider(STORED_SCRIPT)], checkpointer=url, clock=FakeClock()
+    )
+    run = harness.start("What is 2 + 2?", run_id="r1")
+    assert run.run_sync().exit_reason == "model_complete"
+    assert harness.checkpointer is not None
+    harness.checkpointer.close()
+    return url, "r1"
+
+
+class TestStoredRuns:
+    def test_a_stored_run_replays_from_its_checkpoints(self, tmp_path: Path) -> None:
+        """The path, the 429 and its backoff, the answers and the tool result come from
+        the checkpoints; the params from the caller (a store keeps none)."""
+        url, run_id = stored(tmp_path)
+        result = replay(url, run_id, params=PARAMS).assert_same()
+        assert result.where == f"run r1 of {url}"
+        assert result.calls == 3
+        assert replay(url, "last", params=PARAMS).ok
+
+    def test_a_tool_answering_otherwise_parts_at_the_next_call(self, tmp_path: Path) -> None:
+        """With real tools that now answer 5, the next call's history differs: the first
+        message that differs is named."""
+        url, run_id = stored(tmp_path)
+        other = attrs.evolve(PARAMS, tools=[attrs.evolve(ADD, handler=_add_one_more)])
+        d = replay(url, run_id, params=other, real_tools=True).divergence
+        assert d == Divergence(
+            "request",
+            "call",
+            3,
+            "3 messages",
+            "3 messages (scripted:scripted-model-20250101)",
+            (
+                'messages[2]: recorded {"role":"user","content":[{"type":"tool_result",'
+                '"tool_use_id":"call_1","content":"4","is_error":false}]}, replayed '
+                '{"role":"user","content":[{"type":"tool_result","tool_use_id":"call_1",'
+                '"content":"5","is_error":false}]}',
+            ),
+            d.response if d is not None else None,
+        )
+        assert d is not None
+        assert str(d).endswith("recorded response: [end_turn] '2 + 2 = 4.'")
+
+    def test_a_stored_run_needs_its_params(self, tmp_path: Path) -> None:
+        url, run_id = stored(tmp_path)
+        with pytest.raises(ReplayError) as raised:
+            replay(url, run_id)
+        assert str(raised.value) == (
+            f"cannot replay run r1 of {url}: a checkpoint store keeps no params; pass "
+            "params=HarnessParams(...), the params the run ran with"
         )
