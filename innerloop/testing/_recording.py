@@ -109,8 +109,14 @@ def _record(lines: Sequence[Mapping[str, Any]], where: str) -> Recording:
     started = events[0] if events else None
     calls = _calls(events)
     answered = any(isinstance(e, ModelResponseEvent | ModelError) for e in events)
-    if not isinstance(started, RunStarted) or started.params is None or (answered and not calls):
+    if not isinstance(started, RunStarted) or started.params is None:
         raise ReplayError(f"cannot replay {where}: {_OLD}")
+    if answered and not calls:
+        raise ReplayError(
+            f"cannot replay {where}: its model calls have no model_call event (a quiet "
+            "run() makes none: its events were read by an observer); record the run from "
+            "run.events(), iter_sync() or run_sync(on_event=...)"
+        )
     finished = next((e for e in reversed(events) if isinstance(e, Finished)), None)
     if finished is None:
         raise ReplayError(

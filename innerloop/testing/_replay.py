@@ -17,7 +17,7 @@ import asyncio
 import functools
 import json
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import attrs
 
@@ -329,7 +329,7 @@ class _Player:
             call.error.error if call.error is not None else call.response,
         )
 
-    def _refuse(self, divergence: Divergence) -> None:
+    def _refuse(self, divergence: Divergence) -> NoReturn:
         self.diverge(divergence)
         raise ProviderError(ErrorCategory.FATAL, f"replay diverged: {divergence}")
 

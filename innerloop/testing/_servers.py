@@ -230,7 +230,9 @@ class LoopbackServer:
         """Append steps to the script."""
         self.script.extend(steps)
 
-    def storm(self, seconds: float, retry_after: float | None = None, *, at_least: int = 0) -> None:
+    def storm(
+        self, seconds: float, retry_after: float | None = None, *, at_least: int = 0
+    ) -> None:
         """For the next ``seconds`` (real time), and until it has answered ``at_least``
         requests, answer every request with a 429 (with ``retry_after``, if given) without
         playing the script; then play it again. ``at_least`` makes a storm meet a known

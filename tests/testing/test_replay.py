@@ -230,6 +230,19 @@ class TestMachines:
             "EventLog) and replay that"
         )
 
+    def test_a_log_without_model_calls_says_how_to_record_them(self, tmp_path: Path) -> None:
+        """An observer of a quiet ``run()`` sees no model_call events."""
+        log = record(tmp_path / "run.jsonl")
+        kept = [json.dumps(line) for line in lines_of(log) if line["type"] != "model_call"]
+        log.write_text("\n".join(kept) + "\n")
+        with pytest.raises(ReplayError) as raised:
+            replay(log)
+        assert str(raised.value) == (
+            f"cannot replay run 1 of {log}: its model calls have no model_call event (a "
+            "quiet run() makes none: its events were read by an observer); record the run "
+            "from run.events(), iter_sync() or run_sync(on_event=...)"
+        )
+
     def test_the_first_demo_log_is_refused_naming_the_fix(self) -> None:
         """The demo's log as the first innerloop wrote it (kept as a fixture)."""
         log = Path(__file__).parents[1] / "fixtures" / "eventlog" / "demo-v1.jsonl"
