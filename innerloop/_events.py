@@ -15,6 +15,7 @@ import attrs
 from innerloop import _convert
 from innerloop._errors import ProviderError
 from innerloop._messages import Message, ModelResponse, ToolUseBlock, Usage
+from innerloop._tasks import Task
 
 __all__ = [
     "Abort",
@@ -146,6 +147,14 @@ class RunStarted(Event):
     only when read (writing the log), so a run nobody logs does not pay for it."""
     messages: tuple[Message, ...] = attrs.field(default=(), eq=False, repr=False)
     """The history the run starts from (the prompt, or a conversation's messages)."""
+    turns: int = 0
+    """The turns counted before the run (a conversation's earlier messages)."""
+    usage: Usage = Usage()
+    """The tokens counted before the run."""
+    cost_usd: float | None = None
+    """The cost counted before the run."""
+    tasks: tuple[Task, ...] = attrs.field(default=(), eq=False, repr=False)
+    """The pending task list the run starts with."""
 
 
 @attrs.frozen

@@ -19,6 +19,7 @@ from collections.abc import (
 )
 from typing import Any, Generic, Literal, Protocol, cast, runtime_checkable
 
+import attrs
 from statemachine import StateMachine
 
 from innerloop._events import Event, Finished, RunEvent, RunStarted, Transition
@@ -421,7 +422,7 @@ class Run(Generic[OutputT]):
     def _started(
         self, watch: Callable[[RunEvent], None], watched: Container[type[Event]]
     ) -> RunStarted:
-        spec = self.machine.spec
+        spec, state = self.machine.spec, self.state
         ev = RunStarted(
             spec.name,
             self.machine.fingerprint,
@@ -429,7 +430,11 @@ class Run(Generic[OutputT]):
             self.current,
             self.run_id,
             ParamsRecord(self.params),
-            tuple(self.state.history),
+            tuple(state.history),
+            state.turns,
+            state.usage,
+            state.cost_usd,
+            tuple(attrs.evolve(t) for t in state.tasks) if state.tasks else (),
         )
         if RunStarted in watched:
             watch(ev)

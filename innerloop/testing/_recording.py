@@ -229,6 +229,10 @@ def _stored_recording(
         run_id,
         None,
         tuple(first.state.history),
+        first.state.turns,
+        first.state.usage,
+        first.state.cost_usd,
+        tuple(first.state.tasks),
     )
     finished = Finished(
         last.exit_reason or "",

@@ -523,7 +523,14 @@ async def areplay(
         name: _ReplayProvider(player, name, dialect)
         for name, dialect in _dialects(rec, run_params).items()
     }
-    state: HarnessState[Any] = HarnessState(history=list(rec.started.messages))
+    started = rec.started
+    state: HarnessState[Any] = HarnessState(
+        history=list(started.messages),
+        tasks=[attrs.evolve(t) for t in started.tasks],
+        usage=started.usage,
+        turns=started.turns,
+        cost_usd=started.cost_usd,
+    )
     state.start_run()
     deps = Deps(
         providers=providers,

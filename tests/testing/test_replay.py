@@ -14,6 +14,7 @@ import pytest
 
 from innerloop import EventLog, Harness, HarnessParams, ToolSpec, read_event_log
 from innerloop._demo import run_demo
+from innerloop.checkpoint import MemoryCheckpointer
 from innerloop.cli import main
 from innerloop.examples import with_guardrail
 from innerloop.fsm import MachineSpec
@@ -74,11 +75,6 @@ class TestDemoRuns:
         assert result.where == f"run 3 of {demo_log}"
         assert type(result.state.output).__name__ == "Report"
         assert repr(result) == f"<ReplayResult run 3 of {demo_log}: same, 12 transitions>"
-
-    def test_real_tools_run_the_recorded_functions(self, demo_log: Path) -> None:
-        """``real_tools=True`` imports the demo's tool functions and runs them: the add
-        tool adds, the weather tool fails, the climate lookup times out, as recorded."""
-        replay(demo_log, 1, real_tools=True).assert_same()
 
     async def test_areplay_runs_on_the_running_loop(self, demo_log: Path) -> None:
         result = await areplay(demo_log, 2)
@@ -199,6 +195,19 @@ class TestMachines:
         assert result.transitions == recorded_transitions(tmp_path / "run.jsonl", 1)
         assert ("execute", "redact") in [(a, b) for a, b, *_ in _path(tmp_path / "run.jsonl")]
 
+    def test_real_tools_run_the_recorded_functions(self, tmp_path: Path) -> None:
+        """``real_tools=True`` imports the tool's function from the path the log recorded
+        (this module's ``_add``) and runs it: it adds as it did."""
+        log = record(tmp_path / "run.jsonl")
+        tools = [
+            t
+            for line in lines_of(log)
+            if line["type"] == "run_started"
+            for t in line["params"]["tools"]
+        ]
+        assert [t["function"] for t in tools] == ["tests.testing.test_replay:_add"]
+        replay(log, real_tools=True).assert_same()
+
     def test_a_machine_without_import_path_needs_specs(self, tmp_path: Path) -> None:
         log = record(tmp_path / "run.jsonl", HOUSE)
         with pytest.raises(ReplayError) as raised:
@@ -263,6 +272,22 @@ class TestMachines:
         assert isinstance(result, ReplayResult)
         assert result.ok
         assert result.where == "run 1 of the events given"
+
+
+def test_a_conversations_later_message_replays_with_its_totals(tmp_path: Path) -> None:
+    """The second message of a conversation starts from the first one's turns, tokens and
+    history: its replay starts there too."""
+    script = [*SCRIPT, reply("3 + 3 = 6.")]
+    harness = Harness(PARAMS, [ScriptedProvider(script)], checkpointer=MemoryCheckpointer())
+    session = harness.session("c1")
+    log = tmp_path / "conversation.jsonl"
+    with EventLog(log) as events:
+        session.send_sync("What is 2 + 2?", on_event=events.write)
+        assert session.send_sync("And 3 + 3?", on_event=events.write).turns == 3
+    second = replay(log, 2).assert_same()
+    assert second.state.turns == 3
+    assert len(second.state.history) == 6
+    assert replay(log, 1).ok
 
 
 def _path(log: Path) -> list[tuple[str, str, str | None]]:
