@@ -318,6 +318,18 @@ class TestCommandLine:
         assert "  request system: differs, replayed " in out
         assert '  recorded response: [tool_use] \'Adding.\' add({"a":2,"b":2})\n' in out
 
+    def test_spec_names_the_machine_a_run_ran_on(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        log = record(tmp_path / "run.jsonl", HOUSE)
+        assert main(["replay", str(log)]) == 2
+        assert "pass --spec MODULE:ATTR naming that spec\n" in capsys.readouterr().err
+        spec = "tests.testing.test_replay:HOUSE"
+        assert main(["replay", str(log), "--spec", spec, "--real-tools"]) == 0
+        assert capsys.readouterr().out == (
+            f"OK run 1 of {log}: 13 transitions, 2 model calls, exit_reason=model_complete\n"
+        )
+
     def test_an_unreplayable_log_exits_2(
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
