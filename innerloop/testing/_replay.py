@@ -224,8 +224,9 @@ def _call_text(call: ModelCall) -> str:
 
 
 class _Stream:
-    """A model stream serving a recorded turn: its response, or its mid-stream error;
-    neither (the host aborted mid-stream) waits for the abort."""
+    """A model stream serving a recorded turn: its response, or its mid-stream error.
+    A call the host aborted mid-stream has neither; its replay is aborted where the run
+    was, before the stream is read."""
 
     def __init__(self, response: ModelResponse | None, error: ProviderError | None) -> None:
         self._events: list[StreamEvent] = [] if response is None else [MessageComplete(response)]
@@ -239,7 +240,8 @@ class _Stream:
             yield event
         if self._error is not None:
             raise self._error
-        await asyncio.Event().wait()  # a host abort ends it
+        if not self._events:  # a host abort came before the stream was read, else this
+            raise ProviderError(ErrorCategory.FATAL, "the recorded call has no answer")
 
     async def aclose(self) -> None:
         return None
