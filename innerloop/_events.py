@@ -151,8 +151,8 @@ class RunStarted(Event):
     """The turns counted before the run (a conversation's earlier messages)."""
     usage: Usage = Usage()
     """The tokens counted before the run."""
-    cost_usd: float | None = None
-    """The cost counted before the run."""
+    cost_usd: float | None = 0.0
+    """The cost counted before the run (None: unknown, a model had no price)."""
     tasks: tuple[Task, ...] = attrs.field(default=(), eq=False, repr=False)
     """The pending task list the run starts with."""
 
