@@ -17,7 +17,7 @@ from typing import IO, Any
 from innerloop._events import Event
 from innerloop._json import WRAPPED_JSON_DEPTH, parse_json
 
-__all__ = ["SCHEMA", "EventLog", "header_problem", "read_event_log", "split_runs"]
+__all__ = ["SCHEMA", "EventLog", "header_problem", "pick_run", "read_event_log", "split_runs"]
 
 SCHEMA = "innerloop.events/1"
 
@@ -101,6 +101,33 @@ def split_runs(events: Sequence[Mapping[str, Any]]) -> list[list[Mapping[str, An
     if current:
         runs.append(current)
     return runs
+
+
+def pick_run(
+    runs: Sequence[Sequence[Mapping[str, Any]]], run: int | str | None, where: str
+) -> tuple[Sequence[Mapping[str, Any]], str]:
+    """One run of a log's ``runs`` and how to name it: ``run`` is its number (1 for the
+    first), ``"last"``, its ``run_id``, or None when the log holds one run. ``ValueError``
+    says which runs there are."""
+    count = len(runs)
+    ids = [r[0].get("run_id") for r in runs if r and r[0].get("type") == "run_started"]
+    if run is None and count > 1:
+        raise ValueError(
+            f"{where} holds {count} runs; pick one with --run N (1 to {count}) or --run last"
+        )
+    if not runs:
+        raise ValueError(f"{where} holds no run")
+    if run is None or run == "last":
+        n = count
+    elif isinstance(run, int) or run.isdigit():
+        n = int(run)
+    elif run in ids:
+        n = 1 + next(i for i, r in enumerate(runs) if r and r[0].get("run_id") == run)
+    else:
+        n = 0
+    if not 1 <= n <= count:
+        raise ValueError(f"{where} has no run {run!r}: its runs are 1 to {count}, or last")
+    return runs[n - 1], f"run {n} of {where}"
 
 
 def _lines(path: Path) -> Iterator[dict[str, Any]]:

@@ -13,7 +13,9 @@ from typing import Any, ClassVar, Literal, Self, TypeAlias
 import attrs
 
 from innerloop import _convert
-from innerloop._messages import ModelResponse, ToolUseBlock, Usage
+from innerloop._errors import ProviderError
+from innerloop._messages import Message, ModelResponse, ToolUseBlock, Usage
+from innerloop._tasks import Task
 
 __all__ = [
     "Abort",
@@ -24,6 +26,8 @@ __all__ = [
     "Fallback",
     "Finished",
     "MessageComplete",
+    "ModelCall",
+    "ModelError",
     "ModelResponseEvent",
     "RunEvent",
     "RunStarted",
@@ -137,6 +141,20 @@ class RunStarted(Event):
     """The state the run starts (or goes on) from."""
     run_id: str | None = None
     """The run's id in a checkpoint store, when one keeps it."""
+    params: Mapping[str, Any] | None = attrs.field(default=None, eq=False, repr=False)
+    """The run's params as JSON data (tools by their definitions and import paths, the
+    output type by its import path and schema), what a replay rebuilds them from. Made
+    only when read (writing the log), so a run nobody logs does not pay for it."""
+    messages: tuple[Message, ...] = attrs.field(default=(), eq=False, repr=False)
+    """The history the run starts from (the prompt, or a conversation's messages)."""
+    turns: int = 0
+    """The turns counted before the run (a conversation's earlier messages)."""
+    usage: Usage = Usage()
+    """The tokens counted before the run."""
+    cost_usd: float | None = 0.0
+    """The cost counted before the run (None: unknown, a model had no price)."""
+    tasks: tuple[Task, ...] = attrs.field(default=(), eq=False, repr=False)
+    """The pending task list the run starts with."""
 
 
 @attrs.frozen
@@ -145,6 +163,33 @@ class Transition(Event):
     source: str
     target: str
     guard: str | None
+
+
+@attrs.frozen
+class ModelCall(Event):
+    """A model call about to be sent: its normalized request's fingerprint (not yielded by
+    a quiet ``run()``, which no log records)."""
+
+    type: ClassVar[Literal["model_call"]] = "model_call"
+    provider: str
+    dialect: str
+    """The wire format the request was built for (``anthropic``, ``openai``...)."""
+    model: str
+    fingerprint: str
+    """``request_fingerprint(request)``: sha256 of the wire request (dialect and body)."""
+    parts: Mapping[str, str]
+    """A short hash per top-level key of the body, so a changed request names what changed."""
+    messages: int
+    """How many messages the request carries."""
+
+
+@attrs.frozen
+class ModelError(Event):
+    """A model call failed: when it was opened (``stage="open"``) or mid-stream."""
+
+    type: ClassVar[Literal["model_error"]] = "model_error"
+    error: ProviderError
+    stage: Literal["open", "stream"]
 
 
 @attrs.frozen
@@ -217,6 +262,8 @@ class Finished(Event):
     turns: int
     usage: Usage
     cost_usd: float | None
+    history: str | None = None
+    """``history_fingerprint`` of the final history (None from a quiet ``run()``)."""
 
 
 RunEvent: TypeAlias = (
@@ -228,6 +275,8 @@ RunEvent: TypeAlias = (
     | MessageComplete
     | RunStarted
     | Transition
+    | ModelCall
+    | ModelError
     | ModelResponseEvent
     | ToolExecuted
     | Backoff

@@ -47,12 +47,30 @@ def describe(event: Event) -> str | None:
         status = "timed out" if data["timed_out"] else ("error" if data["is_error"] else "ok")
         out = data["output"][:70]
         return f"  * tool {data['name']} {status} in {data['duration'] * 1000:.0f} ms: {out!r}"
+    if kind in ("model_call", "model_error"):
+        return _model_call(kind, data)
     if kind == "abort" and data.get("diagnostic"):
         data["diagnostic"] = "{...}"
+    for long in ("params", "messages"):  # run_started's replay record
+        data.pop(long, None)
+    if data.get("history"):
+        data["history"] = data["history"][:12]
     body = ", ".join(
         f"{k}={format(v, '.6g') if isinstance(v, float) else repr(v)}" for k, v in data.items()
     )
     return f"  * {kind}: {body}"
+
+
+def _model_call(kind: str, data: dict[str, Any]) -> str:
+    """A model call about to be sent, or how it failed."""
+    if kind == "model_call":
+        return (
+            f"  * model call {data['provider']}:{data['model']}: {data['messages']} messages, "
+            f"request {data['fingerprint'][:12]}"
+        )
+    e = data["error"]
+    status = f" {e['status']}" if e["status"] is not None else ""
+    return f"  * model call failed ({data['stage']}): {e['category']}{status}: {e['message']}"
 
 
 _NOTED_GUARDS = frozenset({"transient_retry", "context_overflow", "cannot_shrink", "failed"})

@@ -1,4 +1,4 @@
-"""Command line: ``innerloop run | runs | demo | diagram | ui | eval``.
+"""Command line: ``innerloop run | runs | demo | diagram | replay | ui | eval``.
 
 Exit codes (also in docs/reference/cli.md):
 
@@ -105,11 +105,13 @@ def _parser() -> argparse.ArgumentParser:
     _add_ui_options(run)
     _add_ui_options(demo)
 
+    from innerloop import _replay_cli
     from innerloop.diagrams import _cli as diagram_cli
     from innerloop.evals import _cli as evals_cli
 
     _add_runs_parser(sub)
     diagram_cli.add_parser(sub)
+    _replay_cli.add_parser(sub)
     _add_ui_parser(sub)
     evals_cli.add_eval_parser(sub)
     return parser
@@ -410,6 +412,10 @@ def _command(args: argparse.Namespace) -> int:
         from innerloop.evals import _cli as evals_cli
 
         return evals_cli.eval_command(args, UsageError)
+    if args.command == "replay":
+        from innerloop import _replay_cli
+
+        return _replay_cli.run(args)
     from innerloop.diagrams import _cli as diagram_cli
 
     return diagram_cli.run(args)

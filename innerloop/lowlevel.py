@@ -14,6 +14,7 @@ from innerloop.providers._errors import (
     error_from_status,
     parse_retry_after,
 )
+from innerloop.providers._fingerprint import history_fingerprint, request_fingerprint
 from innerloop.providers._normalize import (
     RequestSettings,
     WireRequest,
@@ -62,6 +63,7 @@ __all__ = [
     "execute_batch",
     "find_cl100k_data",
     "hash_content",
+    "history_fingerprint",
     "jitter_fraction",
     "load_cl100k",
     "marker_text",
@@ -70,6 +72,7 @@ __all__ = [
     "plan_cut",
     "render_transcript",
     "replace_secrets",
+    "request_fingerprint",
     "request_settings",
     "schema_for",
     "scrub_secrets",

@@ -21,6 +21,8 @@ from innerloop.events import (
     Fallback,
     Finished,
     MessageComplete,
+    ModelCall,
+    ModelError,
     ModelResponseEvent,
     RunEvent,
     RunStarted,
@@ -75,8 +77,10 @@ def _describe(event: RunEvent) -> str | None:  # noqa: C901 (one case per event 
             return f"finished {reason} {turns} {event.usage.output_tokens}"
         case RunStarted(machine=machine, state=state):
             return f"started {machine} at {state}"
-        case ThinkingDelta() | ToolInputDelta() | MessageComplete():
+        case ThinkingDelta() | ToolInputDelta() | MessageComplete() | ModelCall():
             return None
+        case ModelError(error=error, stage=stage):
+            return f"failed at {stage}: {error.category}"
         case Backoff() | Fallback() | Compacted() | Alert() | Abort():
             return f"recovery {event.type}"
         case _:

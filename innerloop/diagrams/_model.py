@@ -9,13 +9,13 @@ event log can be laid over it with :meth:`Diagram.with_trace`.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from innerloop._eventlog import split_runs
+from innerloop._eventlog import pick_run, split_runs
 from innerloop.fsm._bounds import edge_bounds
 from innerloop.fsm._compile import CompiledMachine
 from innerloop.fsm._driver import Run
@@ -184,33 +184,6 @@ def log_runs(path: str | Path) -> list[list[Mapping[str, Any]]]:
     lines = Path(path).read_text(encoding="utf-8").splitlines()
     events = [json.loads(line) for line in lines if line.strip()]
     return split_runs([e for e in events if e.get("type") != "log_header"])
-
-
-def pick_run(
-    runs: Sequence[Sequence[Mapping[str, Any]]], run: int | str | None, where: str
-) -> tuple[Sequence[Mapping[str, Any]], str]:
-    """One run of a log's ``runs`` and how to name it: ``run`` is its number (1 for the
-    first), ``"last"``, its ``run_id``, or None when the log holds one run. ``ValueError``
-    says which runs there are."""
-    count = len(runs)
-    ids = [r[0].get("run_id") for r in runs if r and r[0].get("type") == "run_started"]
-    if run is None and count > 1:
-        raise ValueError(
-            f"{where} holds {count} runs; pick one with --run N (1 to {count}) or --run last"
-        )
-    if not runs:
-        raise ValueError(f"{where} holds no run")
-    if run is None or run == "last":
-        n = count
-    elif isinstance(run, int) or run.isdigit():
-        n = int(run)
-    elif run in ids:
-        n = 1 + next(i for i, r in enumerate(runs) if r and r[0].get("run_id") == run)
-    else:
-        n = 0
-    if not 1 <= n <= count:
-        raise ValueError(f"{where} has no run {run!r}: its runs are 1 to {count}, or last")
-    return runs[n - 1], f"run {n} of {where}"
 
 
 def load_trace(path: str | Path, run: int | str | None = None) -> Trace:

@@ -19,6 +19,7 @@ from collections.abc import (
 )
 from typing import Any, Generic, Literal, Protocol, cast, runtime_checkable
 
+import attrs
 from statemachine import StateMachine
 
 from innerloop._events import Event, Finished, RunEvent, RunStarted, Transition
@@ -27,8 +28,10 @@ from innerloop.fsm._compile import CompiledMachine
 from innerloop.fsm._context import AbortSignal, Deps, PhaseContext, TurnScope, request_settings
 from innerloop.fsm._output import OutputT
 from innerloop.fsm._params import HarnessParams
+from innerloop.fsm._record import ParamsRecord
 from innerloop.fsm._spec import Handler, TransitionSpec
 from innerloop.fsm._state import HarnessState
+from innerloop.providers._fingerprint import history_fingerprint
 from innerloop.providers._normalize import RequestSettings
 from innerloop.tools._runner import ToolObserver, ToolRunner
 
@@ -419,9 +422,19 @@ class Run(Generic[OutputT]):
     def _started(
         self, watch: Callable[[RunEvent], None], watched: Container[type[Event]]
     ) -> RunStarted:
-        spec = self.machine.spec
+        spec, state = self.machine.spec, self.state
         ev = RunStarted(
-            spec.name, self.machine.fingerprint, spec.import_path, self.current, self.run_id
+            spec.name,
+            self.machine.fingerprint,
+            spec.import_path,
+            self.current,
+            self.run_id,
+            ParamsRecord(self.params),
+            tuple(state.history),
+            state.turns,
+            state.usage,
+            state.cost_usd,
+            tuple(attrs.evolve(t) for t in state.tasks) if state.tasks else (),
         )
         if RunStarted in watched:
             watch(ev)
@@ -433,7 +446,10 @@ class Run(Generic[OutputT]):
         state = self.state
         state.final_state = self.current
         state.exit_reason = self.machine.exit_reason(self.current)
-        ev = Finished(state.exit_reason, self.current, state.turns, state.usage, state.cost_usd)
+        history = None if self.scope.quiet else history_fingerprint(state.history)
+        ev = Finished(
+            state.exit_reason, self.current, state.turns, state.usage, state.cost_usd, history
+        )
         if Finished in watched:
             watch(ev)
         return ev

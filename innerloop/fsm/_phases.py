@@ -22,6 +22,8 @@ from innerloop._events import (
     Event,
     Fallback,
     MessageComplete,
+    ModelCall,
+    ModelError,
     ModelResponseEvent,
     ToolExecuted,
     ToolUseComplete,
@@ -43,7 +45,8 @@ from innerloop.fsm._interrupts import answered_batch, suspend_for_questions
 from innerloop.fsm._output import ACCEPTED, ALONE, OUTPUT_TOOL, InvalidOutput, OutputSpec
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._state import Outcome
-from innerloop.providers._normalize import build_request, with_output_tool
+from innerloop.providers._fingerprint import request_fingerprint, request_parts
+from innerloop.providers._normalize import WireRequest, build_request, with_output_tool
 from innerloop.recovery._compaction import CompactionRequest, CompactionResult
 from innerloop.recovery._diagnostic import build_diagnostic
 from innerloop.recovery._gate import RateLimitGate
@@ -291,6 +294,19 @@ def _circuit_open(ctx: PhaseContext, wait: float) -> None:
     state.rate_limit_failures = ctx.params.recovery.max_rate_limit_retries + 1
 
 
+def _model_call(ctx: PhaseContext, request: WireRequest) -> ModelCall:
+    messages = request.payload.get("messages")
+    count = len(messages) if isinstance(messages, list | tuple) else 0
+    return ModelCall(
+        ctx.choice.provider,
+        request.dialect,
+        ctx.choice.model,
+        request_fingerprint(request),
+        request_parts(request),
+        count,
+    )
+
+
 async def call(ctx: PhaseContext) -> AsyncIterator[Event]:
     """Pass the model's rate-limit gate, then open the streaming request."""
     state, scope, clock = ctx.state, ctx.scope, ctx.deps.clock
@@ -307,10 +323,13 @@ async def call(ctx: PhaseContext) -> AsyncIterator[Event]:
         yield Backoff(state.rate_limit_failures, admission.wait, None, state.total_wait)
         await clock.sleep(admission.wait)
         state.total_wait += admission.wait
+    if not scope.quiet:  # what a replay checks; a quiet run() is never logged
+        yield _model_call(ctx, scope.request)
     try:
         scope.stream = await ctx.provider.open(scope.request)
     except Exception as exc:
         error = ProviderError.wrap(exc, ctx.choice.provider)
+        yield ModelError(error, "open")
         _gate_failure(ctx, error)
         _record_failure(ctx, error)  # counts this failure: past the retries when open
         return
@@ -382,6 +401,7 @@ async def stream(ctx: PhaseContext) -> AsyncIterator[Event]:
     except Exception as exc:
         await tools.cancel_all()
         error = ProviderError.wrap(exc, ctx.choice.provider)
+        yield ModelError(error, "stream")
         if error.category in _RATE:
             _gate_failure(ctx, error)  # overloaded mid-stream
         _record_failure(ctx, error)

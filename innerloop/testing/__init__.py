@@ -1,5 +1,5 @@
 """Test helpers for innerloop users: scripted providers, a fake clock, one-transition probes,
-per-transition scenarios, transition coverage."""
+per-transition scenarios, transition coverage, replays of recorded runs."""
 
 from innerloop.testing._bedrock import BedrockServer
 from innerloop.testing._clock import FakeClock
@@ -11,6 +11,7 @@ from innerloop.testing._machine import (
     machine_at,
     phase_context,
 )
+from innerloop.testing._replay import Divergence, ReplayError, ReplayResult, areplay, replay
 from innerloop.testing._scenarios import ScenarioBuilder, ScenarioError, Scenarios, scenario
 from innerloop.testing._scripted import (
     FakeProvider,
@@ -41,6 +42,7 @@ from innerloop.testing._servers import (
 __all__ = [
     "AnthropicServer",
     "BedrockServer",
+    "Divergence",
     "FakeClock",
     "FakeProvider",
     "Fault",
@@ -51,6 +53,8 @@ __all__ = [
     "RateLimit",
     "Raw",
     "RecordedRequest",
+    "ReplayError",
+    "ReplayResult",
     "Reply",
     "ResponsesServer",
     "ScenarioBuilder",
@@ -64,10 +68,12 @@ __all__ = [
     "TransitionCoverage",
     "Trickle",
     "Truncated",
+    "areplay",
     "assert_valid_history",
     "history_problems",
     "machine_at",
     "phase_context",
+    "replay",
     "reply",
     "scenario",
     "text",

@@ -16,7 +16,7 @@ from dbos import DBOSClient
 from innerloop import ResumeError
 from innerloop.durable.dbos import DBOSLoopClient
 from innerloop.fsm import Interrupt
-from innerloop.testing import assert_valid_history
+from innerloop.testing import assert_valid_history, replay
 from tests.durable._checks import (
     APPROVAL_REFUSED,
     assert_only_call_1_reran,
@@ -79,6 +79,7 @@ def test_worker_killed_mid_tool_is_recovered_by_a_restart(
     assert_only_call_1_reran(log_dir, pid1, pid2)
     assert events[-1]["type"] == "finished"
     assert [e["type"] for e in events].count("model_response") == 4
+    replay(events).assert_same()  # the recovered run replays as one run
 
 
 def test_abort_message_ends_the_loop_at_the_next_turn(

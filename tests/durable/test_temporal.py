@@ -19,7 +19,7 @@ from innerloop.durable.temporal import (
     temporal_worker,
 )
 from innerloop.fsm import Interrupt
-from innerloop.testing import assert_valid_history
+from innerloop.testing import assert_valid_history, replay
 from tests.durable import app as test_app
 from tests.durable._checks import (
     APPROVAL_REFUSED,
@@ -75,6 +75,7 @@ def test_loop_runs_as_workflow_with_the_in_process_history(
     assert [e["type"] for e in events].count("tool_executed") == 3
     assert events[-1]["type"] == "finished"
     assert events[-1]["exit_reason"] == "model_complete"
+    assert replay(events).assert_same().calls == 4  # the run the workflow recorded
 
 
 @pytest.mark.parametrize("poll", [0.05, 1.0])
@@ -122,6 +123,7 @@ def test_rate_limit_backoff_is_a_durable_timer(
     backoffs = [e for e in events if e["type"] == "backoff"]
     assert [(b["attempt"], b["delay"]) for b in backoffs] == [(1, 0.5)]
     assert state.total_wait == 0.5
+    assert replay(events).assert_same().calls == 5  # the 429 included
 
 
 def test_abort_signal_cancels_the_tool_in_flight(

@@ -1,0 +1,62 @@
+"""``innerloop replay``: run a recorded run again and say whether it went the same way.
+
+    innerloop replay LOG [--run N|last|RUN_ID] [--spec MODULE:ATTR]... [--real-tools]
+
+Prints ``OK`` with the run replayed and exits 0; at the first difference prints it (the
+state, the request that differs, the response recorded for it) and exits 1; exits 2
+when the run cannot be replayed (an older log, no such run, its machine not at hand).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``replay`` command to an ``argparse`` subparsers object."""
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "replay",
+        help="replay a recorded run offline and report the first divergence",
+        description=(__doc__ or "").replace("``", ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("log", metavar="LOG", help="a JSONL event log (innerloop run --log, demo)")
+    p.add_argument(
+        "--run", default="last", metavar="N|last|RUN_ID", help="which run of the log (1 = first)"
+    )
+    p.add_argument(
+        "--spec",
+        metavar="MODULE:ATTR",
+        action="append",
+        default=[],
+        help="a machine the run may have recorded (repeatable; default: its import path)",
+    )
+    p.add_argument(
+        "--real-tools",
+        action="store_true",
+        help="run the tools (imported from their recorded paths) instead of their recorded results",
+    )
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the ``replay`` command; returns the exit status."""
+    from innerloop.testing import ReplayError, replay
+
+    try:
+        result = replay(args.log, args.run, specs=args.spec, real_tools=args.real_tools)
+    except ReplayError as exc:
+        print(f"innerloop replay: {exc}", file=sys.stderr)
+        return 2
+    if result.divergence is None:
+        print(
+            f"OK {result.where}: {result.transitions} transitions, {result.calls} model calls, "
+            f"exit_reason={result.state.exit_reason}"
+        )
+        return 0
+    print(f"DIVERGED {result.where}: {result.divergence}")
+    return 1

@@ -1,0 +1,296 @@
+"""What a replay reads of a recorded run: the run's start, its model calls with what each
+got back, its tool results, its path and its end, from an event log (or a log's events)
+or from a checkpoint store."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from innerloop._errors import InnerloopError
+from innerloop._eventlog import pick_run, read_event_log, split_runs
+from innerloop._events import (
+    Abort,
+    Event,
+    Finished,
+    ModelCall,
+    ModelError,
+    ModelResponseEvent,
+    RunStarted,
+    ToolExecuted,
+    Transition,
+)
+from innerloop._messages import Message, ModelResponse, ToolResultBlock
+from innerloop.checkpoint._open import open_checkpointer, store_errors
+from innerloop.checkpoint._types import Checkpoint, Checkpointer
+from innerloop.checkpoint._writer import decode
+from innerloop.fsm._state import Outcome
+from innerloop.providers._fingerprint import history_fingerprint
+
+__all__ = ["Call", "Recording", "ReplayError", "Source", "load_recording"]
+
+
+class ReplayError(InnerloopError, ValueError):
+    """A run cannot be replayed (an older log, no such run, its machine not at hand...)."""
+
+
+@attrs.frozen
+class Call:
+    """One recorded model call: its request (the fingerprint an event log keeps, or the
+    history a checkpoint kept), and what it got back (a response, an error, or neither:
+    the host aborted it mid-stream)."""
+
+    request: ModelCall | None
+    response: ModelResponse | None = None
+    error: ModelError | None = None
+    history: tuple[Message, ...] | None = None
+
+
+@attrs.frozen
+class Recording:
+    """A recorded run, as a replay reads it (``started.params`` is None for a stored run:
+    a checkpoint store keeps no params)."""
+
+    where: str
+    started: RunStarted
+    calls: tuple[Call, ...]
+    tools: Mapping[str, ToolExecuted]
+    transitions: tuple[Transition, ...]
+    finished: Finished
+    host_abort: str | None
+
+
+_OLD = (
+    "it was recorded by an innerloop that did not keep what a replay needs (the run's "
+    "params and each model call's request fingerprint); record it again with this "
+    "innerloop (innerloop run --log, or an EventLog) and replay that"
+)
+
+
+_READ = frozenset(
+    c.type
+    for c in (
+        RunStarted,
+        ModelCall,
+        ModelResponseEvent,
+        ModelError,
+        ToolExecuted,
+        Transition,
+        Abort,
+        Finished,
+    )
+)
+"""The events a replay reads (a stream's deltas are not replayed: its response is)."""
+
+
+def _events(lines: Sequence[Mapping[str, Any]]) -> list[Event]:
+    return [Event.from_dict(line) for line in lines if line.get("type") in _READ]
+
+
+def _calls(events: Sequence[Event]) -> tuple[Call, ...]:
+    """Each recorded model call with what it got back."""
+    calls: list[Call] = []
+    for ev in events:
+        if isinstance(ev, ModelCall):
+            calls.append(Call(ev))
+        elif isinstance(ev, ModelResponseEvent) and calls:
+            calls[-1] = attrs.evolve(calls[-1], response=ev.response)
+        elif isinstance(ev, ModelError) and calls:
+            calls[-1] = attrs.evolve(calls[-1], error=ev)
+    return tuple(calls)
+
+
+def _record(lines: Sequence[Mapping[str, Any]], where: str) -> Recording:
+    events = _events(lines)
+    started = events[0] if events else None
+    calls = _calls(events)
+    answered = any(isinstance(e, ModelResponseEvent | ModelError) for e in events)
+    if not isinstance(started, RunStarted) or started.params is None:
+        raise ReplayError(f"cannot replay {where}: {_OLD}")
+    if answered and not calls:
+        raise ReplayError(
+            f"cannot replay {where}: its model calls have no model_call event (a quiet "
+            "run() makes none: its events were read by an observer); record the run from "
+            "run.events(), iter_sync() or run_sync(on_event=...)"
+        )
+    finished = next((e for e in reversed(events) if isinstance(e, Finished)), None)
+    if finished is None:
+        raise ReplayError(
+            f"cannot replay {where}: it has no finished event (still going, or cut off); "
+            "replay a run that ended"
+        )
+    host_abort = next(
+        (e.reason for e in events if isinstance(e, Abort) and e.diagnostic is None), None
+    )
+    return Recording(
+        where,
+        started,
+        calls,
+        {e.tool_use_id: e for e in events if isinstance(e, ToolExecuted)},
+        tuple(e for e in events if isinstance(e, Transition)),
+        finished,
+        host_abort,
+    )
+
+
+Source = str | Path | Sequence[Mapping[str, Any]] | Checkpointer
+"""An event log's path, or a log's events as dicts (``event.to_dict()``: the events a
+durable engine streams, say), or a checkpoint store (a ``Checkpointer``, or its URL:
+``sqlite:///runs.db``, ``postgresql://...``)."""
+
+_STORE_SCHEMES = ("sqlite://", "postgresql://", "postgres://", "memory:")
+
+
+def load_recording(source: Source, run: int | str) -> Recording:
+    """The run ``run`` of ``source`` (see :data:`Source`)."""
+    if isinstance(source, str) and source.startswith(_STORE_SCHEMES):
+        return _stored(source, run)
+    if not isinstance(source, str | Path | Sequence):
+        return _stored(source, run)
+    where = "the events given" if not isinstance(source, str | Path) else str(source)
+    try:
+        lines: Sequence[Mapping[str, Any]] = (
+            read_event_log(source)
+            if isinstance(source, str | Path)
+            else [e for e in source if e.get("type") != "log_header"]
+        )
+        picked, label = pick_run(split_runs(lines), run, where)
+    except OSError as exc:
+        raise ReplayError(f"cannot read {where}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise ReplayError(str(exc)) from None
+    return _record(picked, label)
+
+
+# -- a stored run ---------------------------------------------------------------------------
+
+
+def _stored(source: str | Checkpointer, run: int | str) -> Recording:
+    if isinstance(source, str):
+        try:
+            store = open_checkpointer(source)
+        except store_errors() as exc:
+            raise ReplayError(f"cannot open {source}: {exc}") from None
+        try:
+            return _from_store(store, run, source)
+        finally:
+            store.close()
+    return _from_store(source, run, "the store given")
+
+
+def _from_store(store: Checkpointer, run: int | str, where: str) -> Recording:
+    run_id = str(run)
+    if run == "last":
+        runs = store.runs()
+        if not runs:
+            raise ReplayError(f"{where} holds no run")
+        run_id = runs[0].run_id
+    label = f"run {run_id} of {where}"
+    try:
+        checkpoints = [decode(store.rows(run_id, info.seq)) for info in store.checkpoints(run_id)]
+    except store_errors() as exc:
+        raise ReplayError(f"cannot replay {label}: {exc}") from None
+    if not checkpoints:
+        raise ReplayError(f"{where} has no run {run_id!r}")
+    for before, after in itertools.pairwise(checkpoints):
+        if after.info.source != before.info.state:
+            raise ReplayError(
+                f"cannot replay {label}: it was not checkpointed at every transition (from "
+                f"{before.info.state!r} the next checkpoint is {after.info.state!r}); record "
+                "it with Harness(checkpoint_every='transition'), the default"
+            )
+    return _stored_recording(store, run_id, label, checkpoints)
+
+
+def _stored_recording(
+    store: Checkpointer, run_id: str, label: str, checkpoints: Sequence[Checkpoint[Any]]
+) -> Recording:
+    machine = store.machine(run_id)
+    if machine is None:
+        raise ReplayError(
+            f"cannot replay {label}: it was stored before runs recorded their machine; "
+            "record it again with this innerloop"
+        )
+    first, last = checkpoints[0], checkpoints[-1].state
+    if last.final_state is None:
+        raise ReplayError(
+            f"cannot replay {label}: it has not ended (it is in {checkpoints[-1].info.state!r}); "
+            "replay a run that ended"
+        )
+    started = RunStarted(
+        machine.name,
+        machine.fingerprint,
+        machine.import_path,
+        first.info.state,
+        run_id,
+        None,
+        tuple(first.state.history),
+        first.state.turns,
+        first.state.usage,
+        first.state.cost_usd,
+        tuple(first.state.tasks),
+    )
+    finished = Finished(
+        last.exit_reason or "",
+        last.final_state,
+        last.turns,
+        last.usage,
+        last.cost_usd,
+        history_fingerprint(last.history),
+    )
+    transitions = tuple(
+        Transition(c.info.source or "", c.info.state, c.info.guard) for c in checkpoints[1:]
+    )
+    host_abort = last.abort.reason if last.abort is not None else None
+    return Recording(
+        label,
+        started,
+        _stored_calls(checkpoints),
+        _stored_tools(checkpoints),
+        transitions,
+        finished,
+        host_abort,
+    )
+
+
+def _stored_calls(checkpoints: Sequence[Checkpoint[Any]]) -> tuple[Call, ...]:
+    """Each model call, read off the outcome of the phase before each checkpoint: opened
+    (its request: the history then), a response, or a failure at open or mid-stream."""
+    calls: list[Call] = []
+    opened = False
+    for c in checkpoints[1:]:
+        state, outcome = c.state, c.state.outcome
+        if outcome is Outcome.OPENED:
+            calls.append(Call(None, history=tuple(state.history)))
+        elif outcome is Outcome.RESPONSE and opened and state.last_response is not None:
+            calls[-1] = attrs.evolve(calls[-1], response=state.last_response)
+        elif outcome is Outcome.FAILED and state.error is not None:
+            if opened:
+                calls[-1] = attrs.evolve(calls[-1], error=ModelError(state.error, "stream"))
+            else:
+                calls.append(
+                    Call(None, error=ModelError(state.error, "open"), history=tuple(state.history))
+                )
+        opened = outcome is Outcome.OPENED
+    return tuple(calls)
+
+
+def _stored_tools(checkpoints: Sequence[Checkpoint[Any]]) -> dict[str, ToolExecuted]:
+    """Each tool call's result, from the history after each execute."""
+    results: dict[str, ToolExecuted] = {}
+    for c in checkpoints:
+        history = c.state.history
+        if c.state.outcome is not Outcome.EXECUTED or len(history) < 2:
+            continue
+        names = {u.id: u.name for u in history[-2].tool_uses}
+        for block in history[-1].content:
+            if isinstance(block, ToolResultBlock):
+                name = names.get(block.tool_use_id, "")
+                results[block.tool_use_id] = ToolExecuted(
+                    block.tool_use_id, name, block.is_error, False, 0.0, block.content
+                )
+    return results

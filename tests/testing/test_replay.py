@@ -1,0 +1,407 @@
+"""Replays of recorded runs: the demo's runs replay the same, a changed prompt, model or
+limit names its first divergence, custom machines replay on their own machine, and an
+older log is refused naming the fix."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from innerloop import EventLog, Harness, HarnessParams, ToolSpec, read_event_log
+from innerloop._demo import run_demo
+from innerloop.checkpoint import MemoryCheckpointer
+from innerloop.cli import main
+from innerloop.examples import with_guardrail
+from innerloop.fsm import MachineSpec
+from innerloop.testing import (
+    Divergence,
+    FakeClock,
+    Fault,
+    ReplayError,
+    ReplayResult,
+    ScriptedProvider,
+    areplay,
+    replay,
+    reply,
+    tool_call,
+)
+from innerloop.tools import ToolContext, ToolOutput
+
+
+@pytest.fixture(scope="module")
+def demo_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The event log ``innerloop demo`` writes (its three runs)."""
+    out = tmp_path_factory.mktemp("demo")
+    run_demo(out, live=False)
+    return out / "events.jsonl"
+
+
+def recorded_transitions(log: Path, run: int) -> int:
+    runs = [0]
+    for line in read_event_log(log):
+        if line["type"] == "run_started":
+            runs.append(0)
+        elif line["type"] == "transition":
+            runs[-1] += 1
+    return runs[run]
+
+
+class TestDemoRuns:
+    @pytest.mark.parametrize(
+        ("run", "exit_reason", "calls"),
+        [(1, "model_complete", 14), (2, "aborted", 1), (3, "model_complete", 2)],
+    )
+    def test_each_run_of_the_demo_replays_the_same(
+        self, demo_log: Path, run: int, exit_reason: str, calls: int
+    ) -> None:
+        """Every recovery branch, the host's mid-stream abort and the repaired typed answer
+        replay on the same path to the same end, serving every recorded call."""
+        result = replay(demo_log, run).assert_same()
+        assert result.ok
+        assert result.where == f"run {run} of {demo_log}"
+        assert result.state.exit_reason == exit_reason
+        assert result.calls == calls
+        assert result.transitions == recorded_transitions(demo_log, run)
+
+    def test_last_is_the_default_run(self, demo_log: Path) -> None:
+        """Without ``run``, the log's last run is replayed (the typed one: its answer is
+        read back as the demo's own Report class)."""
+        result = replay(demo_log)
+        assert result.where == f"run 3 of {demo_log}"
+        assert type(result.state.output).__name__ == "Report"
+        assert repr(result) == f"<ReplayResult run 3 of {demo_log}: same, 12 transitions>"
+
+    async def test_areplay_runs_on_the_running_loop(self, demo_log: Path) -> None:
+        result = await areplay(demo_log, 2)
+        assert result.ok
+        assert result.state.exit_reason == "aborted"
+
+
+class TestDivergence:
+    def test_a_changed_prompt_fails_at_the_first_call(self, demo_log: Path) -> None:
+        """A new system prompt changes the first request: the divergence names the call,
+        the state, the part that differs (both prompts) and what the run got."""
+        result = replay(demo_log, 1, params=lambda p: attrs.evolve(p, system="Be careless."))
+        d = result.divergence
+        assert d is not None
+        assert (d.kind, d.state, d.step) == ("request", "call", 1)
+        assert d.request == (
+            'system: recorded "You are the innerloop demo agent. Use tools; be brief.", '
+            'replayed "Be careless."',
+        )
+        assert d.recorded.startswith("anthropic:claude-sonnet-4-5-20250929, 1 messages, request ")
+        rate_limited = "anthropic HTTP 429 rate_limited: rate_limit_error: rate limit exceeded"
+        assert str(d.response) == rate_limited  # the first call was a 429
+        with pytest.raises(AssertionError) as raised:
+            result.assert_same()
+        message = str(raised.value)
+        assert message.startswith(f"replay of run 1 of {demo_log} diverged: model call 1 in ")
+        assert (
+            "state 'call'\n  recorded: anthropic:claude-sonnet-4-5-20250929, 1 messages" in message
+        )
+        assert "\n  request system: recorded " in message
+        assert message.endswith(f"\n  recorded response: failed: {rate_limited}")
+
+    def test_a_changed_model_fails_naming_both_models(self, demo_log: Path) -> None:
+        opus = "anthropic:claude-opus-4-5-20251101"
+        result = replay(demo_log, 3, params=lambda p: attrs.evolve(p, model=opus))
+        d = result.divergence
+        assert d is not None
+        assert (d.kind, d.state, d.step) == ("request", "call", 1)
+        assert d.request == (
+            "model: recorded 'claude-sonnet-4-5-20250929', replayed 'claude-opus-4-5-20251101'",
+        )
+        assert str(d).endswith(
+            '\n  recorded response: [end_turn] \'{"city": "Lisbon", "sum_a": 5}\''
+        )
+
+    def test_a_lower_turn_limit_parts_at_a_transition(self, demo_log: Path) -> None:
+        """Same requests, another limit: the path parts where the turn limit fires."""
+        result = replay(demo_log, 1, params=lambda p: attrs.evolve(p, max_turns=2))
+        assert result.divergence == Divergence(
+            "transition",
+            "check",
+            result.transitions,
+            "check -> assemble",
+            "check -> max_turns_exceeded [turn_limit_continuing]",
+        )
+
+    def test_a_changed_tool_result_shows_in_the_next_request(self, tmp_path: Path) -> None:
+        """A tool that now answers otherwise (its recorded result edited) sends another
+        history: the next call's messages differ, naming the new last message."""
+        log = record(tmp_path / "run.jsonl")
+        lines = log.read_text().splitlines()
+        edited = [
+            line.replace('"output":"4"', '"output":"5"') if '"tool_executed"' in line else line
+            for line in lines
+        ]
+        log.write_text("\n".join(edited) + "\n")
+        d = replay(log).divergence
+        assert d is not None
+        assert (d.kind, d.state, d.step) == ("request", "call", 2)
+        assert d.request == (
+            "messages: recorded 3, replayed 3; the replayed last one: "
+            '{"role":"user","content":[{"type":"tool_result","tool_use_id":"call_1",'
+            '"content":"5"}]}',
+        )
+
+
+# -- custom machines, and logs a replay cannot read ----------------------------------------
+
+
+async def _add(args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+    return ToolOutput(str(args["a"] + args["b"]))
+
+
+ADD = ToolSpec(
+    "add",
+    "Add two numbers.",
+    {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}},
+    _add,
+)
+PARAMS = HarnessParams(model="scripted:scripted-model-20250101", tools=[ADD], system="Add.")
+SCRIPT = [
+    reply("Adding.", tool_call("add", {"a": 2, "b": 2}, id="call_1")),
+    reply("2 + 2 = 4."),
+]
+HOUSE = with_guardrail().renamed("house-guardrail")
+"""A custom machine with no import path: a replay needs it passed in."""
+
+
+def record(path: Path, machine: MachineSpec | None = None) -> Path:
+    harness = Harness(PARAMS, [ScriptedProvider(SCRIPT)], machine=machine or with_guardrail())
+    run = harness.start("What is 2 + 2?")
+    with EventLog(path, {"command": "test"}) as log:
+        for event in run.iter_sync():
+            log.write(event)
+    return path
+
+
+def lines_of(path: Path) -> Iterator[dict[str, Any]]:
+    for line in path.read_text().splitlines():
+        yield json.loads(line)
+
+
+class TestMachines:
+    def test_a_custom_machine_is_found_at_its_import_path(self, tmp_path: Path) -> None:
+        """The guardrail example's run replays on the guardrail machine, its redact state
+        included, found at the import path the run recorded."""
+        result = replay(record(tmp_path / "run.jsonl")).assert_same()
+        assert result.transitions == recorded_transitions(tmp_path / "run.jsonl", 1)
+        assert ("execute", "redact") in [(a, b) for a, b, *_ in _path(tmp_path / "run.jsonl")]
+
+    def test_real_tools_run_the_recorded_functions(self, tmp_path: Path) -> None:
+        """``real_tools=True`` imports the tool's function from the path the log recorded
+        (this module's ``_add``) and runs it: it adds as it did."""
+        log = record(tmp_path / "run.jsonl")
+        tools = [
+            t
+            for line in lines_of(log)
+            if line["type"] == "run_started"
+            for t in line["params"]["tools"]
+        ]
+        assert [t["function"] for t in tools] == ["tests.testing.test_replay:_add"]
+        replay(log, real_tools=True).assert_same()
+
+    def test_a_machine_without_import_path_needs_specs(self, tmp_path: Path) -> None:
+        log = record(tmp_path / "run.jsonl", HOUSE)
+        with pytest.raises(ReplayError) as raised:
+            replay(log)
+        assert str(raised.value) == (
+            f"run 1 of {log} ran on machine 'house-guardrail' (fingerprint "
+            f"{HOUSE.fingerprint}), which is not at hand; pass --spec MODULE:ATTR naming "
+            "that spec"
+        )
+        assert replay(log, specs=[HOUSE]).ok
+        assert replay(log, specs=["tests.testing.test_replay:HOUSE"]).ok
+
+    def test_a_log_from_before_replay_is_refused_naming_the_fix(self, tmp_path: Path) -> None:
+        """A log written before runs kept their params and request fingerprints."""
+        log = record(tmp_path / "run.jsonl")
+        old = []
+        for line in lines_of(log):
+            if line["type"] == "model_call":
+                continue
+            line.pop("params", None)
+            old.append(json.dumps(line))
+        log.write_text("\n".join(old) + "\n")
+        with pytest.raises(ReplayError) as raised:
+            replay(log)
+        assert str(raised.value) == (
+            f"cannot replay run 1 of {log}: it was recorded by an innerloop that did not "
+            "keep what a replay needs (the run's params and each model call's request "
+            "fingerprint); record it again with this innerloop (innerloop run --log, or an "
+            "EventLog) and replay that"
+        )
+
+    def test_a_log_without_model_calls_says_how_to_record_them(self, tmp_path: Path) -> None:
+        """An observer of a quiet ``run()`` sees no model_call events."""
+        log = record(tmp_path / "run.jsonl")
+        kept = [json.dumps(line) for line in lines_of(log) if line["type"] != "model_call"]
+        log.write_text("\n".join(kept) + "\n")
+        with pytest.raises(ReplayError) as raised:
+            replay(log)
+        assert str(raised.value) == (
+            f"cannot replay run 1 of {log}: its model calls have no model_call event (a "
+            "quiet run() makes none: its events were read by an observer); record the run "
+            "from run.events(), iter_sync() or run_sync(on_event=...)"
+        )
+
+    def test_the_first_demo_log_is_refused_naming_the_fix(self) -> None:
+        """The demo's log as the first innerloop wrote it (kept as a fixture)."""
+        log = Path(__file__).parents[1] / "fixtures" / "eventlog" / "demo-v1.jsonl"
+        with pytest.raises(ReplayError, match=r"^cannot replay run 1 of .*demo-v1.jsonl: it was"):
+            replay(log, 1)
+
+    def test_a_run_cut_off_is_refused(self, tmp_path: Path) -> None:
+        log = record(tmp_path / "run.jsonl")
+        kept = [json.dumps(line) for line in lines_of(log) if line["type"] != "finished"]
+        log.write_text("\n".join(kept) + "\n")
+        with pytest.raises(ReplayError, match=r"no finished event \(still going, or cut off\)"):
+            replay(log)
+
+    def test_the_events_of_a_log_replay_as_its_file_does(self, tmp_path: Path) -> None:
+        """A log's events as dicts (what a durable engine streams) replay too."""
+        events = read_event_log(record(tmp_path / "run.jsonl"))
+        result = replay(events)
+        assert isinstance(result, ReplayResult)
+        assert result.ok
+        assert result.where == "run 1 of the events given"
+
+
+def test_a_conversations_later_message_replays_with_its_totals(tmp_path: Path) -> None:
+    """The second message of a conversation starts from the first one's turns, tokens and
+    history: its replay starts there too."""
+    script = [*SCRIPT, reply("3 + 3 = 6.")]
+    harness = Harness(PARAMS, [ScriptedProvider(script)], checkpointer=MemoryCheckpointer())
+    session = harness.session("c1")
+    log = tmp_path / "conversation.jsonl"
+    with EventLog(log) as events:
+        session.send_sync("What is 2 + 2?", on_event=events.write)
+        assert session.send_sync("And 3 + 3?", on_event=events.write).turns == 3
+    second = replay(log, 2).assert_same()
+    assert second.state.turns == 3
+    assert len(second.state.history) == 6
+    assert replay(log, 1).ok
+
+
+def _path(log: Path) -> list[tuple[str, str, str | None]]:
+    return [
+        (line["source"], line["target"], line["guard"])
+        for line in lines_of(log)
+        if line["type"] == "transition"
+    ]
+
+
+class TestCommandLine:
+    def test_ok_names_the_run(self, demo_log: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        assert main(["replay", str(demo_log), "--run", "1"]) == 0
+        assert capsys.readouterr().out == (
+            f"OK run 1 of {demo_log}: 55 transitions, 14 model calls, exit_reason=model_complete\n"
+        )
+
+    def test_a_divergence_exits_1_with_the_request_and_response(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A log whose recorded prompt was edited no longer matches its own requests."""
+        log = record(tmp_path / "run.jsonl")
+        log.write_text(log.read_text().replace('"system":"Add."', '"system":"Subtract."'))
+        assert main(["replay", str(log)]) == 1
+        out = capsys.readouterr().out
+        assert out.startswith(f"DIVERGED run 1 of {log}: model call 1 in state 'call'\n")
+        assert '  request system: recorded "Subtract.", replayed "Subtract."' not in out
+        assert "  request system: differs, replayed " in out
+        assert '  recorded response: [tool_use] \'Adding.\' add({"a":2,"b":2})\n' in out
+
+    def test_spec_names_the_machine_a_run_ran_on(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        log = record(tmp_path / "run.jsonl", HOUSE)
+        assert main(["replay", str(log)]) == 2
+        assert "pass --spec MODULE:ATTR naming that spec\n" in capsys.readouterr().err
+        spec = "tests.testing.test_replay:HOUSE"
+        assert main(["replay", str(log), "--spec", spec, "--real-tools"]) == 0
+        assert capsys.readouterr().out == (
+            f"OK run 1 of {log}: 13 transitions, 2 model calls, exit_reason=model_complete\n"
+        )
+
+    def test_an_unreplayable_log_exits_2(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        log = record(tmp_path / "run.jsonl")
+        assert main(["replay", str(log), "--run", "2"]) == 2
+        assert capsys.readouterr().err == (
+            f"innerloop replay: {log} has no run '2': its runs are 1 to 1, or last\n"
+        )
+
+
+# -- stored runs ------------------------------------------------------------------------------
+
+
+async def _add_one_more(args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+    return ToolOutput(str(args["a"] + args["b"] + 1))
+
+
+STORED_SCRIPT = [Fault.rate_limited(retry_after=1), *SCRIPT]
+
+
+def stored(tmp_path: Path) -> tuple[str, str]:
+    """A run checkpointed into SQLite at every transition (a 429 first): the store's URL
+    and the run's id."""
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    harness = Harness(
+        PARAMS, [ScriptedProvider(STORED_SCRIPT)], checkpointer=url, clock=FakeClock()
+    )
+    run = harness.start("What is 2 + 2?", run_id="r1")
+    assert run.run_sync().exit_reason == "model_complete"
+    assert harness.checkpointer is not None
+    harness.checkpointer.close()
+    return url, "r1"
+
+
+class TestStoredRuns:
+    def test_a_stored_run_replays_from_its_checkpoints(self, tmp_path: Path) -> None:
+        """The path, the 429 and its backoff, the answers and the tool result come from
+        the checkpoints; the params from the caller (a store keeps none)."""
+        url, run_id = stored(tmp_path)
+        result = replay(url, run_id, params=PARAMS).assert_same()
+        assert result.where == f"run r1 of {url}"
+        assert result.calls == 3
+        assert replay(url, "last", params=PARAMS).ok
+
+    def test_a_tool_answering_otherwise_parts_at_the_next_call(self, tmp_path: Path) -> None:
+        """With real tools that now answer 5, the next call's history differs: the first
+        message that differs is named."""
+        url, run_id = stored(tmp_path)
+        other = attrs.evolve(PARAMS, tools=[attrs.evolve(ADD, handler=_add_one_more)])
+        d = replay(url, run_id, params=other, real_tools=True).divergence
+        assert d == Divergence(
+            "request",
+            "call",
+            3,
+            "3 messages",
+            "3 messages (scripted:scripted-model-20250101)",
+            (
+                'messages[2]: recorded {"role":"user","content":[{"type":"tool_result",'
+                '"tool_use_id":"call_1","content":"4","is_error":false}]}, replayed '
+                '{"role":"user","content":[{"type":"tool_result","tool_use_id":"call_1",'
+                '"content":"5","is_error":false}]}',
+            ),
+            d.response if d is not None else None,
+        )
+        assert d is not None
+        assert str(d).endswith("recorded response: [end_turn] '2 + 2 = 4.'")
+
+    def test_a_stored_run_needs_its_params(self, tmp_path: Path) -> None:
+        url, run_id = stored(tmp_path)
+        with pytest.raises(ReplayError) as raised:
+            replay(url, run_id)
+        assert str(raised.value) == (
+            f"cannot replay run r1 of {url}: a checkpoint store keeps no params; pass "
+            "params=HarnessParams(...), the params the run ran with"
+        )
