@@ -339,7 +339,22 @@ def _build_class(spec: MachineSpec) -> type[StateMachine]:
     for name, fn in spec.guards.items():
         attrs_[f"_guard_{name}"] = _guard_method(f"_guard_{name}", unwrap_guard(fn))
     class_name = "".join(p.capitalize() for p in spec.name.replace("-", "_").split("_")) or "M"
-    return type(f"{class_name}Machine", (_MachineBase,), attrs_)
+    cls: type[StateMachine] = type(f"{class_name}Machine", (_MachineBase,), attrs_)
+    _unregister(cls)
+    return cls
+
+
+def _unregister(cls: type[StateMachine]) -> None:
+    """Take a compiled class back out of python-statemachine's process-wide registry
+    (kept by qualified name for its Django mixin, which innerloop does not use): the class
+    holds the spec's handlers and guards and all they close over (a provider, a host's
+    data), which the last machine compiled under each name would otherwise keep alive for
+    the process's life. The library has no public call for it."""
+    from statemachine import registry
+
+    key = f"{cls.__module__}.{cls.__name__}"  # the library's own key (statemachine.utils)
+    if registry._REGISTRY.get(key) is cls:
+        del registry._REGISTRY[key]
 
 
 def _record_taken(t: TransitionSpec) -> Callable[[Any], None]:

@@ -385,3 +385,24 @@ def test_a_spec_reads_short() -> None:
     edited = DEFAULT_SPEC.renamed("mine")
     assert edited.import_path is None
     assert edited.fingerprint == fingerprint  # the same machine under another name
+
+
+def test_a_compiled_machine_keeps_nothing_alive_once_dropped() -> None:
+    """python-statemachine registers machine classes process-wide by name; a compiled
+    spec's class (holding its guards and what they close over) is taken out again."""
+    import gc
+    import weakref
+
+    from innerloop.fsm import DEFAULT_SPEC, compile_spec
+
+    class Held:
+        pass
+
+    held = Held()
+    spec = DEFAULT_SPEC.with_guard("turn_limit", lambda ctx, _h=held: False).renamed("holder")
+    compiled = compile_spec(spec)
+    assert compiled.select is not None
+    ref = weakref.ref(held)
+    del held, spec, compiled
+    gc.collect()
+    assert ref() is None
