@@ -52,4 +52,5 @@ def test_a_broken_link_fails_and_a_page_outside_the_nav_does_not(tmp_path: Path)
     assert len(warnings) == 1, said
     assert "'guides/new-topic.md' contains a link '../concepts/machin.md'" in warnings[0]
     assert "Aborted with 1 warnings in strict mode!" in said
-    assert 'not included in the "nav" configuration:\n  - guides/new-topic.md' in said
+    omitted = said.split('not included in the "nav" configuration:\n', 1)[1]
+    assert "  - guides/new-topic.md" in omitted.split("\nINFO")[0], said
