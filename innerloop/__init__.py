@@ -39,6 +39,7 @@ from innerloop._messages import (
 from innerloop._session import Session, SessionTotals
 from innerloop.fsm import (
     DEFAULT_SPEC,
+    Child,
     HarnessParams,
     HarnessState,
     MachineSpec,
@@ -47,6 +48,7 @@ from innerloop.fsm import (
     StateSpec,
     Thinking,
     TransitionSpec,
+    agent_tool,
     compile_spec,
 )
 from innerloop.recovery import RecoveryPolicy
@@ -61,6 +63,7 @@ __getattr__ = lazy_names(__name__, {"builtin_tools": "innerloop.tools._builtins"
 
 __all__ = [
     "DEFAULT_SPEC",
+    "Child",
     "ErrorCategory",
     "Event",
     "EventLog",
@@ -95,6 +98,7 @@ __all__ = [
     "Toolset",
     "TransitionSpec",
     "Usage",
+    "agent_tool",
     "builtin_tools",
     "compile_spec",
     "read_event_log",

@@ -188,6 +188,8 @@ class Run(Generic[OutputT]):
             if on_run:
                 on_runs.append(cast(RunObserver, o))
         self.observers = tuple(on_transitions)
+        self.scope.observers = self.observers
+        self.scope.emits = any(t.emits_events for t in params.tools)
         self.run_observers = tuple(on_runs)
         self.engine = engine
         self.current = start_at or machine.initial
@@ -286,16 +288,19 @@ class Run(Generic[OutputT]):
                     and self.current not in self._abort_safe
                     and not self.scope.reporting
                 ):
-                    return  # asked for between two events, e.g. by the host consuming them
+                    break  # asked for between two events, e.g. by the host consuming them
                 try:
                     done, ev = await self._await_phase(agen.__anext__())
                 except StopAsyncIteration:
-                    return
+                    break
                 if not done:
-                    return
+                    break
                 yield ev
         finally:
             await agen.aclose()
+        if self.scope.side.items:  # the last events of a child it stopped (as it closed)
+            for ev in self.scope.side.take():
+                yield ev
 
     def step(self) -> TransitionSpec:
         """Choose and take the transition out of the current state."""
