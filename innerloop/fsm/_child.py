@@ -35,19 +35,22 @@ from typing import Any, Generic
 
 import attrs
 
+from innerloop import _convert
+from innerloop._errors import ResumeError, SpecError
 from innerloop._events import ChildEvent, Event, ModelResponseEvent
 from innerloop._messages import Message, TextBlock, Usage
 from innerloop.fsm._compile import CompiledMachine, compile_spec
-from innerloop.fsm._context import Deps, Mailbox, PhaseContext, relay
+from innerloop.fsm._context import Deps, Mailbox, PhaseContext, relay, request_settings
 from innerloop.fsm._default import DEFAULT_SPEC
 from innerloop.fsm._driver import Run
 from innerloop.fsm._guardinfo import guard
-from innerloop.fsm._guards import spend_exceeded
+from innerloop.fsm._guards import interrupted, spend_exceeded
 from innerloop.fsm._output import OutputT
 from innerloop.fsm._params import HarnessParams, SpendBudget
 from innerloop.fsm._spec import Guard, Handler, MachineSpec, StateSpec, TransitionSpec
 from innerloop.fsm._state import HarnessState, OutcomeEnum
 from innerloop.providers._base import Provider
+from innerloop.providers._normalize import RequestSettings
 from innerloop.recovery._tokens import MessageTokenCache
 from innerloop.tools._runner import ToolRunner
 from innerloop.tools._spec import ToolContext, ToolError, ToolOutput, ToolSpec
@@ -105,6 +108,12 @@ class Child(Generic[OutputT]):
         init=False, default=attrs.Factory(lambda self: _compiled(self.machine), takes_self=True)
     )
     """``machine`` compiled (and so checked) when the child is made."""
+    settings: RequestSettings = attrs.field(
+        init=False,
+        default=attrs.Factory(lambda self: request_settings(self.params), takes_self=True),
+        repr=False,
+    )
+    """What each request of its runs carries besides the history (built once)."""
     prompt: Callable[[HarnessState], str | Message] = last_user_text
     providers: Mapping[str, Provider] | None = None
     success: tuple[str, ...] = attrs.field(default=SUCCESS, converter=_names)
@@ -112,8 +121,6 @@ class Child(Generic[OutputT]):
     def __attrs_post_init__(self) -> None:
         unknown = [s for s in self.success if s not in self.compiled.finals]
         if unknown or not self.name or "/" in self.name or "#" in self.name:
-            from innerloop._errors import SpecError
-
             what = (
                 f"success names {unknown}, which are not final states of machine "
                 f"{self.compiled.name!r} (its final states: {sorted(self.compiled.finals)})"
@@ -164,13 +171,15 @@ class ChildRun(Generic[OutputT]):
         *,
         path: str | None = None,
         state: HarnessState[OutputT] | None = None,
+        start_at: str | None = None,
     ) -> None:
         self.parent = parent
         self.child = child
         self.path = path or child.name
         deps = parent.deps
         state = state if state is not None else HarnessState()
-        state.start_run()
+        if start_at is None:  # a new run of the child (not one going on after an answer)
+            state.start_run()
         if prompt is not None:
             state.history.append(prompt if isinstance(prompt, Message) else Message.user(prompt))
         self.run: Run[OutputT] = Run(
@@ -187,6 +196,8 @@ class ChildRun(Generic[OutputT]):
                 gates=deps.gates,
             ),
             observers=parent.scope.observers,
+            settings=child.settings,
+            start_at=start_at,
         )
         self.run.scope.quiet = parent.scope.quiet
         self._usage = state.usage
@@ -226,11 +237,13 @@ class ChildRun(Generic[OutputT]):
             self.run.abort(f"the parent's spend budget is spent (child {self.path!r})")
 
     async def _pump(self) -> None:
-        path, box = self.path, self._box
+        path, box, forward = self.path, self._box, self.parent.scope.forward
         try:
             async for event in self.run.events():
                 if type(event) is ModelResponseEvent:
                     self._roll_up()
+                if not forward:  # nobody reads or watches the parent's events
+                    continue
                 if type(event) is ChildEvent:  # a grandchild's: one event, the whole path
                     box.put(ChildEvent(f"{path}/{event.path}", event.event))
                 else:
@@ -330,6 +343,45 @@ def _record(ctx: PhaseContext, name: str, runs: Sequence[ChildRun[Any]], many: b
     ctx.state.outcome = ChildOutcome.SUCCEEDED if ok else ChildOutcome.FAILED
 
 
+SUSPENDED = "children.suspended"
+"""``state.notes`` key: per child state, the suspended child's path and state (JSON)."""
+
+
+def _suspends(ctx: PhaseContext, run: ChildRun[Any]) -> bool:
+    """When the child ended suspended (an approval, a question): keep its state in the
+    parent's notes and suspend the parent on the same question; True then."""
+    state = run.state
+    asked = state.interrupt
+    if state.final_state != "suspended" or asked is None:
+        return False
+    saved = {"path": run.path, "state": _convert.unstructure(state)}
+    ctx.state.notes.setdefault(SUSPENDED, {})[run.child.name] = saved
+    ctx.interrupt(asked.kind, asked.payload, tool_use_ids=asked.tool_use_ids)
+    return True
+
+
+def _resumed(ctx: PhaseContext, child: Child[OutputT]) -> ChildRun[OutputT] | None:
+    """The suspended child of this state, going on with the answer the parent was
+    resumed with (None when the parent was not resumed here)."""
+    answered = ctx.resumed
+    if answered is None:
+        return None
+    saved = ctx.state.notes.get(SUSPENDED, {}).pop(child.name, None)
+    if saved is None:
+        raise ResumeError(
+            None,
+            f"it was resumed in state {ctx.current_state!r}, whose child {child.name!r} "
+            "left no suspended state in notes[" + repr(SUSPENDED) + "]; resume it from the "
+            "checkpoint where it suspended",
+        )
+    state: HarnessState[OutputT] = _convert.structure(saved["state"], HarnessState)
+    asked = state.interrupt
+    assert asked is not None
+    state.interrupt = attrs.evolve(asked, answered=True, answer=answered.answer)
+    state.final_state = state.exit_reason = None
+    return ChildRun(ctx, child, None, path=saved["path"], state=state, start_at=asked.state)
+
+
 def child_handler(child: Child[Any]) -> Handler:
     """The phase handler of a state that runs ``child`` (a machine as a state): its
     input is ``child.prompt(parent state)``; its answer goes to the parent's history as a
@@ -337,13 +389,15 @@ def child_handler(child: Child[Any]) -> Handler:
     outcome is ``child_succeeded`` or ``child_failed``."""
 
     async def run_child(ctx: PhaseContext) -> AsyncIterator[Event]:
-        run = ChildRun(ctx, child, child.prompt(ctx.state))
+        run = _resumed(ctx, child) or ChildRun(ctx, child, child.prompt(ctx.state))
         async with contextlib.aclosing(run.events()) as events:
             async for event in events:
                 yield event
-        _record(ctx, child.name, [run], many=False)
+        if not _suspends(ctx, run):
+            _record(ctx, child.name, [run], many=False)
 
     run_child.__qualname__ = f"child_handler.<{child.name}>"
+    run_child.suspends = True  # type: ignore[attr-defined]
     return run_child
 
 
@@ -413,13 +467,18 @@ def handoff_handler(child: Child[Any], note: str = HANDOFF_NOTE) -> Handler:
 
     async def hand_off(ctx: PhaseContext) -> AsyncIterator[Event]:
         parent = ctx.state
-        state: HarnessState[Any] = HarnessState(history=list(parent.history))
-        if not state.history or state.history[-1].role == "assistant":
-            _tell(state.history, note)
-        run = ChildRun(ctx, child, None, state=state)
+        run = _resumed(ctx, child)
+        if run is None:
+            fresh: HarnessState[Any] = HarnessState(history=list(parent.history))
+            if not fresh.history or fresh.history[-1].role == "assistant":
+                _tell(fresh.history, note)
+            run = ChildRun(ctx, child, None, state=fresh)
         async with contextlib.aclosing(run.events()) as events:
             async for event in events:
                 yield event
+        if _suspends(ctx, run):
+            return
+        state = run.state
         parent.history[:] = state.history
         parent.output_data = state.output_data
         parent.output = state.output
@@ -431,18 +490,27 @@ def handoff_handler(child: Child[Any], note: str = HANDOFF_NOTE) -> Handler:
         parent.outcome = ChildOutcome.SUCCEEDED if run.succeeded else ChildOutcome.FAILED
 
     hand_off.__qualname__ = f"handoff_handler.<{child.name}>"
+    hand_off.suspends = True  # type: ignore[attr-defined]
     return hand_off
 
 
 def child_transitions(
-    state: str, target: str, on_failure: str, *, finals: Container[str] = ()
+    state: str,
+    target: str,
+    on_failure: str,
+    *,
+    finals: Container[str] = (),
+    suspends: bool = False,
 ) -> tuple[TransitionSpec, ...]:
     """The edges out of a child state: ``abort [abort_requested]`` (an abort of the
-    parent, which also aborted the child), ``target [child_succeeded]``, and
-    ``on_failure`` for every other way the child ended (an edge into one of ``finals``
-    is drawn as an exit)."""
+    parent, which also aborted the child), with ``suspends`` ``suspended
+    [interrupted]`` (the child waits for an answer, and so does the parent),
+    ``target [child_succeeded]``, and ``on_failure`` for every other way the child
+    ended (an edge into one of ``finals`` is drawn as an exit)."""
+    suspend = (TransitionSpec(state, "suspended", "interrupted", "exit"),) if suspends else ()
     return (
         TransitionSpec(state, "abort", "abort_requested", "recovery"),
+        *suspend,
         TransitionSpec(state, target, "child_succeeded", "exit" if target in finals else "happy"),
         TransitionSpec(state, on_failure, None, "exit" if on_failure in finals else "recovery"),
     )
@@ -460,12 +528,20 @@ def with_child_state(
     """``spec`` with ``state`` (running ``handler``: :func:`child_handler`,
     :func:`fan_out_handler` or :func:`handoff_handler`) on every edge ``source ->
     target``, leaving by :func:`child_transitions` (``target`` on success,
-    ``on_failure`` otherwise, ``abort`` on an abort)."""
+    ``on_failure`` otherwise, ``abort`` on an abort, and ``suspended`` when the child
+    waits for an answer, when ``spec`` has that final state and the handler passes a
+    child's interrupt up: :func:`child_handler` and :func:`handoff_handler` do; a
+    fan-out's suspended branch is a failed one)."""
     finals = {s.name for s in spec.final_states}
-    edges = child_transitions(state.name, target, on_failure, finals=finals)
-    return spec.insert_between(source, target, state, handler, transitions=edges).with_guard(
-        "child_succeeded", child_succeeded
-    )
+    suspends = "suspended" in finals and getattr(handler, "suspends", False)
+    edges = child_transitions(state.name, target, on_failure, finals=finals, suspends=suspends)
+    inserted = spec.insert_between(source, target, state, handler, transitions=edges)
+    guards: dict[str, Guard] = {"child_succeeded": child_succeeded}
+    if suspends:
+        guards["interrupted"] = inserted.guards.get("interrupted", interrupted)
+    for name, fn in guards.items():
+        inserted = inserted.with_guard(name, fn)
+    return inserted
 
 
 AGENT_TOOL_SCHEMA: Mapping[str, Any] = {

@@ -205,6 +205,9 @@ class TurnScope:
     yielded by the run (:meth:`PhaseContext.emit`)."""
     observers: tuple[Any, ...] = ()
     """The run's transition observers (coverage), handed on to its child runs."""
+    forward: bool = True
+    """Someone reads or watches this run's events, so its child runs pass theirs up (a
+    quiet ``run()`` with no observer and no event logging wanting them: they do not)."""
 
 
 @attrs.frozen(eq=False)

@@ -21,7 +21,7 @@ from typing import Any, Generic, Literal, Protocol, cast, runtime_checkable
 
 from statemachine import StateMachine
 
-from innerloop._events import Event, Finished, RunEvent, RunStarted, Transition
+from innerloop._events import ChildEvent, Event, Finished, RunEvent, RunStarted, Transition
 from innerloop._log import event_logger, logger
 from innerloop.fsm._compile import CompiledMachine
 from innerloop.fsm._context import AbortSignal, Deps, PhaseContext, TurnScope, request_settings
@@ -360,6 +360,7 @@ class Run(Generic[OutputT]):
         a run early instead, ``run.abort()`` and read on to its ``finished`` event."""
         self._begin()
         watch, watched = self._watcher()
+        self.scope.forward = not self.scope.quiet or ChildEvent in watched
         error: BaseException | None = None
         try:
             yield self._started(watch, watched)

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,6 +46,7 @@ from innerloop.testing import (
     reply,
     tool_call,
 )
+from innerloop.tools import ToolContext
 
 ANTHROPIC_KEY = "sk-ant-api03-nested-0123456789abcdef"
 OPENAI_KEY = "sk-proj-nested-0123456789abcdef"
@@ -237,8 +243,6 @@ def test_parent_abort_cancels_the_child_in_an_agent_tool(make_harness: Any) -> N
 
 def test_agent_tool_outside_a_machine_says_so() -> None:
     """Called by hand (no run), the agent tool says what it needs."""
-    from innerloop.tools import ToolContext
-
     child = Child("x", HarnessParams(model="kid:m"))
     spec = agent_tool(child, "X.")
     ctx = ToolContext(HarnessParams(model="a:m"), HarnessState(), "t1")
@@ -369,6 +373,7 @@ def test_child_state_edges_are_drawn_and_checked() -> None:
     machine = compile_spec(spec)
     assert [str(t) for t in spec.transitions_from("research")] == [
         "research -> abort [abort_requested]",
+        "research -> suspended [interrupted]",
         "research -> assemble [child_succeeded]",
         "research -> failed",
     ]
@@ -567,3 +572,90 @@ def test_child_events_round_trip_through_the_event_log_form() -> None:
     event = ChildEvent("research/web#2", Transition("call", "stream", "call_opened"))
     assert Event.from_dict(event.to_dict()) == event
     assert event.to_dict()["event"]["type"] == "transition"
+
+
+# -- interrupts inside children --------------------------------------------------------------
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _process(*args: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.fsm.nested_process", *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_an_approval_inside_a_child_suspends_the_parent_and_resumes_in_a_new_process(
+    tmp_path: Path,
+) -> None:
+    """The child (on the approval machine) asks to approve a call: the whole run
+    suspends (``clean -> suspended [interrupted]``), stored in SQLite; a new process
+    resumes the parent with the answer, which lands in the child: the call runs, the
+    child answers, and the parent goes on ``clean -> assemble`` to its own answer."""
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    asked = _process("start", url)
+    assert asked == {
+        "exit_reason": "suspended",
+        "kind": "approval",
+        "state": "clean",
+        "payload": {"calls": [{"id": "k1", "name": "delete_file", "input": {"path": "build.log"}}]},
+    }
+    ended = _process("resume", url)
+    assert ended["exit_reason"] == "model_complete"
+    assert ended["history"] == [
+        "Remove build.log[cleaner] Deleted build.log.",
+        "build.log is gone.",
+    ]
+    assert ended["child"]["exit_reason"] == "model_complete"
+    assert ended["suspended_left"] == {}
+
+
+def test_a_question_inside_a_handoff_suspends_and_resumes_in_memory(make_harness: Any) -> None:
+    """A tool of the writer (a handoff) asks a question: the parent suspends
+    (``writer -> suspended [interrupted]``); ``resume(run, answer)`` makes the answer
+    that call's result in the writer's run, whose history becomes the parent's."""
+
+    @tool
+    async def ask_tone(ctx: ToolContext) -> str:
+        """Ask the person which tone to write in."""
+        ctx.interrupt("Formal or casual?")
+
+    writer = Child(
+        "writer",
+        HarnessParams(model="w:m", tools=[ask_tone]),
+        providers={
+            "w": ScriptedProvider(
+                [reply(tool_call("ask_tone", {}, id="w1")), reply("Dear Sir, done.")], name="w"
+            )
+        },
+    )
+    harness = make_harness(
+        HarnessParams(model="scripted:m"),
+        ScriptedProvider([reply("Notes.")]),
+        machine=_handoff_spec(writer),
+    )
+    run = harness.start("Write.")
+    state = run.run_sync()
+    assert state.exit_reason == "suspended"
+    assert state.interrupt is not None
+    assert (state.interrupt.kind, state.interrupt.state) == ("question", "writer")
+    assert state.interrupt.payload == {
+        "questions": [{"tool_use_id": "w1", "tool": "ask_tone", "question": "Formal or casual?"}]
+    }
+    resumed = harness.resume(run, answer="formal")
+    events = asyncio.run(_collect(resumed))
+    moves = [(e.source, e.target, e.guard) for e in events if isinstance(e, Transition)]
+    assert moves == [("writer", "model_complete", "child_succeeded")]
+    state = resumed.state
+    assert state.history[-2].tool_results[0].content == "formal"
+    assert state.history[-1].text == "Dear Sir, done."
+    assert_valid_history(state.history)
