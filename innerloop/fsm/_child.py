@@ -28,6 +28,7 @@ from collections.abc import (
     Callable,
     Container,
     Iterable,
+    Iterator,
     Mapping,
     Sequence,
 )
@@ -236,8 +237,10 @@ class ChildRun(Generic[OutputT]):
         ):
             self.run.abort(f"the parent's spend budget is spent (child {self.path!r})")
 
-    async def _pump(self) -> None:
-        path, box, forward = self.path, self._box, self.parent.scope.forward
+    async def _passed_up(self) -> AsyncGenerator[ChildEvent, None]:
+        """Run the child in this task, yielding its events wrapped with their path
+        (none when nobody reads or watches the parent's), rolling its spending up."""
+        path, forward = self.path, self.parent.scope.forward
         try:
             async for event in self.run.events():
                 if type(event) is ModelResponseEvent:
@@ -245,11 +248,42 @@ class ChildRun(Generic[OutputT]):
                 if not forward:  # nobody reads or watches the parent's events
                     continue
                 if type(event) is ChildEvent:  # a grandchild's: one event, the whole path
-                    box.put(ChildEvent(f"{path}/{event.path}", event.event))
+                    yield ChildEvent(f"{path}/{event.path}", event.event)
                 else:
-                    box.put(ChildEvent(path, event))
+                    yield ChildEvent(path, event)
         finally:
             self._roll_up()
+
+    async def _pump(self) -> None:
+        async with contextlib.aclosing(self._passed_up()) as events:
+            async for event in events:
+                self._box.put(event)
+
+    def inline(self) -> AsyncGenerator[ChildEvent, None]:
+        """Run the child in the parent handler's own task, yielding its events as
+        :class:`ChildEvent` (cheaper than :meth:`events`: no task, no hand-over); read
+        it inside :meth:`delegated`."""
+        return self._passed_up()
+
+    @contextlib.contextmanager
+    def delegated(self) -> Iterator[None]:
+        """While the child runs :meth:`inline`: an abort of the parent is handed to the
+        child instead of cancelling the handler (``scope.delegate``), and the parent's
+        driver reads on (``scope.reporting``) until the child has ended, validly, in
+        ``aborted``."""
+        scope = self.parent.scope
+        scope.delegate = self._abort_from_parent
+        scope.reporting = True
+        try:
+            yield
+        finally:
+            scope.delegate = None
+            scope.reporting = False
+
+    def _abort_from_parent(self) -> None:
+        asked = self.parent.state.abort
+        reason = asked.reason if asked is not None else "the parent was aborted"
+        self.run.abort(f"the parent of child {self.path!r} was aborted: {reason}")
 
     async def events(self) -> AsyncGenerator[ChildEvent, None]:
         """Run the child to its end in a task of its own, yielding its events as
@@ -390,13 +424,15 @@ def child_handler(child: Child[Any]) -> Handler:
 
     async def run_child(ctx: PhaseContext) -> AsyncIterator[Event]:
         run = _resumed(ctx, child) or ChildRun(ctx, child, child.prompt(ctx.state))
-        async with contextlib.aclosing(run.events()) as events:
-            async for event in events:
-                yield event
+        with run.delegated():
+            async with contextlib.aclosing(run.inline()) as events:
+                async for event in events:
+                    yield event
         if not _suspends(ctx, run):
             _record(ctx, child.name, [run], many=False)
 
     run_child.__qualname__ = f"child_handler.<{child.name}>"
+    run_child.child = child  # type: ignore[attr-defined]  # drawn inside its state
     run_child.suspends = True  # type: ignore[attr-defined]
     return run_child
 
@@ -450,6 +486,7 @@ def fan_out_handler(
         _record(ctx, child.name, runs, many=True)
 
     fan_out.__qualname__ = f"fan_out_handler.<{child.name}>"
+    fan_out.child = child  # type: ignore[attr-defined]  # drawn inside its state
     return fan_out
 
 
@@ -473,9 +510,10 @@ def handoff_handler(child: Child[Any], note: str = HANDOFF_NOTE) -> Handler:
             if not fresh.history or fresh.history[-1].role == "assistant":
                 _tell(fresh.history, note)
             run = ChildRun(ctx, child, None, state=fresh)
-        async with contextlib.aclosing(run.events()) as events:
-            async for event in events:
-                yield event
+        with run.delegated():
+            async with contextlib.aclosing(run.inline()) as events:
+                async for event in events:
+                    yield event
         if _suspends(ctx, run):
             return
         state = run.state
@@ -490,6 +528,7 @@ def handoff_handler(child: Child[Any], note: str = HANDOFF_NOTE) -> Handler:
         parent.outcome = ChildOutcome.SUCCEEDED if run.succeeded else ChildOutcome.FAILED
 
     hand_off.__qualname__ = f"handoff_handler.<{child.name}>"
+    hand_off.child = child  # type: ignore[attr-defined]  # drawn inside its state
     hand_off.suspends = True  # type: ignore[attr-defined]
     return hand_off
 

@@ -205,6 +205,10 @@ class TurnScope:
     yielded by the run (:meth:`PhaseContext.emit`)."""
     observers: tuple[Any, ...] = ()
     """The run's transition observers (coverage), handed on to its child runs."""
+    delegate: Callable[[], None] | None = None
+    """Set while a child runs in the handler's own task (``ChildRun.inline``): an abort
+    of this run is handed to it (it aborts the child) instead of cancelling the
+    handler's await."""
     forward: bool = True
     """Someone reads or watches this run's events, so its child runs pass theirs up (a
     quiet ``run()`` with no observer and no event logging wanting them: they do not)."""

@@ -256,7 +256,9 @@ class Run(Generic[OutputT]):
 
     def _cancel_phase(self) -> None:
         phase, loop = self._phase, self._loop
-        if phase is not None and loop is not None and self.current not in self._abort_safe:
+        if self.scope.delegate is not None:  # a child runs in the handler: it aborts
+            self.scope.delegate()
+        elif phase is not None and loop is not None and self.current not in self._abort_safe:
             phase.cancel(loop)
 
     async def _await_phase(self, awaitable: Any) -> tuple[bool, Any]:

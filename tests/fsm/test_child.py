@@ -19,6 +19,7 @@ from innerloop.events import (
     Event,
     Finished,
     ModelResponseEvent,
+    ToolExecuted,
     ToolUseComplete,
     Transition,
 )
@@ -98,6 +99,13 @@ async def _abort_once_the_child_calls(run: Any) -> list[Event]:
         if isinstance(event, ChildEvent) and isinstance(event.event, ToolUseComplete):
             run.abort("host stop")
     return seen
+
+
+def _parent(make_harness: Any, spec: MachineSpec, *answers: Any) -> Any:
+    """A harness on ``spec`` whose own model gives ``answers``."""
+    return make_harness(
+        HarnessParams(model="scripted:m"), ScriptedProvider(list(answers)), machine=spec
+    )
 
 
 # -- an agent as a tool --------------------------------------------------------------------
@@ -332,9 +340,7 @@ def test_child_state_failure_takes_the_recovery_edge(make_harness: Any) -> None:
         HarnessParams(model="kid:m", tools=[look], max_turns=1),
         providers={"kid": kid},
     )
-    harness = make_harness(
-        HarnessParams(model="scripted:m"), ScriptedProvider([]), machine=_research_spec(child)
-    )
+    harness = _parent(make_harness, _research_spec(child))
     run = harness.start("Lisbon facts")
     events = asyncio.run(_collect(run))
     moves = [(e.source, e.target, e.guard) for e in events if isinstance(e, Transition)]
@@ -343,24 +349,31 @@ def test_child_state_failure_takes_the_recovery_edge(make_harness: Any) -> None:
     assert len(run.state.history) == 1
 
 
-def test_child_state_parent_abort_aborts_the_child(make_harness: Any) -> None:
-    """An abort of the parent while its child state runs: the child ends ``aborted``
-    and the parent takes ``research -> abort [abort_requested]``."""
+@pytest.mark.parametrize("kind", ["state", "handoff"])
+def test_child_state_parent_abort_aborts_the_child(make_harness: Any, kind: str) -> None:
+    """An abort of the parent while its child state (or a handoff) runs: the child ends
+    ``aborted`` and the parent takes ``research -> abort [abort_requested]`` (``writer
+    -> abort [abort_requested]``)."""
     kid = ScriptedProvider([reply(tool_call("block", {}, id="k1"))], name="kid")
-    child = Child("research", HarnessParams(model="kid:m", tools=[block]), providers={"kid": kid})
-    harness = make_harness(
-        HarnessParams(model="scripted:m"), ScriptedProvider([]), machine=_research_spec(child)
-    )
+    name = "research" if kind == "state" else "writer"
+    child = Child(name, HarnessParams(model="kid:m", tools=[block]), providers={"kid": kid})
+    spec = _research_spec(child) if kind == "state" else _handoff_spec(child)
+    parent = ScriptedProvider([] if kind == "state" else [reply("Notes.")])
+    harness = make_harness(HarnessParams(model="scripted:m"), parent, machine=spec)
     run = harness.start("Lisbon facts")
 
     events = asyncio.run(_abort_once_the_child_calls(run))
     moves = [(e.source, e.target, e.guard) for e in events if isinstance(e, Transition)]
-    assert moves == [
-        ("idle", "research", None),
-        ("research", "abort", "abort_requested"),
+    assert moves[-3:] == [
+        (
+            "check" if kind == "handoff" else "idle",
+            name,
+            "model_finished" if kind == "handoff" else None,
+        ),
+        (name, "abort", "abort_requested"),
         ("abort", "aborted", "abort_requested"),
     ]
-    assert _child_finals(events) == {"research": "aborted"}
+    assert _child_finals(events) == {name: "aborted"}
     assert_valid_history(run.state.history)
 
 
@@ -446,9 +459,7 @@ def test_fan_out_one_failure_takes_the_failure_edge(make_harness: Any) -> None:
     child = Child(
         "web", HarnessParams(model="kid:m"), providers={"kid": FakeProvider(answer, name="kid")}
     )
-    harness = make_harness(
-        HarnessParams(model="scripted:m"), ScriptedProvider([]), machine=_fan_out_spec(child, 3)
-    )
+    harness = _parent(make_harness, _fan_out_spec(child, 3))
     run = harness.start("good\nbad")
     events = asyncio.run(_collect(run))
     assert _child_finals(events) == {"web#1": "model_complete", "web#2": "failed"}
@@ -468,9 +479,7 @@ def test_fan_out_parent_abort_aborts_every_child(make_harness: Any) -> None:
     child = Child(
         "web", HarnessParams(model="kid:m"), providers={"kid": FakeProvider(answer, name="kid")}
     )
-    harness = make_harness(
-        HarnessParams(model="scripted:m"), ScriptedProvider([]), machine=_fan_out_spec(child, 2)
-    )
+    harness = _parent(make_harness, _fan_out_spec(child, 2))
     run = harness.start("a\nb")
 
     async def drive() -> list[Event]:
@@ -555,11 +564,7 @@ def test_handoff_failure_takes_the_failure_edge(make_harness: Any) -> None:
         HarnessParams(model="w:m"),
         providers={"w": FakeProvider(lambda r: Fault.fatal(), name="w")},
     )
-    harness = make_harness(
-        HarnessParams(model="scripted:m"),
-        ScriptedProvider([reply("Notes.")]),
-        machine=_handoff_spec(writer),
-    )
+    harness = _parent(make_harness, _handoff_spec(writer), reply("Notes."))
     run = harness.start("Write.")
     events = asyncio.run(_collect(run))
     moves = [(e.source, e.target, e.guard) for e in events if isinstance(e, Transition)]
@@ -638,11 +643,7 @@ def test_a_question_inside_a_handoff_suspends_and_resumes_in_memory(make_harness
             )
         },
     )
-    harness = make_harness(
-        HarnessParams(model="scripted:m"),
-        ScriptedProvider([reply("Notes.")]),
-        machine=_handoff_spec(writer),
-    )
+    harness = _parent(make_harness, _handoff_spec(writer), reply("Notes."))
     run = harness.start("Write.")
     state = run.run_sync()
     assert state.exit_reason == "suspended"
@@ -659,3 +660,68 @@ def test_a_question_inside_a_handoff_suspends_and_resumes_in_memory(make_harness
     assert state.history[-2].tool_results[0].content == "formal"
     assert state.history[-1].text == "Dear Sir, done."
     assert_valid_history(state.history)
+
+
+def test_a_denied_approval_inside_a_child_state_lands_in_the_child(make_harness: Any) -> None:
+    """``research -> suspended [interrupted]``, then ``resume(run, False)``: the child's
+    call is denied in the child's history, the child answers, the parent goes on."""
+    from innerloop.examples import with_approval
+
+    kid = ScriptedProvider(
+        [reply(tool_call("block", {}, id="k1")), reply("Could not look it up.")], name="kid"
+    )
+    child = Child(
+        "research",
+        HarnessParams(model="kid:m", tools=[block]),
+        machine=with_approval(),
+        providers={"kid": kid},
+    )
+    harness = _parent(make_harness, _research_spec(child), reply("No facts today."))
+    run = harness.start("Lisbon facts")
+    first = asyncio.run(_collect(run))
+    moves = [(e.source, e.target, e.guard) for e in first if isinstance(e, Transition)]
+    assert moves == [("idle", "research", None), ("research", "suspended", "interrupted")]
+    saved = run.state.notes["children.suspended"]["research"]
+    assert saved["path"] == "research"
+    resumed = harness.resume(run, answer=False)
+    events = asyncio.run(_collect(resumed))
+    child_results = [
+        e.event.output
+        for e in events
+        if isinstance(e, ChildEvent) and isinstance(e.event, ToolExecuted)
+    ]
+    assert child_results == ["denied by the user"]
+    assert resumed.state.exit_reason == "model_complete"
+    assert resumed.state.history[0].content[-1].text == "[research] Could not look it up."
+
+
+# -- diagrams ----------------------------------------------------------------------------------
+
+
+def test_a_child_state_is_drawn_as_a_cluster_with_its_run(make_harness: Any) -> None:
+    """The child machine is drawn inside its state (Mermaid: a composite state; DOT and
+    SVG: a cluster), and a run's event log lays its trace on both levels."""
+    from innerloop.diagrams import build_diagram, render, to_dot, to_mermaid
+
+    child = Child("research", HarnessParams(model="kid:m"), providers={"kid": echo_provider("kid")})
+    spec = _research_spec(child)
+    run = _parent(make_harness, spec, reply("ok")).start("facts")
+    events = [e.to_dict() for e in asyncio.run(_collect(run))]
+    diagram = build_diagram(spec, trace=events)
+    child_diagram = diagram.state("research").child
+    assert child_diagram is not None
+    assert child_diagram.trace is not None
+    assert child_diagram.trace.final_state == "model_complete"
+    text = to_mermaid(diagram)
+    assert "    state research {" in text
+    assert (
+        "        research__stream --> research__check : ★ 9. else \N{MULTIPLICATION SIGN}1" in text
+    )
+    assert "    class research__model_complete ended" in text
+    dot = to_dot(diagram)
+    assert "subgraph cluster_child_research__ {" in dot
+    assert "research -> research__idle [label=runs arrowhead=none style=dotted]" in dot
+    assert render(diagram).startswith(b"<?xml")
+    # a machine without children draws as before: no cluster, no composite state
+    plain = to_mermaid(build_diagram(DEFAULT_SPEC))
+    assert "state " not in plain
