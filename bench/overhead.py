@@ -443,14 +443,15 @@ def only(name: str, turns: int, runs: int) -> None:
     print(f"iterations {asyncio.run(_batch(fn, turns, runs))}")
 
 
-def _counted(name: str, turns: int, runs: int) -> tuple[int, int]:
-    """(instructions, iterations) of ``only(name)`` under callgrind."""
+def _counted(name: str, turns: int, runs: int, script: str = __file__) -> tuple[int, int]:
+    """(instructions, iterations) of ``only(name)`` under callgrind (``script --only
+    NAME``: this file's, or another bench's that takes the same arguments)."""
     argv = ["--only", name, "--turns", str(turns), "--runs", str(runs)]
     valgrind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
     if shutil.which("setarch") is not None:  # the same addresses, so id()-keyed orders too
         valgrind = ["setarch", platform.machine(), "-R", *valgrind]
     out = subprocess.run(
-        [*valgrind, sys.executable, os.path.abspath(__file__), *argv],
+        [*valgrind, sys.executable, os.path.abspath(script), *argv],
         env={**os.environ, "PYTHONHASHSEED": "0"},  # the same hashes, set orders in each run
         capture_output=True,
         text=True,
@@ -463,18 +464,21 @@ def _counted(name: str, turns: int, runs: int) -> tuple[int, int]:
     return int(counted[1]), int(iterations[1])
 
 
-def instructions_per_iteration(name: str, turns: int, runs: int) -> float:
-    (i1, n1), (i2, n2) = _counted(name, turns, runs), _counted(name, turns, 2 * runs)
+def instructions_per_iteration(name: str, turns: int, runs: int, script: str = __file__) -> float:
+    (i1, n1) = _counted(name, turns, runs, script)
+    (i2, n2) = _counted(name, turns, 2 * runs, script)
     return (i2 - i1) / (n2 - n1)
 
 
-def count_all(names: Sequence[str], turns: int, runs: int) -> dict[str, float]:
+def count_all(
+    names: Sequence[str], turns: int, runs: int, script: str = __file__
+) -> dict[str, float]:
     """Instructions per iteration of each of ``names``, two callgrind processes at a time
     (the counts do not depend on what else runs)."""
     if shutil.which("valgrind") is None:
         sys.exit("--instructions needs valgrind's callgrind: apt-get install valgrind")
     with ThreadPoolExecutor(max_workers=2) as pool:
-        counted = pool.map(lambda n: instructions_per_iteration(n, turns, runs), names)
+        counted = pool.map(lambda n: instructions_per_iteration(n, turns, runs, script), names)
         return dict(zip(names, counted, strict=True))
 
 

@@ -41,6 +41,7 @@ from innerloop._messages import (
 from innerloop._session import Session, SessionTotals
 from innerloop.fsm import (
     DEFAULT_SPEC,
+    Child,
     HarnessParams,
     HarnessState,
     MachineSpec,
@@ -50,6 +51,7 @@ from innerloop.fsm import (
     StateSpec,
     Thinking,
     TransitionSpec,
+    agent_tool,
     compile_spec,
 )
 from innerloop.recovery import RecoveryPolicy
@@ -64,6 +66,7 @@ __getattr__ = lazy_names(__name__, {"builtin_tools": "innerloop.tools._builtins"
 
 __all__ = [
     "DEFAULT_SPEC",
+    "Child",
     "ContentError",
     "DocumentBlock",
     "ErrorCategory",
@@ -101,6 +104,7 @@ __all__ = [
     "Toolset",
     "TransitionSpec",
     "Usage",
+    "agent_tool",
     "builtin_tools",
     "compile_spec",
     "read_event_log",

@@ -21,6 +21,7 @@ __all__ = [
     "Abort",
     "Alert",
     "Backoff",
+    "ChildEvent",
     "Compacted",
     "Event",
     "Fallback",
@@ -266,6 +267,19 @@ class Finished(Event):
     """``history_fingerprint`` of the final history (None from a quiet ``run()``)."""
 
 
+@attrs.frozen
+class ChildEvent(Event):
+    """An event of a child run (a sub-agent, an agent tool, a fan-out branch, a handoff),
+    streamed through its parent's ``events()``. ``path`` names the child from the
+    parent down, ``/`` between levels and ``#n`` for the n-th branch of a fan-out
+    (``research/web#2``); ``event`` is the child's own event, as its run yielded it (a
+    grandchild's events are flattened: one ``ChildEvent`` with the whole path)."""
+
+    type: ClassVar[Literal["child_event"]] = "child_event"
+    path: str
+    event: Event
+
+
 RunEvent: TypeAlias = (
     TextDelta
     | ThinkingDelta
@@ -285,6 +299,7 @@ RunEvent: TypeAlias = (
     | Alert
     | Abort
     | Finished
+    | ChildEvent
 )
 """Every event a run of the machines innerloop ships yields (``Run.events()``): the stream
 events of each model turn, then the driver's run events. ``match event:`` with a class

@@ -17,6 +17,7 @@ from innerloop.events import (
     Abort,
     Alert,
     Backoff,
+    ChildEvent,
     Compacted,
     Fallback,
     Finished,
@@ -83,6 +84,8 @@ def _describe(event: RunEvent) -> str | None:  # noqa: C901 (one case per event 
             return f"failed at {stage}: {error.category}"
         case Backoff() | Fallback() | Compacted() | Alert() | Abort():
             return f"recovery {event.type}"
+        case ChildEvent(path=path, event=inner):
+            return f"child {path} {inner.type}"
         case _:
             assert_never(event)  # every class a run yields has a case above
 

@@ -140,7 +140,28 @@ def to_dot(diagram: Diagram) -> str:
     g.edge(START, diagram.initial, color=INK)
     for group in diagram.edge_groups():
         g.edge(group.source, group.target, **_edge_attrs(diagram, group))
+    _child_clusters(g, diagram, "")
     return str(g.source)
+
+
+def _child_clusters(g: graphviz.Digraph, d: Diagram, prefix: str) -> None:
+    """Each child state's machine as a cluster beside it (its states named
+    ``state__inner``), joined to the state by a dotted ``runs`` line, with its own
+    trace; a grandchild's inside its parent's cluster."""
+    for s in d.states:
+        child = s.child
+        if child is None:
+            continue
+        own = f"{prefix}{s.name}__"
+        with g.subgraph(name=f"cluster_child_{own}") as c:
+            c.attr(label=f"{s.name}: runs {child.name}", style="rounded", color=INK)
+            c.attr(fontcolor=INK, fontsize="11")
+            for inner in child.states:
+                c.node(own + inner.name, **_state_attrs(child, inner))
+            for group in child.edge_groups():
+                c.edge(own + group.source, own + group.target, **_edge_attrs(child, group))
+            _child_clusters(c, child, own)
+        g.edge(prefix + s.name, own + child.initial, style="dotted", arrowhead="none", label="runs")
 
 
 def _beside(d: Diagram) -> list[tuple[str, str]]:

@@ -81,7 +81,45 @@ def to_mermaid(diagram: Diagram) -> str:
             label = _label(d, g)
             lines.append(f"    {g.source} --> {g.target}" + (f" : {label}" if label else ""))
     lines.extend(f"    {s.name} --> [*]" for s in d.states if s.final)
+    lines.extend(_children(d, "", "    "))
     lines.extend(f"    {c}" for c in CLASSES)
     for cls, names in _classes(d).items():
         lines.append(f"    class {','.join(names)} {cls}")
+    lines.extend(_child_classes(d, ""))
     return "\n".join(lines) + "\n"
+
+
+def _children(d: Diagram, prefix: str, indent: str) -> list[str]:
+    """Each child state as a composite state holding its child machine, whose states
+    are named ``state__inner`` (a grandchild's ``state__inner__innermost``)."""
+    lines: list[str] = []
+    for s in d.states:
+        child = s.child
+        if child is None:
+            continue
+        own = f"{prefix}{s.name}__"
+        inner = indent + "    "
+        lines.append(f"{indent}state {prefix}{s.name} {{")
+        lines.append(f"{inner}%% child machine: {child.name}")
+        lines.extend(f'{inner}state "{c.name}" as {own}{c.name}' for c in child.states)
+        lines.append(f"{inner}[*] --> {own}{child.initial}")
+        for g in child.edge_groups():
+            label = _label(child, g)
+            edge = f"{inner}{own}{g.source} --> {own}{g.target}"
+            lines.append(edge + (f" : {label}" if label else ""))
+        lines.extend(f"{inner}{own}{c.name} --> [*]" for c in child.states if c.final)
+        lines.extend(_children(child, own, inner))
+        lines.append(f"{indent}}}")
+    return lines
+
+
+def _child_classes(d: Diagram, prefix: str) -> list[str]:
+    lines: list[str] = []
+    for s in d.states:
+        if s.child is None:
+            continue
+        own = f"{prefix}{s.name}__"
+        for cls, names in _classes(s.child).items():
+            lines.append(f"    class {','.join(own + n for n in names)} {cls}")
+        lines.extend(_child_classes(s.child, own))
+    return lines

@@ -29,6 +29,7 @@ __all__ = [
     "DiagramState",
     "Trace",
     "build_diagram",
+    "child_events",
     "load_trace",
     "log_runs",
     "pick_run",
@@ -47,6 +48,9 @@ class DiagramState:
     kind: StateKind
     exit_reason: str | None = None
     doc: str = ""
+    child: Diagram | None = None
+    """The machine a child state runs (``child_handler``, ``fan_out_handler``,
+    ``handoff_handler``), drawn inside it as a cluster, with its own trace."""
 
     @property
     def final(self) -> bool:
@@ -177,6 +181,21 @@ def trace_from_events(events: Iterable[Mapping[str, Any]]) -> Trace:
     return Trace(tuple(steps), final_state, exit_reason)
 
 
+def child_events(events: Iterable[Mapping[str, Any]], name: str) -> list[Mapping[str, Any]]:
+    """The events of the children of state ``name`` (paths ``name``, ``name#n``) as their
+    own runs saw them: each ``child_event``'s inner event, and a grandchild's again as a
+    ``child_event`` with the rest of its path."""
+    out: list[Mapping[str, Any]] = []
+    for event in events:
+        if event.get("type") != "child_event":
+            continue
+        head, _, rest = str(event.get("path", "")).partition("/")
+        if head != name and head.partition("#")[0] != name:
+            continue
+        out.append({**event, "path": rest} if rest else event["event"])
+    return out
+
+
 def log_runs(path: str | Path) -> list[list[Mapping[str, Any]]]:
     """The runs of a JSONL event log (``innerloop run --log``, or one
     ``json.dumps(event.to_dict())`` per line), each a list of its event dicts, in order; a
@@ -224,7 +243,15 @@ class Diagram:
         Raises ``ValueError`` when the trace takes an edge the machine does not have (a log
         of another machine)."""
         if not isinstance(trace, Trace):
-            trace = trace_from_events(trace)
+            events = list(trace)
+            trace = trace_from_events(events)
+            states = tuple(
+                attrs.evolve(s, child=s.child.with_trace(child_events(events, s.name)))
+                if s.child is not None
+                else s
+                for s in self.states
+            )
+            return attrs.evolve(self, states=states).with_trace(trace)
         known = {e.key for e in self.edges}
         for key in trace.steps:
             if key not in known:
@@ -274,6 +301,14 @@ def _spec_of(machine: MachineSpec | CompiledMachine | Run) -> MachineSpec:
     return machine
 
 
+def _child_diagram(spec: MachineSpec, state: str) -> Diagram | None:
+    """The diagram of the machine state ``state``'s handler runs as a child, if any (a
+    handler made by ``child_handler`` and the like names its ``child``)."""
+    child = getattr(spec.handlers.get(state), "child", None)
+    compiled = getattr(child, "compiled", None)
+    return build_diagram(compiled) if isinstance(compiled, CompiledMachine) else None
+
+
 def build_diagram(
     machine: MachineSpec | CompiledMachine | Run,
     *,
@@ -286,7 +321,10 @@ def build_diagram(
     it is in now and ``trace`` to the path it took (:attr:`~innerloop.fsm.Run.path`).
     ``trace`` is a :class:`Trace` or the run's event dicts."""
     spec = _spec_of(machine)
-    states = tuple(DiagramState(s.name, s.kind, s.exit_reason, s.doc) for s in spec.states)
+    states = tuple(
+        DiagramState(s.name, s.kind, s.exit_reason, s.doc, _child_diagram(spec, s.name))
+        for s in spec.states
+    )
     edges: list[DiagramEdge] = []
     bounds = edge_bounds(spec)
     for s in spec.states:

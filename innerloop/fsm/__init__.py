@@ -1,6 +1,19 @@
 """The machine: spec, compiler, guards, phase handlers, driver, params and state."""
 
 from innerloop.fsm._bounds import Bound, CycleProof, LoopProof, edge_bounds, loop_proof
+from innerloop.fsm._child import (
+    CHILD_GUARDS,
+    Child,
+    ChildOutcome,
+    ChildRun,
+    agent_tool,
+    child_handler,
+    child_result,
+    child_transitions,
+    fan_out_handler,
+    handoff_handler,
+    with_child_state,
+)
 from innerloop.fsm._compile import CompiledMachine, compile_spec
 from innerloop.fsm._context import Deps, PhaseContext, TurnScope, request_settings
 from innerloop.fsm._default import DEFAULT_SPEC
@@ -22,10 +35,14 @@ from innerloop.fsm._state import (
 from innerloop.providers._cache import PromptCache
 
 __all__ = [
+    "CHILD_GUARDS",
     "DEFAULT_GUARDS",
     "DEFAULT_SPEC",
     "AbortRequest",
     "Bound",
+    "Child",
+    "ChildOutcome",
+    "ChildRun",
     "CompiledMachine",
     "CycleProof",
     "Deps",
@@ -56,13 +73,20 @@ __all__ = [
     "TransitionObserver",
     "TransitionSpec",
     "TurnScope",
+    "agent_tool",
+    "child_handler",
+    "child_result",
+    "child_transitions",
     "compile_spec",
     "edge_bounds",
+    "fan_out_handler",
     "find_machine",
     "guard",
     "guard_info",
+    "handoff_handler",
     "load_spec",
     "loop_proof",
     "output_spec",
     "request_settings",
+    "with_child_state",
 ]

@@ -13,8 +13,9 @@ Guards read only ``params`` and ``state``; handlers may use everything.
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -32,7 +33,15 @@ from innerloop.tools._runner import ToolExecutor
 from innerloop.tools._spec import ToolSpec
 from innerloop.tools._strict import openai_strict_schema
 
-__all__ = ["AbortSignal", "Deps", "PhaseContext", "TurnScope", "request_settings"]
+__all__ = [
+    "AbortSignal",
+    "Deps",
+    "Mailbox",
+    "PhaseContext",
+    "TurnScope",
+    "relay",
+    "request_settings",
+]
 
 
 def _definition(tool: ToolSpec) -> dict[str, Any]:
@@ -120,6 +129,51 @@ class Deps:
     """The rate-limit gates shared with the other runs of the process."""
 
 
+class Mailbox:
+    """Items handed over by other tasks (a child run's events), read by one task that
+    waits for them or for the end of the work producing them (:func:`relay`)."""
+
+    __slots__ = ("_wake", "items")
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+        self._wake: asyncio.Future[None] | None = None
+
+    def put(self, item: Any) -> None:
+        self.items.append(item)
+        self.nudge()
+
+    def take(self) -> list[Any]:
+        items, self.items = self.items, []
+        return items
+
+    def nudge(self, _: object = None) -> None:
+        """Wake the reader (also a task's done callback: the work has ended)."""
+        wake, self._wake = self._wake, None
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+
+    async def wait(self) -> None:
+        self._wake = asyncio.get_running_loop().create_future()
+        try:
+            await self._wake
+        finally:
+            self._wake = None
+
+
+async def relay(box: Mailbox, work: asyncio.Future[Any]) -> AsyncGenerator[Any, None]:
+    """Yield what arrives in ``box`` until ``work`` is done (and what it left there)."""
+    work.add_done_callback(box.nudge)
+    while True:
+        if box.items:
+            for item in box.take():
+                yield item
+            continue
+        if work.done():
+            return
+        await box.wait()
+
+
 @attrs.define
 class TurnScope:
     """The driver's live objects, never persisted."""
@@ -142,6 +196,21 @@ class TurnScope:
     gates: dict[tuple[str, str], RateLimitGate] = attrs.field(factory=dict)
     """The rate-limit gate of each provider and model this run called, looked up in the
     process's gates once per run."""
+    emits: bool = False
+    """Some tool of the run streams events of its own (an agent tool): ``execute``
+    forwards them while the calls run (set by the driver from the params' tools)."""
+    side: Mailbox = attrs.field(factory=lambda: Mailbox())
+    """Events emitted from outside a handler (an agent tool's child run), waiting to be
+    yielded by the run (:meth:`PhaseContext.emit`)."""
+    observers: tuple[Any, ...] = ()
+    """The run's transition observers (coverage), handed on to its child runs."""
+    delegate: Callable[[], None] | None = None
+    """Set while a child runs in the handler's own task (``ChildRun.inline``): an abort
+    of this run is handed to it (it aborts the child) instead of cancelling the
+    handler's await."""
+    forward: bool = True
+    """Someone reads or watches this run's events, so its child runs pass theirs up (a
+    quiet ``run()`` with no observer and no event logging wanting them: they do not)."""
 
 
 @attrs.frozen(eq=False)
@@ -186,6 +255,11 @@ class PhaseContext:
 
     def abort(self, reason: str = "abort requested") -> None:
         self.signal.request(reason)
+
+    def emit(self, event: Any) -> None:
+        """Hand an event to the run from outside its handler (an agent tool's child run,
+        in the tool's task): the ``execute`` phase yields it while the calls run."""
+        self.scope.side.put(event)
 
     def interrupt(
         self,

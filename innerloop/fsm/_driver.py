@@ -22,7 +22,7 @@ from typing import Any, Generic, Literal, Protocol, cast, runtime_checkable
 import attrs
 from statemachine import StateMachine
 
-from innerloop._events import Event, Finished, RunEvent, RunStarted, Transition
+from innerloop._events import ChildEvent, Event, Finished, RunEvent, RunStarted, Transition
 from innerloop._log import event_logger, logger
 from innerloop.fsm._compile import CompiledMachine
 from innerloop.fsm._context import AbortSignal, Deps, PhaseContext, TurnScope, request_settings
@@ -191,6 +191,8 @@ class Run(Generic[OutputT]):
             if on_run:
                 on_runs.append(cast(RunObserver, o))
         self.observers = tuple(on_transitions)
+        self.scope.observers = self.observers
+        self.scope.emits = any(t.emits_events for t in params.tools)
         self.run_observers = tuple(on_runs)
         self.engine = engine
         self.current = start_at or machine.initial
@@ -257,7 +259,9 @@ class Run(Generic[OutputT]):
 
     def _cancel_phase(self) -> None:
         phase, loop = self._phase, self._loop
-        if phase is not None and loop is not None and self.current not in self._abort_safe:
+        if self.scope.delegate is not None:  # a child runs in the handler: it aborts
+            self.scope.delegate()
+        elif phase is not None and loop is not None and self.current not in self._abort_safe:
             phase.cancel(loop)
 
     async def _await_phase(self, awaitable: Any) -> tuple[bool, Any]:
@@ -289,16 +293,19 @@ class Run(Generic[OutputT]):
                     and self.current not in self._abort_safe
                     and not self.scope.reporting
                 ):
-                    return  # asked for between two events, e.g. by the host consuming them
+                    break  # asked for between two events, e.g. by the host consuming them
                 try:
                     done, ev = await self._await_phase(agen.__anext__())
                 except StopAsyncIteration:
-                    return
+                    break
                 if not done:
-                    return
+                    break
                 yield ev
         finally:
             await agen.aclose()
+        if self.scope.side.items:  # the last events of a child it stopped (as it closed)
+            for ev in self.scope.side.take():
+                yield ev
 
     def step(self) -> TransitionSpec:
         """Choose and take the transition out of the current state."""
@@ -358,6 +365,7 @@ class Run(Generic[OutputT]):
         a run early instead, ``run.abort()`` and read on to its ``finished`` event."""
         self._begin()
         watch, watched = self._watcher()
+        self.scope.forward = not self.scope.quiet or ChildEvent in watched
         error: BaseException | None = None
         try:
             yield self._started(watch, watched)

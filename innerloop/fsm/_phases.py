@@ -8,8 +8,9 @@ return a list of events or yield them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Sequence
 
 import attrs
 
@@ -39,7 +40,7 @@ from innerloop._messages import (
     ToolUseBlock,
     Usage,
 )
-from innerloop.fsm._context import PhaseContext
+from innerloop.fsm._context import PhaseContext, relay
 from innerloop.fsm._guards import is_final_call, model_finished
 from innerloop.fsm._interrupts import answered_batch, suspend_for_questions
 from innerloop.fsm._output import ACCEPTED, ALONE, OUTPUT_TOOL, InvalidOutput, OutputSpec
@@ -473,6 +474,32 @@ def _with_final_calls(
     return ToolBatch(tuple(merged), batch.cancelled)
 
 
+async def _forwarding(
+    ctx: PhaseContext, work: Awaitable[ToolBatch], ran: list[ToolBatch]
+) -> AsyncGenerator[Event, None]:
+    """Await ``work`` (the turn's tool calls) in a task of its own, yielding the events
+    its tools emit meanwhile (:meth:`PhaseContext.emit`); its batch goes into ``ran``.
+
+    An abort cancels the wait: the calls are cancelled (an agent tool aborts its child,
+    which ends validly) and their cancelled batch is handed on as ``run_calls`` hands it.
+    The run's reader leaving between two events closes this generator: the calls are
+    stopped the same way and their results appended, so the history stays valid."""
+    task = asyncio.ensure_future(work)
+    try:
+        async with contextlib.aclosing(relay(ctx.scope.side, task)) as relayed:
+            async for event in relayed:
+                yield event
+        ran.append(task.result())
+    except asyncio.CancelledError:
+        task.cancel()
+        ran.append(await task)  # a cancelled batch: execute_batch goes on cancelling
+    finally:
+        if not task.done():  # closed between two events (the reader left, or an abort)
+            task.cancel()
+            batch = await task
+            ctx.state.history.append(_aborted_message(batch.results))
+
+
 async def execute(ctx: PhaseContext) -> AsyncIterator[Event]:
     """Run the last assistant message's tool calls and append their results.
 
@@ -486,7 +513,15 @@ async def execute(ctx: PhaseContext) -> AsyncIterator[Event]:
     if resumed is not None:
         batch = answered_batch(own, resumed)
     else:
-        batch = await ctx.deps.tools.run_calls(ctx, own)
+        work = ctx.deps.tools.run_calls(ctx, own)
+        if ctx.scope.emits:  # an agent tool: its child's events come while the calls run
+            ran: list[ToolBatch] = []
+            async with contextlib.aclosing(_forwarding(ctx, work, ran)) as forwarded:
+                async for event in forwarded:
+                    yield event
+            batch = ran[0]
+        else:
+            batch = await work
         if suspend_for_questions(ctx, own, batch):
             return
     if len(own) < len(calls):

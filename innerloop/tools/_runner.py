@@ -266,7 +266,13 @@ class ToolRunner:
         treated as one)."""
         limit = run.params.timeout_for(spec)
         ctx = ToolContext(
-            run.params, run.state, call.id, self.workspace, limit, request_abort=run.request_abort
+            run.params,
+            run.state,
+            call.id,
+            self.workspace,
+            limit,
+            request_abort=run.request_abort,
+            run=run,
         )
         start = time.monotonic()
 

@@ -105,6 +105,9 @@ class ToolContext:
     process helpers, so a timed-out result still shows the output so far)."""
     request_abort: Callable[[str], None] = attrs.field(default=_no_abort, repr=False)
     """Set by the runner: see :meth:`abort`."""
+    run: Any = attrs.field(default=None, repr=False)
+    """The run's scope the call belongs to (a machine's ``PhaseContext``), set by the
+    runner; an agent tool (``innerloop.agent_tool``) runs its child inside it."""
 
     def abort(self, reason: str = "abort requested by a tool") -> None:
         """Abort the whole run: this call and the other running ones are cancelled, the
@@ -151,6 +154,9 @@ class ToolSpec:
     """Runs in a child process (so a timeout can kill it); set by ``@tool(isolated=True)``."""
     function: Callable[..., Any] | None = attrs.field(default=None, eq=False, repr=False)
     """The decorated Python function, when the spec was made by ``@tool``."""
+    emits_events: bool = False
+    """The tool streams events of its own while it runs (an agent tool's child run): the
+    ``execute`` phase then forwards them through the run's ``events()`` as they come."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the decorated function directly (for tests and plain Python use)."""

@@ -1,0 +1,638 @@
+"""Machines inside machines: a child run inside a parent run.
+
+One primitive, :class:`ChildRun`, runs a :class:`Child` (its own params, machine and
+providers) on an input built from the parent's state, inside a parent handler or tool:
+
+- its events stream through the parent's ``events()``, each wrapped in a
+  :class:`~innerloop.events.ChildEvent` carrying the child's path (``research/web#2``);
+- its usage and cost are added to the parent's as each of its model answers arrives, its
+  spend budget is lowered to what the parent's has left, and a child that takes the
+  parent past its budget is aborted, so a budget holds per child and in total;
+- the child runs in a task of its own: an abort of the parent (or a timeout of the agent
+  tool, or the parent's reader leaving) aborts the child, which ends in ``aborted`` with
+  a valid history, before the parent goes on to its own abort.
+
+Built on it: :func:`child_handler` (a machine as a state), :func:`fan_out_handler` (N
+children over a list), :func:`handoff_handler` (the conversation handed to another
+agent), and :func:`innerloop.fsm.agent_tool` (a child as a tool the model calls).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Callable,
+    Container,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from typing import Any, Generic
+
+import attrs
+
+from innerloop import _convert
+from innerloop._errors import ResumeError, SpecError
+from innerloop._events import ChildEvent, Event, ModelResponseEvent
+from innerloop._messages import Message, TextBlock, Usage
+from innerloop.fsm._compile import CompiledMachine, compile_spec
+from innerloop.fsm._context import Deps, Mailbox, PhaseContext, relay, request_settings
+from innerloop.fsm._default import DEFAULT_SPEC
+from innerloop.fsm._driver import Run
+from innerloop.fsm._guardinfo import guard
+from innerloop.fsm._guards import interrupted, spend_exceeded
+from innerloop.fsm._output import OutputT
+from innerloop.fsm._params import HarnessParams, SpendBudget
+from innerloop.fsm._spec import Guard, Handler, MachineSpec, StateSpec, TransitionSpec
+from innerloop.fsm._state import HarnessState, OutcomeEnum
+from innerloop.providers._base import Provider
+from innerloop.providers._normalize import RequestSettings
+from innerloop.recovery._tokens import MessageTokenCache
+from innerloop.tools._runner import ToolRunner
+from innerloop.tools._spec import ToolContext, ToolError, ToolOutput, ToolSpec
+
+__all__ = [
+    "CHILD_GUARDS",
+    "Child",
+    "ChildOutcome",
+    "ChildRun",
+    "agent_tool",
+    "child_handler",
+    "child_result",
+    "child_transitions",
+    "fan_out_handler",
+    "handoff_handler",
+    "with_child_state",
+]
+
+SUCCESS: tuple[str, ...] = ("model_complete", "tasks_complete")
+"""The child's final states that count as success by default."""
+NOTES = "children"
+"""``state.notes`` key: per child state, what its child (or children) ended with."""
+
+
+def last_user_text(state: HarnessState) -> str:
+    """The text of the parent's last user message (a child's default input)."""
+    for message in reversed(state.history):
+        if message.role == "user" and message.text:
+            return message.text
+    return ""
+
+
+def _names(value: Iterable[str]) -> tuple[str, ...]:
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+def _compiled(value: MachineSpec | CompiledMachine) -> CompiledMachine:
+    return value if isinstance(value, CompiledMachine) else compile_spec(value)
+
+
+@attrs.frozen
+class Child(Generic[OutputT]):
+    """A child machine: what a parent run runs inside a state, a fan-out or a tool.
+
+    ``name`` is its segment of the event path; ``params`` its own (models, tools,
+    limits, ``output_type``); ``machine`` its spec (compiled, and so checked, here);
+    ``prompt`` builds its input from the parent's state (default: the text of the
+    parent's last user message); ``providers`` its own (default: the parent's);
+    ``success`` the final states of the child that count as success."""
+
+    name: str
+    params: HarnessParams[OutputT]
+    machine: MachineSpec | CompiledMachine = DEFAULT_SPEC
+    compiled: CompiledMachine = attrs.field(
+        init=False, default=attrs.Factory(lambda self: _compiled(self.machine), takes_self=True)
+    )
+    """``machine`` compiled (and so checked) when the child is made."""
+    settings: RequestSettings = attrs.field(
+        init=False,
+        default=attrs.Factory(lambda self: request_settings(self.params), takes_self=True),
+        repr=False,
+    )
+    """What each request of its runs carries besides the history (built once)."""
+    prompt: Callable[[HarnessState], str | Message] = last_user_text
+    providers: Mapping[str, Provider] | None = None
+    success: tuple[str, ...] = attrs.field(default=SUCCESS, converter=_names)
+
+    def __attrs_post_init__(self) -> None:
+        unknown = [s for s in self.success if s not in self.compiled.finals]
+        if unknown or not self.name or "/" in self.name or "#" in self.name:
+            what = (
+                f"success names {unknown}, which are not final states of machine "
+                f"{self.compiled.name!r} (its final states: {sorted(self.compiled.finals)})"
+                if unknown
+                else f"name {self.name!r} must be non-empty without '/' or '#' (they "
+                "separate the levels of an event path)"
+            )
+            raise SpecError("child", f"child {self.name!r}: {what}", ())
+
+
+def _capped(params: HarnessParams[OutputT], parent: PhaseContext) -> HarnessParams[OutputT]:
+    """``params`` with the spend budget lowered to what the parent's has left."""
+    budget = parent.params.spend_budget
+    if budget is None:
+        return params
+    state, own = parent.state, params.spend_budget or SpendBudget()
+    tokens, cost = own.max_tokens, own.max_cost_usd
+    if budget.max_tokens is not None:
+        left = budget.max_tokens - (state.usage.total_tokens - state.tokens_at_start)
+        tokens = max(1, min(left, tokens) if tokens is not None else left)
+    if budget.max_cost_usd is not None and state.cost_usd is not None:
+        spent = budget.max_cost_usd - (state.cost_usd - state.cost_at_start)
+        left_usd = max(spent, 1e-9)
+        cost = min(left_usd, cost) if cost is not None else left_usd
+    return attrs.evolve(params, spend_budget=SpendBudget(tokens, cost))
+
+
+def _minus(a: Usage, b: Usage) -> Usage:
+    return Usage(
+        a.input_tokens - b.input_tokens,
+        a.output_tokens - b.output_tokens,
+        a.cache_read_tokens - b.cache_read_tokens,
+        a.cache_creation_tokens - b.cache_creation_tokens,
+        a.thinking_tokens - b.thinking_tokens,
+    )
+
+
+class ChildRun(Generic[OutputT]):
+    """One run of a :class:`Child` inside the run ``parent`` (a handler's or a tool's
+    ``PhaseContext``), on ``prompt`` (or, for a handoff, on ``state``). Read its events
+    once with :meth:`events`; :attr:`state` is the child's state."""
+
+    def __init__(
+        self,
+        parent: PhaseContext,
+        child: Child[OutputT],
+        prompt: str | Message | None,
+        *,
+        path: str | None = None,
+        state: HarnessState[OutputT] | None = None,
+        start_at: str | None = None,
+    ) -> None:
+        self.parent = parent
+        self.child = child
+        self.path = path or child.name
+        deps = parent.deps
+        state = state if state is not None else HarnessState()
+        if start_at is None:  # a new run of the child (not one going on after an answer)
+            state.start_run()
+        if prompt is not None:
+            state.history.append(prompt if isinstance(prompt, Message) else Message.user(prompt))
+        self.run: Run[OutputT] = Run(
+            child.compiled,
+            _capped(child.params, parent),
+            state,
+            Deps(
+                providers=child.providers if child.providers is not None else deps.providers,
+                clock=deps.clock,
+                tokens=MessageTokenCache(deps.tokens.counter),
+                compactor=deps.compactor,
+                fallback_compactor=deps.fallback_compactor,
+                tools=ToolRunner(),
+                gates=deps.gates,
+            ),
+            observers=parent.scope.observers,
+            settings=child.settings,
+            start_at=start_at,
+        )
+        self.run.scope.quiet = parent.scope.quiet
+        self._usage = state.usage
+        self._cost = state.cost_usd or 0.0
+        self._box = Mailbox()
+
+    @property
+    def state(self) -> HarnessState[OutputT]:
+        return self.run.state
+
+    @property
+    def succeeded(self) -> bool:
+        return self.run.state.final_state in self.child.success
+
+    def abort(self, reason: str) -> None:
+        self.run.abort(reason)
+
+    def _roll_up(self) -> None:
+        """Add what the child spent since the last call to the parent's totals; abort the
+        child when the parent's spend budget is spent."""
+        state, parent = self.run.state, self.parent.state
+        if state.usage != self._usage:
+            parent.usage = parent.usage + _minus(state.usage, self._usage)
+            self._usage = state.usage
+        cost = state.cost_usd
+        if cost is None:
+            parent.cost_usd = None
+        elif cost != self._cost:
+            if parent.cost_usd is not None:
+                parent.cost_usd += cost - self._cost
+            self._cost = cost
+        if (
+            state.final_state is None
+            and spend_exceeded(self.parent)
+            and not spend_exceeded(self.run.ctx)  # else its own check ends it first
+        ):
+            self.run.abort(f"the parent's spend budget is spent (child {self.path!r})")
+
+    async def _passed_up(self) -> AsyncGenerator[ChildEvent, None]:
+        """Run the child in this task, yielding its events wrapped with their path
+        (none when nobody reads or watches the parent's), rolling its spending up."""
+        path, forward = self.path, self.parent.scope.forward
+        try:
+            async for event in self.run.events():
+                if type(event) is ModelResponseEvent:
+                    self._roll_up()
+                if not forward:  # nobody reads or watches the parent's events
+                    continue
+                if type(event) is ChildEvent:  # a grandchild's: one event, the whole path
+                    yield ChildEvent(f"{path}/{event.path}", event.event)
+                else:
+                    yield ChildEvent(path, event)
+        finally:
+            self._roll_up()
+
+    async def _pump(self) -> None:
+        async with contextlib.aclosing(self._passed_up()) as events:
+            async for event in events:
+                self._box.put(event)
+
+    def inline(self) -> AsyncGenerator[ChildEvent, None]:
+        """Run the child in the parent handler's own task, yielding its events as
+        :class:`ChildEvent` (cheaper than :meth:`events`: no task, no hand-over); read
+        it inside :meth:`delegated`."""
+        return self._passed_up()
+
+    @contextlib.contextmanager
+    def delegated(self) -> Iterator[None]:
+        """While the child runs :meth:`inline`: an abort of the parent is handed to the
+        child instead of cancelling the handler (``scope.delegate``), and the parent's
+        driver reads on (``scope.reporting``) until the child has ended, validly, in
+        ``aborted``."""
+        scope = self.parent.scope
+        scope.delegate = self._abort_from_parent
+        scope.reporting = True
+        try:
+            yield
+        finally:
+            scope.delegate = None
+            scope.reporting = False
+
+    def _abort_from_parent(self) -> None:
+        asked = self.parent.state.abort
+        reason = asked.reason if asked is not None else "the parent was aborted"
+        self.run.abort(f"the parent of child {self.path!r} was aborted: {reason}")
+
+    async def events(self) -> AsyncGenerator[ChildEvent, None]:
+        """Run the child to its end in a task of its own, yielding its events as
+        :class:`ChildEvent`. Cancelled or closed early, it aborts the child and waits
+        for it to end (validly) before the cancellation goes on."""
+        task = asyncio.ensure_future(self._pump())
+        try:
+            async with contextlib.aclosing(relay(self._box, task)) as relayed:
+                async for event in relayed:
+                    yield event
+        finally:
+            if not task.done():
+                self.run.abort(f"the parent of child {self.path!r} stopped it")
+                await asyncio.wait([task])
+                # its last events (the abort, ``finished``): the parent's driver yields them
+                # after the step that stopped it
+                for event in self._box.take():
+                    self.parent.emit(event)
+        task.result()  # a programmer error in the child's machine is raised here
+
+    async def run_to_end(self, emit: Callable[[Event], None]) -> HarnessState[OutputT]:
+        """Run the child, handing each event to ``emit``."""
+        async with contextlib.aclosing(self.events()) as events:
+            async for event in events:
+                emit(event)
+        return self.run.state
+
+
+def child_result(state: HarnessState) -> Any:
+    """What a child answered: its typed output's data when it has an ``output_type``,
+    else the text of its last assistant message."""
+    if state.output_data is not None:
+        return state.output_data
+    for message in reversed(state.history):
+        if message.role == "assistant":
+            return message.text
+    return ""
+
+
+def _result_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+class ChildOutcome(OutcomeEnum):
+    """What a child state's handler records: its child (all of them, for a fan-out)
+    ended in a success state, or not."""
+
+    SUCCEEDED = "child_succeeded"
+    FAILED = "child_failed"
+
+
+@guard(reads=("state.outcome",))
+def child_succeeded(ctx: PhaseContext) -> bool:
+    """The child (every child of a fan-out) ended in one of its success states."""
+    return ctx.state.outcome == ChildOutcome.SUCCEEDED
+
+
+CHILD_GUARDS: Mapping[str, Guard] = {"child_succeeded": child_succeeded}
+"""The guard a child state's edges use (``with_child_state`` adds it to the spec)."""
+
+
+def _tell(history: list[Message], text: str) -> None:
+    """Add ``text`` for the parent's model as a user turn: a block of the last message
+    when that is a user message (roles keep alternating), else a message of its own."""
+    block = TextBlock(text)
+    if history and history[-1].role == "user":
+        history[-1] = Message("user", (*history[-1].content, block))
+    else:
+        history.append(Message("user", (block,)))
+
+
+def _record(ctx: PhaseContext, name: str, runs: Sequence[ChildRun[Any]], many: bool) -> None:
+    """Note what the children ended with, tell the parent's model their answers in one
+    user message (in order), and record the outcome."""
+    ended = [
+        {
+            "exit_reason": r.state.exit_reason,
+            "output": child_result(r.state),
+            "turns": r.state.turns,
+        }
+        for r in runs
+    ]
+    notes = ctx.state.notes.setdefault(NOTES, {})
+    notes[name] = ended if many else ended[0]
+    ok = all(r.succeeded for r in runs)
+    if ok:
+        lines = [
+            f"[{r.path}] {_result_text(e['output'])}" for r, e in zip(runs, ended, strict=True)
+        ]
+        _tell(ctx.state.history, "\n".join(lines))
+    ctx.state.outcome = ChildOutcome.SUCCEEDED if ok else ChildOutcome.FAILED
+
+
+SUSPENDED = "children.suspended"
+"""``state.notes`` key: per child state, the suspended child's path and state (JSON)."""
+
+
+def _suspends(ctx: PhaseContext, run: ChildRun[Any]) -> bool:
+    """When the child ended suspended (an approval, a question): keep its state in the
+    parent's notes and suspend the parent on the same question; True then."""
+    state = run.state
+    asked = state.interrupt
+    if state.final_state != "suspended" or asked is None:
+        return False
+    saved = {"path": run.path, "state": _convert.unstructure(state)}
+    ctx.state.notes.setdefault(SUSPENDED, {})[run.child.name] = saved
+    ctx.interrupt(asked.kind, asked.payload, tool_use_ids=asked.tool_use_ids)
+    return True
+
+
+def _resumed(ctx: PhaseContext, child: Child[OutputT]) -> ChildRun[OutputT] | None:
+    """The suspended child of this state, going on with the answer the parent was
+    resumed with (None when the parent was not resumed here)."""
+    answered = ctx.resumed
+    if answered is None:
+        return None
+    saved = ctx.state.notes.get(SUSPENDED, {}).pop(child.name, None)
+    if saved is None:
+        raise ResumeError(
+            None,
+            f"it was resumed in state {ctx.current_state!r}, whose child {child.name!r} "
+            "left no suspended state in notes[" + repr(SUSPENDED) + "]; resume it from the "
+            "checkpoint where it suspended",
+        )
+    state: HarnessState[OutputT] = _convert.structure(saved["state"], HarnessState)
+    asked = state.interrupt
+    assert asked is not None
+    state.interrupt = attrs.evolve(asked, answered=True, answer=answered.answer)
+    state.final_state = state.exit_reason = None
+    return ChildRun(ctx, child, None, path=saved["path"], state=state, start_at=asked.state)
+
+
+def child_handler(child: Child[Any]) -> Handler:
+    """The phase handler of a state that runs ``child`` (a machine as a state): its
+    input is ``child.prompt(parent state)``; its answer goes to the parent's history as a
+    user message (``[name] answer``) and to ``state.notes["children"][name]``; the
+    outcome is ``child_succeeded`` or ``child_failed``."""
+
+    async def run_child(ctx: PhaseContext) -> AsyncIterator[Event]:
+        run = _resumed(ctx, child) or ChildRun(ctx, child, child.prompt(ctx.state))
+        with run.delegated():
+            async with contextlib.aclosing(run.inline()) as events:
+                async for event in events:
+                    yield event
+        if not _suspends(ctx, run):
+            _record(ctx, child.name, [run], many=False)
+
+    run_child.__qualname__ = f"child_handler.<{child.name}>"
+    run_child.child = child  # type: ignore[attr-defined]  # drawn inside its state
+    run_child.suspends = True  # type: ignore[attr-defined]
+    return run_child
+
+
+def fan_out_handler(
+    child: Child[Any],
+    items: Callable[[HarnessState], Sequence[str | Message]],
+    *,
+    limit: int = 4,
+) -> Handler:
+    """The phase handler of a state that runs ``child`` once per input of
+    ``items(parent state)``, at most ``limit`` at a time, as ``name#1``, ``name#2``, ...;
+    the answers join in input order (one user message; ``notes["children"][name]`` a
+    list). One child that does not succeed makes the outcome ``child_failed`` (the
+    others run to their end)."""
+    if limit < 1:
+        raise ValueError(f"fan_out_handler({child.name!r}): limit must be at least 1, not {limit}")
+
+    async def fan_out(ctx: PhaseContext) -> AsyncIterator[Event]:
+        inputs = list(items(ctx.state))
+        runs = [
+            ChildRun(ctx, child, prompt, path=f"{child.name}#{i}")
+            for i, prompt in enumerate(inputs, 1)
+        ]
+        gate = asyncio.Semaphore(limit)
+        queue: asyncio.Queue[Event | None] = asyncio.Queue()
+
+        async def one(run: ChildRun[Any]) -> None:
+            async with gate:
+                try:
+                    await run.run_to_end(queue.put_nowait)
+                finally:
+                    queue.put_nowait(None)
+
+        tasks = [asyncio.ensure_future(one(r)) for r in runs]
+        try:
+            left = len(tasks)
+            while left:
+                event = await queue.get()
+                if event is None:
+                    left -= 1
+                else:
+                    yield event
+        finally:
+            for t in tasks:
+                t.cancel()  # each aborts its child and waits for it to end
+            if tasks:
+                await asyncio.wait(tasks)
+        for t in tasks:
+            t.result()
+        _record(ctx, child.name, runs, many=True)
+
+    fan_out.__qualname__ = f"fan_out_handler.<{child.name}>"
+    fan_out.child = child  # type: ignore[attr-defined]  # drawn inside its state
+    return fan_out
+
+
+HANDOFF_NOTE = "You take this conversation over from here; answer the user."
+"""The user turn a handoff adds when the conversation ends with an assistant message."""
+
+
+def handoff_handler(child: Child[Any], note: str = HANDOFF_NOTE) -> Handler:
+    """The phase handler of a handoff: ``child`` (another agent: its params, tools and
+    machine) takes over the parent's conversation, its history a copy of the parent's;
+    when it ends, its history (with its answers) becomes the parent's, and so do its
+    typed output and its final state (in ``notes["children"][name]``). One canonical
+    history serves both agents, whatever their providers. When the conversation ends
+    with an assistant message, ``note`` is added as a user turn for the new agent."""
+
+    async def hand_off(ctx: PhaseContext) -> AsyncIterator[Event]:
+        parent = ctx.state
+        run = _resumed(ctx, child)
+        if run is None:
+            fresh: HarnessState[Any] = HarnessState(history=list(parent.history))
+            if not fresh.history or fresh.history[-1].role == "assistant":
+                _tell(fresh.history, note)
+            run = ChildRun(ctx, child, None, state=fresh)
+        with run.delegated():
+            async with contextlib.aclosing(run.inline()) as events:
+                async for event in events:
+                    yield event
+        if _suspends(ctx, run):
+            return
+        state = run.state
+        parent.history[:] = state.history
+        parent.output_data = state.output_data
+        parent.output = state.output
+        parent.notes.setdefault(NOTES, {})[child.name] = {
+            "exit_reason": state.exit_reason,
+            "output": child_result(state),
+            "turns": state.turns,
+        }
+        parent.outcome = ChildOutcome.SUCCEEDED if run.succeeded else ChildOutcome.FAILED
+
+    hand_off.__qualname__ = f"handoff_handler.<{child.name}>"
+    hand_off.child = child  # type: ignore[attr-defined]  # drawn inside its state
+    hand_off.suspends = True  # type: ignore[attr-defined]
+    return hand_off
+
+
+def child_transitions(
+    state: str,
+    target: str,
+    on_failure: str,
+    *,
+    finals: Container[str] = (),
+    suspends: bool = False,
+) -> tuple[TransitionSpec, ...]:
+    """The edges out of a child state: ``abort [abort_requested]`` (an abort of the
+    parent, which also aborted the child), with ``suspends`` ``suspended
+    [interrupted]`` (the child waits for an answer, and so does the parent),
+    ``target [child_succeeded]``, and ``on_failure`` for every other way the child
+    ended (an edge into one of ``finals`` is drawn as an exit)."""
+    suspend = (TransitionSpec(state, "suspended", "interrupted", "exit"),) if suspends else ()
+    return (
+        TransitionSpec(state, "abort", "abort_requested", "recovery"),
+        *suspend,
+        TransitionSpec(state, target, "child_succeeded", "exit" if target in finals else "happy"),
+        TransitionSpec(state, on_failure, None, "exit" if on_failure in finals else "recovery"),
+    )
+
+
+def with_child_state(
+    spec: MachineSpec,
+    state: StateSpec,
+    handler: Handler,
+    *,
+    source: str,
+    target: str,
+    on_failure: str,
+) -> MachineSpec:
+    """``spec`` with ``state`` (running ``handler``: :func:`child_handler`,
+    :func:`fan_out_handler` or :func:`handoff_handler`) on every edge ``source ->
+    target``, leaving by :func:`child_transitions` (``target`` on success,
+    ``on_failure`` otherwise, ``abort`` on an abort, and ``suspended`` when the child
+    waits for an answer, when ``spec`` has that final state and the handler passes a
+    child's interrupt up: :func:`child_handler` and :func:`handoff_handler` do; a
+    fan-out's suspended branch is a failed one)."""
+    finals = {s.name for s in spec.final_states}
+    suspends = "suspended" in finals and getattr(handler, "suspends", False)
+    edges = child_transitions(state.name, target, on_failure, finals=finals, suspends=suspends)
+    inserted = spec.insert_between(source, target, state, handler, transitions=edges)
+    guards: dict[str, Guard] = {"child_succeeded": child_succeeded}
+    if suspends:
+        guards["interrupted"] = inserted.guards.get("interrupted", interrupted)
+    for name, fn in guards.items():
+        inserted = inserted.with_guard(name, fn)
+    return inserted
+
+
+AGENT_TOOL_SCHEMA: Mapping[str, Any] = {
+    "type": "object",
+    "properties": {"task": {"type": "string", "description": "What the agent is to do."}},
+    "required": ["task"],
+    "additionalProperties": False,
+}
+
+
+def agent_tool(
+    child: Child[Any],
+    description: str,
+    *,
+    name: str | None = None,
+    category: str = "code",
+    timeout: float | None = None,
+) -> ToolSpec:
+    """``child`` as a tool the model may call (``{"task": "..."}``), alone or beside
+    other calls, eagerly dispatched too. Each call runs the child on the task inside the
+    calling run: its events stream through the run's ``events()`` (path
+    ``name[call id]``), its usage and cost count against the run's budget, the tool's
+    timeout (``timeout``, else the ``category``'s) and an abort of the run abort it.
+    Its answer (typed output as JSON, else its text) is the tool result; a child that
+    ends in no success state gives an ``is_error`` result naming its exit reason."""
+    tool_name = name or child.name
+
+    async def run_agent(args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+        parent = ctx.run
+        if not isinstance(parent, PhaseContext):
+            raise ToolError(
+                f"agent tool {tool_name!r} runs its child inside a machine's run; it was "
+                "called outside one (give it to HarnessParams(tools=...) of a Harness)"
+            )
+        run = ChildRun(parent, child, str(args["task"]), path=f"{child.name}[{ctx.tool_use_id}]")
+        state = await run.run_to_end(parent.emit)
+        result = child_result(state)
+        if not run.succeeded:
+            detail = f": {_result_text(result)}" if result else ""
+            return ToolOutput(
+                f"agent {child.name!r} ended in {state.exit_reason}{detail}",
+                is_error=True,
+                value=result,
+            )
+        return ToolOutput(_result_text(result), value=state.output or result)
+
+    return ToolSpec(
+        tool_name,
+        description,
+        AGENT_TOOL_SCHEMA,
+        run_agent,
+        category=category,
+        timeout=timeout,
+        emits_events=True,
+    )
