@@ -22,6 +22,7 @@ from innerloop.events import (
     Finished,
     MessageComplete,
     ModelResponseEvent,
+    OutputDelta,
     RunEvent,
     RunStarted,
     TextDelta,
@@ -75,6 +76,8 @@ def _describe(event: RunEvent) -> str | None:  # noqa: C901 (one case per event 
             return f"finished {reason} {turns} {event.usage.output_tokens}"
         case RunStarted(machine=machine, state=state):
             return f"started {machine} at {state}"
+        case OutputDelta(data=data):
+            return f"answer so far {data}"
         case ThinkingDelta() | ToolInputDelta() | MessageComplete():
             return None
         case Backoff() | Fallback() | Compacted() | Alert() | Abort():
