@@ -12,7 +12,9 @@ subprocesses import the mutant too. A failing (or hanging) test kills the mutant
     python bench/mutation.py --sample 0           # every mutant
     python bench/mutation.py --module _clock --line 30 --list
 
-Docstrings, annotations, f-strings and ``__all__`` are left alone, and so is the order
+Docstrings, annotations, ``Literal[...]`` types (an alias such as
+``CheckpointEvery = Literal["transition", "turn", "final"]`` is a type: a mutant of it
+changes nothing at run time), f-strings and ``__all__`` are left alone, and so is the order
 of the tables in ``UNORDERED``. With ``--sample N``
 at most N mutants are drawn per module, uniformly with ``random.Random(f"{seed}:{module}")``,
 so a seed names one sample.
@@ -119,7 +121,7 @@ if _NAME and _SOURCE:
     sys.meta_path.insert(0, _Mutant())
 """
 
-UNORDERED = frozenset({"DEFAULT_GUARDS", "EXCEPTION_TABLE", "_OVERFLOW_MARKERS"})
+UNORDERED = frozenset({"DEFAULT_GUARDS", "EXCEPTION_TABLE", "_OVERFLOW_MARKERS", "_ATOMS"})
 """Tables whose order means nothing (looked up by key, or searched for any match): no
 swapped neighbours in them, only removed members."""
 
@@ -186,6 +188,14 @@ class _Mutator(ast.NodeTransformer):
 
     def visit_JoinedStr(self, node: ast.JoinedStr) -> ast.AST:
         return node
+
+    def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
+        name = node.value
+        if (isinstance(name, ast.Name) and name.id == "Literal") or (
+            isinstance(name, ast.Attribute) and name.attr == "Literal"
+        ):
+            return node  # a type, read by type checkers only
+        return self.generic_visit(node)
 
     def visit_arg(self, node: ast.arg) -> ast.AST:
         return node

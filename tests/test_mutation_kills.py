@@ -6,6 +6,7 @@ order, a default drifting, a raw body lost)."""
 from __future__ import annotations
 
 import asyncio
+import collections.abc
 import dataclasses
 import hashlib
 import json
@@ -13,6 +14,7 @@ import random
 import re
 import time
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 import pytest
@@ -930,3 +932,82 @@ def test_amazons_error_type_header_names_the_category() -> None:
     header = {"X-Amzn-ErrorType": "ThrottlingException:http://internal.amazon.com/coral/"}
     error = error_from_status("bedrock", 400, header, "{}")
     assert error.category is ErrorCategory.RATE_LIMITED
+
+
+# --- the checkpoint writer --------------------------------------------------------------------
+
+
+def _writer_store() -> tuple[Any, Any]:
+    from innerloop.checkpoint import CheckpointWriter, MemoryCheckpointer
+
+    store = MemoryCheckpointer()
+    store.create_run("r", "innerloop")
+    return store, CheckpointWriter(store, "r")
+
+
+def test_only_lists_and_dicts_are_compared_by_value() -> None:
+    """The codec compares the fields that may change in place (lists, dicts, optional
+    ones) by value, the rest by identity; a tuple of lists is a tuple, not a list."""
+    from innerloop.checkpoint import _writer as writer
+
+    assert [writer._NAMES[i] for i in writer._MUTABLE] == [
+        "tasks",
+        "errors",
+        "tool_failures",
+        "resolved_models",
+        "diagnostic",
+        "output_problems",
+        "notes",
+    ]
+    assert writer._holds_container(list[int])
+    assert writer._holds_container(dict[str, int])
+    assert writer._holds_container(dict[str, int] | None)
+    assert not writer._holds_container(int | None)
+    assert not writer._holds_container(tuple[list[int], ...])
+    assert not writer._holds_container(collections.abc.Mapping[str, list[int]])
+
+
+def test_a_value_equal_but_of_another_type_is_written() -> None:
+    """``True == 1``: a field typed Any that turns from 1 to True is stored as True."""
+    from innerloop.checkpoint import decode
+
+    store, writer = _writer_store()
+    state = HarnessState(history=[Message.user("go")])
+    state.output_data = 1
+    writer.save(state, "check")
+    state.output_data = True
+    writer.save(state, "check")
+    back = decode(store.rows("r")).state
+    assert back.output_data is True
+
+
+def test_a_step_that_changed_nothing_is_an_empty_delta() -> None:
+    """A new object equal to the old one (a cost recomputed) is not a change: the
+    checkpoint stores ``{}``; a real change is stored as ``set``."""
+    store, writer = _writer_store()
+    state = HarnessState(history=[Message.user("go")])
+    state.cost_usd, state.turns = 0.25, 1000
+    writer.save(state, "check")
+    state.cost_usd, state.turns = float("0.25"), int("1000")
+    writer.save(state, "assemble")
+    state.turns += 1
+    writer.save(state, "check")
+    rows = store.rows("r")
+    assert [text for _, text in rows.data[1:]] == ["{}", '{"set":{"turns":1001}}']
+
+
+def test_a_row_that_is_not_an_object_is_a_corrupt_checkpoint() -> None:
+    """A state row holding a JSON array (a TypeError while reading) is
+    ``CheckpointCorrupt`` naming the checkpoint, never a bare TypeError."""
+    from innerloop.checkpoint import CheckpointCorrupt, decode
+
+    store, writer = _writer_store()
+    writer.save(HarnessState(history=[Message.user("go")]), "check")
+    rows = store.rows("r")
+    broken = attrs.evolve(rows, data=[(1, "[1, 2]")])
+    with pytest.raises(CheckpointCorrupt) as caught:
+        decode(broken)
+    assert str(caught.value) == (
+        "checkpoint 1 of run 'r' cannot be read: TypeError: checkpoint 1 holds JSON list, "
+        "not an object; the row was left as it is"
+    )
