@@ -13,6 +13,7 @@ import json
 import random
 import re
 import time
+import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -962,6 +963,7 @@ def test_only_lists_and_dicts_are_compared_by_value() -> None:
     assert writer._holds_container(list[int])
     assert writer._holds_container(dict[str, int])
     assert writer._holds_container(dict[str, int] | None)
+    assert writer._holds_container(typing.Optional[list[int]])  # noqa: UP045
     assert not writer._holds_container(int | None)
     assert not writer._holds_container(tuple[list[int], ...])
     assert not writer._holds_container(collections.abc.Mapping[str, list[int]])
