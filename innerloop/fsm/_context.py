@@ -65,6 +65,7 @@ def request_settings(params: HarnessParams) -> RequestSettings:
         cache_tools=params.cache_tools,
         cache_last_user_turn=params.cache_last_user_turn,
         call_deadline=params.call_deadline,
+        max_json_depth=params.max_json_depth,
         output_schema=dict(output.schema) if output is not None else None,
         output_strict_schema=(
             dict(output.strict_schema)

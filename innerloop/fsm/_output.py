@@ -53,7 +53,7 @@ import pydantic
 from typing_extensions import TypeVar
 
 from innerloop._errors import ParamsError, ToolDefinitionError
-from innerloop._json import parse_json
+from innerloop._json import MAX_JSON_DEPTH, parse_json
 from innerloop.providers._normalize import OUTPUT_TOOL
 from innerloop.tools._schema import schema_for
 from innerloop.tools._strict import openai_strict_schema
@@ -137,11 +137,12 @@ class OutputSpec:
     def __repr__(self) -> str:
         return f"OutputSpec({self.name!r}, strict={self.strict_schema is not None})"
 
-    def parse(self, text: str) -> tuple[Any, Any]:
+    def parse(self, text: str, max_depth: int = MAX_JSON_DEPTH) -> tuple[Any, Any]:
         """The typed value of the answer ``text`` and its JSON data; raises
-        :class:`InvalidOutput` naming every problem (not JSON, a missing field...)."""
+        :class:`InvalidOutput` naming every problem (not JSON, nested deeper than
+        ``max_depth``, a missing field...)."""
         try:
-            data = parse_json(text)
+            data = parse_json(text, max_depth)
         except ValueError as exc:
             shown = text if len(text) <= 80 else text[:77] + "..."
             raise InvalidOutput([f"the answer is not JSON ({exc}): {shown!r}"]) from None

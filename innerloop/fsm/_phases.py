@@ -521,7 +521,7 @@ def _parse(ctx: PhaseContext, spec: OutputSpec) -> tuple[object, object]:
         return spec.parse_data(calls[-1].input)
     if ctx.params.output_tool(ctx.choice.model):
         raise InvalidOutput([f"the answer was given as text, not through the {OUTPUT_TOOL} tool"])
-    return spec.parse(_answer(ctx))
+    return spec.parse(_answer(ctx), ctx.params.max_json_depth)
 
 
 def _check_output(ctx: PhaseContext, spec: OutputSpec) -> None:
