@@ -21,6 +21,7 @@ The final value is not this: ``check`` validates the whole answer as before.
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Final
 
 import pydantic_core
@@ -69,26 +70,21 @@ class PartialOutput:
 
     def feed(self, event: StreamEvent) -> OutputDelta | None:
         """The delta ``event`` brings, if the answer parsed so far changed."""
-        kind = type(event)
-        if kind is TextDelta:
-            assert isinstance(event, TextDelta)
+        if isinstance(event, TextDelta):
             if self._text and not self._call:
                 return self._add(event.index, event.text)
-        elif kind is ToolInputDelta:
-            assert isinstance(event, ToolInputDelta)
+        elif isinstance(event, ToolInputDelta):
             if self._call and event.id == self._call:
                 return self._add(event.index, event.partial_json)
-        elif kind is ToolUseStart:
-            assert isinstance(event, ToolUseStart)
+        elif isinstance(event, ToolUseStart):
             if self._call is not None and event.name == OUTPUT_TOOL:
                 self._start(event.index, event.id)
-        elif kind is ToolUseComplete:
-            assert isinstance(event, ToolUseComplete)
+        elif isinstance(event, ToolUseComplete):
             call = event.tool_use
             if self._call and call.id == self._call:
                 self._parts, self._size, self._parsed = [], 0, 0
-                if unreadable_reason(call.input) is None:
-                    return self._changed(call.input)
+                if unreadable_reason(call.input) is None:  # a copy: the history keeps its own
+                    return self._changed(copy.deepcopy(call.input))
         return None
 
     def finish(self) -> OutputDelta | None:

@@ -180,6 +180,8 @@ def test_tool_mode_in_a_run() -> None:
     deltas = [e for e in events if isinstance(e, OutputDelta)]
     assert deltas[-1] == OutputDelta(0, answer, "f9")
     assert {d.tool_use_id for d in deltas} == {"f9"}
+    deltas[-1].data["city"] = "changed by the host"  # the history keeps its own copy
+    assert state.history[1].tool_uses[0].input == answer
 
 
 def test_the_log_form() -> None:
