@@ -15,7 +15,8 @@ subprocesses import the mutant too. A failing (or hanging) test kills the mutant
 Docstrings, annotations, ``Literal[...]`` types (an alias such as
 ``CheckpointEvery = Literal["transition", "turn", "final"]`` is a type: a mutant of it
 changes nothing at run time), f-strings and ``__all__`` are left alone, and so is the order
-of the tables in ``UNORDERED``. With ``--sample N``
+of the tables in ``UNORDERED``, of the members of a literal tested with ``in``, and of an
+``isinstance`` or ``except`` tuple. With ``--sample N``
 at most N mutants are drawn per module, uniformly with ``random.Random(f"{seed}:{module}")``,
 so a seed names one sample.
 """
@@ -245,7 +246,12 @@ class _Mutator(ast.NodeTransformer):
 
     # The mutations.
     def visit_Compare(self, node: ast.Compare) -> ast.AST:
-        self.generic_visit(node)
+        node.left = cast(ast.expr, self.visit(node.left))
+        for i, (op, right) in enumerate(zip(node.ops, node.comparators, strict=True)):
+            membership = isinstance(op, ast.In | ast.NotIn)  # x in (a, b): order means nothing
+            self._no_swap += membership
+            node.comparators[i] = cast(ast.expr, self.visit(right))
+            self._no_swap -= membership
         for i, op in enumerate(node.ops):
             swap = _COMPARE_SWAP.get(type(op))
             if swap is None:

@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable
 import anthropic
 import openai
 
-from innerloop.fsm._partial import PartialOutput
+from innerloop.fsm._output import PartialOutput
 from innerloop.providers import (
     AnthropicProvider,
     OpenAIProvider,

@@ -8,7 +8,7 @@ are the ones most code needs; these are stable too, but rarely needed.
 
 from innerloop._secrets import SECRET_PATTERNS, replace_secrets
 from innerloop.fsm._context import request_settings
-from innerloop.fsm._partial import PartialOutput
+from innerloop.fsm._output import PartialOutput
 from innerloop.fsm._phases import execute_batch
 from innerloop.providers._errors import (
     error_from_body,

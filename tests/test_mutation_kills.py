@@ -1013,3 +1013,40 @@ def test_a_row_that_is_not_an_object_is_a_corrupt_checkpoint() -> None:
         "checkpoint 1 of run 'r' cannot be read: TypeError: checkpoint 1 holds JSON list, "
         "not an object; the row was left as it is"
     )
+
+
+def test_a_list_of_scalars_is_copied_shallowly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The codec's copy of a list or dict of JSON scalars (str, int, float, bool, None)
+    is a shallow one: no deep copy at each checkpoint; a list holding a dict is copied
+    deeply, so changing the dict later is seen."""
+    from innerloop.checkpoint import _writer as writer
+
+    def refused(value: object, memo: object = None) -> object:
+        raise AssertionError(f"deep copy of {value!r}")
+
+    scalars = ["s", 1, 1.5, True, None]
+    with monkeypatch.context() as patch:
+        patch.setattr("innerloop.checkpoint._writer.copy.deepcopy", refused)
+        assert writer._snapshot(scalars) == scalars
+        assert writer._snapshot(scalars) is not scalars
+        assert writer._snapshot(dict(enumerate(scalars))) == dict(enumerate(scalars))
+    nested: list[object] = [{"a": 1}]
+    copied = writer._snapshot(nested)
+    assert copied == nested
+    assert copied[0] is not nested[0]
+
+
+def test_a_whole_checkpoint_every_64() -> None:
+    """Checkpoints 1, 65 and 129 are whole; reading any one reads at most 64 rows."""
+    from innerloop.checkpoint._writer import FULL_EVERY
+
+    store, writer = _writer_store()
+    state = HarnessState(history=[Message.user("go")])
+    chains = []
+    for turn in range(130):
+        state.turns = turn
+        writer.save(state, "check")
+        chains.append(len(store.rows("r").data))
+    assert FULL_EVERY == 64
+    assert [seq for seq, n in enumerate(chains, start=1) if n == 1] == [1, 65, 129]
+    assert max(chains) == 64

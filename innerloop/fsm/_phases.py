@@ -40,9 +40,15 @@ from innerloop._messages import (
 from innerloop.fsm._context import PhaseContext
 from innerloop.fsm._guards import is_final_call, model_finished
 from innerloop.fsm._interrupts import answered_batch, suspend_for_questions
-from innerloop.fsm._output import ACCEPTED, ALONE, OUTPUT_TOOL, InvalidOutput, OutputSpec
+from innerloop.fsm._output import (
+    ACCEPTED,
+    ALONE,
+    OUTPUT_TOOL,
+    InvalidOutput,
+    OutputSpec,
+    PartialOutput,
+)
 from innerloop.fsm._params import HarnessParams
-from innerloop.fsm._partial import PartialOutput
 from innerloop.fsm._state import Outcome
 from innerloop.providers._normalize import build_request, with_output_tool
 from innerloop.recovery._compaction import CompactionRequest, CompactionResult

@@ -19,7 +19,7 @@ from innerloop._events import (
 )
 from innerloop._json import unreadable_input
 from innerloop._messages import ToolUseBlock
-from innerloop.fsm._partial import FIRST_STEP, STEP_FRACTION, PartialOutput
+from innerloop.fsm._output import FIRST_STEP, STEP_FRACTION, PartialOutput
 from innerloop.testing import ScriptedProvider, reply, tool_call
 
 FILLER = '{"note": "padding past the first step", '
