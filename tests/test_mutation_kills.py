@@ -1050,3 +1050,43 @@ def test_a_whole_checkpoint_every_64() -> None:
     assert FULL_EVERY == 64
     assert [seq for seq, n in enumerate(chains, start=1) if n == 1] == [1, 65, 129]
     assert max(chains) == 64
+
+
+def test_a_failed_write_goes_back_to_the_last_committed_segment() -> None:
+    """A write that fails once (a full disk) rolls the writer back to its last committed
+    checkpoint: after a compaction started a segment at message 3, the next segment
+    starts after it again, so every checkpoint reads back its own history."""
+    from innerloop.checkpoint import CheckpointError, CheckpointWriter, MemoryCheckpointer, decode
+
+    class Flaky(MemoryCheckpointer):
+        fail = False
+
+        def write(self, checkpoints: Any) -> None:
+            if self.fail:
+                self.fail = False
+                raise CheckpointError("disk full")
+            super().write(checkpoints)
+
+    store = Flaky()
+    store.create_run("r", "innerloop")
+    writer = CheckpointWriter(store, "r")
+    first = [Message.user("u0"), Message.assistant("a0"), Message.user("u1")]
+    state = HarnessState(history=list(first))
+    writer.save(state, "check")
+    second = [Message.user("summary"), first[2]]
+    state.history = list(second)
+    writer.save(state, "check")
+    state.history.append(Message.assistant("a1"))
+    store.fail = True
+    with pytest.raises(CheckpointError, match="disk full"):
+        writer.save(state, "check")
+    third = [Message.user("summary 2")]
+    state.history = list(third)
+    writer.save(state, "check")
+    histories = [decode(store.rows("r", seq)).state.history for seq in (1, 2, 3)]
+    assert histories == [first, second, third]
+    assert [(i.history_start, i.history_len) for i in store.checkpoints("r")] == [
+        (0, 3),
+        (3, 2),
+        (5, 1),
+    ]
