@@ -12,8 +12,11 @@ subprocesses import the mutant too. A failing (or hanging) test kills the mutant
     python bench/mutation.py --sample 0           # every mutant
     python bench/mutation.py --module _clock --line 30 --list
 
-Docstrings, annotations, f-strings and ``__all__`` are left alone, and so is the order
-of the tables in ``UNORDERED``. With ``--sample N``
+Docstrings, annotations, ``Literal[...]`` types (an alias such as
+``CheckpointEvery = Literal["transition", "turn", "final"]`` is a type: a mutant of it
+changes nothing at run time), f-strings and ``__all__`` are left alone, and so is the order
+of the tables in ``UNORDERED``, of the members of a literal tested with ``in``, and of an
+``isinstance`` or ``except`` tuple. With ``--sample N``
 at most N mutants are drawn per module, uniformly with ``random.Random(f"{seed}:{module}")``,
 so a seed names one sample.
 """
@@ -119,7 +122,7 @@ if _NAME and _SOURCE:
     sys.meta_path.insert(0, _Mutant())
 """
 
-UNORDERED = frozenset({"DEFAULT_GUARDS", "EXCEPTION_TABLE", "_OVERFLOW_MARKERS"})
+UNORDERED = frozenset({"DEFAULT_GUARDS", "EXCEPTION_TABLE", "_OVERFLOW_MARKERS", "_ATOMS"})
 """Tables whose order means nothing (looked up by key, or searched for any match): no
 swapped neighbours in them, only removed members."""
 
@@ -187,6 +190,14 @@ class _Mutator(ast.NodeTransformer):
     def visit_JoinedStr(self, node: ast.JoinedStr) -> ast.AST:
         return node
 
+    def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
+        name = node.value
+        if (isinstance(name, ast.Name) and name.id == "Literal") or (
+            isinstance(name, ast.Attribute) and name.attr == "Literal"
+        ):
+            return node  # a type, read by type checkers only
+        return self.generic_visit(node)
+
     def visit_arg(self, node: ast.arg) -> ast.AST:
         return node
 
@@ -235,7 +246,12 @@ class _Mutator(ast.NodeTransformer):
 
     # The mutations.
     def visit_Compare(self, node: ast.Compare) -> ast.AST:
-        self.generic_visit(node)
+        node.left = cast(ast.expr, self.visit(node.left))
+        for i, (op, right) in enumerate(zip(node.ops, node.comparators, strict=True)):
+            membership = isinstance(op, ast.In | ast.NotIn)  # x in (a, b): order means nothing
+            self._no_swap += membership
+            node.comparators[i] = cast(ast.expr, self.visit(right))
+            self._no_swap -= membership
         for i, op in enumerate(node.ops):
             swap = _COMPARE_SWAP.get(type(op))
             if swap is None:

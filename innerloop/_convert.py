@@ -17,6 +17,12 @@ rules are generic, so this bottom module never imports the layers above it:
   ``retry_after``, ``retry_after_header``, ``raw``.
 - an attrs class that holds code (a field typed as a callable, like ``ToolSpec``): its
   ``name``. Reading looks the name up among the objects passed as ``named=``.
+- reading checks each value's JSON type against its field's: an object where an attrs
+  class (or a mapping) is expected, an array where a list or tuple is, a string where a
+  ``str`` is, a number where an ``int`` or ``float`` is (an ``int`` takes no fraction, and
+  neither takes a boolean), a boolean where a ``bool`` is. Anything else is refused with
+  the path of the field (``usage: "lots"`` is ``expected an object (Usage), got a string
+  @ $.usage``), never read as an empty object or coerced.
 - a value of a field typed ``Any`` (``HarnessState.notes``, a diagnostic, a tool's value),
   or a union with a class among its members (``HarnessParams.output_type``):
   JSON data as it is, tuples and sets as lists, attrs instances as dicts; anything else is
@@ -99,6 +105,11 @@ def make_converter() -> cattrs.Converter:
         unstruct_collection_overrides={Sequence: list},
         unstructure_fallback_factory=_refuse_unknown,
     )
+    # JSON types checked first, so the rules registered after them take precedence
+    c.register_structure_hook_factory(_is_object, _object_structure)
+    c.register_structure_hook_factory(_is_array, _array_structure)
+    for scalar, check in _SCALARS.items():
+        c.register_structure_hook(scalar, check)
     c.register_unstructure_hook_factory(holds_code, _code_unstructure)
     c.register_structure_hook_factory(holds_code, _code_structure_refused)
     c.register_unstructure_hook_factory(_is_block, _tagged)
@@ -184,11 +195,103 @@ def _describe(exc: BaseException, tp: Any) -> str:
         return exc.reason
     if isinstance(exc, cattrs.ForbiddenExtraKeysError):
         return f"unknown keys {sorted(exc.extra_fields)}"
-    if isinstance(exc, ValueError | TypeError) and tp in (int, float, str, bool):
-        return f"expected {tp.__name__}, got {exc}"
     if isinstance(exc, CattrsError):
         return str(exc)
     return f"{type(exc).__name__}: {exc}"
+
+
+# -- JSON types -----------------------------------------------------------------------------
+
+
+def _json_kind(value: Any) -> str:
+    """What JSON calls ``value``'s type, for an error."""
+    if isinstance(value, bool):
+        return f"a boolean ({value!r})"
+    if isinstance(value, int | float):
+        return f"a number ({value!r})"
+    if isinstance(value, str):
+        shown = value if len(value) <= 40 else value[:37] + "..."
+        return f"a string ({shown!r})"
+    if value is None:
+        return "null"
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, list | tuple):
+        return "an array"
+    return f"a {type(value).__name__}"
+
+
+def _wrong(expected: str, value: Any) -> ConversionError:
+    return ConversionError(expected, f"expected {expected}, got {_json_kind(value)}", value)
+
+
+def _is_object(cls: Any) -> bool:
+    """An attrs class read from a JSON object by the generic rule (not an event, not one
+    that holds code: those have rules of their own)."""
+    return isinstance(cls, type) and attrs.has(cls) and not _is_event(cls) and not holds_code(cls)
+
+
+def _object_structure(cls: type[Any], conv: cattrs.Converter) -> Callable[[Any, Any], Any]:
+    fields = conv.gen_structure_attrs_fromdict(cls)
+    expected = f"an object ({cls.__name__})"
+
+    def read(data: Any, _: Any) -> Any:
+        if not isinstance(data, Mapping):
+            raise _wrong(expected, data)
+        return fields(data, cls)
+
+    return read
+
+
+def _is_array(tp: Any) -> bool:
+    """``list[X]`` or ``tuple[X, ...]``."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    return origin is list or (origin is tuple and len(args) == 2 and args[1] is Ellipsis)
+
+
+def _array_structure(tp: Any, conv: cattrs.Converter) -> Callable[[Any, Any], Any]:
+    from cattrs.cols import homogenous_tuple_structure_factory, list_structure_factory
+
+    if typing.get_origin(tp) is list:
+        items = list_structure_factory(tp, conv)
+    else:
+        items = homogenous_tuple_structure_factory(tp, conv)
+
+    def read(data: Any, _: Any) -> Any:
+        if not isinstance(data, list | tuple):
+            raise _wrong("an array", data)
+        return items(data, tp)
+
+    return read
+
+
+def _read_int(value: Any, _: Any) -> int:
+    if type(value) is not int:
+        raise _wrong("an integer", value)
+    return value
+
+
+def _read_float(value: Any, _: Any) -> float:
+    if type(value) is not float and type(value) is not int:
+        raise _wrong("a number", value)
+    return float(value)
+
+
+def _read_str(value: Any, _: Any) -> str:
+    if not isinstance(value, str):
+        raise _wrong("a string", value)
+    return value
+
+
+def _read_bool(value: Any, _: Any) -> bool:
+    if type(value) is not bool:
+        raise _wrong("a boolean", value)
+    return value
+
+
+_SCALARS: Mapping[type[Any], Callable[[Any, Any], Any]] = types.MappingProxyType(
+    {int: _read_int, float: _read_float, str: _read_str, bool: _read_bool}
+)
 
 
 # -- values of unknown classes --------------------------------------------------------------
@@ -412,7 +515,9 @@ def _event_structure(cls: type[Any], conv: cattrs.Converter) -> Callable[[Any, A
         fields = make_dict_structure_fn(cls, conv)
 
         def one(data: Any, _: Any) -> Any:
-            tag = data.get("type", cls.type) if isinstance(data, Mapping) else cls.type
+            if not isinstance(data, Mapping):
+                raise _wrong(f"an object ({cls.__name__})", data)
+            tag = data.get("type", cls.type)
             if tag != cls.type:
                 raise ConversionError(
                     cls.__qualname__, f"a {tag!r} event is not a {cls.type!r} event", data

@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import IO, Any
 
 from innerloop._events import Event
-from innerloop._json import WRAPPED_JSON_DEPTH, parse_json
+from innerloop._json import STORED_JSON_DEPTH, parse_json
 
 __all__ = ["SCHEMA", "EventLog", "header_problem", "pick_run", "read_event_log", "split_runs"]
 
@@ -136,6 +136,6 @@ def _lines(path: Path) -> Iterator[dict[str, Any]]:
             if not line.strip():
                 continue
             try:
-                yield parse_json(line, WRAPPED_JSON_DEPTH)
+                yield parse_json(line, STORED_JSON_DEPTH)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}:{n}: not JSON: {exc}") from None

@@ -30,6 +30,7 @@ __all__ = [
     "ModelCall",
     "ModelError",
     "ModelResponseEvent",
+    "OutputDelta",
     "RunEvent",
     "RunStarted",
     "StreamEvent",
@@ -121,6 +122,23 @@ class MessageComplete(StreamEvent):
 
     type: ClassVar[Literal["message_complete"]] = "message_complete"
     response: ModelResponse
+
+
+@attrs.frozen
+class OutputDelta(StreamEvent):
+    """The typed answer (``HarnessParams.output_type``) as parsed so far, while the model
+    writes it: yielded by the ``stream`` state after the delta that changed it, never by
+    a provider. Not validated: the final value is ``state.output``, checked when the turn
+    is complete."""
+
+    type: ClassVar[Literal["output_delta"]] = "output_delta"
+    index: int
+    """The content block being parsed: the text, or the ``final_result`` call."""
+    data: dict[str, Any]
+    """The answer's JSON data so far: complete values, and the string being written cut
+    where it stands (an unfinished number, literal or key is left out until whole)."""
+    tool_use_id: str | None = None
+    """The ``final_result`` call that carries the answer; None for a native answer."""
 
 
 # -- run events (emitted by the driver) -----------------------------------------------------
@@ -287,6 +305,7 @@ RunEvent: TypeAlias = (
     | ToolInputDelta
     | ToolUseComplete
     | MessageComplete
+    | OutputDelta
     | RunStarted
     | Transition
     | ModelCall

@@ -375,9 +375,7 @@ class Harness(Generic[OutputT]):
             else f"build the Harness with machine= the spec named {record.name!r}"
         )
         if record.name != mine.name:
-            raise ResumeError(
-                run_id, f"it ran on {record}, and this harness runs {mine}; {fix}"
-            )
+            raise ResumeError(run_id, f"it ran on {record}, and this harness runs {mine}; {fix}")
         missing = record.missing_from(self.machine)
         if missing or record.signature is None:
             what = "; ".join(missing) if missing else "its states and edges differ"
@@ -418,7 +416,7 @@ class Harness(Generic[OutputT]):
     ) -> tuple[str, HarnessState[OutputT]]:
         """Where the run goes on and its state then (the answer recorded)."""
         if state.final_state == "suspended" or run_id is None or answer is not None:
-            state.interrupt = check_answer(state, answer, run_id)
+            state.interrupt = check_answer(state, answer, run_id, self.params.max_json_depth)
             at = state.interrupt.state
         elif state.final_state is not None:
             raise ResumeError(
@@ -452,7 +450,8 @@ class Harness(Generic[OutputT]):
         where = parent.info.state
         self._check_state(run_id, state, where)
         if state.final_state == "suspended":
-            check_answer(state, answer, run_id)  # refused before anything is written
+            # refused before anything is written
+            check_answer(state, answer, run_id, self.params.max_json_depth)
         if state.final_state is not None and state.final_state != "suspended":
             if not state.history or state.history[-1].role != "user":
                 raise ResumeError(

@@ -18,6 +18,8 @@ from typing import Any, Final
 
 __all__ = [
     "MAX_JSON_DEPTH",
+    "MAX_JSON_DEPTH_LIMIT",
+    "STORED_JSON_DEPTH",
     "UNREADABLE",
     "WRAPPED_JSON_DEPTH",
     "JSONTooDeep",
@@ -25,6 +27,7 @@ __all__ = [
     "parse_json",
     "unreadable_input",
     "unreadable_reason",
+    "wrapped_depth",
 ]
 
 MAX_JSON_DEPTH: Final = 100
@@ -36,6 +39,22 @@ WRAPPED_JSON_DEPTH: Final = MAX_JSON_DEPTH + 32
 """The limit for text that wraps such data in an envelope of its own (a provider's
 response body or stream event, an event-log line, a checkpoint row): what was accepted
 inside is still read back."""
+
+MAX_JSON_DEPTH_LIMIT: Final = 200
+"""The highest ``HarnessParams.max_json_depth`` accepted: pydantic's JSON parser (which
+validates typed answers and tool arguments) reads no deeper than about 200 levels."""
+
+
+STORED_JSON_DEPTH: Final = MAX_JSON_DEPTH_LIMIT + (WRAPPED_JSON_DEPTH - MAX_JSON_DEPTH)
+"""The limit for what innerloop stored itself (an event-log line, a checkpoint row): a
+run whose ``max_json_depth`` is the highest allowed still reads back what it accepted."""
+
+
+def wrapped_depth(max_depth: int) -> int:
+    """The limit for an envelope (a stream event, a response body) around data read with
+    ``max_depth``."""
+    return max_depth + (WRAPPED_JSON_DEPTH - MAX_JSON_DEPTH)
+
 
 UNREADABLE: Final = "innerloop_unreadable_input"
 """The one key of a tool call's stand-in input when its arguments could not be read (too

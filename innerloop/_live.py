@@ -19,7 +19,14 @@ from innerloop.fsm._state import HarnessState
 __all__ = ["LiveView", "PlainView", "describe"]
 
 _QUIET = frozenset(
-    {"text_delta", "thinking_delta", "tool_input_delta", "tool_use_start", "message_complete"}
+    {
+        "text_delta",
+        "thinking_delta",
+        "tool_input_delta",
+        "tool_use_start",
+        "message_complete",
+        "output_delta",
+    }
 )
 
 

@@ -71,8 +71,12 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def integer(*, ge: int, prefix: str = "") -> Check:
-    """A whole number (not a bool) ``>= ge``."""
+def integer(*, ge: int, le: int | None = None, prefix: str = "") -> Check:
+    """A whole number (not a bool) ``>= ge`` (and ``<= le``, when given)."""
+    if le is not None:
+        return Check(
+            f"an integer between {ge} and {le}", lambda v: _is_int(v) and ge <= v <= le, prefix
+        )
     return Check(f"an integer >= {ge}", lambda v: _is_int(v) and v >= ge, prefix)
 
 

@@ -1,12 +1,14 @@
 """The building blocks under innerloop's friendly names, for hosts that assemble their own
 pieces: compaction planning, the tokenizer file, diagnostics, cost arithmetic, backoff
-arithmetic, the pure request builders and error mapping, output capping and schema
-generation. The names in ``innerloop`` and its packages
+arithmetic, the pure request builders and error mapping, output capping, schema
+generation, and the follower of a typed answer as it streams (``PartialOutput``, for a
+custom ``stream`` state). The names in ``innerloop`` and its packages
 are the ones most code needs; these are stable too, but rarely needed.
 """
 
 from innerloop._secrets import SECRET_PATTERNS, replace_secrets
 from innerloop.fsm._context import request_settings
+from innerloop.fsm._output import PartialOutput
 from innerloop.fsm._phases import execute_batch
 from innerloop.providers._errors import (
     error_from_body,
@@ -46,6 +48,7 @@ __all__ = [
     "CL100K_SHA256",
     "SECRET_PATTERNS",
     "SUMMARY_INSTRUCTIONS",
+    "PartialOutput",
     "RequestSettings",
     "WireRequest",
     "add_cost",

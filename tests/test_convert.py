@@ -36,6 +36,7 @@ from innerloop import (
 )
 from innerloop._convert import holds_code, structure, unstructure
 from innerloop._errors import ConversionError, ErrorCategory
+from innerloop._events import Finished
 from innerloop._messages import (
     DOCUMENT_TYPES,
     IMAGE_TYPES,
@@ -47,6 +48,7 @@ from innerloop._messages import (
     ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
+    Usage,
     block_from_dict,
     message_from_dict,
 )
@@ -278,10 +280,71 @@ class Approved(Event):
     by: str | None
 
 
+FINISHED = {
+    "type": "finished",
+    "exit_reason": "model_complete",
+    "final_state": "model_complete",
+    "turns": 1,
+    "usage": {"input_tokens": 3},
+    "cost_usd": None,
+}
+
+
+class TestWrongJSONTypes:
+    """A value of the wrong JSON type is refused naming its field, never read as an empty
+    object, split into characters or coerced (issue 22: ``usage: "lots"`` was a zero
+    ``Usage``)."""
+
+    @pytest.mark.parametrize(
+        ("change", "problem"),
+        [
+            ({"usage": "lots"}, "expected an object (Usage), got a string ('lots') @ $.usage"),
+            ({"usage": [1, 2]}, "expected an object (Usage), got an array @ $.usage"),
+            ({"usage": 7}, "expected an object (Usage), got a number (7) @ $.usage"),
+            ({"cost_usd": "1.5"}, "expected a number, got a string ('1.5') @ $.cost_usd"),
+            ({"cost_usd": True}, "expected a number, got a boolean (True) @ $.cost_usd"),
+            ({"turns": "3"}, "expected an integer, got a string ('3') @ $.turns"),
+            ({"turns": 1.5}, "expected an integer, got a number (1.5) @ $.turns"),
+            ({"exit_reason": 5}, "expected a string, got a number (5) @ $.exit_reason"),
+            (
+                {"usage": {"input_tokens": "many"}},
+                "expected an integer, got a string ('many') @ $.usage.input_tokens",
+            ),
+        ],
+    )
+    def test_an_event_field(self, change: dict[str, Any], problem: str) -> None:
+        with pytest.raises(ConversionError) as caught:
+            Event.from_dict({**FINISHED, **change})
+        assert str(caught.value) == f"cannot read a Event from this data: {problem}"
+
+    def test_the_right_types_still_read(self) -> None:
+        """An int where a float is expected is a float; nulls where allowed stay."""
+        event = Event.from_dict({**FINISHED, "cost_usd": 2})
+        assert event == Finished("model_complete", "model_complete", 1, Usage(3), 2.0)
+        assert isinstance(event.cost_usd, float)
+
+    def test_a_string_is_not_an_array(self) -> None:
+        """A message's content as a string is refused, not read character by character."""
+        with pytest.raises(ConversionError) as caught:
+            message_from_dict({"role": "user", "content": "hi"})
+        assert str(caught.value) == (
+            "cannot read a Message from this data: expected an array, got a string ('hi') "
+            "@ $.content"
+        )
+
+    def test_a_whole_line_that_is_not_an_object(self) -> None:
+        with pytest.raises(ConversionError) as caught:
+            Finished.from_dict("finished")  # type: ignore[arg-type]
+        assert str(caught.value) == "expected an object (Finished), got a string ('finished')"
+        with pytest.raises(ConversionError) as caught:
+            structure("lots", Usage)
+        assert str(caught.value) == "expected an object (Usage), got a string ('lots')"
+
+
 class TestEvents:
     def test_every_event_class_is_covered(self) -> None:
-        """The round trip below runs over all nineteen event classes of the package."""
-        assert len(EVENTS) == 19
+        """The round trip below runs over all twenty event classes of the package."""
+        assert len(EVENTS) == 20
 
     @pytest.mark.parametrize("cls", EVENTS, ids=lambda c: c.type)
     @given(data=st.data())
@@ -566,7 +629,9 @@ class TestHarnessParams:
     def test_a_bad_field_names_its_path(self) -> None:
         """A wrong type is reported at its path; the params' own checks still run."""
         data = unstructure(HarnessParams(model="scripted:m"))
-        with pytest.raises(ConversionError, match=r"expected int, .* @ \$\.max_turns$"):
+        with pytest.raises(
+            ConversionError, match=r"expected an integer, got a string \('many'\) @ \$\.max_turns$"
+        ):
             structure({**data, "max_turns": "many"}, HarnessParams)
 
     def test_code_without_a_name_cannot_cross(self) -> None:

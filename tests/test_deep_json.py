@@ -13,11 +13,17 @@ from typing import Any
 
 import pytest
 
-from innerloop import HarnessParams, ResumeError, ToolSpec
+from innerloop import HarnessParams, ParamsError, ResumeError, ToolSpec
 from innerloop._eventlog import SCHEMA, read_event_log
 from innerloop._events import Event, Transition
-from innerloop._json import MAX_JSON_DEPTH, WRAPPED_JSON_DEPTH, JSONTooDeep, json_depth, parse_json
-from innerloop.checkpoint import CheckpointCorrupt, CheckpointInfo, StoredRows, decode
+from innerloop._json import MAX_JSON_DEPTH, STORED_JSON_DEPTH, JSONTooDeep, json_depth, parse_json
+from innerloop.checkpoint import (
+    CheckpointCorrupt,
+    CheckpointInfo,
+    SQLiteCheckpointer,
+    StoredRows,
+    decode,
+)
 from innerloop.testing import (
     AnthropicServer,
     OpenAIServer,
@@ -161,7 +167,7 @@ def test_an_event_log_line_nested_deep_names_its_line(tmp_path: Path) -> None:
     log = tmp_path / "run.jsonl"
     header = json.dumps({"type": "log_header", "schema": SCHEMA})
     log.write_text(header + "\n" + DEEP + "\n")
-    with pytest.raises(ValueError, match=r"run.jsonl:2: not JSON: nested deeper than 132"):
+    with pytest.raises(ValueError, match=r"run.jsonl:2: not JSON: nested deeper than 232"):
         read_event_log(log)
 
 
@@ -172,7 +178,7 @@ def test_a_checkpoint_row_nested_deep_is_corrupt() -> None:
         history_start=0, history_len=0, created=0.0,
     )  # fmt: skip
     rows = StoredRows(info, [(1, '{"full": ' + DEEP + "}")], [])
-    with pytest.raises(CheckpointCorrupt, match=f"nested deeper than {WRAPPED_JSON_DEPTH}"):
+    with pytest.raises(CheckpointCorrupt, match=f"nested deeper than {STORED_JSON_DEPTH}"):
         decode(rows)
 
 
@@ -197,3 +203,68 @@ def test_a_resume_answer_nested_5000_deep_is_a_resume_error(make_harness: Any) -
     assert run.state.interrupt is not None
     assert not run.state.interrupt.answered
     assert harness.resume(run, "this one").run_sync().exit_reason == "model_complete"
+
+
+class TestTheRunsSetting:
+    """``HarnessParams.max_json_depth`` sets the limit for what a run reads from outside."""
+
+    @pytest.mark.parametrize("value", [0, 201, True, "100", 1.5])
+    def test_checked_at_construction(self, value: Any) -> None:
+        with pytest.raises(ParamsError) as caught:
+            HarnessParams(model="scripted:m", max_json_depth=value)
+        assert str(caught.value) == (
+            f"max_json_depth: must be an integer between 1 and 200, got {value!r}"
+        )
+        assert HarnessParams(model="scripted:m").max_json_depth == MAX_JSON_DEPTH == 100
+
+    @pytest.mark.parametrize(("limit", "depth", "runs"), [(20, 30, False), (150, 120, True)])
+    def test_tool_arguments(
+        self, limit: int, depth: int, runs: bool, make_harness: Any, tmp_path: Path
+    ) -> None:
+        """Lower, the arguments past it are an error result; higher, arguments past the
+        default run the tool, and the run's checkpoints read back (real SDK, loopback)."""
+        ran: list[Any] = []
+
+        async def look(args: Any, ctx: ToolContext) -> ToolOutput:
+            ran.append(args)
+            return ToolOutput("seen")
+
+        script = [reply(tool_call("look", _nested(depth), id="t1")), reply("done")]
+        with AnthropicServer(script) as server:
+            params = HarnessParams(
+                model="anthropic:claude-sonnet-4-5-20250929",
+                tools=(ToolSpec("look", "Look", {"type": "object"}, look),),
+                max_json_depth=limit,
+            )
+            harness = make_harness(
+                params,
+                [_provider("anthropic", server, "sdk")],
+                checkpointer=SQLiteCheckpointer(tmp_path / "runs.db"),
+            )
+            run = harness.start("go", run_id="deep")
+            state = run.run_sync()
+        assert state.exit_reason == "model_complete", state.diagnostic
+        (result,) = state.history[2].tool_results
+        if runs:
+            assert ran == [_nested(depth)]
+            assert (result.is_error, result.content) == (False, "seen")
+        else:
+            assert ran == []
+            assert result.content.startswith(
+                "the arguments of tool 'look' could not be read (nested deeper than 20 levels "
+            )
+        assert harness.checkpointer is not None
+        back = decode(harness.checkpointer.rows("deep"))
+        assert back.state.history == state.history
+
+    def test_a_native_answer(self, make_harness: Any) -> None:
+        """An answer deeper than the run's limit is repaired naming the limit."""
+        deep = json.dumps(_nested(30))
+        with AnthropicServer([reply(deep), reply(GOOD)], output_schema=STRICT) as server:
+            params = _params("anthropic:claude-sonnet-4-5-20250929", max_json_depth=20)
+            harness = make_harness(params, [_provider("anthropic", server, "sdk")])
+            state = harness.run_sync("Weather in Lisbon?")
+            repair = server.requests[1].body["messages"][-1]["content"]
+        assert state.exit_reason == "model_complete", state.diagnostic
+        assert state.output_repairs == 1
+        assert "nested deeper than 20 levels" in json.dumps(repair)

@@ -6,13 +6,16 @@ order, a default drifting, a raw body lost)."""
 from __future__ import annotations
 
 import asyncio
+import collections.abc
 import dataclasses
 import hashlib
 import json
 import random
 import re
 import time
+import typing
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 import pytest
@@ -930,3 +933,160 @@ def test_amazons_error_type_header_names_the_category() -> None:
     header = {"X-Amzn-ErrorType": "ThrottlingException:http://internal.amazon.com/coral/"}
     error = error_from_status("bedrock", 400, header, "{}")
     assert error.category is ErrorCategory.RATE_LIMITED
+
+
+# --- the checkpoint writer --------------------------------------------------------------------
+
+
+def _writer_store() -> tuple[Any, Any]:
+    from innerloop.checkpoint import CheckpointWriter, MemoryCheckpointer
+
+    store = MemoryCheckpointer()
+    store.create_run("r", "innerloop")
+    return store, CheckpointWriter(store, "r")
+
+
+def test_only_lists_and_dicts_are_compared_by_value() -> None:
+    """The codec compares the fields that may change in place (lists, dicts, optional
+    ones) by value, the rest by identity; a tuple of lists is a tuple, not a list."""
+    from innerloop.checkpoint import _writer as writer
+
+    assert [writer._NAMES[i] for i in writer._MUTABLE] == [
+        "tasks",
+        "errors",
+        "tool_failures",
+        "resolved_models",
+        "diagnostic",
+        "output_problems",
+        "notes",
+    ]
+    assert writer._holds_container(list[int])
+    assert writer._holds_container(dict[str, int])
+    assert writer._holds_container(dict[str, int] | None)
+    assert writer._holds_container(typing.Optional[list[int]])  # noqa: UP045
+    assert not writer._holds_container(int | None)
+    assert not writer._holds_container(tuple[list[int], ...])
+    assert not writer._holds_container(collections.abc.Mapping[str, list[int]])
+
+
+def test_a_value_equal_but_of_another_type_is_written() -> None:
+    """``True == 1``: a field typed Any that turns from 1 to True is stored as True."""
+    from innerloop.checkpoint import decode
+
+    store, writer = _writer_store()
+    state = HarnessState(history=[Message.user("go")])
+    state.output_data = 1
+    writer.save(state, "check")
+    state.output_data = True
+    writer.save(state, "check")
+    back = decode(store.rows("r")).state
+    assert back.output_data is True
+
+
+def test_a_step_that_changed_nothing_is_an_empty_delta() -> None:
+    """A new object equal to the old one (a cost recomputed) is not a change: the
+    checkpoint stores ``{}``; a real change is stored as ``set``."""
+    store, writer = _writer_store()
+    state = HarnessState(history=[Message.user("go")])
+    state.cost_usd, state.turns = 0.25, 1000
+    writer.save(state, "check")
+    state.cost_usd, state.turns = float("0.25"), int("1000")
+    writer.save(state, "assemble")
+    state.turns += 1
+    writer.save(state, "check")
+    rows = store.rows("r")
+    assert [text for _, text in rows.data[1:]] == ["{}", '{"set":{"turns":1001}}']
+
+
+def test_a_row_that_is_not_an_object_is_a_corrupt_checkpoint() -> None:
+    """A state row holding a JSON array (a TypeError while reading) is
+    ``CheckpointCorrupt`` naming the checkpoint, never a bare TypeError."""
+    from innerloop.checkpoint import CheckpointCorrupt, decode
+
+    store, writer = _writer_store()
+    writer.save(HarnessState(history=[Message.user("go")]), "check")
+    rows = store.rows("r")
+    broken = attrs.evolve(rows, data=[(1, "[1, 2]")])
+    with pytest.raises(CheckpointCorrupt) as caught:
+        decode(broken)
+    assert str(caught.value) == (
+        "checkpoint 1 of run 'r' cannot be read: TypeError: checkpoint 1 holds JSON list, "
+        "not an object; the row was left as it is"
+    )
+
+
+def test_a_list_of_scalars_is_copied_shallowly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The codec's copy of a list or dict of JSON scalars (str, int, float, bool, None)
+    is a shallow one: no deep copy at each checkpoint; a list holding a dict is copied
+    deeply, so changing the dict later is seen."""
+    from innerloop.checkpoint import _writer as writer
+
+    def refused(value: object, memo: object = None) -> object:
+        raise AssertionError(f"deep copy of {value!r}")
+
+    scalars = ["s", 1, 1.5, True, None]
+    with monkeypatch.context() as patch:
+        patch.setattr("innerloop.checkpoint._writer.copy.deepcopy", refused)
+        assert writer._snapshot(scalars) == scalars
+        assert writer._snapshot(scalars) is not scalars
+        assert writer._snapshot(dict(enumerate(scalars))) == dict(enumerate(scalars))
+    nested: list[object] = [{"a": 1}]
+    copied = writer._snapshot(nested)
+    assert copied == nested
+    assert copied[0] is not nested[0]
+
+
+def test_a_whole_checkpoint_every_64() -> None:
+    """Checkpoints 1, 65 and 129 are whole; reading any one reads at most 64 rows."""
+    from innerloop.checkpoint._writer import FULL_EVERY
+
+    store, writer = _writer_store()
+    state = HarnessState(history=[Message.user("go")])
+    chains = []
+    for turn in range(130):
+        state.turns = turn
+        writer.save(state, "check")
+        chains.append(len(store.rows("r").data))
+    assert FULL_EVERY == 64
+    assert [seq for seq, n in enumerate(chains, start=1) if n == 1] == [1, 65, 129]
+    assert max(chains) == 64
+
+
+def test_a_failed_write_goes_back_to_the_last_committed_segment() -> None:
+    """A write that fails once (a full disk) rolls the writer back to its last committed
+    checkpoint: after a compaction started a segment at message 3, the next segment
+    starts after it again, so every checkpoint reads back its own history."""
+    from innerloop.checkpoint import CheckpointError, CheckpointWriter, MemoryCheckpointer, decode
+
+    class Flaky(MemoryCheckpointer):
+        fail = False
+
+        def write(self, checkpoints: Any) -> None:
+            if self.fail:
+                self.fail = False
+                raise CheckpointError("disk full")
+            super().write(checkpoints)
+
+    store = Flaky()
+    store.create_run("r", "innerloop")
+    writer = CheckpointWriter(store, "r")
+    first = [Message.user("u0"), Message.assistant("a0"), Message.user("u1")]
+    state = HarnessState(history=list(first))
+    writer.save(state, "check")
+    second = [Message.user("summary"), first[2]]
+    state.history = list(second)
+    writer.save(state, "check")
+    state.history.append(Message.assistant("a1"))
+    store.fail = True
+    with pytest.raises(CheckpointError, match="disk full"):
+        writer.save(state, "check")
+    third = [Message.user("summary 2")]
+    state.history = list(third)
+    writer.save(state, "check")
+    histories = [decode(store.rows("r", seq)).state.history for seq in (1, 2, 3)]
+    assert histories == [first, second, third]
+    assert [(i.history_start, i.history_len) for i in store.checkpoints("r")] == [
+        (0, 3),
+        (3, 2),
+        (5, 1),
+    ]

@@ -25,6 +25,7 @@ from innerloop.events import (
     ModelCall,
     ModelError,
     ModelResponseEvent,
+    OutputDelta,
     RunEvent,
     RunStarted,
     TextDelta,
@@ -78,6 +79,8 @@ def _describe(event: RunEvent) -> str | None:  # noqa: C901 (one case per event 
             return f"finished {reason} {turns} {event.usage.output_tokens}"
         case RunStarted(machine=machine, state=state):
             return f"started {machine} at {state}"
+        case OutputDelta(data=data):
+            return f"answer so far {data}"
         case ThinkingDelta() | ToolInputDelta() | MessageComplete() | ModelCall():
             return None
         case ModelError(error=error, stage=stage):

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 from innerloop._convert import structure, unstructure
-from innerloop._json import WRAPPED_JSON_DEPTH, parse_json
+from innerloop._json import STORED_JSON_DEPTH, parse_json
 from innerloop._messages import Message
 from innerloop.checkpoint._types import (
     Checkpoint,
@@ -160,7 +160,7 @@ def _apply(chain: Sequence[tuple[int, str]]) -> dict[str, Any]:
     """The whole state data from a base checkpoint and the deltas after it."""
     data: dict[str, Any] | None = None
     for seq, text in chain:
-        item = parse_json(text, WRAPPED_JSON_DEPTH)
+        item = parse_json(text, STORED_JSON_DEPTH)
         if not isinstance(item, dict):
             raise TypeError(f"checkpoint {seq} holds JSON {type(item).__name__}, not an object")
         if data is None:
@@ -390,7 +390,7 @@ def decode(rows: StoredRows) -> Checkpoint:
                 f"it names {info.history_len} messages from index {info.history_start}, "
                 f"{len(rows.messages)} are stored"
             )
-        history = [structure(parse_json(m, WRAPPED_JSON_DEPTH), Message) for m in rows.messages]
+        history = [structure(parse_json(m, STORED_JSON_DEPTH), Message) for m in rows.messages]
         data["history"] = []
         state = structure(data, HarnessState)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:

@@ -73,6 +73,7 @@ def request_settings(params: HarnessParams) -> RequestSettings:
         top_p=params.top_p,
         prompt_cache=params.effective_prompt_cache,
         call_deadline=params.call_deadline,
+        max_json_depth=params.max_json_depth,
         output_schema=dict(output.schema) if output is not None else None,
         output_strict_schema=(
             dict(output.strict_schema)

@@ -87,7 +87,9 @@ def _is_json(value: Any) -> bool:
     return True
 
 
-def check_answer(state: HarnessState, answer: Any, run: str | None = None) -> Interrupt:
+def check_answer(
+    state: HarnessState, answer: Any, run: str | None = None, max_depth: int = MAX_JSON_DEPTH
+) -> Interrupt:
     """The suspended run's interrupt with ``answer`` set; :class:`ResumeError` naming the
     problem when the run is not suspended or the answer does not fit."""
     interrupt = state.interrupt
@@ -106,11 +108,12 @@ def check_answer(state: HarnessState, answer: Any, run: str | None = None) -> In
             f"(it asked: {json.dumps(interrupt.payload)[:200]})",
         )
     depth = json_depth(answer)
-    if depth > MAX_JSON_DEPTH:
+    if depth > max_depth:
         raise ResumeError(
             run,
-            f"the answer is nested {depth} levels deep, deeper than the {MAX_JSON_DEPTH} "
-            "levels of lists and dicts an answer may have; give a flatter one",
+            f"the answer is nested {depth} levels deep, deeper than the {max_depth} "
+            "levels of lists and dicts an answer may have (HarnessParams.max_json_depth); "
+            "give a flatter one",
         )
     if not _is_json(answer):
         raise ResumeError(run, f"the answer must be JSON data, not {type(answer).__name__}", answer)

@@ -12,6 +12,7 @@ from typing import Any, Generic, Literal
 import attrs
 
 from innerloop._errors import ParamsError
+from innerloop._json import MAX_JSON_DEPTH, MAX_JSON_DEPTH_LIMIT
 from innerloop._validators import (
     boolean,
     check_fields,
@@ -331,6 +332,15 @@ class HarnessParams(Generic[OutputT]):
     max_output_repairs: int = attrs.field(default=2, metadata=checked(integer(ge=0)))
     """How many times an answer that does not match ``output_type`` is sent back to the
     model with the validation errors (the ``repair`` state) before the run fails."""
+    max_json_depth: int = attrs.field(
+        default=MAX_JSON_DEPTH, metadata=checked(integer(ge=1, le=MAX_JSON_DEPTH_LIMIT))
+    )
+    """The deepest nesting of arrays and objects the run reads from outside: the typed
+    answer, tool-call arguments (a ``final_result`` call's included) and resume answers.
+    Deeper is an ordinary error in each place: the answer is repaired, the call gets an
+    ``is_error`` result without running, the resume answer is a ``ResumeError``. 1 to
+    200 (pydantic's JSON parser, which validates answers and arguments, reads no deeper);
+    the events around a model's answer may nest 32 levels more."""
     output_spec: OutputSpec | None = attrs.field(init=False, eq=False, repr=False)
     """``output_type`` compiled: the schema sent and the answer's validator."""
 

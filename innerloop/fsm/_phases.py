@@ -43,7 +43,14 @@ from innerloop._messages import (
 from innerloop.fsm._context import PhaseContext, relay
 from innerloop.fsm._guards import is_final_call, model_finished
 from innerloop.fsm._interrupts import answered_batch, suspend_for_questions
-from innerloop.fsm._output import ACCEPTED, ALONE, OUTPUT_TOOL, InvalidOutput, OutputSpec
+from innerloop.fsm._output import (
+    ACCEPTED,
+    ALONE,
+    OUTPUT_TOOL,
+    InvalidOutput,
+    OutputSpec,
+    PartialOutput,
+)
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._state import Outcome
 from innerloop.providers._fingerprint import request_fingerprint, request_parts
@@ -365,17 +372,32 @@ def _accept(ctx: PhaseContext, response: ModelResponse) -> ModelResponse:
     return response
 
 
+def _partial_output(ctx: PhaseContext) -> PartialOutput | None:
+    """What follows the typed answer of this turn as it streams (None without an
+    ``output_type``)."""
+    params = ctx.params
+    if params.output_spec is None:
+        return None
+    return PartialOutput(
+        text=not params.output_tool(ctx.choice.model), tool=params.final_result_tool
+    )
+
+
 async def stream(ctx: PhaseContext) -> AsyncIterator[Event]:
-    """Consume the stream: forward its events, start eager tools, book the response."""
+    """Consume the stream: forward its events (each followed by an ``OutputDelta`` when it
+    changed the typed answer parsed so far), start eager tools, book the response."""
     state, scope, tools = ctx.state, ctx.scope, ctx.deps.tools
     model_stream = scope.stream
     assert model_stream is not None, "stream runs after call opened one"
     eager = ctx.params.eager_tools
     quiet = scope.quiet
+    partial = None if quiet else _partial_output(ctx)
     completed = False
     try:
         async for event in model_stream:
             if isinstance(event, MessageComplete):
+                if partial is not None and (delta := partial.finish()) is not None:
+                    yield delta
                 response = _accept(ctx, event.response)
                 completed = True
                 scope.reporting = True  # an abort now must not lose the turn's events
@@ -393,6 +415,8 @@ async def stream(ctx: PhaseContext) -> AsyncIterator[Event]:
                 tools.prestart(ctx, event.tool_use)
             if not quiet:
                 yield event
+                if partial is not None and (delta := partial.feed(event)) is not None:
+                    yield delta
         if not completed:
             raise ProviderError(
                 ErrorCategory.TRANSIENT,
@@ -558,7 +582,7 @@ def _parse(ctx: PhaseContext, spec: OutputSpec) -> tuple[object, object]:
         return spec.parse_data(calls[-1].input)
     if ctx.params.output_tool(ctx.choice.model):
         raise InvalidOutput([f"the answer was given as text, not through the {OUTPUT_TOOL} tool"])
-    return spec.parse(_answer(ctx))
+    return spec.parse(_answer(ctx), ctx.params.max_json_depth)
 
 
 def _check_output(ctx: PhaseContext, spec: OutputSpec) -> None:

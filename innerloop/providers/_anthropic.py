@@ -21,6 +21,7 @@ from innerloop._events import (
     ToolUseComplete,
     ToolUseStart,
 )
+from innerloop._json import MAX_JSON_DEPTH, wrapped_depth
 from innerloop._messages import (
     Block,
     Message,
@@ -64,7 +65,9 @@ class _Open:
 class AnthropicAssembler:
     """Anthropic stream events (as parsed JSON) -> stream events and a ``ModelResponse``."""
 
-    def __init__(self, provider: str, model: str) -> None:
+    def __init__(self, provider: str, model: str, max_depth: int = MAX_JSON_DEPTH) -> None:
+        self.max_depth = max_depth
+        self._envelope = wrapped_depth(max_depth)
         self.provider = provider
         self.model = model
         self.started = False
@@ -76,7 +79,7 @@ class AnthropicAssembler:
         self.blocks: dict[int, Block] = {}
 
     def feed(self, data: bytes, out: list[StreamEvent]) -> None:
-        self.handle(loads(self.provider, data), out)
+        self.handle(loads(self.provider, data, self._envelope), out)
 
     def handle(self, event: dict[str, Any], out: list[StreamEvent]) -> None:
         kind = event.get("type")
@@ -152,7 +155,9 @@ class AnthropicAssembler:
         text = "".join(opened.parts)
         if opened.kind == "tool_use":
             call = ToolUseBlock(
-                opened.id, opened.name, parse_tool_input(self.provider, opened.name, text)
+                opened.id,
+                opened.name,
+                parse_tool_input(self.provider, opened.name, text, self.max_depth),
             )
             self.blocks[index] = call
             out.append(ToolUseComplete(index, call))
@@ -298,4 +303,4 @@ class AnthropicProvider(HTTPProvider):
         return create(**payload, **self._extra)  # type: ignore[no-any-return]
 
     def _assembler(self, request: WireRequest) -> AnthropicAssembler:
-        return AnthropicAssembler(self.name, request.model)
+        return AnthropicAssembler(self.name, request.model, request.max_json_depth)

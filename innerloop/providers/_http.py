@@ -20,7 +20,14 @@ import httpx2
 
 from innerloop._errors import ErrorCategory, ProviderError
 from innerloop._events import MessageComplete, StreamEvent
-from innerloop._json import WRAPPED_JSON_DEPTH, JSONTooDeep, parse_json, unreadable_input
+from innerloop._json import (
+    MAX_JSON_DEPTH,
+    WRAPPED_JSON_DEPTH,
+    JSONTooDeep,
+    parse_json,
+    unreadable_input,
+    wrapped_depth,
+)
 from innerloop._loopend import close_at_loop_end
 from innerloop._messages import ModelResponse
 from innerloop._secrets import hide_userinfo, scrub_logs, scrub_secrets
@@ -45,11 +52,11 @@ __all__ = [
 ]
 
 
-def loads(provider: str, data: bytes | str) -> Any:
-    """Parse one SSE data payload; bad JSON (or JSON nested too deep) is a transient
-    provider failure."""
+def loads(provider: str, data: bytes | str, max_depth: int = WRAPPED_JSON_DEPTH) -> Any:
+    """Parse one SSE data payload; bad JSON (or JSON nested deeper than ``max_depth``) is
+    a transient provider failure."""
     try:
-        return parse_json(data.decode() if isinstance(data, bytes) else data, WRAPPED_JSON_DEPTH)
+        return parse_json(data.decode() if isinstance(data, bytes) else data, max_depth)
     except ValueError as exc:  # UnicodeDecodeError included
         text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
         raise ProviderError(
@@ -60,14 +67,17 @@ def loads(provider: str, data: bytes | str) -> Any:
         ) from None
 
 
-def parse_tool_input(provider: str, name: str, raw: str) -> dict[str, Any]:
+def parse_tool_input(
+    provider: str, name: str, raw: str, max_depth: int = MAX_JSON_DEPTH
+) -> dict[str, Any]:
     """A complete tool input: empty means ``{}``; anything but a JSON object is malformed;
-    one nested too deep to read stands as :func:`~innerloop._json.unreadable_input`."""
+    one nested deeper than ``max_depth`` stands as
+    :func:`~innerloop._json.unreadable_input`."""
     raw = raw.strip()
     if not raw:
         return {}
     try:
-        value = parse_json(raw)
+        value = parse_json(raw, max_depth)
     except JSONTooDeep as exc:  # the call stands, answered with an error result
         return unreadable_input(exc.msg)
     except ValueError as exc:
@@ -216,6 +226,10 @@ class Splitter(Protocol):
 class Assembler(Protocol):
     """Turns one dialect's wire events into stream events and the final response."""
 
+    max_depth: int
+    """The deepest nesting read from the model (tool arguments); its envelopes may nest
+    :func:`~innerloop._json.wrapped_depth` of it."""
+
     def feed(self, data: bytes, out: list[StreamEvent]) -> None:
         """Handle one SSE data payload; append the stream events it yields to ``out``."""
 
@@ -254,6 +268,7 @@ class HTTPModelStream:
         self._content_type = content_type
         self._close = close
         self._assembler = assembler
+        self._depth = wrapped_depth(assembler.max_depth)
         self._max = max_event_bytes
         self.closed = False
 
@@ -263,7 +278,8 @@ class HTTPModelStream:
         try:
             if "json" in self._content_type:
                 data = await self._body()
-                assembler.feed_json(loads(self._provider, data) if data.strip() else None, out)
+                body = loads(self._provider, data, self._depth) if data.strip() else None
+                assembler.feed_json(body, out)
             else:
                 splitter = self._splitter(self._max, self._provider)
                 feed, deadline = assembler.feed, self._deadline

@@ -15,6 +15,7 @@ from typing import Any, Literal, TypeAlias
 import attrs
 
 from innerloop._errors import ContentError
+from innerloop._json import MAX_JSON_DEPTH
 from innerloop._messages import (
     Block,
     DocumentBlock,
@@ -112,6 +113,9 @@ class WireRequest:
     payload: dict[str, Any]
     time_limit: float | None = None
     """Seconds the whole call may take, from sending to the end of the stream."""
+    max_json_depth: int = MAX_JSON_DEPTH
+    """The deepest nesting of arrays and objects read from the answer (tool arguments;
+    the events around them may nest a few levels more)."""
 
 
 def _definitions(value: Sequence[Any]) -> tuple[dict[str, Any], ...]:
@@ -158,6 +162,8 @@ class RequestSettings:
     ``prompt_cache_key`` and ``prompt_cache_retention``."""
     call_deadline: float | None = None
     """Seconds the whole call may take (carried on the request as ``time_limit``)."""
+    max_json_depth: int = MAX_JSON_DEPTH
+    """The deepest nesting read from the answer (carried on the request)."""
     output_schema: dict[str, Any] | None = None
     """The JSON schema the final answer must match, asked for in the dialect's native
     structured-output form (None: free text)."""
@@ -561,7 +567,9 @@ def build_request(
     if settings.output_schema is not None and not tool_mode:
         _output_format(settings, str(dialect), payload)
     payload["input" if dialect == "responses" else "messages"] = messages
-    return WireRequest(str(dialect), model, payload, settings.call_deadline)
+    return WireRequest(
+        str(dialect), model, payload, settings.call_deadline, settings.max_json_depth
+    )
 
 
 def _calls_output_tool(history: Sequence[Message]) -> bool:

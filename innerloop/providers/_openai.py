@@ -24,6 +24,7 @@ from innerloop._events import (
     ToolUseComplete,
     ToolUseStart,
 )
+from innerloop._json import MAX_JSON_DEPTH, wrapped_depth
 from innerloop._messages import (
     Block,
     Message,
@@ -73,7 +74,9 @@ class _Call:
 class OpenAIAssembler:
     """Chat completion chunks (as parsed JSON) -> stream events and a ``ModelResponse``."""
 
-    def __init__(self, provider: str, model: str) -> None:
+    def __init__(self, provider: str, model: str, max_depth: int = MAX_JSON_DEPTH) -> None:
+        self.max_depth = max_depth
+        self._envelope = wrapped_depth(max_depth)
         self.provider = provider
         self.model = model
         self.started = False
@@ -92,7 +95,7 @@ class OpenAIAssembler:
     def feed(self, data: bytes, out: list[StreamEvent]) -> None:
         if data.strip() == _DONE:
             return
-        self.handle(loads(self.provider, data), out)
+        self.handle(loads(self.provider, data, self._envelope), out)
 
     def handle(self, chunk: dict[str, Any], out: list[StreamEvent]) -> None:
         if chunk.get("error"):
@@ -162,7 +165,9 @@ class OpenAIAssembler:
         if call.done:
             return True
         try:
-            arguments = parse_tool_input(self.provider, call.name, "".join(call.arguments))
+            arguments = parse_tool_input(
+                self.provider, call.name, "".join(call.arguments), self.max_depth
+            )
         except ProviderError:
             if strict:
                 raise
@@ -291,4 +296,4 @@ class OpenAIProvider(HTTPProvider):
         return self.client.chat.completions.with_streaming_response.create(**payload)  # type: ignore[no-any-return]
 
     def _assembler(self, request: WireRequest) -> OpenAIAssembler:
-        return OpenAIAssembler(self.name, request.model)
+        return OpenAIAssembler(self.name, request.model, request.max_json_depth)

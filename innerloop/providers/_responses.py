@@ -27,6 +27,7 @@ from innerloop._events import (
     ToolUseComplete,
     ToolUseStart,
 )
+from innerloop._json import MAX_JSON_DEPTH, wrapped_depth
 from innerloop._messages import (
     Block,
     Message,
@@ -82,7 +83,9 @@ def _error_of(event: dict[str, Any]) -> Any:
 class ResponsesAssembler:
     """Responses stream events (as parsed JSON) -> stream events and a ``ModelResponse``."""
 
-    def __init__(self, provider: str, model: str) -> None:
+    def __init__(self, provider: str, model: str, max_depth: int = MAX_JSON_DEPTH) -> None:
+        self.max_depth = max_depth
+        self._envelope = wrapped_depth(max_depth)
         self.provider = provider
         self.model = model
         self.id: str | None = None
@@ -94,7 +97,7 @@ class ResponsesAssembler:
         self.refusal = False
 
     def feed(self, data: bytes, out: list[StreamEvent]) -> None:
-        self.handle(loads(self.provider, data), out)
+        self.handle(loads(self.provider, data, self._envelope), out)
 
     def handle(self, event: dict[str, Any], out: list[StreamEvent]) -> None:
         kind = event.get("type")
@@ -169,7 +172,9 @@ class ResponsesAssembler:
             text = arguments if isinstance(arguments, str) else "".join(item.parts)
             name = done.get("name") or item.name
             call_id = done.get("call_id") or item.call_id
-            block = ToolUseBlock(call_id, name, parse_tool_input(self.provider, name, text))
+            block = ToolUseBlock(
+                call_id, name, parse_tool_input(self.provider, name, text, self.max_depth)
+            )
             self.blocks[index] = block
             out.append(ToolUseComplete(index, block))
         elif kind == "message":
@@ -326,4 +331,4 @@ class OpenAIResponsesProvider(HTTPProvider):
         return self.client.responses.with_streaming_response.create(**payload)  # type: ignore[no-any-return]
 
     def _assembler(self, request: WireRequest) -> ResponsesAssembler:
-        return ResponsesAssembler(self.name, request.model)
+        return ResponsesAssembler(self.name, request.model, request.max_json_depth)

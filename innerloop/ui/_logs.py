@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from innerloop._eventlog import header_problem
-from innerloop._json import WRAPPED_JSON_DEPTH, parse_json
+from innerloop._json import STORED_JSON_DEPTH, parse_json
 from innerloop.fsm._default import DEFAULT_SPEC
 from innerloop.ui._view import RunFold
 
@@ -165,7 +165,7 @@ def _refuse_constant(name: str) -> Any:
 
 def _parse(raw: bytes) -> Any:
     """A line's JSON: too deep, ``NaN`` and ``Infinity`` are errors (ValueError)."""
-    data = parse_json(raw, WRAPPED_JSON_DEPTH)
+    data = parse_json(raw, STORED_JSON_DEPTH)
     if b"NaN" in raw or b"Infinity" in raw:  # rare: parse again to tell a string from a number
         data = json.loads(raw, parse_constant=_refuse_constant)
     return data

@@ -123,9 +123,12 @@ def test_malformed_lines_stay_with_their_run_and_line(tmp_path: Path) -> None:
     first, deep, typed = (r.error for r in log.runs)
     assert first == "mixed.jsonl:4: not JSON (NaN is not a number JSON allows)"
     assert deep is not None
-    assert deep.startswith("mixed.jsonl:8: not JSON (nested deeper than 132 levels")
+    assert deep.startswith("mixed.jsonl:8: not JSON (nested deeper than 232 levels")
     assert typed is not None
-    assert typed == "mixed.jsonl:12: a finished event whose usage is 'lots', not an object"
+    assert typed == (
+        "mixed.jsonl:12: cannot read a Finished from this data: expected an object (Usage), "
+        "got a string ('lots') @ $.usage"
+    )
     assert [len(r.detail()["transitions"]) for r in log.runs] == [2, 1, 1]
 
 

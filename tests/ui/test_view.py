@@ -182,8 +182,8 @@ def test_an_ill_typed_event_is_the_runs_error_and_the_next_lines_are_read() -> N
     ]
     run = fold(events)
     assert run.error == (
-        "event 1: cannot read a ModelResponseEvent from this data: expected int, got invalid "
-        "literal for int() with base 10: 'x' @ $.response.usage.output_tokens"
+        "event 1: cannot read a ModelResponseEvent from this data: expected an integer, got "
+        "a string ('x') @ $.response.usage.output_tokens"
     )
     assert run.errors == 3
     assert run.detail()["transitions"] == [
