@@ -399,10 +399,14 @@ def test_a_compiled_machine_keeps_nothing_alive_once_dropped() -> None:
         pass
 
     held = Held()
-    spec = DEFAULT_SPEC.with_guard("turn_limit", lambda ctx, _h=held: False).renamed("holder")
+
+    def never(ctx: PhaseContext, _held: Held = held) -> bool:
+        return False
+
+    spec = DEFAULT_SPEC.with_guard("turn_limit", never).renamed("holder")
     compiled = compile_spec(spec)
     assert compiled.select is not None
     ref = weakref.ref(held)
-    del held, spec, compiled
+    del held, never, spec, compiled
     gc.collect()
     assert ref() is None
