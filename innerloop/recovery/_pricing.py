@@ -56,20 +56,29 @@ _KEPT_IDS: Mapping[str, str] = MappingProxyType(
 """innerloop provider names that genai-prices knows under another id; any other name is
 looked up as it is (``anthropic``, ``openai``, ``google``, ``groq``, ``mistral``...)."""
 
+_TABLE_ONLY = frozenset({"scripted"})
+"""Providers whose replies are canned (innerloop.testing's scripted provider): their models
+are priced by the host's table alone, never by the kept source."""
+
 
 @functools.cache
 def kept_price(model: str, provider: str | None = None) -> Price | None:
     """The price genai-prices keeps for ``model``, read once per process: under
     ``provider`` first (an innerloop provider name, e.g. ``anthropic`` or ``openai``), then
     by the model id alone (so ``gemini-2.5-flash`` behind an OpenAI-compatible endpoint is
-    priced as Gemini); None when neither finds it (a local model: no price). A model priced
+    priced as Gemini); None when neither finds it (a local model: no price) and for the
+    scripted provider, whose canned replies only the host's table prices. A model priced
     in tiers by request size is priced at its base tier; the prices in force when the
     process first asks are kept for its life."""
+    if provider in _TABLE_ONLY:
+        return None
     from genai_prices import data_snapshot  # 0.2 s and 30k lines: loaded on first use
 
     snapshot = data_snapshot.get_snapshot()
     found = None
-    for provider_id in (_KEPT_IDS.get(provider, provider) if provider else None, None):
+    for provider_id in dict.fromkeys(
+        (_KEPT_IDS.get(provider, provider) if provider else None, None)
+    ):
         try:
             found = snapshot.find_provider_model(model, None, provider_id, None)[1]
             break

@@ -85,9 +85,12 @@ class TestKeptSource:
         assert kept_price("llama3", provider) is None
         assert cost_usd(Usage(10, 10), "llama3", DEFAULT_PRICES, provider) is None
 
-    def test_scripted_models_are_free(self) -> None:
-        """The default table prices the scripted stand-in models at zero."""
+    def test_scripted_models_are_priced_by_the_table_alone(self) -> None:
+        """The default table prices the scripted stand-in models at zero; a scripted reply
+        under a real model's id is not priced by the kept source (its cost is not real)."""
         assert price_for("scripted-model", DEFAULT_PRICES, "scripted") == Price(0.0, 0.0)
+        assert price_for("gpt-4o", DEFAULT_PRICES, "scripted") is None
+        assert price_for("gpt-4o", {"gpt-4o": Price(1.0, 1.0)}, "scripted") == Price(1.0, 1.0)
 
     def test_import_does_not_load_the_kept_source(self) -> None:
         """``import innerloop`` leaves genai-prices unloaded until a price is asked for."""
