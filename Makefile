@@ -4,7 +4,9 @@
 # Debian packages: see scripts/setup-system.sh).
 VENV ?= .venv
 PY := $(VENV)/bin/python
-PIP := $(PY) -m pip --quiet --disable-pip-version-check
+# --no-compile: Python compiles each module the first time it is imported, so the install
+# does not compile the thousands of SDK modules a run never loads.
+PIP := $(PY) -m pip --quiet --disable-pip-version-check --no-compile
 DEMO_STAMP := $(VENV)/.installed-demo
 DEV_STAMP := $(VENV)/.installed-dev
 
