@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # --no-compile: Python compiles each module the first time it is imported, so the install
 # does not compile the thousands of SDK modules a run never loads.
-PIP := $(PY) -m pip --quiet --disable-pip-version-check --no-compile
+INSTALL := $(PY) -m pip --quiet --disable-pip-version-check install --no-compile
 DEMO_STAMP := $(VENV)/.installed-demo
 DEV_STAMP := $(VENV)/.installed-dev
 
@@ -52,12 +52,12 @@ setup: $(DEV_STAMP)
 $(DEMO_STAMP): pyproject.toml scripts/setup-system.sh
 	sh scripts/setup-system.sh demo
 	python3 -m venv $(VENV)
-	$(PIP) install -e .
+	$(INSTALL) -e .
 	touch $@
 
 $(DEV_STAMP): $(DEMO_STAMP)
 	sh scripts/setup-system.sh dev
-	$(PIP) install -e '.[dev]'
+	$(INSTALL) -e '.[dev]'
 	touch $@
 
 clean:

@@ -37,7 +37,7 @@ def test_demo_installs_the_package_alone(tmp_path: Path) -> None:
     script for the demo's packages only."""
     lines = _planned("demo", tmp_path / "venv")
     assert "sh scripts/setup-system.sh demo" in lines
-    assert _installs(lines) == ["-e ."]
+    assert _installs(lines) == ["--no-compile -e ."]
     assert lines[-1].endswith("-m innerloop demo")
 
 
@@ -46,7 +46,7 @@ def test_the_checks_install_the_dev_extra(tmp_path: Path, target: str) -> None:
     """`make test`, `lint` and `guard` install the demo's part, then the dev extra and the
     rest of the system packages."""
     lines = _planned(target, tmp_path / "venv")
-    assert _installs(lines) == ["-e .", "-e '.[dev]'"]
+    assert _installs(lines) == ["--no-compile -e .", "--no-compile -e '.[dev]'"]
     assert lines.index("sh scripts/setup-system.sh demo") < lines.index(
         "sh scripts/setup-system.sh dev"
     )
