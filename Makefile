@@ -1,60 +1,72 @@
 # Two commands on a fresh machine: `make demo` and `make test`.
-# Each creates .venv and installs what it needs (Debian's graphviz included).
+# Each creates .venv and installs what it needs: `make demo` the package alone (and Debian's
+# graphviz), `make test`, `lint` and `guard` the dev extra too (and the rest of the
+# Debian packages: see scripts/setup-system.sh).
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+# --no-compile: Python compiles each module the first time it is imported, so the install
+# does not compile the thousands of SDK modules a run never loads.
+INSTALL := $(PY) -m pip --quiet --disable-pip-version-check install --no-compile
+DEMO_STAMP := $(VENV)/.installed-demo
+DEV_STAMP := $(VENV)/.installed-dev
 
 .PHONY: demo test lint diagrams docs docs-build screenshot bench guard mutation setup clean
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(PY) -m innerloop demo
 
-test: $(STAMP)
+test: $(DEV_STAMP)
 	$(PY) -m pytest --innerloop-coverage-strict
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(PY) -m ruff check innerloop tests bench examples
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
 
-diagrams: $(STAMP)
+diagrams: $(DEMO_STAMP)
 	$(PY) -m innerloop diagram --write-all diagrams
 
 # The manual (mkdocs.yml, docs/): served with live reload, or built strictly into site/.
 MKDOCS := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs
-docs: $(STAMP)
+docs: $(DEV_STAMP)
 	$(MKDOCS) serve
 
-docs-build: $(STAMP)
+docs-build: $(DEV_STAMP)
 	$(MKDOCS) build --strict
 
-screenshot: $(STAMP)
+screenshot: $(DEV_STAMP)
 	INNERLOOP_SCREENSHOT=1 $(PY) -m pytest -q tests/ui/test_browser.py -k demo_run
 
-bench: $(STAMP)
+bench: $(DEV_STAMP)
 	$(PY) bench/overhead.py
 
 # Instructions per iteration (valgrind) of the main contenders against bench/baseline.json:
 # fails when one rose more than 5%. A meant change: bench/overhead.py --guard --write-baseline.
-guard: $(STAMP)
+guard: $(DEV_STAMP)
 	$(PY) bench/overhead.py --guard
 
 # Mutation testing of the modules that decide a run's route (not in CI: minutes, not
 # seconds). MUTATION_ARGS="--sample 0" runs every mutant; see bench/mutation.py.
 MUTATION_ARGS ?= --sample 30 --seed 22
-mutation: $(STAMP)
+mutation: $(DEV_STAMP)
 	$(PY) bench/mutation.py $(MUTATION_ARGS)
 
-setup: $(STAMP)
+setup: $(DEV_STAMP)
 
 # The install is editable; pyproject's package-dir makes it a plain path entry (a .pth
 # line), which type checkers follow too: mypy run outside the repo finds innerloop.testing.
-$(STAMP): pyproject.toml scripts/setup-system.sh
-	sh scripts/setup-system.sh
+# The dev install adds its extra to the demo's, which it builds first: a `make demo` after
+# `make test` installs nothing more.
+$(DEMO_STAMP): pyproject.toml scripts/setup-system.sh
+	sh scripts/setup-system.sh demo
 	python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	$(INSTALL) -e .
+	touch $@
+
+$(DEV_STAMP): $(DEMO_STAMP)
+	sh scripts/setup-system.sh dev
+	$(INSTALL) -e '.[dev]'
+	touch $@
 
 clean:
 	rm -rf $(VENV)

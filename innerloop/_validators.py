@@ -14,7 +14,9 @@ Numbers must be finite (NaN and infinity are refused) and ``bool`` is never a nu
 from __future__ import annotations
 
 import functools
+import itertools
 import math
+import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -177,28 +179,45 @@ def checked(*validators: Validator) -> dict[str, tuple[Validator, ...]]:
     return {_CHECKS: validators}
 
 
+def _default_of(attribute: attrs.Attribute[Any]) -> object:
+    """The value a field holds when not given: its default, or what its factory returns
+    (a factory such as ``list`` returns a new object each time, which is then checked)."""
+    default: Any = attribute.default
+    if isinstance(default, attrs.Factory) and not default.takes_self:  # type: ignore[arg-type]
+        return default.factory()
+    return default
+
+
 @functools.cache
 def _field_checks(
     cls: type,
-) -> tuple[tuple[str, object, tuple[Validator, ...], attrs.Attribute[Any]], ...]:
-    """The ``checked`` fields of ``cls`` in order: name, default, validators, attribute
-    (read once per class and process)."""
-    return tuple(
-        (a.name, a.default, a.metadata[_CHECKS], a)
-        for a in attrs.fields(cls)
-        if _CHECKS in a.metadata
-    )
+) -> tuple[
+    Callable[[object], tuple[Any, ...]],
+    tuple[object, ...],
+    tuple[tuple[tuple[Validator, ...], attrs.Attribute[Any]], ...],
+]:
+    """The ``checked`` fields of ``cls`` in order (read once per class and process): a
+    getter of their values, their defaults, and their validators with their attributes."""
+    fields = [a for a in attrs.fields(cls) if _CHECKS in a.metadata]
+    # one C call reads every value; "__class__" (never skipped: compared with itself, then
+    # cut off by the shorter zip) keeps the getter's answer a tuple for one field too
+    getter = operator.attrgetter(*(a.name for a in fields), "__class__")
+    defaults = (*(_default_of(a) for a in fields), cls)
+    return getter, defaults, tuple((a.metadata[_CHECKS], a) for a in fields)
 
 
 def check_fields(instance: attrs.AttrsInstance) -> None:
     """Run the validators of ``instance``'s ``checked`` fields, in field order, skipping a
-    field that holds its own default (the class's value, good by construction): a class
-    whose fields mostly keep their defaults then pays for the few that do not."""
-    for name, default, validators, attribute in _field_checks(type(instance)):
-        value = getattr(instance, name)
-        if value is not default:
-            for validate in validators:
-                validate(instance, attribute, value)
+    field that holds its own default (the class's value or its factory's, good by
+    construction): a class whose fields mostly keep their defaults then pays for the few
+    that do not."""
+    getter, defaults, checks = _field_checks(type(instance))
+    values = getter(instance)
+    for (validators, attribute), value in itertools.compress(
+        zip(checks, values, strict=False), map(operator.is_not, values, defaults)
+    ):
+        for validate in validators:
+            validate(instance, attribute, value)
 
 
 def tuple_of(item: Check, what: str, *, prefix: str = "") -> _Each:

@@ -62,12 +62,7 @@ class ModelChoice:
             raise ParamsError(
                 field, f"must be a 'provider:model' string or a ModelChoice, got {value!r}", value
             )
-        provider, sep, model = value.partition(":")
-        if not sep or not provider or not model:
-            raise ParamsError(
-                field, f"expected 'provider:model' (e.g. 'anthropic:claude-...'), got {value!r}"
-            )
-        return cls(provider, model)
+        return _parse_choice(value, field)
 
     @property
     def dated(self) -> bool:
@@ -77,11 +72,24 @@ class ModelChoice:
         return f"{self.provider}:{self.model}"
 
 
+@functools.lru_cache(maxsize=256)
+def _parse_choice(value: str, field: str) -> ModelChoice:
+    """``'provider:model'`` as a ModelChoice (frozen: one per string, parsed once)."""
+    provider, sep, model = value.partition(":")
+    if not sep or not provider or not model:
+        raise ParamsError(
+            field, f"expected 'provider:model' (e.g. 'anthropic:claude-...'), got {value!r}"
+        )
+    return ModelChoice(provider, model)
+
+
 def _choice(value: str | ModelChoice) -> ModelChoice:
-    return ModelChoice.parse(value)
+    return _parse_choice(value, "model") if type(value) is str else ModelChoice.parse(value)
 
 
 def _choices(values: Iterable[str | ModelChoice]) -> tuple[ModelChoice, ...]:
+    if values == ():
+        return ()
     if isinstance(values, str | ModelChoice):
         values = (values,)
     if not isinstance(values, Iterable):
@@ -171,12 +179,16 @@ def _as_tuple(value: Any) -> Any:
     the field's validator to name."""
     if type(value) is tuple:
         return value
+    if type(value) is list:
+        return tuple(value)
     if isinstance(value, Iterable) and not isinstance(value, str | bytes | Mapping):
         return tuple(value)
     return value
 
 
 def _str_tuple(value: Any) -> Any:
+    if value == ():
+        return ()
     return (value,) if isinstance(value, str) else _as_tuple(value)
 
 
@@ -187,7 +199,7 @@ def _readonly(value: Any) -> Any:
 
 
 def _timeouts(value: Any) -> Any:
-    if not isinstance(value, Mapping) or value is _default_timeouts():
+    if value is _default_timeouts() or not isinstance(value, Mapping):
         return value
     if not value:
         return _default_timeouts()
@@ -216,16 +228,6 @@ def _default_timeouts() -> Mapping[str, float]:
     timeouts = MappingProxyType(dict(DEFAULT_TIMEOUTS))
     _TIMEOUTS(None, attrs.fields(HarnessParams).tool_timeouts, timeouts)
     return timeouts
-
-
-def _prices(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is not _default_prices():
-        _PRICES(instance, attribute, value)
-
-
-def _tool_timeouts(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is not _default_timeouts():
-        _TIMEOUTS(instance, attribute, value)
 
 
 def _unique_tools(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -276,7 +278,7 @@ class HarnessParams(Generic[OutputT]):
     )
     """What the whole run may spend; reaching it ends the run."""
     tool_timeouts: Mapping[str, float] = attrs.field(
-        factory=_default_timeouts, converter=_timeouts, metadata=checked(_tool_timeouts)
+        factory=_default_timeouts, converter=_timeouts, metadata=checked(_TIMEOUTS)
     )
     """Seconds per tool category (``file``, ``shell``, ``network``, ``code`` and the
     categories of ``tools``); a tool's own ``timeout`` wins."""
@@ -294,7 +296,7 @@ class HarnessParams(Generic[OutputT]):
         default=RecoveryPolicy(), metadata=checked(instance(RecoveryPolicy))
     )
     prices: Mapping[str, Price] = attrs.field(
-        factory=_default_prices, converter=_readonly, metadata=checked(_prices)
+        factory=_default_prices, converter=_readonly, metadata=checked(_PRICES)
     )
     max_parallel_tools: int = attrs.field(default=4, metadata=checked(integer(ge=1)))
     eager_tools: bool = attrs.field(default=False, metadata=checked(_FLAG))
@@ -350,16 +352,25 @@ class HarnessParams(Generic[OutputT]):
 
     def __attrs_post_init__(self) -> None:
         """The fields' own checks (a field left at its default is not checked again), then
-        the checks that read more than one field, each a small method."""
+        the checks that read more than one field, each a small method called when a field
+        it reads is off its default (the defaults agree with each other)."""
         check_fields(self)
-        self._check_output()
-        self._check_strict_models()
-        self._check_repeated_models()
-        self._check_context_budget()
-        self._check_timeout_categories()
-        self._check_tool_choice()
-        self._check_thinking()
-        self._check_prompt_cache()
+        if self.output_type is not None or self.output_mode != "auto":
+            self._check_output()
+        if self.strict_models:
+            self._check_strict_models()
+        if self.fallbacks:
+            self._check_repeated_models()
+        if self.context_budget is not None:
+            self._check_context_budget()
+        if self.tool_timeouts is not _default_timeouts():
+            self._check_timeout_categories()
+        if self.tool_choice not in ("auto", "none"):
+            self._check_tool_choice()
+        if self.thinking is not None:
+            self._check_thinking()
+        if self.cache_tools or self.cache_last_user_turn:
+            self._check_prompt_cache()
 
     def _check_prompt_cache(self) -> None:
         """The shorthand flags folded into ``prompt_cache`` must still make a request
@@ -380,8 +391,6 @@ class HarnessParams(Generic[OutputT]):
         )
 
     def _check_strict_models(self) -> None:
-        if not self.strict_models:
-            return
         for i, choice in enumerate(self.model_chain):
             if choice.provider != "scripted" and not choice.dated:
                 raise ParamsError(
@@ -392,8 +401,6 @@ class HarnessParams(Generic[OutputT]):
                 )
 
     def _check_repeated_models(self) -> None:
-        if not self.fallbacks:
-            return
         seen: set[ModelChoice] = set()
         for i, choice in enumerate(self.model_chain):
             if choice in seen:
@@ -402,7 +409,8 @@ class HarnessParams(Generic[OutputT]):
             seen.add(choice)
 
     def _check_context_budget(self) -> None:
-        if self.context_budget is not None and self.context_budget <= self.max_output_tokens:
+        assert self.context_budget is not None
+        if self.context_budget <= self.max_output_tokens:
             raise ParamsError(
                 "context_budget",
                 f"must exceed max_output_tokens ({self.max_output_tokens}), "
@@ -410,8 +418,6 @@ class HarnessParams(Generic[OutputT]):
             )
 
     def _check_timeout_categories(self) -> None:
-        if self.tool_timeouts is _default_timeouts():
-            return
         known = {*DEFAULT_TIMEOUTS, *(t.category for t in self.tools)}
         for category in self.tool_timeouts:
             if category not in known:
@@ -426,8 +432,6 @@ class HarnessParams(Generic[OutputT]):
 
     def _check_tool_choice(self) -> None:
         choice = self.tool_choice
-        if choice in ("auto", "none"):
-            return
         names = {t.name for t in self.tools}
         if choice == "any":
             if not names:
@@ -490,8 +494,7 @@ class HarnessParams(Generic[OutputT]):
             )
 
     def _check_thinking(self) -> None:
-        if self.thinking is None:
-            return
+        assert self.thinking is not None
         if self.temperature is not None and self.temperature > 0:
             raise ParamsError(
                 "temperature",

@@ -83,20 +83,25 @@ async def idle(ctx: PhaseContext) -> None:
     ctx.state.outcome = Outcome.STARTED
 
 
-def _unpriced_alert(params: HarnessParams, models: Sequence[str]) -> list[Event]:
-    """An alert when a dollar spend budget cannot fire because a model has no price."""
+def _unpriced_alert(params: HarnessParams, models: Sequence[tuple[str, str | None]]) -> list[Event]:
+    """An alert when a dollar spend budget cannot fire because a model (with the name of
+    the provider that serves it, when known) has no price."""
     budget = params.spend_budget
     if budget is None or budget.max_cost_usd is None:
         return []
-    missing = [m for m in dict.fromkeys(models) if price_for(m, params.prices) is None]
+    missing = [
+        model
+        for model, provider in dict.fromkeys(models)
+        if price_for(model, params.prices, provider) is None
+    ]
     if not missing:
         return []
     names = ", ".join(missing)
     return [
         Alert(
             "unpriced_model",
-            f"no price for {names} in params.prices: the run's dollar cost is unknown, so "
-            "spend_budget.max_cost_usd cannot end the run; add prices with "
+            f"no price for {names} in params.prices or genai-prices: the run's dollar cost is "
+            "unknown, so spend_budget.max_cost_usd cannot end the run; add prices with "
             f"HarnessParams(prices=merge_prices({{{missing[0]!r}: Price(input, output)}}))",
         )
     ]
@@ -112,7 +117,7 @@ async def assemble(ctx: PhaseContext) -> list[Event]:
             asked = with_output_tool(scope.settings)
             system, tools = asked.system, (*tools, asked.tools[-1])
         scope.static_tokens = tokens.count_static(system, tools)
-        events += _unpriced_alert(params, [c.model for c in params.model_chain])
+        events += _unpriced_alert(params, [(c.model, c.provider) for c in params.model_chain])
     state = ctx.state
     if params.context_budget is None:
         # nothing to compare against: skip tokenizing (compaction counts what it needs)
@@ -204,7 +209,7 @@ async def compact(ctx: PhaseContext) -> AsyncIterator[Event]:
         known = state.cost_usd is not None
         state.cost_usd = add_cost(state.cost_usd, result.usage, result.model, params.prices)
         if known and state.cost_usd is None:
-            for alert in _unpriced_alert(params, [result.model]):
+            for alert in _unpriced_alert(params, [(result.model, None)]):
                 yield alert
     state.history = list(result.history)
     if reason == "max_tokens":
@@ -352,7 +357,9 @@ def _accept(ctx: PhaseContext, response: ModelResponse) -> ModelResponse:
     state.usage = state.usage + response.usage
     model = response.model or ctx.choice.model
     state.resolved_models.append(model)
-    state.cost_usd = add_cost(state.cost_usd, response.usage, model, params.prices)
+    state.cost_usd = add_cost(
+        state.cost_usd, response.usage, model, params.prices, ctx.choice.provider
+    )
     state.rate_limit_failures = 0
     state.transient_failures = 0
     state.error = None

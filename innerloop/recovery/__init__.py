@@ -16,7 +16,14 @@ from innerloop.recovery._compaction import (
 from innerloop.recovery._exact import AnthropicTokenCounter
 from innerloop.recovery._gate import Admission, RateLimitGate, RateLimitGates, shared_gates
 from innerloop.recovery._policy import RecoveryPolicy
-from innerloop.recovery._pricing import DEFAULT_PRICES, Price, cost_usd, merge_prices, price_for
+from innerloop.recovery._pricing import (
+    DEFAULT_PRICES,
+    Price,
+    cost_usd,
+    kept_price,
+    merge_prices,
+    price_for,
+)
 from innerloop.recovery._tokens import (
     ApproxTokenCounter,
     MessageTokenCache,
@@ -50,6 +57,7 @@ __all__ = [
     "TokenizerDataError",
     "TruncatingCompactor",
     "cost_usd",
+    "kept_price",
     "merge_prices",
     "price_for",
     "shared_gates",

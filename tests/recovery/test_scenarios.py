@@ -352,8 +352,8 @@ class TestSpendBudget:
         assert [e for e in events if isinstance(e, Alert)] == [
             Alert(
                 "unpriced_model",
-                "no price for m in params.prices: the run's dollar cost is unknown, so "
-                "spend_budget.max_cost_usd cannot end the run; add prices with "
+                "no price for m in params.prices or genai-prices: the run's dollar cost is "
+                "unknown, so spend_budget.max_cost_usd cannot end the run; add prices with "
                 "HarnessParams(prices=merge_prices({'m': Price(input, output)}))",
             )
         ]

@@ -1,0 +1,70 @@
+"""The install: `make demo` installs the package alone, `make test` the dev extra too;
+PEP 639 license metadata; the system set-up script's two levels."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+
+
+def _planned(target: str, venv: Path) -> list[str]:
+    """The commands ``make TARGET`` would run on a machine without ``venv`` (make -n)."""
+    out = subprocess.run(
+        ["make", "-n", "--no-print-directory", "-C", str(ROOT), target, f"VENV={venv}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.splitlines()
+
+
+def _installs(lines: list[str]) -> list[str]:
+    return [
+        line.split(" install ", 1)[1] for line in lines if "pip" in line and " install " in line
+    ]
+
+
+def test_demo_installs_the_package_alone(tmp_path: Path) -> None:
+    """A first `make demo` installs the package without the dev extra and asks the system
+    script for the demo's packages only."""
+    lines = _planned("demo", tmp_path / "venv")
+    assert "sh scripts/setup-system.sh demo" in lines
+    assert _installs(lines) == ["--no-compile -e ."]
+    assert lines[-1].endswith("-m innerloop demo")
+
+
+@pytest.mark.parametrize("target", ["test", "lint", "guard"])
+def test_the_checks_install_the_dev_extra(tmp_path: Path, target: str) -> None:
+    """`make test`, `lint` and `guard` install the demo's part, then the dev extra and the
+    rest of the system packages."""
+    lines = _planned(target, tmp_path / "venv")
+    assert _installs(lines) == ["--no-compile -e .", "--no-compile -e '.[dev]'"]
+    assert lines.index("sh scripts/setup-system.sh demo") < lines.index(
+        "sh scripts/setup-system.sh dev"
+    )
+
+
+def test_license_metadata_follows_pep_639() -> None:
+    """The license is an SPDX expression with its file, built by a setuptools that reads it."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert pyproject["project"]["license"] == "MIT"
+    assert pyproject["project"]["license-files"] == ["LICENSE"]
+    assert (ROOT / "LICENSE").read_text().startswith("MIT License")
+    assert pyproject["build-system"]["requires"] == ["setuptools>=77"]
+
+
+def test_the_system_script_refuses_an_unknown_level() -> None:
+    """scripts/setup-system.sh takes demo or dev and names both when given anything else."""
+    out = subprocess.run(
+        ["sh", str(ROOT / "scripts" / "setup-system.sh"), "all"], capture_output=True, text=True
+    )
+    assert out.returncode == 2
+    assert out.stderr == "usage: sh scripts/setup-system.sh [demo|dev] (got 'all')\n"
