@@ -30,6 +30,7 @@ from innerloop._messages import (
     Message,
     ModelResponse,
     RedactedThinkingBlock,
+    ServerToolBlock,
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
@@ -49,6 +50,7 @@ from innerloop.fsm import (
     TransitionSpec,
     compile_spec,
 )
+from innerloop.providers._servertools import ServerTool
 from innerloop.recovery import RecoveryPolicy
 from innerloop.tools import Toolset, ToolSpec, tool
 
@@ -78,6 +80,8 @@ __all__ = [
     "RecoveryPolicy",
     "RedactedThinkingBlock",
     "ResumeError",
+    "ServerTool",
+    "ServerToolBlock",
     "Session",
     "SessionError",
     "SessionLimitError",

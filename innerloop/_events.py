@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal, Self, TypeAlias
 import attrs
 
 from innerloop import _convert
-from innerloop._messages import ModelResponse, ToolUseBlock, Usage
+from innerloop._messages import ModelResponse, ServerToolBlock, ToolUseBlock, Usage
 
 __all__ = [
     "Abort",
@@ -27,6 +27,7 @@ __all__ = [
     "ModelResponseEvent",
     "RunEvent",
     "RunStarted",
+    "ServerToolEvent",
     "StreamEvent",
     "TextDelta",
     "ThinkingDelta",
@@ -108,6 +109,17 @@ class ToolUseComplete(StreamEvent):
     type: ClassVar[Literal["tool_use_complete"]] = "tool_use_complete"
     index: int
     tool_use: ToolUseBlock
+
+
+@attrs.frozen
+class ServerToolEvent(StreamEvent):
+    """A call or a result of a tool the provider runs itself (web search, code execution,
+    ...), complete as the model streamed it; it is kept in the message (as ``block``) and
+    sent back to the same provider, never run by the harness."""
+
+    type: ClassVar[Literal["server_tool"]] = "server_tool"
+    index: int
+    block: ServerToolBlock
 
 
 @attrs.frozen
@@ -225,6 +237,7 @@ RunEvent: TypeAlias = (
     | ToolUseStart
     | ToolInputDelta
     | ToolUseComplete
+    | ServerToolEvent
     | MessageComplete
     | RunStarted
     | Transition

@@ -28,6 +28,7 @@ from innerloop import (
     ModelChoice,
     ProviderError,
     RecoveryPolicy,
+    ServerTool,
     SpendBudget,
     Thinking,
     ToolSpec,
@@ -225,7 +226,7 @@ class TestBlocks:
             block_from_dict({"type": "video", "data": "x"})
         assert str(caught.value) == (
             "unknown content block type 'video'; expected one of text, thinking, "
-            "redacted_thinking, image, tool_use, tool_result"
+            "redacted_thinking, image, tool_use, tool_result, server_tool"
         )
 
     def test_a_bad_message_names_every_bad_path(self) -> None:
@@ -235,7 +236,7 @@ class TestBlocks:
         assert str(caught.value) == (
             "cannot read a Message from this data: required field missing @ $.content[0].text; "
             "unknown content block type 'x'; expected one of text, thinking, "
-            "redacted_thinking, image, tool_use, tool_result @ $.content[1]"
+            "redacted_thinking, image, tool_use, tool_result, server_tool @ $.content[1]"
         )
 
 
@@ -253,8 +254,8 @@ class Approved(Event):
 
 class TestEvents:
     def test_every_event_class_is_covered(self) -> None:
-        """The round trip below runs over all sixteen event classes of the package."""
-        assert len(EVENTS) == 16
+        """The round trip below runs over all seventeen event classes of the package."""
+        assert len(EVENTS) == 17
 
     @pytest.mark.parametrize("cls", EVENTS, ids=lambda c: c.type)
     @given(data=st.data())
@@ -413,6 +414,9 @@ positive = st.floats(0.001, 1e4)
 fraction = st.floats(0.01, 0.99)
 
 
+SERVER_TOOLS = [ServerTool("web_search", {"max_uses": 2}), ServerTool("code_execution")]
+
+
 @st.composite
 def harness_params(draw: st.DrawFn) -> HarnessParams:
     chain = draw(st.lists(models, min_size=1, max_size=3, unique=True))
@@ -468,6 +472,9 @@ def harness_params(draw: st.DrawFn) -> HarnessParams:
         "cache_last_user_turn": draw(st.booleans()),
         "output_type": None,
         "max_output_repairs": draw(st.integers(0, 5)),
+        "server_tools": draw(st.lists(st.sampled_from(SERVER_TOOLS), unique_by=lambda t: t.name)),
+        "prepare_tools": None,  # a function, and sources of tools, are the host's: not data
+        "tool_sources": (),
     }
     if kwargs["tool_choice"] in ("auto", "none"):  # a forced tool never lets it answer
         # a type crosses JSON only as a JSON schema dict

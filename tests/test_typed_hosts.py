@@ -24,6 +24,7 @@ from innerloop.events import (
     ModelResponseEvent,
     RunEvent,
     RunStarted,
+    ServerToolEvent,
     TextDelta,
     ThinkingDelta,
     ToolExecuted,
@@ -75,6 +76,8 @@ def _describe(event: RunEvent) -> str | None:  # noqa: C901 (one case per event 
             return f"finished {reason} {turns} {event.usage.output_tokens}"
         case RunStarted(machine=machine, state=state):
             return f"started {machine} at {state}"
+        case ServerToolEvent(block=block):
+            return f"server tool {block.name} {block.kind}"
         case ThinkingDelta() | ToolInputDelta() | MessageComplete():
             return None
         case Backoff() | Fallback() | Compacted() | Alert() | Abort():

@@ -32,10 +32,17 @@ from innerloop.tools._runner import ToolExecutor
 from innerloop.tools._spec import ToolSpec
 from innerloop.tools._strict import openai_strict_schema
 
-__all__ = ["AbortSignal", "Deps", "PhaseContext", "TurnScope", "request_settings"]
+__all__ = [
+    "AbortSignal",
+    "Deps",
+    "PhaseContext",
+    "TurnScope",
+    "request_settings",
+    "tool_definition",
+]
 
 
-def _definition(tool: ToolSpec) -> dict[str, Any]:
+def tool_definition(tool: ToolSpec) -> dict[str, Any]:
     """A tool's definition, with OpenAI's strict form of its schema when the tool was made
     by ``@tool`` (its function then takes the defaults of the optional arguments strict
     mode sends as null; a hand-written handler would see the nulls)."""
@@ -53,7 +60,7 @@ def request_settings(params: HarnessParams) -> RequestSettings:
     return RequestSettings(
         max_output_tokens=params.max_output_tokens,
         system=params.system,
-        tools=tuple(_definition(t) for t in params.tools),
+        tools=tuple(tool_definition(t) for t in params.tools),
         tool_choice=params.tool_choice,
         thinking_budget=thinking.budget_tokens if thinking is not None else None,
         thinking_adaptive=thinking.adaptive if thinking is not None else False,
@@ -74,6 +81,7 @@ def request_settings(params: HarnessParams) -> RequestSettings:
         output_name=output.name if output is not None else "output",
         anthropic_output_schema=dict(output.anthropic_schema) if output is not None else None,
         output_mode=params.output_mode,
+        server_tools=params.server_tools,
     )
 
 
@@ -143,6 +151,9 @@ class TurnScope:
     gates: dict[tuple[str, str], RateLimitGate] = attrs.field(factory=dict)
     """The rate-limit gate of each provider and model this run called, looked up in the
     process's gates once per run."""
+    offered: tuple[ToolSpec, ...] | None = None
+    """The tools offered on this turn, when ``params.prepare_tools`` or
+    ``params.tool_sources`` choose them (None: ``params.tools``); see ``fsm._offer``."""
 
 
 @attrs.frozen(eq=False)

@@ -40,6 +40,7 @@ from innerloop._messages import (
 from innerloop.fsm._context import PhaseContext
 from innerloop.fsm._guards import is_final_call, model_finished
 from innerloop.fsm._interrupts import answered_batch, suspend_for_questions
+from innerloop.fsm._offer import not_offered, offer_tools, server_tools_alert, tool_scope
 from innerloop.fsm._output import ACCEPTED, ALONE, OUTPUT_TOOL, InvalidOutput, OutputSpec
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._state import Outcome
@@ -95,13 +96,20 @@ async def assemble(ctx: PhaseContext) -> list[Event]:
     """Count the request: system prompt and tools once per run, history incrementally."""
     events: list[Event] = []
     scope, tokens, params = ctx.scope, ctx.deps.tokens, ctx.params
-    if scope.static_tokens is None:
+    changed = False
+    if params.prepare_tools is not None or params.tool_sources:
+        changed = await offer_tools(ctx)  # the tools of this turn (see fsm._offer)
+    if scope.static_tokens is None or changed:
+        first = scope.static_tokens is None
         system, tools = params.system, params.tool_definitions
+        if scope.offered is not None:
+            tools = tuple(t.to_definition() for t in scope.offered)
         if params.final_result_tool:  # counted for every model of the chain: the larger
             asked = with_output_tool(scope.settings)
             system, tools = asked.system, (*tools, asked.tools[-1])
         scope.static_tokens = tokens.count_static(system, tools)
-        events += _unpriced_alert(params, [c.model for c in params.model_chain])
+        if first:
+            events += _unpriced_alert(params, [c.model for c in params.model_chain])
     state = ctx.state
     if params.context_budget is None:
         # nothing to compare against: skip tokenizing (compaction counts what it needs)
@@ -369,8 +377,9 @@ async def stream(ctx: PhaseContext) -> AsyncIterator[Event]:
                 eager
                 and isinstance(event, ToolUseComplete)
                 and not is_final_call(ctx, event.tool_use)
+                and not_offered(ctx, event.tool_use) is None
             ):
-                tools.prestart(ctx, event.tool_use)
+                tools.prestart(tool_scope(ctx), event.tool_use)
             if not quiet:
                 yield event
         if not completed:
@@ -438,18 +447,24 @@ async def execute_batch(ctx: PhaseContext, batch: ToolBatch) -> AsyncIterator[Ev
         yield Alert("tool_failing", notice.text)
 
 
-def _with_final_calls(
-    ctx: PhaseContext, calls: Sequence[ToolUseBlock], batch: ToolBatch
+def _answered_here(ctx: PhaseContext, call: ToolUseBlock) -> ToolCallResult | None:
+    """The result of a call that never reaches the tool runner: a final-result call made
+    beside other calls (answered :data:`ALONE`), or a call to a tool not offered this
+    turn; None for the others."""
+    if is_final_call(ctx, call):
+        return ToolCallResult(call.id, call.name, ALONE, is_error=True, error="not_alone")
+    return not_offered(ctx, call)
+
+
+def _merged(
+    calls: Sequence[ToolUseBlock],
+    answered: Sequence[ToolCallResult | None],
+    batch: ToolBatch,
 ) -> ToolBatch:
-    """``batch`` (the results of the run's own calls) with the final-result calls made
-    beside them answered :data:`ALONE`, all in call order."""
+    """``batch`` (the results of the calls the runner ran) with the calls answered here
+    put back, all in call order."""
     results = iter(batch.results)
-    merged = [
-        ToolCallResult(c.id, c.name, ALONE, is_error=True, error="not_alone")
-        if is_final_call(ctx, c)
-        else next(results)
-        for c in calls
-    ]
+    merged = [a if a is not None else next(results) for a in answered]
     return ToolBatch(tuple(merged), batch.cancelled)
 
 
@@ -459,18 +474,20 @@ async def execute(ctx: PhaseContext) -> AsyncIterator[Event]:
     A call that asks a question (``ToolContext.interrupt``) suspends the run; resumed
     here, the answer is that call's result and the finished calls keep theirs. A
     final-result call made beside other calls is not the answer (it never reaches the tool
-    runner): it is answered with an error asking for it alone, after the others' results."""
+    runner): it is answered with an error asking for it alone, after the others' results;
+    so is a call to a tool not offered this turn (``params.prepare_tools``)."""
     calls = ctx.state.history[-1].tool_uses
-    own = [c for c in calls if not is_final_call(ctx, c)]
+    answered = [_answered_here(ctx, c) for c in calls]
+    own = [c for c, a in zip(calls, answered, strict=True) if a is None]
     resumed = ctx.resumed
     if resumed is not None:
         batch = answered_batch(own, resumed)
     else:
-        batch = await ctx.deps.tools.run_calls(ctx, own)
+        batch = await ctx.deps.tools.run_calls(tool_scope(ctx), own)
         if suspend_for_questions(ctx, own, batch):
             return
     if len(own) < len(calls):
-        batch = _with_final_calls(ctx, calls, batch)
+        batch = _merged(calls, answered, batch)
     async for event in execute_batch(ctx, batch):
         yield event
 
@@ -607,6 +624,9 @@ async def fallback(ctx: PhaseContext) -> AsyncIterator[Event]:
     after = ctx.choice
     state.outcome = Outcome.SWITCHED
     yield Fallback(before.provider, before.model, after.provider, after.model, reason)
+    dropped = server_tools_alert(ctx, ctx.provider.dialect)
+    if dropped is not None:
+        yield dropped
 
 
 def _close_history(state_history: list[Message]) -> None:

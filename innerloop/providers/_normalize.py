@@ -19,12 +19,14 @@ from innerloop._messages import (
     ImageBlock,
     Message,
     RedactedThinkingBlock,
+    ServerToolBlock,
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
 )
 from innerloop.providers._reasoning import family_of
+from innerloop.providers._servertools import ServerTool, server_tool_definition, server_tool_wire
 
 __all__ = [
     "DIALECTS",
@@ -114,6 +116,10 @@ def _strings(value: Sequence[str]) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _server_tools(value: Sequence[ServerTool]) -> tuple[ServerTool, ...]:
+    return tuple(value)
+
+
 @attrs.frozen
 class RequestSettings:
     """What a request carries besides the history: the run's fixed settings.
@@ -159,6 +165,9 @@ class RequestSettings:
     """How the answer is asked for (one of :data:`OUTPUT_MODES`): for a model that
     uses the final-result tool, ``build_request`` adds the tool (its input schema the output
     schema) and a line of system prompt instead of the native format."""
+    server_tools: tuple[ServerTool, ...] = attrs.field(default=(), converter=_server_tools)
+    """Tools the provider runs itself, each sent to the dialects that run it (see
+    ``innerloop.providers._servertools``)."""
 
 
 def normalize(messages: Sequence[Message], dialect: Dialect | str) -> list[dict[str, Any]]:
@@ -189,6 +198,8 @@ def _anthropic_block(block: Block) -> dict[str, Any] | None:
             "type": "image",
             "source": {"type": "base64", "media_type": block.media_type, "data": block.data},
         }
+    if isinstance(block, ServerToolBlock):
+        return server_tool_wire(block, "anthropic")
     if isinstance(block, ToolUseBlock):
         return {
             "type": "tool_use",
@@ -311,6 +322,10 @@ def _responses_assistant(message: Message, out: list[dict[str, Any]]) -> None:
                 out.append(item)
         elif isinstance(block, TextBlock) and block.text:
             out.append({"role": "assistant", "content": block.text})
+        elif isinstance(block, ServerToolBlock):
+            item = server_tool_wire(block, "responses")
+            if item is not None:
+                out.append(item)
         elif isinstance(block, ToolUseBlock):
             arguments = json.dumps(block.input, separators=(",", ":"))
             out.append(
@@ -375,11 +390,20 @@ def _responses_payload(settings: RequestSettings, history: Sequence[Message]) ->
     }
     if settings.system:
         payload["instructions"] = settings.system
-    if settings.tools:
-        payload["tools"] = [_responses_tool(t) for t in settings.tools]
+    server = _server_definitions(settings, "responses")
+    if settings.tools or server:
+        payload["tools"] = [_responses_tool(t) for t in settings.tools] + server
         payload["tool_choice"] = _responses_tool_choice(settings.tool_choice)
+    if any(t.name == "code_interpreter" for t in settings.server_tools):
+        payload["include"].append("code_interpreter_call.outputs")
     payload["messages"] = _responses_input(history)
     return payload
+
+
+def _server_definitions(settings: RequestSettings, dialect: str) -> list[dict[str, Any]]:
+    """The definitions of the server tools ``dialect`` runs (the others are left out)."""
+    found = (server_tool_definition(t, dialect) for t in settings.server_tools)
+    return [d for d in found if d is not None]
 
 
 # -- whole requests ---------------------------------------------------------------------------
@@ -412,8 +436,10 @@ def _anthropic_payload(settings: RequestSettings, history: Sequence[Message]) ->
     payload: dict[str, Any] = {"max_tokens": settings.max_output_tokens}
     if settings.system:
         payload["system"] = [{"type": "text", "text": settings.system, "cache_control": CACHE}]
-    if settings.tools:
+    server = _server_definitions(settings, "anthropic")
+    if settings.tools or server:
         defs = [{k: v for k, v in t.items() if k != "strict_schema"} for t in settings.tools]
+        defs += server
         if settings.cache_tools:
             defs[-1]["cache_control"] = CACHE
         payload["tools"] = defs

@@ -9,6 +9,7 @@ from innerloop.tools._define import Toolset, tool
 from innerloop.tools._output import OutputLimits
 from innerloop.tools._process import ProcessResult, run_process
 from innerloop.tools._runner import ToolBatch, ToolRunner
+from innerloop.tools._sources import ToolSource
 from innerloop.tools._spec import (
     DEFAULT_TIMEOUTS,
     ToolCallResult,
@@ -65,6 +66,7 @@ __all__ = [
     "ToolOutput",
     "ToolRunner",
     "ToolSchema",
+    "ToolSource",
     "ToolSpec",
     "Toolset",
     "Workspace",
