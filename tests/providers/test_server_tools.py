@@ -92,7 +92,6 @@ RESPONSES_SEARCH = ServerToolBlock(
 )
 
 
-
 class TestParams:
     def test_unknown_server_tool(self) -> None:
         """A name that is no server tool is refused, listing the known ones."""
@@ -357,9 +356,7 @@ def test_recorded_web_search_goes_back_as_the_recorded_next_request() -> None:
     history = [Message.user("What is the weather in San Francisco today?"), response.message]
     history.append(Message.user("how about Mexico City?"))
     sent = build_request(RequestSettings(64), history, "responses", "gpt-5").payload["input"]
-    [recorded_next] = [
-        c for c in load_cases(("responses",)) if c.id == case.id.replace("#0", "#1")
-    ]
+    [recorded_next] = [c for c in load_cases(("responses",)) if c.id == case.id.replace("#0", "#1")]
     recorded = [i for i in recorded_next.request["input"] if i.get("type") == "web_search_call"]
     assert [i for i in sent if i.get("type") == "web_search_call"] == recorded
     assert ToolUseBlock not in {type(b) for b in response.message.content}
