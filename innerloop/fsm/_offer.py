@@ -10,7 +10,7 @@ Without either, nothing here runs: the run offers ``params.tools`` every turn.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import attrs
@@ -59,7 +59,7 @@ async def _declared(params: HarnessParams) -> tuple[ToolSpec, ...]:
 
 
 def _chosen(
-    prepare: Callable[..., Sequence[ToolSpec | str]],
+    prepare: Callable[..., Iterable[ToolSpec | str]],
     state: Any,
     declared: tuple[ToolSpec, ...],
 ) -> tuple[ToolSpec, ...]:
@@ -68,7 +68,7 @@ def _chosen(
     listed = ", ".join(by_name) or "none"
     fix = "return some of the tools it is given (specs or names), in any order"
     result = prepare(state, declared)
-    if isinstance(result, str | ToolSpec) or not isinstance(result, Sequence):
+    if isinstance(result, str | ToolSpec) or not isinstance(result, Iterable):
         raise ParamsError(
             "prepare_tools",
             f"must return a list of tools, got {result!r}; {fix}",

@@ -32,6 +32,7 @@ from innerloop._messages import (
     Message,
     ModelResponse,
     RedactedThinkingBlock,
+    ServerToolBlock,
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
@@ -221,6 +222,13 @@ def _render_block(block: Block, names: dict[str, str], limit: int) -> str | None
         return f"[image ({block.media_type})]"
     if isinstance(block, ThinkingBlock | RedactedThinkingBlock):
         return None  # private reasoning; its conclusions are in the text that follows
+    if isinstance(block, ServerToolBlock):
+        data = {k: v for k, v in block.data.items() if k not in ("type", "id", "tool_use_id")}
+        text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, default=str)
+        if len(text) > limit:
+            text = text[:limit] + ELLIPSIS
+        kind = "result" if block.is_result else "call"
+        return f"[server tool {block.name} {kind}]: {text}"
     return None
 
 

@@ -25,6 +25,7 @@ from innerloop._messages import (
     ImageBlock,
     Message,
     RedactedThinkingBlock,
+    ServerToolBlock,
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
@@ -194,6 +195,8 @@ def message_text(message: Message) -> Iterable[str]:
             yield json.dumps(block.input, separators=(",", ":"))
         elif isinstance(block, ToolResultBlock):
             yield block.content
+        elif isinstance(block, ServerToolBlock):  # the provider bills what it sends back
+            yield json.dumps(block.data, separators=(",", ":"), ensure_ascii=False)
 
 
 def count_message(counter: TokenCounter, message: Message) -> int:

@@ -16,13 +16,14 @@ import pytest
 from innerloop import (
     HarnessParams,
     Message,
+    ModelResponse,
     ParamsError,
     ServerTool,
     ServerToolBlock,
     TextBlock,
     ToolUseBlock,
 )
-from innerloop.events import Alert, Fallback, ServerToolEvent
+from innerloop.events import Alert, Fallback, ModelResponseEvent, ServerToolEvent
 from innerloop.lowlevel import build_request
 from innerloop.providers import (
     AnthropicProvider,
@@ -31,6 +32,8 @@ from innerloop.providers import (
     WireRequest,
 )
 from innerloop.providers._normalize import RequestSettings
+from innerloop.recovery._compaction import render_transcript
+from innerloop.recovery._tokens import message_text
 from innerloop.testing import (
     AnthropicServer,
     OpenAIServer,
@@ -43,6 +46,7 @@ from innerloop.testing import (
 )
 from innerloop.testing._servers import Step
 from innerloop.tools import ToolSpec
+from innerloop.ui._view import run_detail
 from tests.providers._corpus import Case, load_cases
 from tests.providers.test_responses import ECHO, _echo, _run
 
@@ -360,3 +364,38 @@ def test_recorded_web_search_goes_back_as_the_recorded_next_request() -> None:
     recorded = [i for i in recorded_next.request["input"] if i.get("type") == "web_search_call"]
     assert [i for i in sent if i.get("type") == "web_search_call"] == recorded
     assert ToolUseBlock not in {type(b) for b in response.message.content}
+
+
+def test_server_blocks_are_counted_and_summarized() -> None:
+    """Their data counts towards the context (the provider bills what it is sent back),
+    and a summarizer's transcript names them, cut like tool results."""
+    message = Message.assistant((SEARCH_CALL, SEARCH_RESULT, TextBlock("Sunny.")))
+    assert list(message_text(message)) == [
+        json.dumps(SEARCH_CALL.data, separators=(",", ":")),
+        json.dumps(SEARCH_RESULT.data, separators=(",", ":")),
+        "Sunny.",
+    ]
+    assert render_transcript([Message.user("Weather?"), message], 40) == (
+        "USER:\nWeather?\n\nASSISTANT:\n"
+        '[server tool web_search call]: {"name":"web_search","input":{"query":"w [...]\n'
+        '[server tool web_search result]: {"content":[{"type":"web_search_result", [...]\n'
+        "Sunny."
+    )
+
+
+def test_the_live_view_lists_them_with_the_tool_calls() -> None:
+    """The run detail's tool list shows a turn's server-tool call (its input) and result
+    (what came back), outcome ``server`` and ``server result``."""
+    response = ModelResponse(
+        Message.assistant((SEARCH_CALL, SEARCH_RESULT, TextBlock("Sunny."))),
+        "end_turn",
+        model="claude-sonnet-4-5-20250929",
+    )
+    line = {**ModelResponseEvent(response, 1).to_dict(), "t": 0.5}
+    tools = run_detail([line])["tools"]
+    assert [(r["id"], r["name"], r["outcome"], r["t"]) for r in tools] == [
+        ("srvtoolu_01", "web_search", "server", 0.5),
+        ("srvtoolu_01", "web_search", "server result", 0.5),
+    ]
+    assert tools[0]["output"] == '{"query": "weather in Lisbon"}'
+    assert tools[1]["output"].startswith('{"content": [{"type": "web_search_result"')
