@@ -178,16 +178,16 @@ def tool_scope(ctx: PhaseContext) -> PhaseContext | OfferedScope:
     )
 
 
-def server_tools_alert(ctx: PhaseContext, dialect: str) -> Alert | None:
-    """After a switch to a ``dialect`` provider: an alert naming the server-tool blocks of
-    the history it cannot take (left out of its requests; the text around them stays) and
-    the server tools it does not run (not offered to it)."""
-    blocks = [
-        b
-        for m in ctx.state.history
-        for b in m.content
-        if isinstance(b, ServerToolBlock) and b.dialect != dialect
-    ]
+def server_tools_alert(ctx: PhaseContext) -> Alert | None:
+    """After a switch of provider: an alert naming the server-tool blocks of the history
+    its API cannot take (left out of its requests; the text around them stays) and the
+    server tools it does not run (not offered to it). None when there is nothing to say
+    (a run without server tools never looks)."""
+    server = [b for m in ctx.state.history for b in m.content if isinstance(b, ServerToolBlock)]
+    if not server and not ctx.params.server_tools:
+        return None
+    dialect = ctx.provider.dialect
+    blocks = [b for b in server if b.dialect != dialect]
     tools = [t.name for t in ctx.params.server_tools if server_tool_definition(t, dialect) is None]
     if not blocks and not tools:
         return None

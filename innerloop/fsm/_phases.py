@@ -346,8 +346,13 @@ def _accept(ctx: PhaseContext, response: ModelResponse) -> ModelResponse:
         )
         message = Message("assistant", kept)
         response = attrs.evolve(response, message=message)
-    if message.content:
-        state.history.append(message)
+    history = state.history
+    if message.content and history and history[-1].role == "assistant":
+        # the server paused a long turn (Anthropic's pause_turn): the request sent it
+        # back as it was and this response goes on with it, in the same message
+        history[-1] = Message("assistant", (*history[-1].content, *message.content))
+    elif message.content:
+        history.append(message)
     state.last_response = response
     state.outcome = Outcome.RESPONSE
     return response
@@ -624,7 +629,7 @@ async def fallback(ctx: PhaseContext) -> AsyncIterator[Event]:
     after = ctx.choice
     state.outcome = Outcome.SWITCHED
     yield Fallback(before.provider, before.model, after.provider, after.model, reason)
-    dropped = server_tools_alert(ctx, ctx.provider.dialect)
+    dropped = server_tools_alert(ctx)
     if dropped is not None:
         yield dropped
 

@@ -399,3 +399,23 @@ def test_the_live_view_lists_them_with_the_tool_calls() -> None:
     ]
     assert tools[0]["output"] == '{"query": "weather in Lisbon"}'
     assert tools[1]["output"].startswith('{"content": [{"type": "web_search_result"')
+
+
+def test_a_paused_turn_is_sent_back_and_goes_on_in_the_same_message(make_harness: Any) -> None:
+    """Anthropic pauses a long server-tool turn (stop_reason pause_turn): the next request
+    sends the paused turn back as it was, last, and the continuation joins it in one
+    assistant message, so the history stays valid."""
+    script: list[Step] = [
+        reply(SEARCH_CALL, stop_reason="pause_turn"),
+        reply(SEARCH_RESULT, "Sunny."),
+    ]
+    params = HarnessParams(model=CLAUDE, server_tools=[ServerTool("web_search")])
+    with AnthropicServer(script) as server:
+        provider = AnthropicProvider(ANTHROPIC_KEY, base_url=server.base_url)
+        state, _ = _run(make_harness(params, [provider]))
+        second = server.requests[1].body
+    assert second["messages"][-1] == {"role": "assistant", "content": [dict(SEARCH_CALL.data)]}
+    assert [m.role for m in state.history] == ["user", "assistant"]
+    assert state.history[1].content == (SEARCH_CALL, SEARCH_RESULT, TextBlock("Sunny."))
+    assert (state.exit_reason, state.turns) == ("model_complete", 2)
+    assert_valid_history(state.history)
