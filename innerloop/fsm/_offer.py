@@ -1,6 +1,7 @@
 """The tools offered on each turn, and what a switch of provider does to server tools.
 
-With ``params.prepare_tools`` or ``params.tool_sources`` set, :func:`offer_tools` (run by
+Imported by the phases only for a run that needs it. With ``params.prepare_tools`` or
+``params.tool_sources`` set, :func:`offer_tools` (run by
 ``assemble`` before each model call) reads the sources again, lets the hook choose, checks
 its choice, and keeps the turn's tools in ``scope.offered`` and their definitions in
 ``scope.settings``; the tool runner then sees those tools only (:func:`tool_scope`), and
@@ -17,7 +18,7 @@ import attrs
 
 from innerloop._errors import ParamsError
 from innerloop._events import Alert
-from innerloop._messages import ServerToolBlock, ToolUseBlock
+from innerloop._messages import ToolUseBlock
 from innerloop.fsm._context import PhaseContext, tool_definition
 from innerloop.fsm._params import HarnessParams
 from innerloop.providers._servertools import server_tool_definition
@@ -26,17 +27,11 @@ from innerloop.tools._spec import ToolCallResult, ToolParams, ToolSpec, ToolStat
 
 __all__ = [
     "OfferedScope",
-    "dynamic_tools",
     "not_offered",
     "offer_tools",
     "server_tools_alert",
     "tool_scope",
 ]
-
-
-def dynamic_tools(params: HarnessParams) -> bool:
-    """Whether the run chooses its tools turn by turn."""
-    return params.prepare_tools is not None or bool(params.tool_sources)
 
 
 async def _declared(params: HarnessParams) -> tuple[ToolSpec, ...]:
@@ -110,8 +105,7 @@ async def offer_tools(ctx: PhaseContext) -> bool:
             f"left out {choice[5:]!r}, which tool_choice={choice!r} forces; offer it on "
             "every turn or use tool_choice='auto'",
         )
-    if scope.offered is not None and [t.name for t in scope.offered] == [t.name for t in offered]:
-        scope.offered = offered
+    if scope.offered == offered:  # the same tools (a source's specs compare by value)
         return False
     scope.offered = offered
     scope.settings = attrs.evolve(scope.settings, tools=tuple(map(tool_definition, offered)))
@@ -182,12 +176,9 @@ def server_tools_alert(ctx: PhaseContext) -> Alert | None:
     """After a switch of provider: an alert naming the server-tool blocks of the history
     its API cannot take (left out of its requests; the text around them stays) and the
     server tools it does not run (not offered to it). None when there is nothing to say
-    (a run without server tools never looks)."""
-    server = [b for m in ctx.state.history for b in m.content if isinstance(b, ServerToolBlock)]
-    if not server and not ctx.params.server_tools:
-        return None
+    (the fallback phase calls it only for a run with server tools)."""
     dialect = ctx.provider.dialect
-    blocks = [b for b in server if b.dialect != dialect]
+    blocks = [b for m in ctx.state.history for b in m.server_tools if b.dialect != dialect]
     tools = [t.name for t in ctx.params.server_tools if server_tool_definition(t, dialect) is None]
     if not blocks and not tools:
         return None

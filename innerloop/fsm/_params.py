@@ -36,8 +36,7 @@ from innerloop.providers._reasoning import EFFORTS, family_of
 from innerloop.providers._servertools import ServerTool
 from innerloop.recovery._policy import RecoveryPolicy
 from innerloop.recovery._pricing import DEFAULT_PRICES, Price
-from innerloop.tools._sources import ToolSource
-from innerloop.tools._spec import DEFAULT_TIMEOUTS, ToolSpec
+from innerloop.tools._spec import DEFAULT_TIMEOUTS, ToolSource, ToolSpec
 
 
 class PrepareTools(Protocol):
@@ -46,6 +45,7 @@ class PrepareTools(Protocol):
     Not data: a run whose params cross JSON (a durable engine) cannot carry one."""
 
     def __call__(self, state: Any, tools: tuple[ToolSpec, ...], /) -> Sequence[ToolSpec | str]: ...
+
 
 __all__ = ["HarnessParams", "ModelChoice", "PrepareTools", "SpendBudget", "Thinking"]
 

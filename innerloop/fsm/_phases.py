@@ -40,7 +40,6 @@ from innerloop._messages import (
 from innerloop.fsm._context import PhaseContext
 from innerloop.fsm._guards import is_final_call, model_finished
 from innerloop.fsm._interrupts import answered_batch, suspend_for_questions
-from innerloop.fsm._offer import not_offered, offer_tools, server_tools_alert, tool_scope
 from innerloop.fsm._output import ACCEPTED, ALONE, OUTPUT_TOOL, InvalidOutput, OutputSpec
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._state import Outcome
@@ -50,7 +49,7 @@ from innerloop.recovery._diagnostic import build_diagnostic
 from innerloop.recovery._gate import RateLimitGate
 from innerloop.recovery._policy import backoff_delay, jitter_fraction, refused_wait
 from innerloop.recovery._pricing import add_cost, price_for
-from innerloop.tools._runner import ABORTED_TOOL, ToolBatch
+from innerloop.tools._runner import ABORTED_TOOL, ToolBatch, ToolScope
 from innerloop.tools._spec import ToolCallResult
 
 __all__ = [
@@ -98,7 +97,9 @@ async def assemble(ctx: PhaseContext) -> list[Event]:
     scope, tokens, params = ctx.scope, ctx.deps.tokens, ctx.params
     changed = False
     if params.prepare_tools is not None or params.tool_sources:
-        changed = await offer_tools(ctx)  # the tools of this turn (see fsm._offer)
+        from innerloop.fsm._offer import offer_tools  # only for runs that choose tools
+
+        changed = await offer_tools(ctx)  # the tools of this turn
     if scope.static_tokens is None or changed:
         first = scope.static_tokens is None
         system, tools = params.system, params.tool_definitions
@@ -382,9 +383,9 @@ async def stream(ctx: PhaseContext) -> AsyncIterator[Event]:
                 eager
                 and isinstance(event, ToolUseComplete)
                 and not is_final_call(ctx, event.tool_use)
-                and not_offered(ctx, event.tool_use) is None
+                and _not_offered(ctx, event.tool_use) is None
             ):
-                tools.prestart(tool_scope(ctx), event.tool_use)
+                tools.prestart(_tool_scope(ctx), event.tool_use)
             if not quiet:
                 yield event
         if not completed:
@@ -458,7 +459,26 @@ def _answered_here(ctx: PhaseContext, call: ToolUseBlock) -> ToolCallResult | No
     turn; None for the others."""
     if is_final_call(ctx, call):
         return ToolCallResult(call.id, call.name, ALONE, is_error=True, error="not_alone")
+    return _not_offered(ctx, call)
+
+
+def _not_offered(ctx: PhaseContext, call: ToolUseBlock) -> ToolCallResult | None:
+    """The error result of a call to a tool not offered this turn (None: offered, or the
+    run offers every tool every turn)."""
+    if ctx.scope.offered is None:
+        return None
+    from innerloop.fsm._offer import not_offered  # only for runs that choose tools
+
     return not_offered(ctx, call)
+
+
+def _tool_scope(ctx: PhaseContext) -> ToolScope:
+    """What the tool runner is given: ``ctx``, or a view of it with this turn's tools."""
+    if ctx.scope.offered is None:
+        return ctx
+    from innerloop.fsm._offer import tool_scope  # only for runs that choose tools
+
+    return tool_scope(ctx)
 
 
 def _merged(
@@ -488,7 +508,7 @@ async def execute(ctx: PhaseContext) -> AsyncIterator[Event]:
     if resumed is not None:
         batch = answered_batch(own, resumed)
     else:
-        batch = await ctx.deps.tools.run_calls(tool_scope(ctx), own)
+        batch = await ctx.deps.tools.run_calls(_tool_scope(ctx), own)
         if suspend_for_questions(ctx, own, batch):
             return
     if len(own) < len(calls):
@@ -629,9 +649,12 @@ async def fallback(ctx: PhaseContext) -> AsyncIterator[Event]:
     after = ctx.choice
     state.outcome = Outcome.SWITCHED
     yield Fallback(before.provider, before.model, after.provider, after.model, reason)
-    dropped = server_tools_alert(ctx)
-    if dropped is not None:
-        yield dropped
+    if ctx.params.server_tools or any(m.server_tools for m in state.history):
+        from innerloop.fsm._offer import server_tools_alert  # only for runs with them
+
+        dropped = server_tools_alert(ctx)
+        if dropped is not None:
+            yield dropped
 
 
 def _close_history(state_history: list[Message]) -> None:

@@ -9,7 +9,6 @@ from innerloop.tools._define import Toolset, tool
 from innerloop.tools._output import OutputLimits
 from innerloop.tools._process import ProcessResult, run_process
 from innerloop.tools._runner import ToolBatch, ToolRunner
-from innerloop.tools._sources import ToolSource
 from innerloop.tools._spec import (
     DEFAULT_TIMEOUTS,
     ToolCallResult,
@@ -18,6 +17,7 @@ from innerloop.tools._spec import (
     ToolHandler,
     ToolInterrupt,
     ToolOutput,
+    ToolSource,
     ToolSpec,
 )
 from innerloop.tools._strict import openai_strict_schema

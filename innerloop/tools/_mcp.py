@@ -26,8 +26,10 @@ How a server's connection lives:
   re-read at a time, each within ``connect_timeout``), and ``on_tools_changed(server)`` is
   called. A run given the server in ``HarnessParams(tool_sources=[server])`` reads
   ``server.tools()`` before each turn and so offers the new list at its next turn (a
-  re-read under way is waited for: a change notified during a tool call is seen by the
-  turn after it); tools given in ``HarnessParams(tools=...)`` stay as they were, and the
+  re-read under way is waited for: over stdio, a change notified during a tool call
+  arrives before the call's answer and is seen by the very next turn; over streamable
+  HTTP the notification may travel on the session's own stream, and is seen at the first
+  turn after it arrived); tools given in ``HarnessParams(tools=...)`` stay as they were, and the
   next run built from ``await server.tools()`` sees the new ones. A re-read that fails
   keeps the list as it was and logs a warning.
 - A hostile or broken server is bounded: a listing reads at most ``max_pages`` pages and

@@ -1,7 +1,7 @@
 """Tools that change per turn: ``HarnessParams(prepare_tools=...)`` chooses the tools of
 each request, and ``tool_sources`` (an MCP server) are read again before each turn. Over
 the loopback Anthropic server with the real SDK client; the MCP server is the demo server
-of tests/tools (the official SDK's server, over streamable HTTP)."""
+of tests/tools (the official SDK's server, over stdio)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pytest
 from innerloop import Harness, HarnessParams, HarnessState, ParamsError, ToolResultBlock
 from innerloop.providers import AnthropicProvider
 from innerloop.testing import AnthropicServer, assert_valid_history, reply, tool_call
-from innerloop.tools import MCPServer, ToolContext, ToolOutput, ToolSpec
-from tests.tools.test_mcp import demo_url  # noqa: F401 (the MCP demo server, a fixture)
+from innerloop.tools import ToolContext, ToolOutput, ToolSpec
+from tests.tools.test_mcp import demo_stdio
 
 KEY = "sk-ant-api03-tools-per-turn-0123456789"
 CLAUDE = "anthropic:claude-sonnet-4-5-20250929"
@@ -135,9 +135,10 @@ def test_prepare_tools_must_be_a_function() -> None:
     )
 
 
-def test_an_mcp_list_change_is_seen_at_the_next_turn(demo_url: str) -> None:  # noqa: F811
-    """The MCP server adds a tool during a call (notifications/tools/list_changed): the
-    next request offers it, and the model's call of it runs on the server."""
+def test_an_mcp_list_change_is_seen_at_the_next_turn() -> None:
+    """The MCP server adds a tool during a call (notifications/tools/list_changed, sent
+    over stdio before the call's answer): the next request offers it, and the model's
+    call of it runs on the server."""
     script = [
         reply(tool_call("add_tool", {"name": "late_tool"}, id="t1")),
         reply(tool_call("late_tool", {}, id="t2")),
@@ -145,7 +146,7 @@ def test_an_mcp_list_change_is_seen_at_the_next_turn(demo_url: str) -> None:  # 
     ]
 
     async def main() -> tuple[HarnessState, list[Any]]:
-        async with MCPServer.http(demo_url, name="demo") as mcp:
+        async with demo_stdio() as mcp:
             params = HarnessParams(model=CLAUDE, tool_sources=[mcp])
             with AnthropicServer(script) as server:
                 provider = AnthropicProvider(KEY, base_url=server.base_url)
@@ -161,11 +162,11 @@ def test_an_mcp_list_change_is_seen_at_the_next_turn(demo_url: str) -> None:  # 
     assert_valid_history(state.history)
 
 
-def test_a_source_tool_named_like_a_declared_one_is_refused(demo_url: str) -> None:  # noqa: F811
+def test_a_source_tool_named_like_a_declared_one_is_refused() -> None:
     echo = ToolSpec("echo", "Local echo.", {"type": "object"}, _named)
 
     async def main() -> None:
-        async with MCPServer.http(demo_url, name="demo") as mcp:
+        async with demo_stdio() as mcp:
             params = HarnessParams(model=CLAUDE, tools=[echo], tool_sources=[mcp])
             with AnthropicServer([reply("never sent")]) as server:
                 provider = AnthropicProvider(KEY, base_url=server.base_url)
