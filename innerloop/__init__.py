@@ -32,6 +32,7 @@ from innerloop._messages import (
     Message,
     ModelResponse,
     RedactedThinkingBlock,
+    ServerToolBlock,
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
@@ -54,6 +55,7 @@ from innerloop.fsm import (
     agent_tool,
     compile_spec,
 )
+from innerloop.providers._servertools import ServerTool
 from innerloop.recovery import RecoveryPolicy
 from innerloop.tools import Toolset, ToolSpec, tool
 
@@ -87,6 +89,8 @@ __all__ = [
     "RecoveryPolicy",
     "RedactedThinkingBlock",
     "ResumeError",
+    "ServerTool",
+    "ServerToolBlock",
     "Session",
     "SessionError",
     "SessionLimitError",

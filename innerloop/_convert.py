@@ -23,6 +23,8 @@ rules are generic, so this bottom module never imports the layers above it:
   neither takes a boolean), a boolean where a ``bool`` is. Anything else is refused with
   the path of the field (``usage: "lots"`` is ``expected an object (Usage), got a string
   @ $.usage``), never read as an empty object or coerced.
+- a field typed as a ``typing.Protocol`` (``HarnessParams.tool_sources``, ``prepare_tools``):
+  never read back (an empty tuple or None is).
 - a value of a field typed ``Any`` (``HarnessState.notes``, a diagnostic, a tool's value),
   or a union with a class among its members (``HarnessParams.output_type``):
   JSON data as it is, tuples and sets as lists, attrs instances as dicts; anything else is
@@ -112,6 +114,7 @@ def make_converter() -> cattrs.Converter:
         c.register_structure_hook(scalar, check)
     c.register_unstructure_hook_factory(holds_code, _code_unstructure)
     c.register_structure_hook_factory(holds_code, _code_structure_refused)
+    c.register_structure_hook_factory(_is_protocol, _protocol_refused)
     c.register_unstructure_hook_factory(_is_block, _tagged)
     c.register_unstructure_hook_factory(
         _is_block_tuple, lambda t, conv: _blocks_unstructure(_blocks_of(t.__args__[0]), conv)
@@ -349,6 +352,23 @@ def _is_callable_type(tp: Any) -> bool:
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         return any(_is_callable_type(a) for a in typing.get_args(tp))
     return False
+
+
+def _is_protocol(cls: Any) -> bool:
+    """A ``typing.Protocol`` (a live object of the host, such as a tool source): no data."""
+    return isinstance(cls, type) and bool(getattr(cls, "_is_protocol", False))
+
+
+def _protocol_refused(cls: type[Any]) -> Callable[[Any, Any], Any]:
+    def refuse(data: Any, _: Any) -> Any:
+        raise ConversionError(
+            cls.__qualname__,
+            f"{cls.__qualname__} {data!r} stands for a live object of the host, which JSON "
+            "does not carry; keep it out of data that crosses JSON",
+            data,
+        )
+
+    return refuse
 
 
 def _check_named(cls: type[Any]) -> None:

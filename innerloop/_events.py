@@ -14,7 +14,7 @@ import attrs
 
 from innerloop import _convert
 from innerloop._errors import ProviderError
-from innerloop._messages import Message, ModelResponse, ToolUseBlock, Usage
+from innerloop._messages import Message, ModelResponse, ServerToolBlock, ToolUseBlock, Usage
 from innerloop._tasks import Task
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "OutputDelta",
     "RunEvent",
     "RunStarted",
+    "ServerToolEvent",
     "StreamEvent",
     "TextDelta",
     "ThinkingDelta",
@@ -114,6 +115,17 @@ class ToolUseComplete(StreamEvent):
     type: ClassVar[Literal["tool_use_complete"]] = "tool_use_complete"
     index: int
     tool_use: ToolUseBlock
+
+
+@attrs.frozen
+class ServerToolEvent(StreamEvent):
+    """A call or a result of a tool the provider runs itself (web search, code execution,
+    ...), complete as the model streamed it; it is kept in the message (as ``block``) and
+    sent back to the same provider, never run by the harness."""
+
+    type: ClassVar[Literal["server_tool"]] = "server_tool"
+    index: int
+    block: ServerToolBlock
 
 
 @attrs.frozen
@@ -304,6 +316,7 @@ RunEvent: TypeAlias = (
     | ToolUseStart
     | ToolInputDelta
     | ToolUseComplete
+    | ServerToolEvent
     | MessageComplete
     | OutputDelta
     | RunStarted

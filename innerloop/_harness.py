@@ -42,6 +42,7 @@ from innerloop.fsm._spec import MachineSpec
 from innerloop.fsm._state import HarnessState
 from innerloop.providers._base import Provider
 from innerloop.providers._normalize import check_sendable
+from innerloop.providers._servertools import check_server_tools
 from innerloop.recovery._clock import Clock, SystemClock
 from innerloop.recovery._compaction import Compactor, TruncatingCompactor
 from innerloop.recovery._gate import RateLimitGates, shared_gates
@@ -196,6 +197,10 @@ class Harness(Generic[OutputT]):
             raise ValueError(
                 f"no provider given for {names}; pass providers={{'{missing[0].provider}': ...}}"
             )
+        if params.server_tools:  # the primary model's route must run them
+            primary = params.model
+            dialect = getattr(self.providers[primary.provider], "dialect", "")
+            check_server_tools(params.server_tools, dialect, str(primary))
         self.machine = machine if isinstance(machine, CompiledMachine) else compile_spec(machine)
         self.record = MachineRecord.of(self.machine)
         """What each run of this harness records of its machine."""

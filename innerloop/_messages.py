@@ -30,6 +30,7 @@ __all__ = [
     "ModelResponse",
     "RedactedThinkingBlock",
     "Role",
+    "ServerToolBlock",
     "StopReason",
     "TextBlock",
     "ThinkingBlock",
@@ -299,6 +300,58 @@ class ToolResultBlock:
         return _unstructure(self)
 
 
+@attrs.frozen(eq=False)
+class ServerToolBlock:
+    """A call or a result of a tool the provider runs itself (Anthropic's web search, web
+    fetch and code execution; the Responses API's web search, file search and code
+    interpreter), kept verbatim: ``data`` is the content block (Anthropic) or output item
+    (Responses) as the API sent it, and ``dialect`` the API that made it. It is sent back
+    to that API only; normalizing for another one leaves it out (the fallback phase says
+    so with an ``alert``). The harness never runs it."""
+
+    dialect: str
+    data: dict[str, Any] = attrs.field(converter=_frozen_mapping)
+    type: Literal["server_tool"] = attrs.field(default="server_tool", init=False)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ServerToolBlock):
+            return NotImplemented
+        return (self.dialect, self.data) == (other.dialect, other.data)
+
+    def __hash__(self) -> int:
+        return hash((self.dialect, self.id))
+
+    @property
+    def kind(self) -> str:
+        """The block's or item's own type (``server_tool_use``, ``web_search_tool_result``,
+        ``web_search_call``, ...)."""
+        return str(self.data.get("type", ""))
+
+    @property
+    def id(self) -> str:
+        """The call's id (a result block carries the id of the call it answers)."""
+        return str(self.data.get("id") or self.data.get("tool_use_id") or "")
+
+    @property
+    def is_result(self) -> bool:
+        """An Anthropic result block (the Responses API keeps call and result in one item)."""
+        return self.kind.endswith("_tool_result")
+
+    @property
+    def name(self) -> str:
+        """The server tool's name: ``web_search``, ``code_execution``, ``file_search``..."""
+        kind = self.kind
+        if "name" in self.data and not self.is_result:
+            return str(self.data["name"])
+        for suffix in ("_tool_result", "_call"):
+            if kind.endswith(suffix):
+                return kind[: -len(suffix)]
+        return kind
+
+    def to_dict(self) -> dict[str, Any]:
+        return _unstructure(self)
+
+
 Block: TypeAlias = (
     TextBlock
     | ThinkingBlock
@@ -307,6 +360,7 @@ Block: TypeAlias = (
     | DocumentBlock
     | ToolUseBlock
     | ToolResultBlock
+    | ServerToolBlock
 )
 
 
@@ -341,6 +395,11 @@ class Message:
     @property
     def tool_results(self) -> tuple[ToolResultBlock, ...]:
         return tuple(b for b in self.content if isinstance(b, ToolResultBlock))
+
+    @property
+    def server_tools(self) -> tuple[ServerToolBlock, ...]:
+        """The server-side tool calls and results among the content, in order."""
+        return tuple(b for b in self.content if isinstance(b, ServerToolBlock))
 
     def to_dict(self) -> dict[str, Any]:
         return _unstructure(self)

@@ -29,6 +29,7 @@ from innerloop import (
     PromptCache,
     ProviderError,
     RecoveryPolicy,
+    ServerTool,
     SpendBudget,
     Thinking,
     ToolSpec,
@@ -254,7 +255,7 @@ class TestBlocks:
             block_from_dict({"type": "video", "data": "x"})
         assert str(caught.value) == (
             "unknown content block type 'video'; expected one of text, thinking, "
-            "redacted_thinking, image, document, tool_use, tool_result"
+            "redacted_thinking, image, document, tool_use, tool_result, server_tool"
         )
 
     def test_a_bad_message_names_every_bad_path(self) -> None:
@@ -264,7 +265,7 @@ class TestBlocks:
         assert str(caught.value) == (
             "cannot read a Message from this data: required field missing @ $.content[0].text; "
             "unknown content block type 'x'; expected one of text, thinking, "
-            "redacted_thinking, image, document, tool_use, tool_result @ $.content[1]"
+            "redacted_thinking, image, document, tool_use, tool_result, server_tool @ $.content[1]"
         )
 
 
@@ -343,8 +344,8 @@ class TestWrongJSONTypes:
 
 class TestEvents:
     def test_every_event_class_is_covered(self) -> None:
-        """The round trip below runs over all twenty event classes of the package."""
-        assert len(EVENTS) == 20
+        """The round trip below runs over all twenty-one event classes of the package."""
+        assert len(EVENTS) == 21
 
     @pytest.mark.parametrize("cls", EVENTS, ids=lambda c: c.type)
     @given(data=st.data())
@@ -507,6 +508,9 @@ positive = st.floats(0.001, 1e4)
 fraction = st.floats(0.01, 0.99)
 
 
+SERVER_TOOLS = [ServerTool("web_search", {"max_uses": 2}), ServerTool("code_execution")]
+
+
 @st.composite
 def harness_params(draw: st.DrawFn) -> HarnessParams:
     chain = draw(st.lists(models, min_size=1, max_size=3, unique=True))
@@ -574,6 +578,9 @@ def harness_params(draw: st.DrawFn) -> HarnessParams:
         ),
         "output_type": None,
         "max_output_repairs": draw(st.integers(0, 5)),
+        "server_tools": draw(st.lists(st.sampled_from(SERVER_TOOLS), unique_by=lambda t: t.name)),
+        "prepare_tools": None,  # a function, and sources of tools, are the host's: not data
+        "tool_sources": (),
     }
     if kwargs["tool_choice"] in ("auto", "none"):  # a forced tool never lets it answer
         # a type crosses JSON only as a JSON schema dict

@@ -28,6 +28,7 @@ from innerloop.events import (
     OutputDelta,
     RunEvent,
     RunStarted,
+    ServerToolEvent,
     TextDelta,
     ThinkingDelta,
     ToolExecuted,
@@ -81,6 +82,8 @@ def _describe(event: RunEvent) -> str | None:  # noqa: C901 (one case per event 
             return f"started {machine} at {state}"
         case OutputDelta(data=data):
             return f"answer so far {data}"
+        case ServerToolEvent(block=block):
+            return f"server tool {block.name} {block.kind}"
         case ThinkingDelta() | ToolInputDelta() | MessageComplete() | ModelCall():
             return None
         case ModelError(error=error, stage=stage):

@@ -22,7 +22,7 @@ from innerloop.fsm._guardinfo import GuardInfo, guard, guard_info
 from innerloop.fsm._guards import DEFAULT_GUARDS
 from innerloop.fsm._locate import MachineNotFound, MachineRecord, find_machine, load_spec
 from innerloop.fsm._output import OutputSpec, output_spec
-from innerloop.fsm._params import HarnessParams, ModelChoice, SpendBudget, Thinking
+from innerloop.fsm._params import HarnessParams, ModelChoice, PrepareTools, SpendBudget, Thinking
 from innerloop.fsm._spec import Guard, Handler, MachineSpec, StateSpec, TransitionSpec
 from innerloop.fsm._state import (
     AbortRequest,
@@ -61,6 +61,7 @@ __all__ = [
     "OutcomeEnum",
     "OutputSpec",
     "PhaseContext",
+    "PrepareTools",
     "PromptCache",
     "Run",
     "RunHooks",

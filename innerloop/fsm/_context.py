@@ -41,10 +41,11 @@ __all__ = [
     "TurnScope",
     "relay",
     "request_settings",
+    "tool_definition",
 ]
 
 
-def _definition(tool: ToolSpec) -> dict[str, Any]:
+def tool_definition(tool: ToolSpec) -> dict[str, Any]:
     """A tool's definition, with OpenAI's strict form of its schema when the tool was made
     by ``@tool`` (its function then takes the defaults of the optional arguments strict
     mode sends as null; a hand-written handler would see the nulls)."""
@@ -62,7 +63,7 @@ def request_settings(params: HarnessParams) -> RequestSettings:
     return RequestSettings(
         max_output_tokens=params.max_output_tokens,
         system=params.system,
-        tools=tuple(_definition(t) for t in params.tools),
+        tools=tuple(tool_definition(t) for t in params.tools),
         tool_choice=params.tool_choice,
         thinking_budget=thinking.budget_tokens if thinking is not None else None,
         thinking_adaptive=thinking.adaptive if thinking is not None else False,
@@ -83,6 +84,7 @@ def request_settings(params: HarnessParams) -> RequestSettings:
         output_name=output.name if output is not None else "output",
         anthropic_output_schema=dict(output.anthropic_schema) if output is not None else None,
         output_mode=params.output_mode,
+        server_tools=params.server_tools,
     )
 
 
@@ -212,6 +214,9 @@ class TurnScope:
     forward: bool = True
     """Someone reads or watches this run's events, so its child runs pass theirs up (a
     quiet ``run()`` with no observer and no event logging wanting them: they do not)."""
+    offered: tuple[ToolSpec, ...] | None = None
+    """The tools offered on this turn, when ``params.prepare_tools`` or
+    ``params.tool_sources`` choose them (None: ``params.tools``); see ``fsm._offer``."""
 
 
 @attrs.frozen(eq=False)

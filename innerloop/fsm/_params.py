@@ -5,15 +5,16 @@ from __future__ import annotations
 import difflib
 import functools
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, Generic, Literal
+from typing import Any, Generic, Literal, Protocol
 
 import attrs
 
 from innerloop._errors import ParamsError
 from innerloop._json import MAX_JSON_DEPTH, MAX_JSON_DEPTH_LIMIT
 from innerloop._validators import (
+    Check,
     boolean,
     check_fields,
     checked,
@@ -34,11 +35,21 @@ from innerloop.providers._normalize import (
     output_tool_used,
 )
 from innerloop.providers._reasoning import EFFORTS, family_of
+from innerloop.providers._servertools import ServerTool
 from innerloop.recovery._policy import RecoveryPolicy
 from innerloop.recovery._pricing import DEFAULT_PRICES, Price
-from innerloop.tools._spec import DEFAULT_TIMEOUTS, ToolSpec
+from innerloop.tools._spec import DEFAULT_TIMEOUTS, ToolSource, ToolSpec
 
-__all__ = ["HarnessParams", "ModelChoice", "SpendBudget", "Thinking"]
+
+class PrepareTools(Protocol):
+    """``prepare_tools(state, tools)``: the tools offered this turn, chosen from ``tools``
+    (specs or names, in the order to offer them); ``state`` is the run's ``HarnessState``.
+    Not data: a run whose params cross JSON (a durable engine) cannot carry one."""
+
+    def __call__(self, state: Any, tools: tuple[ToolSpec, ...], /) -> Sequence[ToolSpec | str]: ...
+
+
+__all__ = ["HarnessParams", "ModelChoice", "PrepareTools", "SpendBudget", "Thinking"]
 
 _DATED = re.compile(r"(\d{8}|\d{4}-\d{2}-\d{2})$")
 
@@ -230,15 +241,34 @@ def _default_timeouts() -> Mapping[str, float]:
     return timeouts
 
 
-def _unique_tools(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    names: set[str] = set()
-    for tool in value:
-        if tool.name in names:
-            raise ParamsError("tools", f"duplicate tool name {tool.name!r}", tool.name)
-        names.add(tool.name)
+def _unique(what: str) -> Callable[[object, attrs.Attribute[Any], Any], None]:
+    """A validator: no two items of the field share a ``name`` (``what`` names them)."""
+
+    def check(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+        names: set[str] = set()
+        for item in value:
+            if item.name in names:
+                raise ParamsError(attribute.name, f"duplicate {what} {item.name!r}", item.name)
+            names.add(item.name)
+
+    return check
+
+
+_unique_tools = _unique("tool name")
 
 
 _TOOLS = tuple_of(instance(ToolSpec, hint=" (define tools with @tool)"), "ToolSpec")
+_SERVER_TOOLS = tuple_of(
+    instance(ServerTool, hint=' (e.g. ServerTool("web_search"))'), "ServerTool"
+)
+_SOURCES = tuple_of(
+    instance(ToolSource, hint=" (an object with async tools(), such as an MCPServer)"),
+    "tool sources",
+)
+_CALLABLE = Check("a function (state, tools) -> the tools to offer", callable)
+_unique_server_tools = _unique("server tool")
+
+
 _FLAG = boolean()
 
 
@@ -343,6 +373,27 @@ class HarnessParams(Generic[OutputT]):
     ``is_error`` result without running, the resume answer is a ``ResumeError``. 1 to
     200 (pydantic's JSON parser, which validates answers and arguments, reads no deeper);
     the events around a model's answer may nest 32 levels more."""
+    server_tools: tuple[ServerTool, ...] = attrs.field(
+        default=(),
+        converter=_as_tuple,
+        metadata=checked(_SERVER_TOOLS, _unique_server_tools),
+    )
+    """Tools the provider runs itself (``ServerTool("web_search")``, ...): offered to each
+    model of the chain whose API runs them; the harness refuses one the primary model's
+    provider cannot run. Their calls and results stay in the history (``ServerToolBlock``)
+    and are shown as ``server_tool`` events."""
+    prepare_tools: PrepareTools | None = attrs.field(
+        default=None, metadata=checked(optional(_CALLABLE))
+    )
+    """Chooses the tools offered on each turn: called before each model call with the
+    run's state and the declared tools (``tools``, then those of ``tool_sources``), it
+    returns some of them (specs or names), in the order to offer them. A call to a
+    declared tool that is not offered is answered with an error result. None: all."""
+    tool_sources: tuple[ToolSource, ...] = attrs.field(
+        default=(), converter=_as_tuple, metadata=checked(_SOURCES)
+    )
+    """Sources of tools read again before each turn (an ``MCPServer``: a server that
+    changes its list, ``notifications/tools/list_changed``, is seen at the next turn)."""
     output_spec: OutputSpec | None = attrs.field(init=False, eq=False, repr=False)
     """``output_type`` compiled: the schema sent and the answer's validator."""
 
@@ -372,6 +423,9 @@ class HarnessParams(Generic[OutputT]):
         if self.cache_tools or self.cache_last_user_turn:
             self._check_prompt_cache()
 
+        if self.server_tools:
+            self._check_server_tool_names()
+
     def _check_prompt_cache(self) -> None:
         """The shorthand flags folded into ``prompt_cache`` must still make a request
         Anthropic takes (at most four breakpoints)."""
@@ -389,6 +443,16 @@ class HarnessParams(Generic[OutputT]):
             tools=cache.tools or self.cache_tools,
             last_messages=max(cache.last_messages, int(self.cache_last_user_turn)),
         )
+
+    def _check_server_tool_names(self) -> None:
+        for server in self.server_tools:
+            if self.tool(server.name) is not None:
+                raise ParamsError(
+                    "tools",
+                    f"the tool name {server.name!r} is taken by the server tool of that name; "
+                    "rename the tool",
+                    server.name,
+                )
 
     def _check_strict_models(self) -> None:
         for i, choice in enumerate(self.model_chain):

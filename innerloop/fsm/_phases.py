@@ -60,7 +60,7 @@ from innerloop.recovery._diagnostic import build_diagnostic
 from innerloop.recovery._gate import RateLimitGate
 from innerloop.recovery._policy import backoff_delay, jitter_fraction, refused_wait
 from innerloop.recovery._pricing import add_cost, price_for
-from innerloop.tools._runner import ABORTED_TOOL, ToolBatch
+from innerloop.tools._runner import ABORTED_TOOL, ToolBatch, ToolScope
 from innerloop.tools._spec import ToolCallResult
 
 __all__ = [
@@ -111,13 +111,22 @@ async def assemble(ctx: PhaseContext) -> list[Event]:
     """Count the request: system prompt and tools once per run, history incrementally."""
     events: list[Event] = []
     scope, tokens, params = ctx.scope, ctx.deps.tokens, ctx.params
-    if scope.static_tokens is None:
+    changed = False
+    if params.prepare_tools is not None or params.tool_sources:
+        from innerloop.fsm._offer import offer_tools  # only for runs that choose tools
+
+        changed = await offer_tools(ctx)  # the tools of this turn
+    if scope.static_tokens is None or changed:
+        first = scope.static_tokens is None
         system, tools = params.system, params.tool_definitions
+        if scope.offered is not None:
+            tools = tuple(t.to_definition() for t in scope.offered)
         if params.final_result_tool:  # counted for every model of the chain: the larger
             asked = with_output_tool(scope.settings)
             system, tools = asked.system, (*tools, asked.tools[-1])
         scope.static_tokens = tokens.count_static(system, tools)
-        events += _unpriced_alert(params, [(c.model, c.provider) for c in params.model_chain])
+        if first:
+            events += _unpriced_alert(params, [(c.model, c.provider) for c in params.model_chain])
     state = ctx.state
     if params.context_budget is None:
         # nothing to compare against: skip tokenizing (compaction counts what it needs)
@@ -372,8 +381,13 @@ def _accept(ctx: PhaseContext, response: ModelResponse) -> ModelResponse:
         )
         message = Message("assistant", kept)
         response = attrs.evolve(response, message=message)
-    if message.content:
-        state.history.append(message)
+    history = state.history
+    if message.content and history and history[-1].role == "assistant":
+        # the server paused a long turn (Anthropic's pause_turn): the request sent it
+        # back as it was and this response goes on with it, in the same message
+        history[-1] = Message("assistant", (*history[-1].content, *message.content))
+    elif message.content:
+        history.append(message)
     state.last_response = response
     state.outcome = Outcome.RESPONSE
     return response
@@ -418,8 +432,9 @@ async def stream(ctx: PhaseContext) -> AsyncIterator[Event]:
                 eager
                 and isinstance(event, ToolUseComplete)
                 and not is_final_call(ctx, event.tool_use)
+                and _not_offered(ctx, event.tool_use) is None
             ):
-                tools.prestart(ctx, event.tool_use)
+                tools.prestart(_tool_scope(ctx), event.tool_use)
             if not quiet:
                 yield event
                 if partial is not None and (delta := partial.feed(event)) is not None:
@@ -490,18 +505,43 @@ async def execute_batch(ctx: PhaseContext, batch: ToolBatch) -> AsyncIterator[Ev
         yield Alert("tool_failing", notice.text)
 
 
-def _with_final_calls(
-    ctx: PhaseContext, calls: Sequence[ToolUseBlock], batch: ToolBatch
+def _answered_here(ctx: PhaseContext, call: ToolUseBlock) -> ToolCallResult | None:
+    """The result of a call that never reaches the tool runner: a final-result call made
+    beside other calls (answered :data:`ALONE`), or a call to a tool not offered this
+    turn; None for the others."""
+    if is_final_call(ctx, call):
+        return ToolCallResult(call.id, call.name, ALONE, is_error=True, error="not_alone")
+    return _not_offered(ctx, call)
+
+
+def _not_offered(ctx: PhaseContext, call: ToolUseBlock) -> ToolCallResult | None:
+    """The error result of a call to a tool not offered this turn (None: offered, or the
+    run offers every tool every turn)."""
+    if ctx.scope.offered is None:
+        return None
+    from innerloop.fsm._offer import not_offered  # only for runs that choose tools
+
+    return not_offered(ctx, call)
+
+
+def _tool_scope(ctx: PhaseContext) -> ToolScope:
+    """What the tool runner is given: ``ctx``, or a view of it with this turn's tools."""
+    if ctx.scope.offered is None:
+        return ctx
+    from innerloop.fsm._offer import tool_scope  # only for runs that choose tools
+
+    return tool_scope(ctx)
+
+
+def _merged(
+    calls: Sequence[ToolUseBlock],
+    answered: Sequence[ToolCallResult | None],
+    batch: ToolBatch,
 ) -> ToolBatch:
-    """``batch`` (the results of the run's own calls) with the final-result calls made
-    beside them answered :data:`ALONE`, all in call order."""
+    """``batch`` (the results of the calls the runner ran) with the calls answered here
+    put back, all in call order."""
     results = iter(batch.results)
-    merged = [
-        ToolCallResult(c.id, c.name, ALONE, is_error=True, error="not_alone")
-        if is_final_call(ctx, c)
-        else next(results)
-        for c in calls
-    ]
+    merged = [a if a is not None else next(results) for a in answered]
     return ToolBatch(tuple(merged), batch.cancelled)
 
 
@@ -537,14 +577,16 @@ async def execute(ctx: PhaseContext) -> AsyncIterator[Event]:
     A call that asks a question (``ToolContext.interrupt``) suspends the run; resumed
     here, the answer is that call's result and the finished calls keep theirs. A
     final-result call made beside other calls is not the answer (it never reaches the tool
-    runner): it is answered with an error asking for it alone, after the others' results."""
+    runner): it is answered with an error asking for it alone, after the others' results;
+    so is a call to a tool not offered this turn (``params.prepare_tools``)."""
     calls = ctx.state.history[-1].tool_uses
-    own = [c for c in calls if not is_final_call(ctx, c)]
+    answered = [_answered_here(ctx, c) for c in calls]
+    own = [c for c, a in zip(calls, answered, strict=True) if a is None]
     resumed = ctx.resumed
     if resumed is not None:
         batch = answered_batch(own, resumed)
     else:
-        work = ctx.deps.tools.run_calls(ctx, own)
+        work = ctx.deps.tools.run_calls(_tool_scope(ctx), own)
         if ctx.scope.emits:  # an agent tool: its child's events come while the calls run
             ran: list[ToolBatch] = []
             async with contextlib.aclosing(_forwarding(ctx, work, ran)) as forwarded:
@@ -556,7 +598,7 @@ async def execute(ctx: PhaseContext) -> AsyncIterator[Event]:
         if suspend_for_questions(ctx, own, batch):
             return
     if len(own) < len(calls):
-        batch = _with_final_calls(ctx, calls, batch)
+        batch = _merged(calls, answered, batch)
     async for event in execute_batch(ctx, batch):
         yield event
 
@@ -693,6 +735,12 @@ async def fallback(ctx: PhaseContext) -> AsyncIterator[Event]:
     after = ctx.choice
     state.outcome = Outcome.SWITCHED
     yield Fallback(before.provider, before.model, after.provider, after.model, reason)
+    if ctx.params.server_tools or any(m.server_tools for m in state.history):
+        from innerloop.fsm._offer import server_tools_alert  # only for runs with them
+
+        dropped = server_tools_alert(ctx)
+        if dropped is not None:
+            yield dropped
 
 
 def _close_history(state_history: list[Message]) -> None:

@@ -1,7 +1,8 @@
 """The Anthropic Messages API through ``AsyncAnthropic`` (max_retries=0: the machine retries).
 
 Server-side tool blocks (``server_tool_use``, ``web_search_tool_result``, ``mcp_*``, ...)
-are run by Anthropic, not by the harness: they are kept out of the canonical message.
+are run by Anthropic, not by the harness: each is kept verbatim in the canonical message as
+a ``ServerToolBlock`` (sent back to Anthropic only) and reported as a ``server_tool`` event.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import httpx2
 
 from innerloop._errors import ErrorCategory, ProviderError
 from innerloop._events import (
+    ServerToolEvent,
     StreamEvent,
     TextDelta,
     ThinkingDelta,
@@ -27,6 +29,7 @@ from innerloop._messages import (
     Message,
     ModelResponse,
     RedactedThinkingBlock,
+    ServerToolBlock,
     TextBlock,
     ThinkingBlock,
     ToolUseBlock,
@@ -42,6 +45,7 @@ from innerloop.providers._http import (
     parse_tool_input,
 )
 from innerloop.providers._normalize import WireRequest
+from innerloop.providers._servertools import ANTHROPIC_SERVER_BLOCKS
 
 __all__ = ["AnthropicAssembler", "AnthropicProvider"]
 
@@ -52,7 +56,7 @@ if TYPE_CHECKING:  # the SDK is imported when a provider is built: it takes seco
 class _Open:
     """A content block being streamed."""
 
-    __slots__ = ("id", "kind", "name", "parts", "signature")
+    __slots__ = ("data", "id", "kind", "name", "parts", "signature")
 
     def __init__(self, kind: str, id: str = "", name: str = "") -> None:
         self.kind = kind
@@ -60,6 +64,12 @@ class _Open:
         self.name = name
         self.parts: list[str] = []
         self.signature = ""
+        self.data: dict[str, Any] = {}
+        """A server-tool block as it started (kind ``server``)."""
+
+
+def _is_server_block(kind: str) -> bool:
+    return kind in ANTHROPIC_SERVER_BLOCKS or kind.endswith("_tool_result")
 
 
 class AnthropicAssembler:
@@ -123,7 +133,9 @@ class AnthropicAssembler:
             opened.signature = block.get("signature") or ""
         elif kind == "redacted_thinking":
             self.blocks[index] = RedactedThinkingBlock(block["data"])
-        # server-side tool blocks are Anthropic's business: not part of the message
+        elif _is_server_block(kind):  # run by Anthropic: kept verbatim, sent back to it
+            opened = self.open[index] = _Open("server", str(block.get("id") or ""))
+            opened.data = dict(block)
 
     def _delta(self, index: int, delta: dict[str, Any], out: list[StreamEvent]) -> None:
         opened = self.open.get(index)
@@ -139,7 +151,8 @@ class AnthropicAssembler:
             partial = delta["partial_json"]
             if partial:
                 opened.parts.append(partial)
-                out.append(ToolInputDelta(index, opened.id, partial))
+                if opened.kind == "tool_use":
+                    out.append(ToolInputDelta(index, opened.id, partial))
         elif kind == "thinking_delta":
             text = delta["thinking"]
             if text:
@@ -163,6 +176,12 @@ class AnthropicAssembler:
             out.append(ToolUseComplete(index, call))
         elif opened.kind == "thinking":
             self.blocks[index] = ThinkingBlock(text, opened.signature)
+        elif opened.kind == "server":
+            data = opened.data
+            if text:  # a call's input streams as JSON deltas
+                data["input"] = parse_tool_input(self.provider, str(data.get("name")), text)
+            server = self.blocks[index] = ServerToolBlock("anthropic", data)
+            out.append(ServerToolEvent(index, server))
         elif text:
             self.blocks[index] = TextBlock(text)
 
@@ -177,7 +196,7 @@ class AnthropicAssembler:
             start, delta = dict(block), None
             if kind == "text":
                 start["text"], delta = "", {"type": "text_delta", "text": block["text"]}
-            elif kind == "tool_use":
+            elif kind == "tool_use" or (kind in ANTHROPIC_SERVER_BLOCKS and "input" in block):
                 raw = json.dumps(block.get("input") or {})
                 start["input"], delta = {}, {"type": "input_json_delta", "partial_json": raw}
             handle({"type": "content_block_start", "index": index, "content_block": start}, out)

@@ -22,6 +22,7 @@ from innerloop._messages import (
     ImageBlock,
     Message,
     RedactedThinkingBlock,
+    ServerToolBlock,
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
@@ -34,6 +35,7 @@ from innerloop.providers._cache import (
     openai_cache_fields,
 )
 from innerloop.providers._reasoning import family_of
+from innerloop.providers._servertools import ServerTool, server_tool_definition, server_tool_wire
 
 __all__ = [
     "DIALECTS",
@@ -126,6 +128,10 @@ def _strings(value: Sequence[str]) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _server_tools(value: Sequence[ServerTool]) -> tuple[ServerTool, ...]:
+    return tuple(value)
+
+
 @attrs.frozen
 class RequestSettings:
     """What a request carries besides the history: the run's fixed settings.
@@ -179,6 +185,9 @@ class RequestSettings:
     """How the answer is asked for (one of :data:`OUTPUT_MODES`): for a model that
     uses the final-result tool, ``build_request`` adds the tool (its input schema the output
     schema) and a line of system prompt instead of the native format."""
+    server_tools: tuple[ServerTool, ...] = attrs.field(default=(), converter=_server_tools)
+    """Tools the provider runs itself, each sent to the dialects that run it (see
+    ``innerloop.providers._servertools``)."""
 
 
 def normalize(messages: Sequence[Message], dialect: Dialect | str) -> list[dict[str, Any]]:
@@ -204,6 +213,15 @@ def check_sendable(messages: Sequence[Message], dialects: Sequence[str]) -> None
 # -- Anthropic --------------------------------------------------------------------------------
 
 
+def _anthropic_image(block: ImageBlock) -> dict[str, Any]:
+    if block.url is not None:
+        return {"type": "image", "source": {"type": "url", "url": block.url}}
+    return {
+        "type": "image",
+        "source": {"type": "base64", "media_type": block.media_type, "data": block.data},
+    }
+
+
 def _anthropic_block(block: Block) -> dict[str, Any] | None:
     if isinstance(block, TextBlock):
         return {"type": "text", "text": block.text} if block.text else None
@@ -214,14 +232,11 @@ def _anthropic_block(block: Block) -> dict[str, Any] | None:
     if isinstance(block, RedactedThinkingBlock):
         return {"type": "redacted_thinking", "data": block.data}
     if isinstance(block, ImageBlock):
-        if block.url is not None:
-            return {"type": "image", "source": {"type": "url", "url": block.url}}
-        return {
-            "type": "image",
-            "source": {"type": "base64", "media_type": block.media_type, "data": block.data},
-        }
+        return _anthropic_image(block)
     if isinstance(block, DocumentBlock):
         return _anthropic_document(block)
+    if isinstance(block, ServerToolBlock):
+        return server_tool_wire(block, "anthropic")
     if isinstance(block, ToolUseBlock):
         return {
             "type": "tool_use",
@@ -397,6 +412,10 @@ def _responses_assistant(message: Message, out: list[dict[str, Any]]) -> None:
                 out.append(item)
         elif isinstance(block, TextBlock) and block.text:
             out.append({"role": "assistant", "content": block.text})
+        elif isinstance(block, ServerToolBlock):
+            item = server_tool_wire(block, "responses")
+            if item is not None:
+                out.append(item)
         elif isinstance(block, ToolUseBlock):
             arguments = json.dumps(block.input, separators=(",", ":"))
             out.append(
@@ -461,12 +480,21 @@ def _responses_payload(settings: RequestSettings, history: Sequence[Message]) ->
     }
     if settings.system:
         payload["instructions"] = settings.system
-    if settings.tools:
-        payload["tools"] = [_responses_tool(t) for t in settings.tools]
+    server = _server_definitions(settings, "responses")
+    if settings.tools or server:
+        payload["tools"] = [_responses_tool(t) for t in settings.tools] + server
         payload["tool_choice"] = _responses_tool_choice(settings.tool_choice)
     payload.update(openai_cache_fields(settings.prompt_cache))
+    if any(t.name == "code_interpreter" for t in settings.server_tools):
+        payload["include"].append("code_interpreter_call.outputs")
     payload["messages"] = _responses_input(history)
     return payload
+
+
+def _server_definitions(settings: RequestSettings, dialect: str) -> list[dict[str, Any]]:
+    """The definitions of the server tools ``dialect`` runs (the others are left out)."""
+    found = (server_tool_definition(t, dialect) for t in settings.server_tools)
+    return [d for d in found if d is not None]
 
 
 # -- whole requests ---------------------------------------------------------------------------
@@ -503,8 +531,10 @@ def _anthropic_payload(settings: RequestSettings, history: Sequence[Message]) ->
         if cache.system:
             system["cache_control"] = anthropic_cache_control(cache.ttl)
         payload["system"] = [system]
-    if settings.tools:
+    server = _server_definitions(settings, "anthropic")
+    if settings.tools or server:
         defs = [{k: v for k, v in t.items() if k != "strict_schema"} for t in settings.tools]
+        defs += server
         if cache.tools or settings.cache_tools:
             defs[-1]["cache_control"] = anthropic_cache_control(cache.ttl)
         payload["tools"] = defs

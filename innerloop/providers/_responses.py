@@ -5,9 +5,12 @@ Requests are stateless (``store: false``): each reasoning item comes back with i
 ``encrypted_content`` and is kept in the canonical history as a ``ThinkingBlock`` (its
 summary as the text; its id and encrypted content in the signature, under
 ``RESPONSES_SIGNATURE``), which only this dialect sends back. Function calls are tool uses
-keyed by their ``call_id``. Usage: ``input_tokens`` excludes the tokens read from cache
-(``cache_read_tokens``) and written to it (``cache_creation_tokens``); ``reasoning_tokens``
-comes from ``output_tokens_details``.
+keyed by their ``call_id``. The built-in tools' items (``web_search_call``,
+``file_search_call``, ``code_interpreter_call``) are run by OpenAI: each is kept verbatim as
+a ``ServerToolBlock`` (sent back to this API only) and reported as a ``server_tool`` event.
+Usage: ``input_tokens`` excludes the tokens read from cache (``cache_read_tokens``) and
+written to it (``cache_creation_tokens``); ``reasoning_tokens`` comes from
+``output_tokens_details``.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import httpx2
 
 from innerloop._errors import ErrorCategory, ProviderError
 from innerloop._events import (
+    ServerToolEvent,
     StreamEvent,
     TextDelta,
     ThinkingDelta,
@@ -32,6 +36,7 @@ from innerloop._messages import (
     Block,
     Message,
     ModelResponse,
+    ServerToolBlock,
     TextBlock,
     ThinkingBlock,
     ToolUseBlock,
@@ -48,6 +53,7 @@ from innerloop.providers._http import (
 )
 from innerloop.providers._normalize import RESPONSES_SIGNATURE, WireRequest
 from innerloop.providers._openai import openai_key, sdk_client
+from innerloop.providers._servertools import RESPONSES_SERVER_ITEMS
 
 __all__ = ["OpenAIResponsesProvider", "ResponsesAssembler"]
 
@@ -185,7 +191,9 @@ class ResponsesAssembler:
             self.blocks[index] = TextBlock(text or "".join(item.parts))
         elif kind == "reasoning":
             self.blocks[index] = _thinking(done, "".join(item.parts))
-        # other items (web search, file search, ...) are run by OpenAI: not kept
+        elif kind in RESPONSES_SERVER_ITEMS:  # run by OpenAI: kept verbatim, sent back to it
+            server = self.blocks[index] = ServerToolBlock("responses", done)
+            out.append(ServerToolEvent(index, server))
 
     def _finished(self, event: dict[str, Any], out: list[StreamEvent]) -> None:
         self.response = event.get("response") or {}

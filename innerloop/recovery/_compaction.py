@@ -33,6 +33,7 @@ from innerloop._messages import (
     Message,
     ModelResponse,
     RedactedThinkingBlock,
+    ServerToolBlock,
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
@@ -205,6 +206,15 @@ class TruncatingCompactor:
         return CompactionResult(apply_cut(request.history, cut, marker), cut)
 
 
+def _render_document(block: DocumentBlock, limit: int) -> str:
+    name = f"{block.title!r} " if block.title else ""
+    head = f"[document {name}({block.url or block.media_type})]"
+    text = block.text
+    if len(text) > limit:
+        text = text[:limit] + ELLIPSIS
+    return f"{head}: {text}" if text else head
+
+
 def _render_block(block: Block, names: dict[str, str], limit: int) -> str | None:
     if isinstance(block, TextBlock):
         return block.text or None
@@ -221,14 +231,16 @@ def _render_block(block: Block, names: dict[str, str], limit: int) -> str | None
     if isinstance(block, ImageBlock):
         return f"[image ({block.media_type or block.url})]"
     if isinstance(block, DocumentBlock):
-        name = f"{block.title!r} " if block.title else ""
-        head = f"[document {name}({block.url or block.media_type})]"
-        text = block.text
-        if len(text) > limit:
-            text = text[:limit] + ELLIPSIS
-        return f"{head}: {text}" if text else head
+        return _render_document(block, limit)
     if isinstance(block, ThinkingBlock | RedactedThinkingBlock):
         return None  # private reasoning; its conclusions are in the text that follows
+    if isinstance(block, ServerToolBlock):
+        data = {k: v for k, v in block.data.items() if k not in ("type", "id", "tool_use_id")}
+        text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, default=str)
+        if len(text) > limit:
+            text = text[:limit] + ELLIPSIS
+        kind = "result" if block.is_result else "call"
+        return f"[server tool {block.name} {kind}]: {text}"
     return None
 
 

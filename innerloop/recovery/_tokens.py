@@ -28,6 +28,7 @@ from innerloop._messages import (
     ImageBlock,
     Message,
     RedactedThinkingBlock,
+    ServerToolBlock,
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
@@ -209,10 +210,18 @@ def message_text(message: Message) -> Iterable[str]:
         elif isinstance(block, ToolResultBlock):
             yield block.content
         elif isinstance(block, DocumentBlock):
-            if block.title:
-                yield block.title
-            if block.media_type == "text/plain":
-                yield block.text
+            yield from _document_text(block)
+        elif isinstance(block, ServerToolBlock):  # the provider bills what it sends back
+            yield json.dumps(block.data, separators=(",", ":"), ensure_ascii=False)
+
+
+def _document_text(block: DocumentBlock) -> Iterable[str]:
+    """A document's countable text: its title, and a plain-text document's text (a PDF's
+    pages are estimated apart, by :func:`document_tokens`)."""
+    if block.title:
+        yield block.title
+    if block.media_type == "text/plain":
+        yield block.text
 
 
 def pdf_pages(block: DocumentBlock) -> int:

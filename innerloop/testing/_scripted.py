@@ -15,6 +15,7 @@ import attrs
 from innerloop._errors import ErrorCategory, ProviderError
 from innerloop._events import (
     MessageComplete,
+    ServerToolEvent,
     StreamEvent,
     TextDelta,
     ThinkingDelta,
@@ -26,7 +27,7 @@ from innerloop._messages import (
     Block,
     Message,
     ModelResponse,
-    RedactedThinkingBlock,
+    ServerToolBlock,
     TextBlock,
     ThinkingBlock,
     ToolUseBlock,
@@ -269,8 +270,8 @@ class FakeProvider:
                     ToolInputDelta(index, block.id, c) for c in _chunks(raw, self.chunk_size)
                 ]
                 events.append(ToolUseComplete(index, block))
-            elif not isinstance(block, RedactedThinkingBlock):
-                pass
+            elif isinstance(block, ServerToolBlock):
+                events.append(ServerToolEvent(index, block))
             blocks.append(block)
         incomplete: tuple[str, ...] = ()
         if r.incomplete_tool is not None:

@@ -30,6 +30,7 @@ import attrs
 
 from innerloop._messages import (
     RedactedThinkingBlock,
+    ServerToolBlock,
     TextBlock,
     ThinkingBlock,
     ToolUseBlock,
@@ -695,24 +696,9 @@ class AnthropicServer(LoopbackServer):
             out.append(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
 
         for i, b in enumerate(r.blocks):
-            if isinstance(b, TextBlock):
-                deltas = [{"type": "text_delta", "text": p} for p in _pieces(b.text, size)]
-                block(i, {"type": "text", "text": ""}, deltas)
-            elif isinstance(b, ThinkingBlock):
-                deltas = [
-                    {"type": "thinking_delta", "thinking": p} for p in _pieces(b.thinking, size)
-                ]
-                deltas.append({"type": "signature_delta", "signature": b.signature})
-                block(i, {"type": "thinking", "thinking": "", "signature": ""}, deltas)
-            elif isinstance(b, RedactedThinkingBlock):
-                block(i, {"type": "redacted_thinking", "data": b.data}, [])
-            elif isinstance(b, ToolUseBlock):
-                raw = json.dumps(b.input)
-                deltas = [
-                    {"type": "input_json_delta", "partial_json": p} for p in _pieces(raw, size)
-                ]
-                start = {"type": "tool_use", "id": self._tool_id(b), "name": b.name, "input": {}}
-                block(i, start, [{"type": "input_json_delta", "partial_json": ""}, *deltas])
+            found = self._block(b, size)
+            if found is not None:
+                block(i, *found)
             stop(i)
         if r.incomplete_tool is not None:
             name, partial = r.incomplete_tool
@@ -730,9 +716,33 @@ class AnthropicServer(LoopbackServer):
         out.append(_sse("message_stop", {"type": "message_stop"}))
         return out
 
+    def _block(self, b: Any, size: int) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+        """A content block's ``content_block_start`` and deltas (None: not streamed)."""
+        if isinstance(b, TextBlock):
+            return {"type": "text", "text": ""}, [
+                {"type": "text_delta", "text": p} for p in _pieces(b.text, size)
+            ]
+        if isinstance(b, ThinkingBlock):
+            deltas = [{"type": "thinking_delta", "thinking": p} for p in _pieces(b.thinking, size)]
+            deltas.append({"type": "signature_delta", "signature": b.signature})
+            return {"type": "thinking", "thinking": "", "signature": ""}, deltas
+        if isinstance(b, RedactedThinkingBlock):
+            return {"type": "redacted_thinking", "data": b.data}, []
+        if isinstance(b, ToolUseBlock):
+            raw = json.dumps(b.input)
+            deltas = [{"type": "input_json_delta", "partial_json": p} for p in _pieces(raw, size)]
+            start = {"type": "tool_use", "id": self._tool_id(b), "name": b.name, "input": {}}
+            return start, [{"type": "input_json_delta", "partial_json": ""}, *deltas]
+        if isinstance(b, ServerToolBlock):
+            return _anthropic_server_block(_own(b, "anthropic"), size)
+        return None
+
     def message_json(self, r: Reply, model: str) -> dict[str, Any]:
         content = []
         for b in r.blocks:
+            if isinstance(b, ServerToolBlock):
+                content.append(dict(_own(b, "anthropic").data))
+                continue
             item = b.to_dict()
             if isinstance(b, ToolUseBlock):
                 item["id"] = self._tool_id(b)
@@ -759,6 +769,28 @@ class AnthropicServer(LoopbackServer):
     def prompt_too_long(self) -> _Plan:
         message = "prompt is too long: 212345 tokens > 200000 maximum"
         return self._error(400, "invalid_request_error", message)
+
+
+def _own(block: ServerToolBlock, dialect: str) -> ServerToolBlock:
+    """``block``, when this server's API made it (a script that mixes them is wrong)."""
+    if block.dialect != dialect:
+        raise ValueError(
+            f"a {block.dialect} server-tool block cannot be played by the {dialect} server"
+        )
+    return block
+
+
+def _anthropic_server_block(
+    block: ServerToolBlock, size: int
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A server-tool block as Anthropic streams it: a call opens with an empty input that
+    JSON deltas fill; a result arrives whole in its ``content_block_start``."""
+    data = dict(block.data)
+    if "input" not in data or block.is_result:
+        return data, []
+    raw = json.dumps(data["input"])
+    deltas = [{"type": "input_json_delta", "partial_json": p} for p in _pieces(raw, size)]
+    return {**data, "input": {}}, deltas
 
 
 def _anthropic_usage(u: Usage) -> dict[str, int]:
@@ -970,6 +1002,8 @@ class ResponsesServer(LoopbackServer):
                         "content": content,
                     }
                 )
+            elif isinstance(b, ServerToolBlock):
+                items.append({"id": f"srv_{n:04d}", **_own(b, "responses").data})
             elif isinstance(b, ToolUseBlock):
                 items.append(
                     {
@@ -1003,6 +1037,8 @@ class ResponsesServer(LoopbackServer):
     def _item_events(self, index: int, item: dict[str, Any]) -> list[dict[str, Any]]:
         """``output_item.added``, the item's deltas, ``output_item.done``."""
         kind = item["type"]
+        if kind not in ("message", "function_call", "reasoning"):
+            return self._server_item_events(index, item)
         opened = dict(item)
         base = {"output_index": index, "item_id": item["id"]}
         if kind == "message":
@@ -1024,6 +1060,23 @@ class ResponsesServer(LoopbackServer):
         opens, closes = self._part_events(kind, base, text, extra)
         done = {"type": "response.output_item.done", "output_index": index, "item": item}
         return [added, *opens, *deltas, *closes, done]
+
+    @staticmethod
+    def _server_item_events(index: int, item: dict[str, Any]) -> list[dict[str, Any]]:
+        """A built-in tool's item as the API streams it: added in progress (without its
+        action or results), its progress events, then done whole."""
+        kind = item["type"]
+        opened = {k: v for k, v in item.items() if k not in ("action", "results", "outputs")}
+        opened["status"] = "in_progress"
+        base = {"output_index": index, "item_id": item["id"]}
+        steps = ("in_progress", "searching", "completed")
+        if kind == "code_interpreter_call":
+            steps = ("in_progress", "interpreting", "completed")
+        return [
+            {"type": "response.output_item.added", "output_index": index, "item": opened},
+            *({"type": f"response.{kind}.{step}", **base} for step in steps),
+            {"type": "response.output_item.done", "output_index": index, "item": item},
+        ]
 
     @staticmethod
     def _part_events(

@@ -17,6 +17,7 @@ from innerloop.tools._spec import (
     ToolHandler,
     ToolInterrupt,
     ToolOutput,
+    ToolSource,
     ToolSpec,
 )
 from innerloop.tools._strict import openai_strict_schema
@@ -65,6 +66,7 @@ __all__ = [
     "ToolOutput",
     "ToolRunner",
     "ToolSchema",
+    "ToolSource",
     "ToolSpec",
     "Toolset",
     "Workspace",

@@ -24,8 +24,13 @@ How a server's connection lives:
   starts it again. Calls are never retried by the client: a tool may have done its work.
 - ``notifications/tools/list_changed``: the server's tool list is read again (one
   re-read at a time, each within ``connect_timeout``), and ``on_tools_changed(server)`` is
-  called. ``HarnessParams`` are frozen, so a run keeps the tool list it started with; the
-  next run built from ``await server.tools()`` sees the new tools. A re-read that fails
+  called. A run given the server in ``HarnessParams(tool_sources=[server])`` reads
+  ``server.tools()`` before each turn and so offers the new list at its next turn (a
+  re-read under way is waited for: over stdio, a change notified during a tool call
+  arrives before the call's answer and is seen by the very next turn; over streamable
+  HTTP the notification may travel on the session's own stream, and is seen at the first
+  turn after it arrived); tools given in ``HarnessParams(tools=...)`` stay as they were, and the
+  next run built from ``await server.tools()`` sees the new ones. A re-read that fails
   keeps the list as it was and logs a warning.
 - A hostile or broken server is bounded: a listing reads at most ``max_pages`` pages and
   ``max_tools`` tools, a tool's input schema may take at most ``max_schema_bytes`` of
@@ -183,6 +188,9 @@ class _Connection:
         """A re-read of the tool list is under way."""
         self.refresh_again = False
         """``tools/list_changed`` came during the re-read: read once more after it."""
+        self.settled = asyncio.Event()
+        """Set while no re-read of the tool list is under way."""
+        self.settled.set()
 
     def mark_lost(self) -> None:
         self.lost = True
@@ -373,8 +381,10 @@ class MCPServer:
 
     async def tools(self) -> tuple[ToolSpec, ...]:
         """The server's tools as specs (connecting first if needed), with this server's
-        names, categories and timeouts. Kept current by ``tools/list_changed``."""
-        await self._connected()
+        names, categories and timeouts. Kept current by ``tools/list_changed``: a re-read
+        under way is waited for (each within ``connect_timeout``)."""
+        conn = await self._connected()
+        await conn.settled.wait()
         assert self._listing is not None
         return self._specs(self._listing)
 
@@ -597,6 +607,7 @@ class MCPServer:
                 conn.refresh_again = True  # one re-read at a time; one more after it
             else:
                 conn.refreshing = True
+                conn.settled.clear()
                 conn.group.start_soon(self._refresh, conn)
 
     async def _refresh(self, conn: _Connection) -> None:
@@ -613,6 +624,7 @@ class MCPServer:
                     return
         finally:
             conn.refreshing = False
+            conn.settled.set()
 
     async def _reread(self, conn: _Connection) -> None:
         assert conn.session is not None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn, Protocol, runtime_checkable
 
 import attrs
 
@@ -21,6 +21,7 @@ __all__ = [
     "ToolInterrupt",
     "ToolOutput",
     "ToolParams",
+    "ToolSource",
     "ToolSpec",
     "ToolState",
 ]
@@ -192,3 +193,16 @@ class ToolCallResult:
     ``tool_error`` or the name of the exception the tool raised."""
     interrupt: Any = attrs.field(default=None, eq=False, repr=False)
     """What the call asked through ``ctx.interrupt`` (JSON data), when it did."""
+
+
+@runtime_checkable
+class ToolSource(Protocol):
+    """Tools that may change while a run goes on (an ``MCPServer`` is one).
+
+    Given in ``HarnessParams(tool_sources=...)``, ``await source.tools()`` is read before
+    each turn of a run; the tools it lists then are offered on that turn (besides
+    ``params.tools``, and as ``params.prepare_tools`` chooses)."""
+
+    name: str
+
+    async def tools(self) -> tuple[ToolSpec, ...]: ...

@@ -1,12 +1,14 @@
 """What the page shows of one run, folded from its event dicts (the lines of an event log).
 
 Pure functions over plain data: no file, no server. A run's view is JSON data: its status,
-the transitions with their times, the tool calls with durations and outcomes, and the
-tokens and cost of each model turn.
+the transitions with their times, the tool calls with durations and outcomes (the
+provider's own server-tool calls and results among them, outcome ``server`` and ``server
+result``), and the tokens and cost of each model turn.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from sys import intern
@@ -27,6 +29,7 @@ from innerloop._events import (
     ToolUseStart,
     Transition,
 )
+from innerloop._messages import ServerToolBlock
 from innerloop.recovery._pricing import DEFAULT_PRICES, cost_usd
 
 __all__ = [
@@ -125,6 +128,7 @@ class RunFold:
                 )
                 lists["tools"].append(row)
             case ModelResponseEvent(response=response, turn=turn):
+                lists["tools"] += _server_rows(response.message.server_tools, t)
                 usage = response.usage
                 price = cost_usd(usage, response.model, DEFAULT_PRICES)
                 self.turns += 1
@@ -228,6 +232,19 @@ VIEWED: dict[str, type[Event]] = {
     )
 }
 """The events the page shows, by type; the others are counted, not kept."""
+
+
+def _server_rows(blocks: Iterable[ServerToolBlock], t: float | None) -> list[tuple[Any, ...]]:
+    """Rows of the tool list for the provider's own tool calls and results of a turn
+    (outcome ``server``, or ``server result``): what was asked, or what came back."""
+    rows = []
+    for b in blocks:
+        data = {k: v for k, v in b.data.items() if k not in ("type", "id", "tool_use_id", "name")}
+        text = json.dumps(data.get("input", data), ensure_ascii=False, default=str)
+        output = text[:OUTPUT_CHARS] + ("…" if len(text) > OUTPUT_CHARS else "")
+        outcome = "server result" if b.is_result else "server"
+        rows.append((b.id, intern(b.name), None, t, None, outcome, output))
+    return rows
 
 
 def fold(events: Iterable[Mapping[str, Any]], initial: str = "idle") -> RunFold:

@@ -43,9 +43,13 @@ class Case:
 
 
 def _provider(url: str) -> str:
+    """``anthropic``, ``openai`` (Chat Completions), ``responses`` (OpenAI's Responses
+    API), or ``other`` (files, vector stores, another provider's API)."""
     if "anthropic" in url:
         return "anthropic"
-    if "openai" in url:
+    if "openai" in url and url.endswith("/responses"):
+        return "responses"
+    if "openai" in url and "/chat/completions" in url:
         return "openai"
     return "other"
 
@@ -113,8 +117,9 @@ def _snapshot_cases(path: Path, rel: str) -> list[Case]:
     return cases
 
 
-def load_cases() -> list[Case]:
-    """Every Anthropic and OpenAI response in the corpus, in a stable order."""
+def load_cases(providers: tuple[str, ...] = ("anthropic", "openai")) -> list[Case]:
+    """Every response of ``providers`` in the corpus (by default Anthropic Messages and
+    OpenAI Chat Completions), in a stable order."""
     cases: list[Case] = []
     for path in sorted(ROOT.rglob("*")):
         rel = path.relative_to(ROOT).as_posix()
@@ -127,4 +132,4 @@ def load_cases() -> list[Case]:
             cases.append(Case(rel, "anthropic", 200, sse, path.read_bytes(), None))
         elif path.suffix == ".bin":
             cases.append(Case(rel, "openai", 200, sse, path.read_bytes(), None))
-    return [c for c in cases if c.provider != "other"]
+    return [c for c in cases if c.provider in providers]

@@ -3,7 +3,8 @@ through the real SDK clients and the providers, must assemble to what the record
 
 The expectation is read from the whole recorded body at once (no streaming state), so it
 is an independent check of the incremental parser. Server-side tool blocks (web search,
-code execution, MCP, tool search) are kept out of the canonical message by design.
+code execution, MCP, tool search) are kept in the canonical message as ``ServerToolBlock``:
+their type, id and (for a call) input must match the recording.
 """
 
 from __future__ import annotations
@@ -39,9 +40,19 @@ def _expect_anthropic(case: Case) -> dict[str, Any]:
     return _expect_anthropic_stream(case)
 
 
+def _is_server(kind: str) -> bool:
+    return kind in ("server_tool_use", "mcp_tool_use") or kind.endswith("_tool_result")
+
+
+def _server(block: dict[str, Any], input: Any) -> tuple[str, Any, Any]:
+    """What a server-tool block must come back as: its type, id and input (a call's)."""
+    return (block["type"], block.get("id") or block.get("tool_use_id"), input)
+
+
 def _expect_anthropic_json(body: dict[str, Any]) -> dict[str, Any]:
     blocks = body["content"]
     return {
+        "server": [_server(b, b.get("input")) for b in blocks if _is_server(b["type"])],
         "text": "".join(b["text"] for b in blocks if b["type"] == "text"),
         "thinking": [(b["thinking"], b["signature"]) for b in blocks if b["type"] == "thinking"],
         "redacted": [b["data"] for b in blocks if b["type"] == "redacted_thinking"],
@@ -84,6 +95,13 @@ def _expect_anthropic_stream(case: Case) -> dict[str, Any]:
             usage.update({k: v for k, v in event["usage"].items() if v is not None})
     kinds = {i: s["type"] for i, s in starts.items()}
     return {
+        "server": [
+            _server(
+                starts[i], json.loads("".join(parts[i]) or "{}") if "input" in starts[i] else None
+            )
+            for i in sorted(kinds)
+            if _is_server(kinds[i]) and i in stopped
+        ],
         "text": "".join("".join(parts[i]) for i in sorted(kinds) if kinds[i] == "text"),
         "thinking": [
             ("".join(parts[i]), signatures.get(i, ""))
@@ -133,6 +151,7 @@ def _expect_openai(case: Case) -> dict[str, Any]:
                 entry[1] += call.get("function", {}).get("arguments") or ""
             finish = choice.get("finish_reason") or finish
     return {
+        "server": [],
         "text": text + refusal,
         "thinking": [],
         "redacted": [],
@@ -167,6 +186,7 @@ def _observed(response: ModelResponse) -> dict[str, Any]:
     usage = response.usage.to_dict()
     usage.pop("thinking_tokens")
     return {
+        "server": [(b.kind, b.id, b.data.get("input")) for b in message.server_tools],
         "text": message.text,
         "thinking": [(b.thinking, b.signature) for b in message.content if b.type == "thinking"],
         "redacted": [b.data for b in message.content if b.type == "redacted_thinking"],

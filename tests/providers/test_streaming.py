@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from innerloop import ProviderError
 from innerloop._events import (
     MessageComplete,
+    ServerToolEvent,
     StreamEvent,
     TextDelta,
     ThinkingDelta,
@@ -24,6 +25,7 @@ from innerloop._events import (
 from innerloop._messages import (
     ModelResponse,
     RedactedThinkingBlock,
+    ServerToolBlock,
     TextBlock,
     ThinkingBlock,
     ToolUseBlock,
@@ -214,8 +216,10 @@ class TestAnthropicStream:
         assert caught.value.category == "overloaded"
         assert caught.value.message == "overloaded_error: Overloaded"
 
-    def test_server_tool_blocks_stay_out_of_the_message(self) -> None:
-        """server_tool_use and its result are Anthropic's: not canonical blocks."""
+    def test_server_tool_blocks_are_kept_verbatim(self) -> None:
+        """server_tool_use (its input from JSON deltas, no tool_input_delta events) and its
+        result are kept in the message as ServerToolBlock and reported as server_tool
+        events; the text after them is text."""
         body = (
             start()
             + block_start(
@@ -237,8 +241,25 @@ class TestAnthropicStream:
             + end("end_turn", output_tokens=5)
         )
         events, response = run_anthropic(body)
-        assert events == [TextDelta(2, "Found.")]
-        assert response.message.content == (TextBlock("Found."),)
+        call = ServerToolBlock(
+            "anthropic",
+            {
+                "type": "server_tool_use",
+                "id": "srvtoolu_1",
+                "name": "web_search",
+                "input": {"query": "x"},
+            },
+        )
+        result = ServerToolBlock(
+            "anthropic",
+            {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []},
+        )
+        assert events == [
+            ServerToolEvent(0, call),
+            ServerToolEvent(1, result),
+            TextDelta(2, "Found."),
+        ]
+        assert response.message.content == (call, result, TextBlock("Found."))
 
     @pytest.mark.parametrize(
         "wrong",
