@@ -578,6 +578,7 @@ def harness_params(draw: st.DrawFn) -> HarnessParams:
         ),
         "output_type": None,
         "max_output_repairs": draw(st.integers(0, 5)),
+        "max_json_depth": draw(st.integers(1, 200)),
         "server_tools": draw(st.lists(st.sampled_from(SERVER_TOOLS), unique_by=lambda t: t.name)),
         "prepare_tools": None,  # a function, and sources of tools, are the host's: not data
         "tool_sources": (),

@@ -36,7 +36,7 @@ from innerloop import (
     tool,
 )
 from innerloop._errors import ErrorCategory, ParamsError, ProviderError
-from innerloop._events import Abort, Fallback
+from innerloop._events import Abort, Fallback, ModelCall
 from innerloop.fsm import Outcome, Task
 from innerloop.fsm import _default as default_module
 from innerloop.fsm import _phases as phases
@@ -48,6 +48,7 @@ from innerloop.providers._errors import (
     error_from_exception,
     error_from_status,
 )
+from innerloop.providers._fingerprint import request_fingerprint
 from innerloop.providers._normalize import build_request, with_output_tool
 from innerloop.recovery import RecoveryPolicy
 from innerloop.recovery._clock import ScaledClock, SystemClock
@@ -524,9 +525,18 @@ async def test_a_call_resumed_without_a_request_rebuilds_it() -> None:
     state.history = [Message.user("resume me")]
     ctx = phase_context(PARAMS, state, deps)
     assert ctx.scope.request is None
-    assert [e async for e in phases.call(ctx)] == []
+    events = [e async for e in phases.call(ctx)]
     expected = build_request(ctx.scope.settings, state.history, "anthropic", "m-20250101")
     assert provider.requests == [expected]
+    # its one event: the request's fingerprint, as a replay checks it
+    assert len(events) == 1
+    assert isinstance(events[0], ModelCall)
+    call = events[0]
+    assert (call.model, call.fingerprint, call.messages) == (
+        "m-20250101",
+        request_fingerprint(expected),
+        1,
+    )
     assert (state.outcome, state.error) == (Outcome.OPENED, None)
     assert ctx.scope.stream is not None
     await ctx.scope.stream.aclose()
