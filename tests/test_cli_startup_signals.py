@@ -40,6 +40,13 @@ STOPS = (
 )
 
 
+def _as_from_a_terminal() -> None:
+    """The child gets SIGINT as a command typed at a terminal does: a suite started in the
+    background (``cmd &`` in a script) passes SIGINT on ignored, and Python then leaves it
+    ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 @pytest.mark.parametrize("stop", STOPS)
 def test_a_signal_during_start_up_exits_4_in_one_line(stop: str, sig: signal.Signals) -> None:
@@ -52,6 +59,7 @@ def test_a_signal_during_start_up_exits_4_in_one_line(stop: str, sig: signal.Sig
         stderr=subprocess.PIPE,
         env=env,
         cwd=ROOT,
+        preexec_fn=_as_from_a_terminal,
     )
     assert proc.stdout is not None
     try:
