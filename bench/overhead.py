@@ -432,6 +432,7 @@ def only(name: str, turns: int, runs: int) -> None:
     if name in CONSTRUCTION:
         build = CONSTRUCTION[name]
         build()
+        _settle()
         for _ in range(runs):
             build()
         print(f"iterations {runs}")
@@ -440,7 +441,19 @@ def only(name: str, turns: int, runs: int) -> None:
     if fn is None:
         sys.exit(f"{name} cannot run here: its library is not installed")
     asyncio.run(_batch(fn, turns, 1))
+    _settle()
     print(f"iterations {asyncio.run(_batch(fn, turns, runs))}")
+
+
+def _settle() -> None:
+    """After the warm-up: collect, then freeze what is left (the modules, the caches) out
+    of the collector's sight, as a long-running host does after start-up. A count is then
+    the runs' own work, their garbage collections included, not a full collection of the
+    whole heap that falls inside one process's counted runs and outside the other's by
+    chance (how many objects the imports made, the length of a path): such a collection
+    moved a contender's figure by 30% between two checkouts of the same code."""
+    gc.collect()
+    gc.freeze()
 
 
 def _counted(name: str, turns: int, runs: int, script: str = __file__) -> tuple[int, int]:
