@@ -41,10 +41,11 @@ STOPS = (
 
 
 def _as_from_a_terminal() -> None:
-    """The child gets SIGINT as a command typed at a terminal does: a suite started in the
-    background (``cmd &`` in a script) passes SIGINT on ignored, and Python then leaves it
-    ignored."""
+    """The child gets SIGINT and SIGHUP as a command typed at a terminal does: a suite
+    started in the background (``cmd &`` in a script) passes SIGINT on ignored, one started
+    under ``nohup`` SIGHUP, and the command line rightly leaves an ignored signal ignored."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
