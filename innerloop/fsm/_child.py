@@ -609,7 +609,7 @@ def agent_tool(
     tool_name = name or child.name
 
     async def run_agent(args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
-        parent = ctx.run
+        parent = getattr(ctx.run, "phase", ctx.run)  # a view of this turn's tools: its run
         if not isinstance(parent, PhaseContext):
             raise ToolError(
                 f"agent tool {tool_name!r} runs its child inside a machine's run; it was "

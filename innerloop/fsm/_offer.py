@@ -153,12 +153,14 @@ class _OfferedParams:
 
 @attrs.frozen
 class OfferedScope:
-    """A :class:`~innerloop.tools._runner.ToolScope` over this turn's tools."""
+    """A :class:`~innerloop.tools._runner.ToolScope` over this turn's tools; ``phase`` is
+    the run's own context (what an agent tool runs its child inside)."""
 
     params: ToolParams
     state: ToolState
     tokens: MessageTokenCache
     request_abort: Callable[[str], None]
+    phase: PhaseContext
 
 
 def tool_scope(ctx: PhaseContext) -> PhaseContext | OfferedScope:
@@ -168,7 +170,7 @@ def tool_scope(ctx: PhaseContext) -> PhaseContext | OfferedScope:
     if offered is None:
         return ctx
     return OfferedScope(
-        _OfferedParams(ctx.params, offered), ctx.state, ctx.tokens, ctx.request_abort
+        _OfferedParams(ctx.params, offered), ctx.state, ctx.tokens, ctx.request_abort, ctx
     )
 
 

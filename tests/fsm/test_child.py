@@ -725,3 +725,29 @@ def test_a_child_state_is_drawn_as_a_cluster_with_its_run(make_harness: Any) -> 
     # a machine without children draws as before: no cluster, no composite state
     plain = to_mermaid(build_diagram(DEFAULT_SPEC))
     assert "state " not in plain
+
+
+def test_an_agent_tool_runs_on_a_run_that_chooses_its_tools_per_turn(make_harness: Any) -> None:
+    """With ``prepare_tools`` the runner is given a view of this turn's tools; an agent
+    tool still runs its child inside the calling run."""
+
+    @tool
+    async def clock_time() -> str:
+        """The time."""
+        return "noon"
+
+    north = Child("north", HarnessParams(model="n:m"), providers={"n": echo_provider("n")})
+    model = ScriptedProvider(
+        [reply(tool_call("north", {"task": "rain?"}, id="c1")), reply("Done.")]
+    )
+    params = HarnessParams(
+        model="scripted:m",
+        tools=[agent_tool(north, "North."), clock_time],
+        prepare_tools=lambda state, tools: ["north"],
+    )
+    run = make_harness(params, model).start("Report.")
+    events = asyncio.run(_collect(run))
+    assert run.state.exit_reason == "model_complete"
+    assert _paths(events) == ["north[c1]"]
+    [result] = run.state.history[2].tool_results
+    assert (result.tool_use_id, result.content, result.is_error) == ("c1", "answer: rain?", False)
