@@ -11,11 +11,10 @@ Stores: :class:`SQLiteCheckpointer` (a file; the default), :class:`PostgresCheck
 from a URL. Each implements :class:`Checkpointer`.
 """
 
-from innerloop.checkpoint._memory import MemoryCheckpointer
+from typing import TYPE_CHECKING
+
+from innerloop._lazy import lazy_names
 from innerloop.checkpoint._open import driver_errors, open_checkpointer, resume_point, store_errors
-from innerloop.checkpoint._postgres import PostgresCheckpointer
-from innerloop.checkpoint._sql import MIGRATIONS
-from innerloop.checkpoint._sqlite import SQLiteCheckpointer
 from innerloop.checkpoint._types import (
     SCHEMA_VERSION,
     Checkpoint,
@@ -37,6 +36,23 @@ from innerloop.checkpoint._writer import (
     CheckpointWriter,
     decode,
 )
+
+if TYPE_CHECKING:
+    from innerloop.checkpoint._memory import MemoryCheckpointer
+    from innerloop.checkpoint._postgres import PostgresCheckpointer
+    from innerloop.checkpoint._sql import MIGRATIONS
+    from innerloop.checkpoint._sqlite import SQLiteCheckpointer
+
+__getattr__ = lazy_names(
+    __name__,
+    {
+        "MIGRATIONS": "innerloop.checkpoint._sql",
+        "MemoryCheckpointer": "innerloop.checkpoint._memory",
+        "PostgresCheckpointer": "innerloop.checkpoint._postgres",
+        "SQLiteCheckpointer": "innerloop.checkpoint._sqlite",
+    },
+)
+"""The stores, imported when first named (``import innerloop`` does not load sqlite3)."""
 
 __all__ = [
     "DEFERRED_PHASES",

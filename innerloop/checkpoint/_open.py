@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import sqlite3
 import sys
 from pathlib import Path
 
-from innerloop.checkpoint._memory import MemoryCheckpointer
-from innerloop.checkpoint._postgres import PostgresCheckpointer
-from innerloop.checkpoint._sqlite import SQLiteCheckpointer
 from innerloop.checkpoint._types import Checkpointer, CheckpointError
 
 __all__ = ["driver_errors", "open_checkpointer", "resume_point", "store_errors"]
@@ -22,6 +18,12 @@ had not been booked)."""
 def open_checkpointer(url: str | Path) -> Checkpointer:
     """A store from a URL: ``sqlite:///runs.db`` (or a plain path), ``postgresql://...``
     (``postgres://`` too) or ``memory:``."""
+    # the stores (and sqlite3) load when a run first asks for one: `import innerloop` does
+    # not load them
+    from innerloop.checkpoint._memory import MemoryCheckpointer
+    from innerloop.checkpoint._postgres import PostgresCheckpointer
+    from innerloop.checkpoint._sqlite import SQLiteCheckpointer
+
     text = str(url)
     if text == "memory:":
         return MemoryCheckpointer()
@@ -38,14 +40,15 @@ def open_checkpointer(url: str | Path) -> Checkpointer:
 
 
 def driver_errors() -> tuple[type[Exception], ...]:
-    """The database drivers' own error types (``sqlite3.Error``, and ``psycopg.Error``
-    once psycopg is imported): what a store may still raise, besides
-    :class:`~innerloop.checkpoint.CheckpointError`, on a store it cannot use."""
-    errors: tuple[type[Exception], ...] = (sqlite3.Error,)
-    psycopg = sys.modules.get("psycopg")
-    error = getattr(psycopg, "Error", None)
-    if isinstance(error, type) and issubclass(error, Exception):
-        errors += (error,)
+    """The database drivers' own error types (``sqlite3.Error`` and ``psycopg.Error``, each
+    once its driver is imported: one not imported has raised nothing): what a store may
+    still raise, besides :class:`~innerloop.checkpoint.CheckpointError`, on a store it
+    cannot use."""
+    errors: tuple[type[Exception], ...] = ()
+    for driver in ("sqlite3", "psycopg"):
+        error = getattr(sys.modules.get(driver), "Error", None)
+        if isinstance(error, type) and issubclass(error, Exception):
+            errors += (error,)
     return errors
 
 
