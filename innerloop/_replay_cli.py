@@ -13,6 +13,8 @@ import argparse
 import sys
 from typing import Any
 
+from innerloop.fsm._locate import add_spec_option
+
 __all__ = ["add_parser", "run"]
 
 
@@ -28,12 +30,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--run", default="last", metavar="N|last|RUN_ID", help="which run of the log (1 = first)"
     )
-    p.add_argument(
-        "--spec",
-        metavar="MODULE:ATTR",
-        action="append",
-        default=[],
-        help="a machine the run may have recorded (repeatable; default: its import path)",
+    add_spec_option(
+        p,
+        "a machine the run may have recorded (repeatable; default: its import path)",
     )
     p.add_argument(
         "--real-tools",

@@ -29,6 +29,7 @@ from typing import Any
 
 from innerloop._boot import ABORTED_EXIT
 from innerloop._console import Interrupted, drive, format_cost, signals_interrupt, view_for
+from innerloop.fsm._locate import add_spec_option
 
 __all__ = ["EXIT_CODES", "main"]
 
@@ -130,12 +131,9 @@ def add_run_options(run: argparse.ArgumentParser) -> None:
         help="fallback model, repeatable, tried in order",
     )
     run.add_argument("--tools", default="", help="built-in tool sets, comma separated")
-    run.add_argument(
-        "--spec",
-        metavar="MODULE:ATTR",
-        action="append",
-        default=[],
-        help="the machine to run (default: the default machine); runs resume and fork "
+    add_spec_option(
+        run,
+        "the machine to run (default: the default machine); runs resume and fork "
         "find the one the run recorded, here or at its import path",
     )
     run.add_argument("--workspace", type=Path, default=Path.cwd(), help="tools' root directory")
@@ -459,12 +457,9 @@ def _add_ui_parser(subparsers: Any) -> None:
     ui.add_argument("--db", metavar="URL", help="a checkpoint store (sqlite:///runs.db, ...)")
     ui.add_argument("--port", type=_port, help="default 8321; 0 for a free one")
     ui.add_argument("--host", default="127.0.0.1", help="the address to listen on")
-    ui.add_argument(
-        "--spec",
-        metavar="MODULE:ATTR",
-        action="append",
-        default=[],
-        help="a machine the runs may have recorded (repeatable); each run is drawn on its "
+    add_spec_option(
+        ui,
+        "a machine the runs may have recorded (repeatable); each run is drawn on its "
         "own machine, found among these or at the import path it recorded",
     )
     ui.add_argument("--open", action="store_true", help="open the page in a browser")
@@ -517,12 +512,9 @@ def _add_runs_parser(subparsers: Any) -> None:
     show = sub.add_parser("show", help="a run's path of states, its interrupt, its last message")
     show.add_argument("run_id")
     show.add_argument("--diagram", metavar="FILE", help="write the run's trace diagram here")
-    show.add_argument(
-        "--spec",
-        metavar="MODULE:ATTR",
-        action="append",
-        default=[],
-        help="a machine the run may have recorded (repeatable); else found at its import path",
+    add_spec_option(
+        show,
+        "a machine the run may have recorded (repeatable); else found at its import path",
     )
     resume = sub.add_parser("resume", help="continue a suspended or interrupted run")
     resume.add_argument("run_id")

@@ -25,7 +25,7 @@ from innerloop.diagrams._files import write_all
 from innerloop.diagrams._mermaid import to_mermaid
 from innerloop.diagrams._model import Diagram, build_diagram, log_runs, pick_run
 from innerloop.fsm._default import DEFAULT_SPEC
-from innerloop.fsm._locate import MachineRecord, find_machine, load_spec
+from innerloop.fsm._locate import MachineRecord, add_spec_option, find_machine, load_spec
 from innerloop.fsm._spec import MachineSpec
 
 __all__ = ["add_parser", "run", "write_repository_diagrams"]
@@ -47,12 +47,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         choices=FORMATS,
         help="output format (default: from the -o suffix, else svg)",
     )
-    p.add_argument(
-        "--spec",
-        metavar="MODULE:ATTR",
-        action="append",
-        default=[],
-        help="a MachineSpec or CompiledMachine to draw (default: the default machine); "
+    add_spec_option(
+        p,
+        "a MachineSpec or CompiledMachine to draw (default: the default machine); "
         "with --trace, repeatable: the machines a run may have recorded",
     )
     p.add_argument("--trace", metavar="RUN.JSONL", help="a run's event log to lay over the machine")

@@ -10,6 +10,7 @@ another machine in silence.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib
 import json
@@ -220,3 +221,9 @@ def find_machine(
         f"{what} ran on {record}, which is not at hand{problem}{tried}; pass "
         "--spec MODULE:ATTR naming that spec"
     )
+
+
+def add_spec_option(parser: argparse.ArgumentParser, help: str) -> None:
+    """The command line's ``--spec MODULE:ATTR`` (repeatable; each read by
+    :func:`load_spec`), with the ``help`` of the command that takes it."""
+    parser.add_argument("--spec", metavar="MODULE:ATTR", action="append", default=[], help=help)

@@ -163,12 +163,9 @@ class OfferedScope:
     phase: PhaseContext
 
 
-def tool_scope(ctx: PhaseContext) -> PhaseContext | OfferedScope:
-    """What the tool runner is given: ``ctx`` itself, or a view of it whose params hold
-    this turn's tools."""
-    offered = ctx.scope.offered
-    if offered is None:
-        return ctx
+def tool_scope(ctx: PhaseContext, offered: tuple[ToolSpec, ...]) -> OfferedScope:
+    """What the tool runner is given on a turn that offers ``offered``: a view of ``ctx``
+    whose params hold those tools."""
     return OfferedScope(
         _OfferedParams(ctx.params, offered), ctx.state, ctx.tokens, ctx.request_abort, ctx
     )

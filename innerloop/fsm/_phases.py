@@ -526,11 +526,12 @@ def _not_offered(ctx: PhaseContext, call: ToolUseBlock) -> ToolCallResult | None
 
 def _tool_scope(ctx: PhaseContext) -> ToolScope:
     """What the tool runner is given: ``ctx``, or a view of it with this turn's tools."""
-    if ctx.scope.offered is None:
+    offered = ctx.scope.offered
+    if offered is None:
         return ctx
     from innerloop.fsm._offer import tool_scope  # only for runs that choose tools
 
-    return tool_scope(ctx)
+    return tool_scope(ctx, offered)
 
 
 def _merged(
