@@ -332,13 +332,12 @@ def _depth_of(path: str) -> int:
 
 class _TreeView:
     """Plain lines for a nested run: a child's events indented under their path; keeps
-    each path's transitions (per run: a resumed run starts a new segment) and end."""
+    each path's states (per run: a resumed run starts a new segment) and its end."""
 
     def __init__(self, parent: str) -> None:
         self.parent = parent
         self.segments: dict[str, list[list[str]]] = {}
         self.ended: dict[str, Finished] = {}
-        self.asked_by: str | None = None
 
     def handle(self, event: Event) -> None:
         path = self.parent
@@ -357,8 +356,6 @@ class _TreeView:
             self.segments[path][-1].append(event.target)
         elif isinstance(event, Finished):
             self.ended[path] = event
-            if event.exit_reason == "suspended" and path != self.parent:
-                self.asked_by = path
 
     def tree(self) -> list[str]:
         """One line per run of the tree, the parent first, then its children by path."""
@@ -417,7 +414,7 @@ def nested_run(log_path: Path) -> tuple[HarnessState, _TreeView, Any]:
                             f"{c['name']}({c['input']})" for c in asked.payload["calls"]
                         )
                         print(
-                            f"approval asked by {view.asked_by}: {calls}; the run is "
+                            f"{asked.kind} asked by {asked.path}: {calls}; the whole run is "
                             f"{run.state.exit_reason}; the host answers True "
                             "(harness.resume(run, answer=True))"
                         )
@@ -443,7 +440,10 @@ def _show_nested(state: HarnessState, tree: _TreeView, asked: Any) -> None:
     for line in tree.tree():
         print(line)
     if asked is not None:
-        print(f"  {asked.kind} asked by {tree.asked_by} in its state {asked.state!r}: True")
+        print(
+            f"  {asked.kind} asked by {asked.path} (the research agent waited in "
+            f"{asked.state!r}), answered True"
+        )
     print(
         f"  rolled up to the research agent: {state.usage.total_tokens} tokens, "
         f"cost={format_cost(state.cost_usd)}"

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from innerloop import Harness, HarnessParams, HarnessState, ToolResultBlock, read_event_log
 from innerloop._demo import BRIEF as BRIEF_TEXT
 from innerloop._demo import NESTED_SPEC, nested_run
@@ -113,7 +115,7 @@ def test_the_demo_nested_run(tmp_path: Path) -> None:
             {"id": "call_buy", "name": "buy_report", "input": {"title": "EHPA market report 2025"}}
         ]
     }
-    assert tree.asked_by == "scout#2"
+    assert (asked.path, asked.state) == ("scout#2", "survey")
     assert routes(read_event_log(log)) == {
         "research": [
             ["idle", "survey", "suspended"],
@@ -144,5 +146,17 @@ def test_the_demo_nested_run(tmp_path: Path) -> None:
         ("assistant", BRIEF_TEXT),
     ]
     assert_valid_history(state.history)
-    # every answer of the tree (1 research, 2 + 2 scouts, 1 writer) is 10 + 5 tokens
+    # every answer of the tree (1 research, 2 + 2 scouts, 1 writer) is 10 + 5 tokens; the
+    # research agent's totals count its children's
     assert state.usage.total_tokens == 6 * 15
+    assert state.cost_usd == pytest.approx(0.000198)
+    loop, scouted = " -> ".join(LOOP), "approve -> execute -> check"
+    assert tree.tree() == [
+        "  research: idle -> survey -> suspended | resumed: survey -> "
+        f"{loop} -> check -> write -> model_complete (90 tokens, $0.000198)",
+        f"    scout#1: idle -> {loop} -> {scouted} -> {loop} -> check -> model_complete "
+        "(30 tokens, $0.000009)",
+        f"    scout#2: idle -> {loop} -> approve -> suspended | resumed: {scouted} -> {loop} "
+        "-> check -> model_complete (30 tokens, $0.000009)",
+        f"    writer: idle -> {loop} -> check -> model_complete (15 tokens, $0.000075)",
+    ]
