@@ -25,6 +25,7 @@ import json
 from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
+    Awaitable,
     Callable,
     Container,
     Iterable,
@@ -43,7 +44,7 @@ from innerloop._messages import Message, TextBlock, Usage
 from innerloop.fsm._compile import CompiledMachine, compile_spec
 from innerloop.fsm._context import Deps, Mailbox, PhaseContext, relay, request_settings
 from innerloop.fsm._default import DEFAULT_SPEC
-from innerloop.fsm._driver import Run
+from innerloop.fsm._driver import Run, resume_point
 from innerloop.fsm._guardinfo import guard
 from innerloop.fsm._guards import interrupted, spend_exceeded
 from innerloop.fsm._interrupts import CHILD_RUNS, deliver_answer
@@ -202,6 +203,9 @@ class ChildRun(Generic[OutputT]):
             start_at=start_at,
         )
         self.run.scope.quiet = parent.scope.quiet
+        if parent.scope.nested_step is not None:  # the parent's checkpoints keep children
+            self.run.on_step = self._stepped
+            self.run.scope.nested_step = self._nested
         self._usage = state.usage
         self._cost = state.cost_usd or 0.0
         self._box = Mailbox()
@@ -216,6 +220,18 @@ class ChildRun(Generic[OutputT]):
 
     def abort(self, reason: str) -> None:
         self.run.abort(reason)
+
+    def _stepped(self, run: Run[Any], transition: TransitionSpec) -> Awaitable[None] | None:
+        """The child's step hook: save it in the parent's notes, checkpoint the parent."""
+        return self._nested(run.machine, transition)
+
+    def _nested(self, machine: CompiledMachine, taken: TransitionSpec) -> Awaitable[None] | None:
+        """After a step of this child (or of one of its own children, already saved in
+        its notes): save it in the parent's notes and checkpoint the parent."""
+        _keep(self.parent, self)
+        nested = self.parent.scope.nested_step
+        assert nested is not None
+        return nested(machine, taken)
 
     def _roll_up(self) -> None:
         """Add what the child spent since the last call to the parent's totals; abort the
@@ -245,17 +261,20 @@ class ChildRun(Generic[OutputT]):
         if self.run.state.final_state is not None:  # saved when it ended: not run again
             return
         try:
-            async for event in self.run.events():
-                if type(event) is ModelResponseEvent:
-                    self._roll_up()
-                if not forward:  # nobody reads or watches the parent's events
-                    continue
-                if type(event) is ChildEvent:  # a grandchild's: one event, the whole path
-                    yield ChildEvent(f"{path}/{event.path}", event.event)
-                else:
-                    yield ChildEvent(path, event)
+            async with contextlib.aclosing(self.run.events()) as events:
+                async for event in events:
+                    if type(event) is ModelResponseEvent:
+                        self._roll_up()
+                    if not forward:  # nobody reads or watches the parent's events
+                        continue
+                    if type(event) is ChildEvent:  # a grandchild's: one event, the whole path
+                        yield ChildEvent(f"{path}/{event.path}", event.event)
+                    else:
+                        yield ChildEvent(path, event)
         finally:
             self._roll_up()
+            if self.run.stopped_at is not None:  # the parent's reader left: it goes on here
+                _keep(self.parent, self)
 
     async def _pump(self) -> None:
         async with contextlib.aclosing(self._passed_up()) as events:
@@ -393,8 +412,8 @@ def _asking(runs: Sequence[ChildRun[Any]]) -> ChildRun[Any] | None:
 
 
 def _keep(ctx: PhaseContext, run: ChildRun[Any]) -> None:
-    """Save ``run`` (its state, and where it is) in the parent's notes, under its path."""
-    saved = {"at": run.run.current, "state": _convert.unstructure(run.state)}
+    """Save ``run`` (its state, and where it goes on) in the parent's notes, by path."""
+    saved = {"at": resume_point(run.run.current), "state": _convert.unstructure(run.state)}
     ctx.state.notes.setdefault(CHILD_RUNS, {})[run.path] = saved
 
 
@@ -522,10 +541,12 @@ def fan_out_handler(
                 else:
                     yield event
         finally:
+            running = [r for r in runs if r.state.final_state is None]
             for t in tasks:
                 t.cancel()  # each aborts its child and waits for it to end
             if tasks:
                 await asyncio.wait(tasks)
+            _forget(ctx, running)  # stopped (an abort, or the reader left): run anew
         for t in tasks:
             t.result()
         if not _suspends(ctx, runs):
@@ -670,7 +691,11 @@ def agent_tool(
             )
         path = f"{child.name}[{ctx.tool_use_id}]"
         run = _continued(parent, child, path, str(args["task"]))
-        state = await run.run_to_end(parent.emit)
+        try:
+            state = await run.run_to_end(parent.emit)
+        except BaseException:  # stopped (a timeout, an abort, the reader left): run anew
+            _forget(parent, [run])
+            raise
         if _asking([run]) is not None:  # the parent suspends on its question
             _keep(parent, run)
             asked = state.interrupt
