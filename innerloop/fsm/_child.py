@@ -46,7 +46,7 @@ from innerloop.fsm._context import Deps, Mailbox, PhaseContext, relay, request_s
 from innerloop.fsm._default import DEFAULT_SPEC
 from innerloop.fsm._driver import Run, resume_point
 from innerloop.fsm._guardinfo import guard
-from innerloop.fsm._guards import interrupted, spend_exceeded
+from innerloop.fsm._guards import interrupted, spend_exceeded, turn_limit
 from innerloop.fsm._interrupts import CHILD_RUNS, deliver_answer
 from innerloop.fsm._output import OutputT
 from innerloop.fsm._params import HarnessParams, SpendBudget
@@ -151,6 +151,21 @@ def _capped(params: HarnessParams[OutputT], parent: PhaseContext) -> HarnessPara
     return attrs.evolve(params, spend_budget=SpendBudget(tokens, cost))
 
 
+def _turns_left(parent: PhaseContext) -> int:
+    """The model turns the parent has left (its own and its children's count)."""
+    state = parent.state
+    return parent.params.max_turns - (state.turns - state.turns_at_start)
+
+
+def _give_turns_left(state: HarnessState[Any], own: int, parent: PhaseContext) -> None:
+    """Let a new child run (``state``, limited to ``own`` turns) take at most the turns
+    its parent has left: its turn count starts with the difference already spent, so
+    its own ``turn_limit`` ends it (``max_turns_exceeded``) at the parent's limit."""
+    left = _turns_left(parent)
+    if left < own:
+        state.turns_at_start -= own - max(left, 0)
+
+
 def _minus(a: Usage, b: Usage) -> Usage:
     return Usage(
         a.input_tokens - b.input_tokens,
@@ -183,6 +198,7 @@ class ChildRun(Generic[OutputT]):
         state = state if state is not None else HarnessState()
         if start_at is None:  # a new run of the child (not one going on after an answer)
             state.start_run()
+            _give_turns_left(state, child.params.max_turns, parent)
         if prompt is not None:
             state.history.append(prompt if isinstance(prompt, Message) else Message.user(prompt))
         self.run: Run[OutputT] = Run(
@@ -207,6 +223,7 @@ class ChildRun(Generic[OutputT]):
             self.run.on_step = self._stepped
             self.run.scope.nested_step = self._nested
         self._usage = state.usage
+        self._turns = state.turns
         self._cost = state.cost_usd or 0.0
         self._box = Mailbox()
 
@@ -234,9 +251,13 @@ class ChildRun(Generic[OutputT]):
         return nested(machine, taken)
 
     def _roll_up(self) -> None:
-        """Add what the child spent since the last call to the parent's totals; abort the
-        child when the parent's spend budget is spent."""
+        """Add what the child spent since the last call (usage, cost, model turns) to the
+        parent's totals; abort the child when the parent's spend budget is spent, or when
+        the parent has gone past its ``max_turns`` (children side by side)."""
         state, parent = self.run.state, self.parent.state
+        if state.turns != self._turns:
+            parent.turns += state.turns - self._turns
+            self._turns = state.turns
         if state.usage != self._usage:
             parent.usage = parent.usage + _minus(state.usage, self._usage)
             self._usage = state.usage
@@ -253,6 +274,12 @@ class ChildRun(Generic[OutputT]):
             and not spend_exceeded(self.run.ctx)  # else its own check ends it first
         ):
             self.run.abort(f"the parent's spend budget is spent (child {self.path!r})")
+        elif (
+            state.final_state is None
+            and _turns_left(self.parent) < 0
+            and not turn_limit(self.run.ctx)  # else its own check ends it first
+        ):
+            self.run.abort(f"the parent's max_turns is spent (child {self.path!r})")
 
     async def _passed_up(self) -> AsyncGenerator[ChildEvent, None]:
         """Run the child in this task, yielding its events wrapped with their path
@@ -517,21 +544,19 @@ def fan_out_handler(
     async def fan_out(ctx: PhaseContext) -> AsyncIterator[Event]:
         _answered(ctx)
         inputs = list(items(ctx.state))
-        runs = [
-            _continued(ctx, child, f"{child.name}#{i}", prompt)
-            for i, prompt in enumerate(inputs, 1)
-        ]
+        started: dict[int, ChildRun[Any]] = {}
         gate = asyncio.Semaphore(limit)
         queue: asyncio.Queue[Event | None] = asyncio.Queue()
 
-        async def one(run: ChildRun[Any]) -> None:
+        async def one(i: int, prompt: str | Message) -> None:
             async with gate:
-                try:
+                try:  # made when it starts: its limits are what the parent has left then
+                    run = started[i] = _continued(ctx, child, f"{child.name}#{i}", prompt)
                     await run.run_to_end(queue.put_nowait)
                 finally:
                     queue.put_nowait(None)
 
-        tasks = [asyncio.ensure_future(one(r)) for r in runs]
+        tasks = [asyncio.ensure_future(one(i, p)) for i, p in enumerate(inputs, 1)]
         try:
             left = len(tasks)
             while left:
@@ -541,7 +566,7 @@ def fan_out_handler(
                 else:
                     yield event
         finally:
-            running = [r for r in runs if r.state.final_state is None]
+            running = [r for r in started.values() if r.state.final_state is None]
             for t in tasks:
                 t.cancel()  # each aborts its child and waits for it to end
             if tasks:
@@ -549,6 +574,7 @@ def fan_out_handler(
             _forget(ctx, running)  # stopped (an abort, or the reader left): run anew
         for t in tasks:
             t.result()
+        runs = [started[i] for i in range(1, len(inputs) + 1)]
         if not _suspends(ctx, runs):
             _forget(ctx, runs)
             _record(ctx, child.name, runs, many=True)
