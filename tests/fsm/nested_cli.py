@@ -4,9 +4,11 @@ machine with ``delete_file``, on the parent's providers (the command line's)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from innerloop import Child, HarnessParams, tool
 from innerloop.examples import with_approval
-from innerloop.fsm import DEFAULT_SPEC, StateSpec, fan_out_handler, with_child_state
+from innerloop.fsm import DEFAULT_SPEC, MachineSpec, StateSpec, fan_out_handler, with_child_state
 
 MODEL = "anthropic:claude-sonnet-4-5-20250929"
 
@@ -17,16 +19,18 @@ async def delete_file(path: str) -> str:
     return f"deleted {path}"
 
 
-WEB = Child("web", HarnessParams(model=MODEL, tools=[delete_file]), machine=with_approval())
-SPEC = (
-    with_child_state(
+def survey(child: Child[Any], name: str) -> MachineSpec:
+    """The default machine with a ``survey`` state fanning ``child`` out over the lines
+    of the request (failures to ``failed``), named ``name``."""
+    return with_child_state(
         DEFAULT_SPEC,
-        StateSpec("survey", doc="one web agent per line, each asking before its calls"),
-        fan_out_handler(WEB, lambda s: s.history[-1].text.splitlines()),
+        StateSpec("survey", doc="one agent per line of the request"),
+        fan_out_handler(child, lambda s: s.history[-1].text.splitlines()),
         source="idle",
         target="assemble",
         on_failure="failed",
-    )
-    .renamed("nested_cli")
-    .with_import_path("tests.fsm.nested_cli:SPEC")
-)
+    ).renamed(name)
+
+
+WEB = Child("web", HarnessParams(model=MODEL, tools=[delete_file]), machine=with_approval())
+SPEC = survey(WEB, "nested_cli").with_import_path("tests.fsm.nested_cli:SPEC")

@@ -11,7 +11,7 @@ from typing import Any
 from innerloop import Child, HarnessParams, agent_tool, tool
 from innerloop.events import Event, ToolExecuted, Transition
 from innerloop.examples import with_approval
-from innerloop.fsm import DEFAULT_SPEC, MachineSpec, StateSpec, fan_out_handler, with_child_state
+from innerloop.fsm import MachineSpec
 from innerloop.providers import AnthropicProvider, OpenAIProvider
 from innerloop.testing import (
     AnthropicServer,
@@ -21,6 +21,7 @@ from innerloop.testing import (
     tool_call,
 )
 from innerloop.tools import ToolContext
+from tests.fsm.nested_cli import survey
 from tests.fsm.test_child import ANTHROPIC_KEY, CLAUDE, GPT, OPENAI_KEY, _child_finals, _collect
 
 
@@ -74,14 +75,7 @@ def _approving(name: str, server: OpenAIServer, respond: Any) -> Child[Any]:
 
 
 def _survey(child: Child[Any]) -> MachineSpec:
-    return with_child_state(
-        DEFAULT_SPEC,
-        StateSpec("survey", doc="one web agent per line"),
-        fan_out_handler(child, lambda s: s.history[-1].text.splitlines()),
-        source="idle",
-        target="assemble",
-        on_failure="failed",
-    ).renamed("nested_survey")
+    return survey(child, "nested_survey")
 
 
 def test_a_fan_out_branch_approval_suspends_the_run_and_resumes_in_that_branch(
