@@ -12,6 +12,13 @@ providers) on an input built from the parent's state, inside a parent handler or
   tool, or the parent's reader leaving) aborts the child, which ends in ``aborted`` with
   a valid history, before the parent goes on to its own abort.
 
+- its model turns count in the parent's ``state.turns``, and it is given at most the
+  turns the parent has left, so the parent's ``max_turns`` bounds the total;
+- its run is kept in the parent's ``notes["children.runs"]`` (by path) when it suspends,
+  when the parent's reader leaves, and, with a checkpoint store, at each of its
+  transitions (each writing a checkpoint of the parent): a parent resumed (with the
+  answer to a child's question, or from a checkpoint) continues each child there.
+
 Built on it: :func:`child_handler` (a machine as a state), :func:`fan_out_handler` (N
 children over a list), :func:`handoff_handler` (the conversation handed to another
 agent), and :func:`innerloop.fsm.agent_tool` (a child as a tool the model calls).
