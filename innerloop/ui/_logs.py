@@ -57,9 +57,6 @@ class LogRun:
 
     def add(self, data: dict[str, Any] | str, where: str) -> None:
         """Fold in one line: its event, or what is wrong with it."""
-        if type(data) is dict and self.view is None:
-            self.fold.add(data, where)
-            return
         _fold_line(self.fold, data, where)
         if self.view is not None:
             _fold_line(self.view, data, where)
@@ -151,15 +148,22 @@ class LogFile:
         at = self._offset - len(data)
         name = self.path.name
         run = self._open
+        lineno = self._lineno
         for raw in lines:
-            self._lineno += 1
+            lineno += 1
             start, at = at, at + len(raw) + 1
             if not raw.strip():
                 continue
-            event = read_line(raw)
-            where = f"{name}:{self._lineno}"
+            try:  # read_line's first step, here: a million calls fewer for a million lines
+                event = from_json(raw, allow_inf_nan=False)
+            except ValueError:
+                event = read_line(raw)
+            if type(event) is not dict:
+                event = read_line(raw)
+            where = f"{name}:{lineno}"
             if self.header is None:
                 if not self._header(event, where):
+                    self._lineno = lineno
                     return False
                 continue
             if run is None or (
@@ -167,12 +171,16 @@ class LogFile:
                 and event.get("type") == "run_started"
                 and run.fold.events + run.fold.errors > 0
             ):
-                run = self._open = LogRun(start, self._lineno)
+                run = self._open = LogRun(start, lineno)
                 self.runs.append(run)
-            run.add(event, where)
+            if run.view is None and type(event) is dict:
+                run.fold.add(event, where)
+            else:
+                run.add(event, where)
             run.stop = at
             if run.fold.end is not None:
                 run = self._open = None
+        self._lineno = lineno
         return True
 
     def _header(self, event: dict[str, Any] | str, where: str) -> bool:
