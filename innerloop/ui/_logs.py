@@ -207,13 +207,17 @@ class LogFile:
         """``run`` with its lists, read from its lines (kept for the :data:`OPENED` runs
         opened last, and kept up to date as lines come)."""
         if run.view is None:
-            run.view = RunFold(DEFAULT_SPEC.initial)
+            view = run.view = RunFold(DEFAULT_SPEC.initial)
+            n, pending, left = run.line, b"", run.stop - run.start
             with self.path.open("rb") as f:
                 f.seek(run.start)
-                lines = f.read(run.stop - run.start).split(b"\n")
-            for n, raw in enumerate(lines[:-1], start=run.line):
-                if raw.strip():
-                    _fold_line(run.view, read_line(raw), f"{self.path.name}:{n}")
+                while left > 0 and (data := f.read(min(self.chunk, left))):
+                    left -= len(data)
+                    *lines, pending = (pending + data).split(b"\n")
+                    for raw in lines:
+                        if raw.strip():
+                            _fold_line(view, read_line(raw), f"{self.path.name}:{n}")
+                        n += 1
         if run in self._opened:
             self._opened.remove(run)
         self._opened.append(run)

@@ -369,6 +369,12 @@ def test_the_fast_summary_is_the_full_one(tmp_path: Path, monkeypatch: pytest.Mo
     opened = [log.view(run) for run in log.runs]
     assert [{**v.summary(), "error": v.error, "errors": v.errors} for v in opened] == full
     assert [v.count("transitions") for v in opened] == [6, 4]
+    small = LogFile(path, chunk=7)  # lines cut across reads, when listed and when opened
+    small.refresh()
+    assert [
+        {**r.fold.summary(), "error": r.fold.error, "errors": r.fold.errors} for r in small.runs
+    ] == full
+    assert [small.view(r).detail() for r in small.runs] == [v.detail() for v in opened]
 
 
 def test_opened_runs_follow_the_log_and_only_the_last_ones_are_kept(tmp_path: Path) -> None:
