@@ -697,6 +697,12 @@ class MCPServer:
             ) from None
         except (MCPServerError, ToolDefinitionError) as exc:
             raise MCPServerError(self.name, f"{exc} (the tool list stays as it was)") from None
+        except Exception:
+            if conn.refusal is None:
+                raise
+            raise MCPServerError(
+                self.name, f"{conn.refusal} (the tool list stays as it was)"
+            ) from None
         self._absorb(listing)
 
     async def _read_listing(self, session: ClientSession) -> _Listing:

@@ -716,6 +716,22 @@ class TestMessageSize:
         )
         assert listed == "1"  # a new process: one listing so far
 
+    def test_a_reread_over_the_bound_keeps_the_list(self) -> None:
+        """A page over the bound after tools/list_changed: refresh() says so, naming the
+        setting, and the list stays as it was."""
+        limit = listing_bytes("many", "100") - 1
+
+        async def main() -> tuple[str, list[str]]:
+            async with hostile("many-after-announce", "100", max_message_bytes=limit) as server:
+                await server.call("announce", {})
+                with pytest.raises(MCPServerError) as info:
+                    await server.refresh()
+                return str(info.value), [t.name for t in await server.tools()]
+
+        message, names = asyncio.run(main())
+        assert message == f"{too_large(limit)} (the tool list stays as it was)"
+        assert names == ["pages", "announce", "deep"]
+
     def test_over_streamable_http(self, demo_url: str) -> None:
         """The bound holds over streamable HTTP too."""
         with pytest.raises(MCPServerError) as info:
