@@ -108,10 +108,11 @@ class LogFile:
         stamp = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
         if stamp == self._stamp:
             return False
-        if self._stamp is None or stat.st_ino != self._stamp[0] or stat.st_size < self._offset:
+        anew = self._stamp is None or stat.st_ino != self._stamp[0] or stat.st_size < self._offset
+        if anew:
             self._reset()  # new, or rewritten: read it from the start
         self._stamp = stamp
-        read = False
+        read = anew
         try:
             with self.path.open("rb") as f:
                 for data in self._read(f):

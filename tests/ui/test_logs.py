@@ -397,3 +397,15 @@ def test_opened_runs_follow_the_log_and_only_the_last_ones_are_kept(tmp_path: Pa
     assert again.detail() == views[0].detail()
     assert [v.count("tools") for v in views] == [2] * OPENED + [3]
     assert [v.count("turn_usage") for v in views] == [2] * OPENED + [3]
+
+
+def test_a_log_emptied_is_a_change(tmp_path: Path) -> None:
+    """A log truncated to nothing forgets its runs, and says it changed."""
+    path = tmp_path / "run.jsonl"
+    path.write_text(HEADER + T1 + "\n")
+    log = LogFile(path)
+    log.refresh()
+    path.write_text("")
+    assert log.refresh() is True
+    assert (log.runs, log.problem) == ([], None)
+    assert log.refresh() is False
