@@ -6,11 +6,12 @@ A workflow names the loop it runs; the workflow side builds a machine around ste
 stand-ins (:func:`LoopApp.start_run`) and the worker side executes the steps
 (:meth:`LoopApp.execute`) against the real providers and tools.
 
-A child run (a child state, a fan-out branch, a handoff) runs inside the workflow like
-its parent, and its model and tool calls are steps too. Code does not cross JSON, so a
-step names the child by its names from the loop down (``"child": ["research"]``) and
-the worker finds the child where the loop's machine runs it: in the handler of one of
-its child states (:func:`LoopApp.level`).
+A child run (a child state, a fan-out branch, a handoff, an agent tool's child) runs
+inside the workflow like its parent, and its model and tool calls are steps too. Code
+does not cross JSON, so a step names the child by its names from the loop down
+(``"child": ["research"]``) and the worker finds the child where the loop runs it: in
+the handler of a state of its machine, or among its agent tools
+(:meth:`LoopApp.level`).
 """
 
 from __future__ import annotations
@@ -294,10 +295,10 @@ def _nest(
         level = definition.level(loop, path)
         if level.params is not child.params:
             raise ValueError(
-                f"{level.where} of loop {loop!r} is not the child the worker finds under "
-                "that name in the loop's machine; a durable run's children are the ones "
-                "its machine's child states run: give this one a name of its own and put "
-                "it in a state with with_child_state"
+                f"{level.where} is not the child a worker finds under that name in the "
+                "loop; a durable loop runs the children of its machine's states and its "
+                "agent tools: give this one a name of its own and put it in a state "
+                "(with_child_state) or an agent tool of the loop"
             )
         return attrs.evolve(
             deps,

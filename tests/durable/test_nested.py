@@ -12,7 +12,7 @@ import asyncio
 import json
 import re
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,9 +29,12 @@ from innerloop.durable.temporal import (
     TemporalOptions,
     temporal_worker,
 )
+from innerloop.events import Event
 from innerloop.fsm import (
+    ChildRun,
     HarnessState,
     Interrupt,
+    PhaseContext,
     StateSpec,
     child_handler,
     with_child_state,
@@ -221,6 +224,48 @@ def test_a_child_the_worker_cannot_find_is_named_with_the_fix() -> None:
         "it: put it in a state of the machine in the worker's LoopApp (with_child_state with "
         "child_handler, fan_out_handler or handoff_handler) or in its tools (agent_tool)"
     )
+
+
+def test_a_child_made_as_the_run_goes_is_refused_in_the_workflow() -> None:
+    """A handler that runs a child the loop does not declare (made as it runs) fails the
+    workflow's run with what to do, before any step of the child."""
+    model = ScriptedProvider([reply("hi")], name="m")
+    declared = Child("kid", HarnessParams(model="m:x"))
+
+    def runs(child: Child[Any]) -> Any:
+        async def handler(ctx: PhaseContext) -> AsyncIterator[Event]:
+            async for event in ChildRun(ctx, child, "hi").events():
+                yield event
+
+        handler.child = declared  # type: ignore[attr-defined]  # drawn as this one
+        return handler
+
+    unknown = Child("stray", HarnessParams(model="m:x"))
+    twin = Child("kid", HarnessParams(model="m:x"))
+    steps: list[str] = []
+
+    async def call(step: str, args: dict[str, Any]) -> dict[str, Any]:
+        steps.append(step)
+        return {}
+
+    def refusal(child: Child[Any]) -> str:
+        spec = child_first(declared).replace_handler("helper", runs(child))
+        app = LoopApp({"l": LoopDefinition(HarnessParams(model="m:x"), {"m": model}, machine=spec)})
+        with pytest.raises((KeyError, ValueError)) as info:
+            app.harness("l", call, FakeClock()).run_sync("go")
+        return str(info.value.args[0])
+
+    assert refusal(unknown).startswith(
+        "loop 'l' runs no child named 'stray' in a state of its machine 'innerloop' or an "
+        "agent tool (its children: kid); "
+    )
+    assert refusal(twin) == (
+        "child 'kid' of loop 'l' is not the child a worker finds under that name in the "
+        "loop; a durable loop runs the children of its machine's states and its agent "
+        "tools: give this one a name of its own and put it in a state (with_child_state) "
+        "or an agent tool of the loop"
+    )
+    assert steps == []
 
 
 # -- Temporal --------------------------------------------------------------------------------
