@@ -12,6 +12,7 @@ and the run in process, get the same answer to the same history. Tool calls are 
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -30,14 +31,17 @@ from innerloop.fsm import (
 from innerloop.providers import AnthropicProvider
 from innerloop.testing import Reply, reply, tool_call
 from innerloop.tools import ToolContext, ToolOutput
-from tests.durable.app import _log
+from tests.durable.app import _log, log_dir
 
 MODEL = "anthropic:claude-sonnet-4-5-20250929"
 SCHEMA = {"type": "object", "properties": {"what": {"type": "string"}}, "required": ["what"]}
 
 
 async def look(args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+    """Blocks while the file ``hold-<what>`` exists, so a test can act while it runs."""
     _log("tool.log", f"start {ctx.tool_use_id}")
+    while (log_dir() / f"hold-{args['what']}").exists():  # noqa: ASYNC110  a test's file
+        await asyncio.sleep(0.05)
     return ToolOutput(f"looked at {args['what']}")
 
 

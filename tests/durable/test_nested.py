@@ -40,7 +40,7 @@ from innerloop.fsm import (
     with_child_state,
 )
 from innerloop.testing import AnthropicServer, FakeClock, Fault, Reply, ScriptedProvider, reply
-from tests.durable._checks import tool_starts, until
+from tests.durable._checks import started, tool_starts, until
 from tests.durable._procs import Processes, TemporalServer, spawn_dbos_worker
 from tests.durable.nested_app import answer, child_first, nested_app, system, tool_results
 from tests.durable.test_steps import in_memory
@@ -460,6 +460,39 @@ def test_interrupt_in_a_child_is_resumed_through_dbos(
 
     state, interrupt, events = asyncio.run(main())
     assert_resumed_in_the_child(kind, interrupt, state, expected, events, server, log_dir)
+
+
+def test_abort_reaches_a_running_child_at_its_next_turn(
+    procs: Processes, tmp_path: Path, server: AnthropicServer, log_dir: Path
+) -> None:
+    """An abort message sent while the child's tool runs takes effect when the child
+    enters its next turn: the child ends in ``aborted`` without another model call, and
+    so does the loop."""
+    (log_dir / "hold-census").touch()
+    url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    env = {"INNERLOOP_TEST_DIR": str(log_dir), "INNERLOOP_TEST_LOOPBACK": server.base_url}
+
+    async def main() -> tuple[Any, list[dict[str, Any]]]:
+        await asyncio.to_thread(spawn_dbos_worker, procs, "w", url, env, NESTED_APP)
+        client = DBOSClient(system_database_url=url)
+        try:
+            loops = DBOSLoopClient(client)
+            await loops.start("nested", "go", id="nested-abort")
+            await until(started(log_dir, "toolu_r1"), 60, "the child's tool call")
+            await loops.abort("nested-abort", "the host said stop")
+            (log_dir / "hold-census").unlink()
+            state = await asyncio.wait_for(loops.result("nested-abort"), 60)
+            return state, [e async for e in loops.events("nested-abort")]
+        finally:
+            client.destroy()
+
+    state, events = asyncio.run(main())
+    assert state.exit_reason == "aborted"
+    assert state.abort.reason == "the host said stop"
+    assert state.notes["children"]["research"]["exit_reason"] == "aborted"
+    assert asked(server) == Counter({"research 0": 1})
+    assert tree(events)[-2:] == [("research", "finished"), ("", "finished")]
+    assert [c for _, c in tool_starts(log_dir)] == ["toolu_r1"]
 
 
 def test_worker_killed_inside_a_child_loses_nothing_and_repeats_no_call(
