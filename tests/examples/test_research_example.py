@@ -103,6 +103,8 @@ def test_research_machine_structure() -> None:
         "write -> model_complete [child_succeeded]",
         "write -> failed",
     ]
+    # the example machine (default scouts and writer) is the demo's, edge for edge
+    assert example_specs()["research"].transitions == spec.transitions
 
 
 def routes(events: list[dict[str, Any]]) -> dict[str, list[list[str]]]:
