@@ -25,7 +25,14 @@ from innerloop._eventlog import EventLog, read_event_log
 from innerloop._events import ChildEvent, Event, Finished, RunStarted, TextDelta, Transition
 from innerloop._harness import Harness
 from innerloop._live import describe
-from innerloop.examples.research import research_machine, scout, writer
+from innerloop.examples.research import (
+    QUESTIONS,
+    SCOUT_MODEL,
+    WRITER_MODEL,
+    research_machine,
+    scout,
+    writer,
+)
 from innerloop.fsm._context import request_settings
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._state import HarnessState
@@ -255,12 +262,6 @@ def run_demo(out: Path = Path("runs/demo"), *, live: bool = False) -> HarnessSta
 
 
 RESEARCH_TASK = "How did European heat-pump sales do in 2024? Write me a brief."
-SCOUT_MODEL = "openai:gpt-4o-mini-2024-07-18"
-WRITER_MODEL = "openai:gpt-4o-2024-08-06"
-QUESTIONS = (
-    "How did heat-pump sales in Europe change in 2024?",
-    "Which European heat-pump market fell most in 2024?",
-)
 NOTES = "Notes: heat-pump sales in Europe fell 21% in 2024 (IEA); Poland fell most, -40% (EHPA)."
 BRIEF = (
     '{"title": "European heat pumps in 2024", '
@@ -306,17 +307,12 @@ def nested_scenario() -> tuple[list[Any], Any, list[Any]]:
     return [reply(NOTES)], scouts, [reply(BRIEF)]
 
 
-def _questions(state: HarnessState) -> list[str]:
-    """The scouts' questions, one per branch of the fan-out."""
-    return list(QUESTIONS)
-
-
 def _research_machine(
     scout_providers: Mapping[str, Any] | None = None,
     writer_providers: Mapping[str, Any] | None = None,
 ) -> Any:
     return research_machine(
-        scout(SCOUT_MODEL, scout_providers), writer(WRITER_MODEL, writer_providers), _questions
+        scout(SCOUT_MODEL, scout_providers), writer(WRITER_MODEL, writer_providers)
     ).with_import_path("innerloop._demo:NESTED_SPEC")
 
 

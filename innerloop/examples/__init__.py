@@ -33,10 +33,12 @@ __all__ = [
 
 
 def example_specs() -> dict[str, MachineSpec]:
-    """The three example machines by name, built with callbacks that always say yes (the
-    structure does not depend on the callbacks); for diagrams and coverage."""
+    """The four example machines by name, built with callbacks that always say yes and
+    the research example's default scouts, writer and questions (the structure depends
+    on none of them); for diagrams and coverage."""
     return {
         "approval": with_approval(lambda call, state: True),
         "guardrail": with_guardrail(),
         "costcap": with_cost_cap(CostCap(max_cost_usd=1.0), lambda spending, state: True),
+        "research": research_machine(),
     }

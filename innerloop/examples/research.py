@@ -5,6 +5,7 @@ of which asks the host before a call that spends money; it reads what they found
 hands the conversation to a writer whose answer is typed (:class:`Brief`)::
 
     spec = research_machine(scout(...), writer(...), questions)
+    spec = research_machine()  # scouts and a writer on the Harness's providers
 
 The research machine is the default machine with two child states:
 
@@ -46,11 +47,15 @@ from innerloop.providers import Provider
 
 __all__ = [
     "PAID",
+    "QUESTIONS",
+    "SCOUT_MODEL",
     "SCOUT_TOOLS",
+    "WRITER_MODEL",
     "Brief",
     "approve_paid",
     "buy_report",
     "research_machine",
+    "research_questions",
     "scout",
     "scout_machine",
     "web_search",
@@ -153,16 +158,43 @@ def writer(model: str, providers: Mapping[str, Provider] | None = None) -> Child
     return Child("writer", params, providers=providers)
 
 
+SCOUT_MODEL = "openai:gpt-4o-mini-2024-07-18"
+"""The default scouts' model."""
+WRITER_MODEL = "openai:gpt-4o-2024-08-06"
+"""The default writer's model."""
+QUESTIONS: tuple[str, ...] = (
+    "How did heat-pump sales in Europe change in 2024?",
+    "Which European heat-pump market fell most in 2024?",
+)
+"""The default scouts' questions, one per branch of the fan-out."""
+
+
+def research_questions(state: HarnessState) -> Sequence[str]:
+    """The default ``questions``: :data:`QUESTIONS`, whatever the task."""
+    return QUESTIONS
+
+
+def _default_children() -> tuple[Child[None], Child[Brief]]:
+    return scout(SCOUT_MODEL), writer(WRITER_MODEL)
+
+
 def research_machine(
-    scout: Child[None],
-    writer: Child[Brief],
-    questions: Callable[[HarnessState], Sequence[str]],
+    scout: Child[None] | None = None,
+    writer: Child[Brief] | None = None,
+    questions: Callable[[HarnessState], Sequence[str]] = research_questions,
     *,
     limit: int = 2,
 ) -> MachineSpec:
     """The default machine with a ``survey`` fan-out of ``scout`` over
     ``questions(state)`` (``limit`` at a time) before the first model call, and a
-    handoff to ``writer`` once the research agent's answer is done."""
+    handoff to ``writer`` once the research agent's answer is done.
+
+    By default the scouts run on :data:`SCOUT_MODEL` over :data:`QUESTIONS` and the
+    writer on :data:`WRITER_MODEL`, both on the research agent's providers (the
+    ``Harness``'s): ``research_machine()`` is the machine of ``example_specs()``."""
+    if scout is None or writer is None:
+        scout_, writer_ = _default_children()
+        scout, writer = scout or scout_, writer or writer_
     surveyed = with_child_state(
         DEFAULT_SPEC,
         StateSpec("survey", doc="the scouts look up one question each, side by side"),

@@ -183,6 +183,19 @@ def _minus(a: Usage, b: Usage) -> Usage:
     )
 
 
+@contextlib.contextmanager
+def _delegated(parent: PhaseContext, abort: Callable[[], None]) -> Iterator[None]:
+    """While children run inside ``parent``'s handler: an abort of the parent calls
+    ``abort`` (which aborts them) instead of cancelling the handler (``scope.delegate``),
+    and the parent's driver reads on (``scope.reporting``) until they have ended."""
+    scope = parent.scope
+    scope.delegate, scope.reporting = abort, True
+    try:
+        yield
+    finally:
+        scope.delegate, scope.reporting = None, False
+
+
 class ChildRun(Generic[OutputT]):
     """One run of a :class:`Child` inside the run ``parent`` (a handler's or a tool's
     ``PhaseContext``), on ``prompt`` (or, for a handoff, on ``state``). Read its events
@@ -322,20 +335,11 @@ class ChildRun(Generic[OutputT]):
         it inside :meth:`delegated`."""
         return self._passed_up()
 
-    @contextlib.contextmanager
-    def delegated(self) -> Iterator[None]:
+    def delegated(self) -> contextlib.AbstractContextManager[None]:
         """While the child runs :meth:`inline`: an abort of the parent is handed to the
-        child instead of cancelling the handler (``scope.delegate``), and the parent's
-        driver reads on (``scope.reporting``) until the child has ended, validly, in
-        ``aborted``."""
-        scope = self.parent.scope
-        scope.delegate = self._abort_from_parent
-        scope.reporting = True
-        try:
-            yield
-        finally:
-            scope.delegate = None
-            scope.reporting = False
+        child instead of cancelling the handler, and the parent's driver reads on until
+        the child has ended, validly, in ``aborted``."""
+        return _delegated(self.parent, self._abort_from_parent)
 
     def _abort_from_parent(self) -> None:
         asked = self.parent.state.abort
@@ -530,6 +534,54 @@ def child_handler(child: Child[Any]) -> Handler:
     return run_child
 
 
+async def _branches(
+    ctx: PhaseContext,
+    child: Child[Any],
+    inputs: Sequence[str | Message],
+    limit: int,
+    started: dict[int, ChildRun[Any]],
+) -> AsyncGenerator[Event, None]:
+    """Run ``child`` once per input (``name#1``, ...), ``limit`` at a time, yielding
+    their events as they come; ``started`` gets each branch's run as it starts. An
+    abort of the parent aborts each running branch (a branch not yet started is not
+    started), and their events are read on until every branch has ended."""
+    gate = asyncio.Semaphore(limit)
+    queue: asyncio.Queue[Event | None] = asyncio.Queue()
+
+    async def one(i: int, prompt: str | Message) -> None:
+        async with gate:
+            try:  # made when it starts: its limits are what the parent has left then
+                if ctx.state.abort is None:
+                    run = started[i] = _continued(ctx, child, f"{child.name}#{i}", prompt)
+                    await run.run_to_end(queue.put_nowait)
+            finally:
+                queue.put_nowait(None)
+
+    def abort_branches() -> None:
+        for run in list(started.values()):
+            run._abort_from_parent()
+
+    tasks = [asyncio.ensure_future(one(i, p)) for i, p in enumerate(inputs, 1)]
+    try:
+        with _delegated(ctx, abort_branches):
+            left = len(tasks)
+            while left:
+                event = await queue.get()
+                if event is None:
+                    left -= 1
+                else:
+                    yield event
+    finally:
+        running = [r for r in started.values() if r.state.final_state is None]
+        for t in tasks:
+            t.cancel()  # each aborts its child and waits for it to end
+        if tasks:
+            await asyncio.wait(tasks)
+        _forget(ctx, running)  # stopped (an abort, or the reader left): run anew
+    for t in tasks:
+        t.result()
+
+
 def fan_out_handler(
     child: Child[Any],
     items: Callable[[HarnessState], Sequence[str | Message]],
@@ -540,7 +592,9 @@ def fan_out_handler(
     ``items(parent state)``, at most ``limit`` at a time, as ``name#1``, ``name#2``, ...;
     the answers join in input order (one user message; ``notes["children"][name]`` a
     list). One child that does not succeed makes the outcome ``child_failed`` (the
-    others run to their end).
+    others run to their end). An abort of the parent aborts every running child (one
+    not yet started is not started); each ends, validly, in ``aborted`` and its last
+    events reach the parent's stream before the parent takes its abort edge.
 
     A branch that asks (an approval, a question) suspends the parent once every branch
     has ended or asked, on the first question in input order; resumed, the branches that
@@ -553,36 +607,10 @@ def fan_out_handler(
         _answered(ctx)
         inputs = list(items(ctx.state))
         started: dict[int, ChildRun[Any]] = {}
-        gate = asyncio.Semaphore(limit)
-        queue: asyncio.Queue[Event | None] = asyncio.Queue()
-
-        async def one(i: int, prompt: str | Message) -> None:
-            async with gate:
-                try:  # made when it starts: its limits are what the parent has left then
-                    run = started[i] = _continued(ctx, child, f"{child.name}#{i}", prompt)
-                    await run.run_to_end(queue.put_nowait)
-                finally:
-                    queue.put_nowait(None)
-
-        tasks = [asyncio.ensure_future(one(i, p)) for i, p in enumerate(inputs, 1)]
-        try:
-            left = len(tasks)
-            while left:
-                event = await queue.get()
-                if event is None:
-                    left -= 1
-                else:
-                    yield event
-        finally:
-            running = [r for r in started.values() if r.state.final_state is None]
-            for t in tasks:
-                t.cancel()  # each aborts its child and waits for it to end
-            if tasks:
-                await asyncio.wait(tasks)
-            _forget(ctx, running)  # stopped (an abort, or the reader left): run anew
-        for t in tasks:
-            t.result()
-        runs = [started[i] for i in range(1, len(inputs) + 1)]
+        async with contextlib.aclosing(_branches(ctx, child, inputs, limit, started)) as events:
+            async for event in events:
+                yield event
+        runs = [started[i] for i in sorted(started)]
         if not _suspends(ctx, runs):
             _forget(ctx, runs)
             _record(ctx, child.name, runs, many=True)

@@ -80,7 +80,7 @@ class TestRepositoryDiagrams:
         """diagrams/ holds the current default machine; run 'make diagrams' if this fails."""
         assert stale_files(build_diagram(DEFAULT_SPEC), REPO_DIAGRAMS) == []
 
-    @pytest.mark.parametrize("name", ["approval", "guardrail", "costcap"])
+    @pytest.mark.parametrize("name", list(example_specs()))
     def test_examples_fresh(self, name: str) -> None:
         """diagrams/examples/ holds each example machine; run 'make diagrams' if this fails."""
         spec = example_specs()[name]

@@ -22,7 +22,14 @@ from innerloop.examples import example_specs
 from innerloop.examples.approval import ApprovalOutcome
 from innerloop.examples.costcap import CostCapOutcome
 from innerloop.examples.guardrail import RedactOutcome
-from innerloop.fsm import DEFAULT_SPEC, CompiledMachine, Outcome, TransitionSpec, compile_spec
+from innerloop.fsm import (
+    DEFAULT_SPEC,
+    ChildOutcome,
+    CompiledMachine,
+    Outcome,
+    TransitionSpec,
+    compile_spec,
+)
 from innerloop.testing import (
     FakeClock,
     ScenarioError,
@@ -50,6 +57,14 @@ def _under_cap(params: HarnessParams, state: HarnessState) -> None:
     state.outcome = CostCapOutcome.UNDER_CAP
 
 
+def _children_succeeded(params: HarnessParams, state: HarnessState) -> None:
+    state.outcome = ChildOutcome.SUCCEEDED
+
+
+def _a_child_failed(params: HarnessParams, state: HarnessState) -> None:
+    state.outcome = ChildOutcome.FAILED
+
+
 SPECS = example_specs()
 EXAMPLES = {
     "approval": Scenarios(SPECS["approval"]).add("approve", "execute", _approved),
@@ -57,6 +72,11 @@ EXAMPLES = {
     "costcap": Scenarios(SPECS["costcap"])
     .add("cost_cap", "stopped_at_cost_cap", _declined)
     .add("cost_cap", "assemble", _under_cap),
+    "research": Scenarios(SPECS["research"])
+    .add("survey", "assemble", _children_succeeded)
+    .add("survey", "failed", _a_child_failed)
+    .add("write", "model_complete", _children_succeeded)
+    .add("write", "failed", _a_child_failed),
 }
 EXAMPLE_EDGES = [(name, t) for name, s in EXAMPLES.items() for t in s.spec.transitions]
 
@@ -247,7 +267,17 @@ class TestCustomMachines:
                 "cost_cap -> stopped_at_cost_cap [cost_cap_declined]",
                 "cost_cap -> assemble",
             ],
+            "research": [
+                "survey -> assemble [child_succeeded]",
+                "survey -> failed",
+                "write -> model_complete [child_succeeded]",
+                "write -> failed",
+            ],
         }
+
+    def test_every_example_has_its_scenarios(self) -> None:
+        """EXAMPLES (the builders of each example's own edges) names every example."""
+        assert list(EXAMPLES) == list(SPECS)
 
     def test_a_replaced_guard_function_loses_its_default_scenario(self) -> None:
         """Same guard name, another function: the default builder is not assumed to fit."""
@@ -260,7 +290,7 @@ class TestCustomMachines:
     def test_every_example_edge_has_a_scenario_that_selects_it(
         self, name: str, edge: TransitionSpec
     ) -> None:
-        """Every transition of the three examples, both engines."""
+        """Every transition of the four examples, both engines."""
         _steps_to(EXAMPLES[name].machine, edge, EXAMPLES[name])
 
     def test_add_returns_new_scenarios(self) -> None:
