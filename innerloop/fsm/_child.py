@@ -183,19 +183,20 @@ class ChildRun(Generic[OutputT]):
             state.start_run()
         if prompt is not None:
             state.history.append(prompt if isinstance(prompt, Message) else Message.user(prompt))
+        own = Deps(
+            providers=child.providers if child.providers is not None else deps.providers,
+            clock=deps.clock,
+            tokens=MessageTokenCache(deps.tokens.counter),
+            compactor=deps.compactor,
+            fallback_compactor=deps.fallback_compactor,
+            tools=ToolRunner(),
+            gates=deps.gates,
+        )
         self.run: Run[OutputT] = Run(
             child.compiled,
             _capped(child.params, parent),
             state,
-            Deps(
-                providers=child.providers if child.providers is not None else deps.providers,
-                clock=deps.clock,
-                tokens=MessageTokenCache(deps.tokens.counter),
-                compactor=deps.compactor,
-                fallback_compactor=deps.fallback_compactor,
-                tools=ToolRunner(),
-                gates=deps.gates,
-            ),
+            own if deps.nest is None else deps.nest(self.path, own),
             observers=parent.scope.observers,
             settings=child.settings,
             start_at=start_at,

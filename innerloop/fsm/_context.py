@@ -130,6 +130,9 @@ class Deps:
     tools: ToolExecutor
     gates: RateLimitGates = attrs.field(factory=shared_gates)
     """The rate-limit gates shared with the other runs of the process."""
+    nest: Callable[[str, Deps], Deps] | None = None
+    """What a child run's services become (given its path below this run and the ones
+    it would have): a replay serves each child its own record. None: as they are."""
 
 
 class Mailbox:

@@ -62,6 +62,9 @@ class Recording:
     transitions: tuple[Transition, ...]
     finished: Finished
     host_abort: str | None
+    children: Mapping[str, tuple[Recording, ...]] = attrs.field(factory=dict)
+    """The runs it ran inside it (child states, fan-outs, handoffs, agent tools), by
+    their whole path (``research/web#2``), each path's runs in order."""
 
 
 _OLD = (
@@ -104,6 +107,26 @@ def _calls(events: Sequence[Event]) -> tuple[Call, ...]:
     return tuple(calls)
 
 
+def _children(lines: Sequence[Mapping[str, Any]], where: str) -> dict[str, tuple[Recording, ...]]:
+    """The runs recorded inside a run (its ``child_event`` lines), by path: each run of
+    a path in order (a child state entered twice runs its child twice)."""
+    nested: dict[str, list[list[Mapping[str, Any]]]] = {}
+    for line in lines:
+        if line.get("type") != "child_event":
+            continue
+        event, runs = line["event"], nested.setdefault(str(line["path"]), [])
+        if event.get("type") == "run_started" or not runs:
+            runs.append([])
+        runs[-1].append(event)
+    return {
+        path: tuple(
+            _record(events, f"{where}, child {path}" + (f" (run {i})" if len(runs) > 1 else ""))
+            for i, events in enumerate(runs, 1)
+        )
+        for path, runs in nested.items()
+    }
+
+
 def _record(lines: Sequence[Mapping[str, Any]], where: str) -> Recording:
     events = _events(lines)
     started = events[0] if events else None
@@ -134,6 +157,7 @@ def _record(lines: Sequence[Mapping[str, Any]], where: str) -> Recording:
         tuple(e for e in events if isinstance(e, Transition)),
         finished,
         host_abort,
+        _children(lines, where),
     )
 
 
