@@ -182,12 +182,37 @@ def load_recording(source: Source, run: int | str) -> Recording:
             if isinstance(source, str | Path)
             else [e for e in source if e.get("type") != "log_header"]
         )
-        picked, label = pick_run(split_runs(lines), run, where)
+        picked, label = pick_run(_joined(split_runs(lines)), run, where)
     except OSError as exc:
         raise ReplayError(f"cannot read {where}: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise ReplayError(str(exc)) from None
     return _record(picked, label)
+
+
+def _joined(runs: list[list[Mapping[str, Any]]]) -> list[list[Mapping[str, Any]]]:
+    """``runs`` with each run that goes on where the one before stopped unfinished (a
+    durable workflow continued as new: a ``run_started`` with ``resumed`` at the state
+    the last transition entered) joined to it, as the one run it is."""
+    joined: list[list[Mapping[str, Any]]] = []
+    for events in runs:
+        first = events[0] if events else {}
+        before = joined[-1] if joined else []
+        entered = next(
+            (e.get("target") for e in reversed(before) if e.get("type") == "transition"), None
+        )
+        if (
+            first.get("type") == "run_started"
+            and first.get("resumed") is not None
+            and before
+            and before[-1].get("type") != "finished"
+            and entered is not None
+            and first.get("state") == entered
+        ):
+            joined[-1] = [*before, *events[1:]]
+        else:
+            joined.append(list(events))
+    return joined
 
 
 # -- a stored run ---------------------------------------------------------------------------
