@@ -41,11 +41,7 @@ from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._record import RecordError, params_from_record
 from innerloop.fsm._spec import MachineSpec
 from innerloop.fsm._state import HarnessState
-from innerloop.providers._fingerprint import (
-    history_fingerprint,
-    request_fingerprint,
-    request_parts,
-)
+from innerloop.providers._fingerprint import history_fingerprint, request_digests
 from innerloop.providers._normalize import DIALECTS, WireRequest
 from innerloop.recovery._compaction import TruncatingCompactor
 from innerloop.recovery._gate import RateLimitGates
@@ -407,14 +403,9 @@ class _Player:
 
     def open(self, provider: str, request: WireRequest) -> _Stream:
         calls, n = self.rec.calls, self.served + 1
-        now = ModelCall(
-            provider,
-            request.dialect,
-            request.model,
-            request_fingerprint(request),
-            request_parts(request),
-            len(request.payload.get("messages") or ()),
-        )
+        fingerprint, parts = request_digests(request)
+        count = len(request.payload.get("messages") or ())
+        now = ModelCall(provider, request.dialect, request.model, fingerprint, parts, count)
         if n > len(calls):
             self._refuse(
                 Divergence(

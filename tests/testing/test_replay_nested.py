@@ -383,3 +383,30 @@ APPROVED = with_child_state(
     target="assemble",
     on_failure="failed",
 ).renamed("replay_approved")
+
+
+def test_the_request_digests_are_those_of_hashing_each_apart() -> None:
+    """One serialization of the body serves the whole request's fingerprint and each
+    part's hash: the same digests as the recorded logs' (each hashed apart)."""
+    import hashlib
+
+    from innerloop.lowlevel import request_fingerprint
+    from innerloop.providers._fingerprint import request_digests
+    from innerloop.providers._normalize import WireRequest
+
+    def apart(data: Any) -> str:
+        text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    payload = {
+        "model": "m",
+        "messages": [{"role": "user", "content": 'é \n "q"'}],
+        "system": None,
+        "max_tokens": 1.5,
+        "a b": [True, {"z": 1, "a": 2}],
+    }
+    request = WireRequest("anthropic", "m", payload)
+    fingerprint, parts = request_digests(request)
+    assert fingerprint == apart({"dialect": "anthropic", "payload": payload})
+    assert fingerprint == request_fingerprint(request)
+    assert parts == {k: apart(v)[:12] for k, v in payload.items()}
