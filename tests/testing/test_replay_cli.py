@@ -45,6 +45,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> str:
         provider = AnthropicProvider("sk-ant-api03-cli-0123456789abcdef", base_url=server.base_url)
         harness = Harness(PARAMS, [provider], checkpointer=url, clock=FakeClock())
         state = harness.start("2 + 3?", run_id="r1").run_sync()
+        assert harness.checkpointer is not None
         harness.checkpointer.close()
     assert state.exit_reason == "model_complete"
     return url
