@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -217,6 +217,12 @@ class TurnScope:
     forward: bool = True
     """Someone reads or watches this run's events, so its child runs pass theirs up (a
     quiet ``run()`` with no observer and no event logging wanting them: they do not)."""
+    nested_step: Callable[[Any, Any], Awaitable[None] | None] | None = None
+    """Set when this run's checkpoints keep its children's progress: a child run (a
+    child state's, a fan-out branch's, an agent tool's) calls it with its machine and the
+    transition it took, once its state is saved in this run's notes; it checkpoints this
+    run where it is (a ``CheckpointWriter.within``, or the same hook of a child run one
+    level up)."""
     offered: tuple[ToolSpec, ...] | None = None
     """The tools offered on this turn, when ``params.prepare_tools`` or
     ``params.tool_sources`` choose them (None: ``params.tools``); see ``fsm._offer``."""
@@ -277,13 +283,15 @@ class PhaseContext:
         *,
         tool_use_ids: Sequence[str] = (),
         done: Sequence[ToolResultBlock] = (),
+        path: str = "",
     ) -> None:
         """Pause the run for an answer from outside: the ``interrupted`` guard takes it to
         ``suspended`` (add that transition to a custom state that calls this). On
         ``Harness.resume(run, answer)`` this state's handler runs again and finds the
-        answer in :attr:`resumed`."""
+        answer in :attr:`resumed`. ``path`` names the child run that asked, when a child
+        state or an agent tool passes a child's interrupt up."""
         self.state.interrupt = Interrupt(
-            kind, payload, self.current_state, tuple(tool_use_ids), tuple(done)
+            kind, payload, self.current_state, tuple(tool_use_ids), tuple(done), path=path
         )
         self.state.outcome = Outcome.INTERRUPTED
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from sys import intern
 from typing import Any
 
@@ -29,7 +29,7 @@ from innerloop._events import (
     ToolUseStart,
     Transition,
 )
-from innerloop._messages import ServerToolBlock
+from innerloop._messages import ModelResponse, ServerToolBlock
 from innerloop.recovery._pricing import DEFAULT_PRICES, cost_usd
 
 __all__ = [
@@ -54,10 +54,13 @@ class RunFold:
     compact rows, appended to, never recomputed. Each event is structured through the
     event classes (:meth:`Event.from_dict`) first: a line that is not a well-typed event
     is the run's ``error`` (the first one, with its line; ``errors`` counts them), and
-    the lines after it are read on."""
+    the lines after it are read on. With ``lists=False`` only the summary is kept."""
 
-    def __init__(self, initial: str = "idle") -> None:
+    def __init__(self, initial: str = "idle", *, lists: bool = True) -> None:
         self.initial = initial
+        self.keep = lists
+        """Whether the lists are kept (False: the summary alone, a few fields however long
+        the run; the lists stay empty)."""
         self.started: dict[str, Any] | None = None
         self.end: Finished | None = None
         self.current = initial
@@ -80,7 +83,6 @@ class RunFold:
     def add(self, data: Mapping[str, Any], where: str = "event") -> None:
         """Fold in one event (a log line's dict); what is wrong with it is the run's error."""
         kind = data.get("type")
-        cls = VIEWED.get(kind) if isinstance(kind, str) else None
         t = data.get("t")
         if not isinstance(kind, str):
             self.fail(where, "an event without a type")
@@ -89,10 +91,12 @@ class RunFold:
             self.fail(where, f"a {kind} event whose time t is {t!r}, not a number of seconds")
             return
         self.events += 1
+        cls = VIEWED.get(kind)
         if cls is None:
             return  # an event the page does not show (a stream delta, a custom state's)
-        try:
-            event = cls.from_dict(data)
+        quick = QUICK.get(cls)
+        try:  # the plain shapes of the frequent events without the converter (same result)
+            event = (quick(data) if quick is not None else None) or cls.from_dict(data)
         except ConversionError as exc:
             self.events -= 1
             self.fail(where, str(exc))
@@ -108,7 +112,15 @@ class RunFold:
                     self.current = self.initial = event.state
             case Transition(source=source, target=target, guard=guard):
                 self.current = target
-                lists["transitions"].append((t, intern(source), intern(target), guard))
+                if self.keep:
+                    lists["transitions"].append((t, intern(source), intern(target), guard))
+            case Finished():
+                self.end = event
+                self.current = event.final_state
+            case ModelResponseEvent(response=response, turn=turn):
+                self._turn(response, turn, t)
+            case _ if not self.keep:
+                pass  # the rest is rows of the lists
             case ToolUseStart(id=tool_id):
                 self._tool_starts[tool_id] = t
             case ToolExecuted():
@@ -127,33 +139,32 @@ class RunFold:
                     output,
                 )
                 lists["tools"].append(row)
-            case ModelResponseEvent(response=response, turn=turn):
-                lists["tools"] += _server_rows(response.message.server_tools, t)
-                usage = response.usage
-                price = cost_usd(usage, response.model, DEFAULT_PRICES)
-                self.turns += 1
-                self.input_tokens += usage.input_tokens
-                self.output_tokens += usage.output_tokens
-                self.cost = None if price is None or self.cost is None else self.cost + price
-                lists["turn_usage"].append(
-                    (
-                        turn,
-                        t,
-                        intern(response.model),
-                        usage.input_tokens,
-                        usage.output_tokens,
-                        usage.cache_read_tokens,
-                        price,
-                        response.stop_reason,
-                    )
-                )
-            case Finished():
-                self.end = event
-                self.current = event.final_state
             case _:
                 lists["recoveries"].append(
                     {k: v for k, v in data.items() if k not in ("seq", "diagnostic")}
                 )
+
+    def _turn(self, response: ModelResponse, turn: int, t: float | None) -> None:
+        usage = response.usage
+        price = cost_usd(usage, response.model, DEFAULT_PRICES)
+        self.turns += 1
+        self.input_tokens += usage.input_tokens
+        self.output_tokens += usage.output_tokens
+        self.cost = None if price is None or self.cost is None else self.cost + price
+        if self.keep:
+            self.lists["tools"] += _server_rows(response.message.server_tools, t)
+            self.lists["turn_usage"].append(
+                (
+                    turn,
+                    t,
+                    intern(response.model),
+                    usage.input_tokens,
+                    usage.output_tokens,
+                    usage.cache_read_tokens,
+                    price,
+                    response.stop_reason,
+                )
+            )
 
     def count(self, kind: str) -> int:
         return len(self.lists[kind])
@@ -232,6 +243,54 @@ VIEWED: dict[str, type[Event]] = {
     )
 }
 """The events the page shows, by type; the others are counted, not kept."""
+
+
+def _transition(data: Mapping[str, Any]) -> Transition | None:
+    source, target, guard = data.get("source"), data.get("target"), data.get("guard")
+    if type(source) is str and type(target) is str and (type(guard) is str or guard is None):
+        if "guard" in data:
+            return Transition(source=source, target=target, guard=guard)
+    return None
+
+
+def _tool_use_start(data: Mapping[str, Any]) -> ToolUseStart | None:
+    index, tool_id, name = data.get("index"), data.get("id"), data.get("name")
+    if type(index) is int and type(tool_id) is str and type(name) is str:
+        return ToolUseStart(index=index, id=tool_id, name=name)
+    return None
+
+
+def _tool_executed(data: Mapping[str, Any]) -> ToolExecuted | None:
+    d = data.get
+    tool_use_id, name, output, duration = d("tool_use_id"), d("name"), d("output"), d("duration")
+    is_error, timed_out = d("is_error"), d("timed_out")
+    if (
+        type(tool_use_id) is str
+        and type(name) is str
+        and type(output) is str
+        and type(is_error) is bool
+        and type(timed_out) is bool
+        and (type(duration) is float or type(duration) is int)
+    ):
+        return ToolExecuted(
+            tool_use_id=tool_use_id,
+            name=name,
+            is_error=is_error,
+            timed_out=timed_out,
+            duration=float(duration),
+            output=output,
+        )
+    return None
+
+
+QUICK: dict[type[Event], Callable[[Mapping[str, Any]], Event | None]] = {
+    Transition: _transition,
+    ToolUseStart: _tool_use_start,
+    ToolExecuted: _tool_executed,
+}
+"""For the events most frequent in a log, the event built straight from a dict of the
+plain shape (every field there, of its exact JSON type), which the converter reads the
+same way; None for any other dict (the converter then reads it, or says what is wrong)."""
 
 
 def _server_rows(blocks: Iterable[ServerToolBlock], t: float | None) -> list[tuple[Any, ...]]:
