@@ -302,9 +302,9 @@ class _Replay:
         rec = runs[n - 1] if n <= len(runs) else None
         player = _Player(self, path, rec, None)
         self.players[path] = player
-        if rec is None:
+        if rec is None:  # a divergence once it runs (a child made, then not run, is none)
             above = self.players.get(parent, self.top)
-            above.diverge(
+            player.unrecorded = attrs.evolve(
                 Divergence(
                     "child",
                     above.state,
@@ -313,14 +313,18 @@ class _Replay:
                     + (f" after its {len(runs)}" if runs else "")
                     + " was recorded",
                     f"child {path!r} started (run {n})",
-                )
+                ),
+                path=parent,
             )
         return player
 
     def event(self, event: ChildEvent) -> None:
         """Compare a child's transition or end with its record."""
         player = self.players.get(event.path)
-        if player is None or player.rec is None:
+        if player is None:
+            return
+        if player.unrecorded is not None:
+            self.diverge(player.unrecorded)
             return
         inner = event.event
         if isinstance(inner, Transition):
@@ -384,6 +388,8 @@ class _Player:
         self.current = self.rec.started.state
         self.answered: set[str] = set()
         """The ids of the tool calls answered from the record."""
+        self.unrecorded: Divergence | None = None
+        """For a child the record lacks: the divergence it is once it runs."""
 
     @property
     def state(self) -> str:
@@ -402,6 +408,9 @@ class _Player:
         return {name: _ReplayProvider(self, name, d) for name, d in dialects.items()}
 
     def open(self, provider: str, request: WireRequest) -> _Stream:
+        if self.unrecorded is not None:
+            self.replay.diverge(self.unrecorded)
+            raise ProviderError(ErrorCategory.FATAL, f"replay diverged: {self.unrecorded}")
         calls, n = self.rec.calls, self.served + 1
         fingerprint, parts = request_digests(request)
         count = len(request.payload.get("messages") or ())
@@ -499,6 +508,8 @@ class _Player:
         return lines
 
     def tool(self, call: ToolUseBlock) -> ToolCallResult:
+        if self.unrecorded is not None:
+            self.replay.diverge(self.unrecorded)
         self.tool_calls += 1
         self.answered.add(call.id)
         done = self.rec.tools.get(call.id) or self._suspended_at(call)
@@ -657,8 +668,8 @@ class _RecordedTools:
         return ToolBatch(results, cancelled)
 
     def _spent_by_children(self, state: HarnessState[Any], call_id: str) -> None:
-        """Add to the run's totals what an agent tool's child spent, its call answered
-        from the record (the child, not run, rolls nothing up)."""
+        """Add to the run's totals what an agent tool's child spent (tokens, cost,
+        turns), its call answered from the record (the child, not run, rolls nothing up)."""
         player = self._player
         prefix = f"{player.path}/" if player.path else ""
         for path, runs in player.replay.top.rec.children.items():
@@ -668,6 +679,7 @@ class _RecordedTools:
             for child in runs:
                 ended = child.finished
                 state.usage = state.usage + ended.usage
+                state.turns += ended.turns - child.started.turns
                 if ended.cost_usd is None or state.cost_usd is None:
                     state.cost_usd = None
                 else:
