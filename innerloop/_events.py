@@ -186,6 +186,11 @@ class RunStarted(Event):
     """The cost counted before the run (None: unknown, a model had no price)."""
     tasks: tuple[Task, ...] = attrs.field(default=(), eq=False, repr=False)
     """The pending task list the run starts with."""
+    resumed: Mapping[str, Any] | None = attrs.field(default=None, eq=False, repr=False)
+    """A run going on mid-way (resumed after a suspension, or after its reader left):
+    the rest of the state it goes on with, as JSON data (the answered ``interrupt``, the
+    counters, ``notes``), its history and tasks being ``messages`` and ``tasks``. None
+    for a run from the machine's first state."""
 
 
 @attrs.frozen
@@ -295,6 +300,9 @@ class Finished(Event):
     cost_usd: float | None
     history: str | None = None
     """``history_fingerprint`` of the final history (None from a quiet ``run()``)."""
+    interrupt: Mapping[str, Any] | None = None
+    """A run that ended ``suspended``: what it waits on, as JSON data (``kind``,
+    ``payload``, ``state``, ``tool_use_ids``, ``done``); None otherwise."""
 
 
 @attrs.frozen

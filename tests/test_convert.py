@@ -410,7 +410,7 @@ class TestEventLog:
         """Every line of a log the hand-written code wrote reads back as a typed event and
         is written again byte for byte (less ``seq`` and ``t``), but for the fields added
         since, which read back as their defaults (a response's ``id``, the final
-        history's fingerprint: None)."""
+        history's fingerprint, the interrupt waited on: None)."""
         lines = read_event_log(self.LOG)
         assert len(lines) == 128
         kinds = set()
@@ -425,7 +425,8 @@ class TestEventLog:
                 responses += 1
             if expected["type"] == "finished":
                 assert "history" not in expected
-                expected["history"] = None
+                assert "interrupt" not in expected
+                expected["history"] = expected["interrupt"] = None
             assert event.to_dict() == expected
         assert len(kinds) == 13
         assert responses > 0

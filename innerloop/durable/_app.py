@@ -286,11 +286,11 @@ def _step_providers(
 
 def _nest(
     definition: LoopDefinition, loop: str, call: StepCall, above: tuple[str, ...]
-) -> Callable[[Deps, Any], Deps]:
+) -> Callable[[Deps, Any, str], Deps]:
     """The ``Deps.nest`` of a workflow's runs: a child's providers and tool runner are
     steps naming it, and so are its own children's."""
 
-    def nest(deps: Deps, child: Any) -> Deps:
+    def nest(deps: Deps, child: Any, _path: str) -> Deps:
         path = (*above, child.name)
         level = definition.level(loop, path)
         if level.params is not child.params:
@@ -313,7 +313,7 @@ def _nest(
 class _StepHarness(Harness):
     """A harness whose runs' children make their calls through ``nest`` (steps)."""
 
-    def __init__(self, *args: Any, nest: Callable[[Deps, Any], Deps], **kwargs: Any) -> None:
+    def __init__(self, *args: Any, nest: Callable[[Deps, Any, str], Deps], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._nest = nest
 

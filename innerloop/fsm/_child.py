@@ -221,7 +221,7 @@ class ChildRun(Generic[OutputT]):
             _give_turns_left(state, child.params.max_turns, parent)
         if prompt is not None:
             state.history.append(prompt if isinstance(prompt, Message) else Message.user(prompt))
-        made = Deps(
+        own = Deps(
             providers=child.providers if child.providers is not None else deps.providers,
             clock=deps.clock,
             tokens=MessageTokenCache(deps.tokens.counter),
@@ -234,7 +234,7 @@ class ChildRun(Generic[OutputT]):
             child.compiled,
             _capped(child.params, parent),
             state,
-            deps.nest(made, child) if deps.nest is not None else made,
+            own if deps.nest is None else deps.nest(own, child, self.path),
             observers=parent.scope.observers,
             settings=child.settings,
             start_at=start_at,

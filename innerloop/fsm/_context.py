@@ -130,10 +130,11 @@ class Deps:
     tools: ToolExecutor
     gates: RateLimitGates = attrs.field(factory=shared_gates)
     """The rate-limit gates shared with the other runs of the process."""
-    nest: Callable[[Deps, Any], Deps] | None = None
-    """``nest(deps, child)``: the services of a child run (a ``Child``) from those
-    ``ChildRun`` made for it (``deps``); a durable workflow makes the child's model and
-    tool calls its steps here. None: as made."""
+    nest: Callable[[Deps, Any, str], Deps] | None = None
+    """``nest(deps, child, path)``: the services of a child run (a ``Child``, at ``path``
+    below this run) from those ``ChildRun`` made for it (``deps``): a durable workflow
+    makes the child's model and tool calls its steps, a replay serves each child its own
+    record. None: as made."""
 
 
 class Mailbox:

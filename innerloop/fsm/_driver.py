@@ -23,6 +23,7 @@ from typing import Any, Generic, Literal, Protocol, cast, runtime_checkable
 import attrs
 from statemachine import StateMachine
 
+from innerloop._convert import unstructure
 from innerloop._events import ChildEvent, Event, Finished, RunEvent, RunStarted, Transition
 from innerloop._log import event_logger, logger
 from innerloop.fsm._compile import CompiledMachine
@@ -31,7 +32,7 @@ from innerloop.fsm._output import OutputT
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._record import ParamsRecord
 from innerloop.fsm._spec import Handler, TransitionSpec
-from innerloop.fsm._state import HarnessState
+from innerloop.fsm._state import HarnessState, Interrupt
 from innerloop.providers._fingerprint import history_fingerprint
 from innerloop.providers._normalize import RequestSettings
 from innerloop.tools._runner import ToolObserver, ToolRunner
@@ -153,6 +154,15 @@ class PhaseScope:
         if self._handle is not None and not self._fired:
             self._handle.cancel()
         return self._fired and self._task.uncancel() <= self._entry
+
+
+def _going_on(state: HarnessState[Any]) -> dict[str, Any]:
+    """What ``run_started`` keeps of a run going on mid-way: its state as JSON data, but
+    its history and tasks (the event's ``messages`` and ``tasks``)."""
+    data: dict[str, Any] = unstructure(state)
+    data.pop("history", None)
+    data.pop("tasks", None)
+    return data
 
 
 class Run(Generic[OutputT]):
@@ -457,6 +467,7 @@ class Run(Generic[OutputT]):
             state.usage,
             state.cost_usd,
             tuple(attrs.evolve(t) for t in state.tasks) if state.tasks else (),
+            _going_on(state) if self.current != spec.initial or state.interrupt else None,
         )
         if RunStarted in watched:
             watch(ev)
@@ -469,8 +480,15 @@ class Run(Generic[OutputT]):
         state.final_state = self.current
         state.exit_reason = self.machine.exit_reason(self.current)
         history = None if self.scope.quiet else history_fingerprint(state.history)
+        asked = state.interrupt
         ev = Finished(
-            state.exit_reason, self.current, state.turns, state.usage, state.cost_usd, history
+            state.exit_reason,
+            self.current,
+            state.turns,
+            state.usage,
+            state.cost_usd,
+            history,
+            None if asked is None else unstructure(asked, Interrupt),
         )
         if Finished in watched:
             watch(ev)

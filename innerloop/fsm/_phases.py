@@ -58,7 +58,7 @@ from innerloop.fsm._output import (
 )
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._state import Outcome
-from innerloop.providers._fingerprint import request_fingerprint, request_parts
+from innerloop.providers._fingerprint import request_digests
 from innerloop.providers._normalize import WireRequest, build_request, with_output_tool
 from innerloop.recovery._compaction import CompactionRequest, CompactionResult
 from innerloop.recovery._diagnostic import build_diagnostic
@@ -324,13 +324,9 @@ def _circuit_open(ctx: PhaseContext, wait: float) -> None:
 def _model_call(ctx: PhaseContext, request: WireRequest) -> ModelCall:
     messages = request.payload.get("messages")
     count = len(messages) if isinstance(messages, list | tuple) else 0
+    fingerprint, parts = request_digests(request)
     return ModelCall(
-        ctx.choice.provider,
-        request.dialect,
-        ctx.choice.model,
-        request_fingerprint(request),
-        request_parts(request),
-        count,
+        ctx.choice.provider, request.dialect, ctx.choice.model, fingerprint, parts, count
     )
 
 

@@ -17,27 +17,49 @@ from innerloop._convert import unstructure
 from innerloop._messages import Message
 from innerloop.providers._normalize import WireRequest
 
-__all__ = ["history_fingerprint", "request_fingerprint", "request_parts"]
+__all__ = ["history_fingerprint", "request_digests", "request_fingerprint", "request_parts"]
 
 _PART = 12
 """Hex digits kept of each part's hash: enough to tell parts apart, short in the log."""
 
 
+def _text(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
 def _digest(data: Any) -> str:
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return hashlib.sha256(_text(data).encode()).hexdigest()
 
 
 def request_fingerprint(request: WireRequest) -> str:
     """The sha256 (hex) of ``request``'s dialect and JSON body (model, system, messages,
     tools and every setting), keys sorted: equal for equal requests, in any process."""
-    return _digest({"dialect": request.dialect, "payload": request.payload})
+    return request_digests(request)[0]
 
 
 def request_parts(request: WireRequest) -> dict[str, str]:
     """A short hash of each top-level key of ``request``'s body (``model``, ``system``,
     ``messages``, ``tools``, ``max_tokens``...), so a changed request names what changed."""
-    return {key: _digest(value)[:_PART] for key, value in sorted(request.payload.items())}
+    return request_digests(request)[1]
+
+
+def request_digests(request: WireRequest) -> tuple[str, dict[str, str]]:
+    """``(request_fingerprint(request), request_parts(request))`` serializing the body
+    once: the whole request's JSON text is its keys' texts joined, so each value's text
+    serves its part's hash and the whole's (the same digests as hashing each apart)."""
+    whole = hashlib.sha256(b'{"dialect":')
+    whole.update(_text(request.dialect).encode())
+    whole.update(b',"payload":{')
+    parts: dict[str, str] = {}
+    for i, key in enumerate(sorted(request.payload)):
+        text = _text(request.payload[key]).encode()
+        parts[key] = hashlib.sha256(text).hexdigest()[:_PART]
+        whole.update(b"," if i else b"")
+        whole.update(_text(key).encode())
+        whole.update(b":")
+        whole.update(text)
+    whole.update(b"}}")
+    return whole.hexdigest(), parts
 
 
 def history_fingerprint(history: Iterable[Message]) -> str:

@@ -62,6 +62,9 @@ class Recording:
     transitions: tuple[Transition, ...]
     finished: Finished
     host_abort: str | None
+    children: Mapping[str, tuple[Recording, ...]] = attrs.field(factory=dict)
+    """The runs it ran inside it (child states, fan-outs, handoffs, agent tools), by
+    their whole path (``research/web#2``), each path's runs in order."""
 
 
 _OLD = (
@@ -104,6 +107,26 @@ def _calls(events: Sequence[Event]) -> tuple[Call, ...]:
     return tuple(calls)
 
 
+def _children(lines: Sequence[Mapping[str, Any]], where: str) -> dict[str, tuple[Recording, ...]]:
+    """The runs recorded inside a run (its ``child_event`` lines), by path: each run of
+    a path in order (a child state entered twice runs its child twice)."""
+    nested: dict[str, list[list[Mapping[str, Any]]]] = {}
+    for line in lines:
+        if line.get("type") != "child_event":
+            continue
+        event, runs = line["event"], nested.setdefault(str(line["path"]), [])
+        if event.get("type") == "run_started" or not runs:
+            runs.append([])
+        runs[-1].append(event)
+    return {
+        path: tuple(
+            _record(events, f"{where}, child {path}" + (f" (run {i})" if len(runs) > 1 else ""))
+            for i, events in enumerate(runs, 1)
+        )
+        for path, runs in nested.items()
+    }
+
+
 def _record(lines: Sequence[Mapping[str, Any]], where: str) -> Recording:
     events = _events(lines)
     started = events[0] if events else None
@@ -134,6 +157,7 @@ def _record(lines: Sequence[Mapping[str, Any]], where: str) -> Recording:
         tuple(e for e in events if isinstance(e, Transition)),
         finished,
         host_abort,
+        _children(lines, where),
     )
 
 
@@ -158,12 +182,37 @@ def load_recording(source: Source, run: int | str) -> Recording:
             if isinstance(source, str | Path)
             else [e for e in source if e.get("type") != "log_header"]
         )
-        picked, label = pick_run(split_runs(lines), run, where)
+        picked, label = pick_run(_joined(split_runs(lines)), run, where)
     except OSError as exc:
         raise ReplayError(f"cannot read {where}: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise ReplayError(str(exc)) from None
     return _record(picked, label)
+
+
+def _joined(runs: list[list[Mapping[str, Any]]]) -> list[list[Mapping[str, Any]]]:
+    """``runs`` with each run that goes on where the one before stopped unfinished (a
+    durable workflow continued as new: a ``run_started`` with ``resumed`` at the state
+    the last transition entered) joined to it, as the one run it is."""
+    joined: list[list[Mapping[str, Any]]] = []
+    for events in runs:
+        first = events[0] if events else {}
+        before = joined[-1] if joined else []
+        entered = next(
+            (e.get("target") for e in reversed(before) if e.get("type") == "transition"), None
+        )
+        if (
+            first.get("type") == "run_started"
+            and first.get("resumed") is not None
+            and before
+            and before[-1].get("type") != "finished"
+            and entered is not None
+            and first.get("state") == entered
+        ):
+            joined[-1] = [*before, *events[1:]]
+        else:
+            joined.append(list(events))
+    return joined
 
 
 # -- a stored run ---------------------------------------------------------------------------

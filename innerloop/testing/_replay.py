@@ -16,14 +16,23 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, NoReturn
 
 import attrs
 
+from innerloop._convert import structure
 from innerloop._errors import ErrorCategory, ProviderError
-from innerloop._events import MessageComplete, ModelCall, StreamEvent, Transition
-from innerloop._messages import Message, ModelResponse, ToolUseBlock
+from innerloop._events import (
+    ChildEvent,
+    Finished,
+    MessageComplete,
+    ModelCall,
+    RunStarted,
+    StreamEvent,
+    Transition,
+)
+from innerloop._messages import Message, ModelResponse, ToolUseBlock, Usage
 from innerloop.fsm._compile import CompiledMachine, compile_spec
 from innerloop.fsm._context import Deps
 from innerloop.fsm._driver import Run
@@ -32,11 +41,7 @@ from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._record import RecordError, params_from_record
 from innerloop.fsm._spec import MachineSpec
 from innerloop.fsm._state import HarnessState
-from innerloop.providers._fingerprint import (
-    history_fingerprint,
-    request_fingerprint,
-    request_parts,
-)
+from innerloop.providers._fingerprint import history_fingerprint, request_digests
 from innerloop.providers._normalize import DIALECTS, WireRequest
 from innerloop.recovery._compaction import TruncatingCompactor
 from innerloop.recovery._gate import RateLimitGates
@@ -67,9 +72,11 @@ class ReplayDivergence(AssertionError):
 class Divergence:
     """The first place a replay parts from its record."""
 
-    kind: Literal["transition", "request", "tool", "end"]
-    """What differs: a transition taken, a model request, a tool call, or the run's end
-    (exit reason, turns, usage, cost, final history, calls left unmade)."""
+    kind: Literal["transition", "request", "tool", "end", "child"]
+    """What differs: a transition taken, a model request, a tool call, the run's end
+    (exit reason, turns, usage, cost, final history, the interrupt it waits on, calls
+    left unmade), or a child run (one started that the record lacks, or one recorded
+    that did not run)."""
     state: str
     """The machine state the replay was in."""
     step: int
@@ -82,6 +89,8 @@ class Divergence:
     response: ModelResponse | ProviderError | None = None
     """For ``"request"``: what the run got for the recorded request (a response, or the
     error the call failed with)."""
+    path: str = ""
+    """The child run it happened in (``research/web#2``); ``""`` for the top run."""
 
     def __str__(self) -> str:
         what = {
@@ -89,9 +98,11 @@ class Divergence:
             "request": f"model call {self.step}",
             "tool": f"tool call {self.step}",
             "end": "the run's end",
+            "child": f"child run {self.step}",
         }[self.kind]
+        where = f" of child {self.path!r}" if self.path else ""
         lines = [
-            f"{what} in state {self.state!r}",
+            f"{what} in state {self.state!r}{where}",
             f"  recorded: {self.recorded}",
             f"  replayed: {self.replayed}",
         ]
@@ -146,10 +157,12 @@ def _machine(rec: Recording, specs: Iterable[MachineSpec | str]) -> CompiledMach
     except (MachineNotFound, ValueError) as exc:
         raise ReplayError(str(exc)) from None
     initial = spec.initial
-    if started.state != initial:
+    if started.state != initial and started.resumed is None:
         raise ReplayError(
             f"cannot replay {rec.where}: it went on from state {started.state!r} (a resumed "
-            f"run); a replay starts at {initial!r}: replay the run it resumed"
+            "run), and was recorded by an innerloop whose run_started did not keep the state "
+            "a resumed run goes on with; record it again with this innerloop, or replay the "
+            "run it resumed"
         )
     return _compiled(_Same(spec))
 
@@ -247,21 +260,18 @@ class _Stream:
         return None
 
 
-class _Player:
-    """The replay's side of the record: the model calls served so far, the first
-    divergence, and the run (to name its state)."""
+class _Replay:
+    """What the players of one replay share: the first divergence, the top run (aborted
+    at it), and a player per run (the top one at path ``""``, each child at its path)."""
 
-    def __init__(self, rec: Recording, params: HarnessParams[Any]) -> None:
-        self.rec = rec
-        self.params = params
-        self.served = 0
-        self.tool_calls = 0
+    def __init__(self, rec: Recording, params: HarnessParams[Any], real_tools: bool) -> None:
         self.divergence: Divergence | None = None
         self.run: Run[Any] | None = None
-
-    @property
-    def state(self) -> str:
-        return self.run.current if self.run is not None else "?"
+        self.real_tools = real_tools
+        self.top = _Player(self, "", rec, params)
+        self.players: dict[str, _Player] = {"": self.top}
+        self.started: dict[str, int] = {}
+        """Per child path, how many of its runs the replay started."""
 
     def diverge(self, divergence: Divergence) -> None:
         if self.divergence is None:
@@ -269,16 +279,142 @@ class _Player:
             if self.run is not None:
                 self.run.abort("replay diverged from its record")
 
+    def nest(self, prefix: str) -> Callable[[Deps, Any, str], Deps]:
+        """The ``Deps.nest`` of the run at ``prefix``: each child it starts is served by
+        a player of its own, on its own record."""
+
+        def nest(deps: Deps, _child: Any, path: str) -> Deps:
+            full = f"{prefix}/{path}" if prefix else path
+            player = self._child(prefix, full)
+            return attrs.evolve(
+                deps,
+                providers=player.providers(deps.providers),
+                tools=deps.tools if self.real_tools else _RecordedTools(player),
+                nest=self.nest(full),
+            )
+
+        return nest
+
+    def _child(self, parent: str, path: str) -> _Player:
+        n = self.started.get(path, 0) + 1
+        self.started[path] = n
+        runs = self.top.rec.children.get(path, ())
+        rec = runs[n - 1] if n <= len(runs) else None
+        player = _Player(self, path, rec, None)
+        self.players[path] = player
+        if rec is None:  # a divergence once it runs (a child made, then not run, is none)
+            above = self.players.get(parent, self.top)
+            player.unrecorded = attrs.evolve(
+                Divergence(
+                    "child",
+                    above.state,
+                    sum(self.started.values()),
+                    f"no run of child {path!r}"
+                    + (f" after its {len(runs)}" if runs else "")
+                    + " was recorded",
+                    f"child {path!r} started (run {n})",
+                ),
+                path=parent,
+            )
+        return player
+
+    def event(self, event: ChildEvent) -> None:
+        """Compare a child's transition or end with its record."""
+        player = self.players.get(event.path)
+        if player is None:
+            return
+        if player.unrecorded is not None:
+            self.diverge(player.unrecorded)
+            return
+        inner = event.event
+        if isinstance(inner, Transition):
+            player.step(inner)
+        elif isinstance(inner, Finished):
+            player.finish(inner)
+
+    def check_children(self) -> None:
+        """Every child the run ran, the replay ran (but an agent tool's, when its call
+        was answered from the record)."""
+        for path, runs in self.top.rec.children.items():
+            done = self.started.get(path, 0)
+            if done >= len(runs) or self._answered_whole(path):
+                continue
+            missed = runs[done]
+            parent = path.rpartition("/")[0]
+            above = self.players.get(parent, self.top)
+            above.diverge(
+                Divergence(
+                    "child",
+                    above.state,
+                    sum(self.started.values()) + 1,
+                    f"child {path!r} ran ({len(missed.transitions)} transitions, "
+                    f"{missed.finished.exit_reason})",
+                    f"child {path!r} did not run" + (f" again after {done}" if done else ""),
+                )
+            )
+            return
+
+    def _answered_whole(self, path: str) -> bool:
+        """An agent tool's child (or one inside it) whose tool call the replay answered
+        from the record: the child did not run, and need not."""
+        parts = path.split("/")
+        for i, part in enumerate(parts):
+            player = self.players.get("/".join(parts[:i]))
+            if player is None:
+                return False
+            if part.endswith("]") and part[part.find("[") + 1 : -1] in player.answered:
+                return True
+        return False
+
+
+class _Player:
+    """The replay of one recorded run (the top run, or a child at its path): the model
+    calls served so far, the transitions taken, and its state."""
+
+    def __init__(
+        self,
+        replay: _Replay,
+        path: str,
+        rec: Recording | None,
+        params: HarnessParams[Any] | None,
+    ) -> None:
+        self.replay = replay
+        self.path = path
+        self.rec = rec if rec is not None else _NONE
+        self.params = params
+        self.served = 0
+        self.tool_calls = 0
+        self.taken = 0
+        self.current = self.rec.started.state
+        self.answered: set[str] = set()
+        """The ids of the tool calls answered from the record."""
+        self.unrecorded: Divergence | None = None
+        """For a child the record lacks: the divergence it is once it runs."""
+
+    @property
+    def state(self) -> str:
+        run = self.replay.run
+        return run.current if not self.path and run is not None else self.current
+
+    def diverge(self, divergence: Divergence) -> None:
+        self.replay.diverge(attrs.evolve(divergence, path=self.path))
+
+    def providers(self, given: Mapping[str, Any]) -> dict[str, _ReplayProvider]:
+        """A replay provider for each provider the run had or its record names."""
+        dialects = {name: getattr(p, "dialect", DIALECTS[0]) for name, p in given.items()}
+        for c in self.rec.calls:
+            if c.request is not None:
+                dialects[c.request.provider] = c.request.dialect
+        return {name: _ReplayProvider(self, name, d) for name, d in dialects.items()}
+
     def open(self, provider: str, request: WireRequest) -> _Stream:
+        if self.unrecorded is not None:
+            self.replay.diverge(self.unrecorded)
+            raise ProviderError(ErrorCategory.FATAL, f"replay diverged: {self.unrecorded}")
         calls, n = self.rec.calls, self.served + 1
-        now = ModelCall(
-            provider,
-            request.dialect,
-            request.model,
-            request_fingerprint(request),
-            request_parts(request),
-            len(request.payload.get("messages") or ()),
-        )
+        fingerprint, parts = request_digests(request)
+        count = len(request.payload.get("messages") or ())
+        now = ModelCall(provider, request.dialect, request.model, fingerprint, parts, count)
         if n > len(calls):
             self._refuse(
                 Divergence(
@@ -316,7 +452,8 @@ class _Player:
         """A stored run keeps each call's history, not its request: the replay's history
         must be that one (the first message that differs is named)."""
         then = call.history or ()
-        history = tuple(self.run.state.history) if self.run is not None else ()
+        run = self.replay.run
+        history = tuple(run.state.history) if run is not None else ()
         if history == then:
             return None
         i = next((i for i, (a, b) in enumerate(zip(then, history, strict=False)) if a != b), None)
@@ -337,6 +474,7 @@ class _Player:
 
     def _request_diff(self, then: ModelCall, now: ModelCall, request: WireRequest) -> list[str]:
         recorded = self.rec.started.params or {}
+        params = self.params
         lines: list[str] = []
         for key in sorted({*then.parts, *now.parts}):
             if then.parts.get(key) == now.parts.get(key):
@@ -351,18 +489,18 @@ class _Player:
                     f"messages: recorded {then.messages}, replayed {now.messages}; "
                     f"the replayed last one: {_short(messages[-1])}"
                 )
-            elif key in ("system", "instructions") and recorded.get("system") != (
-                self.params.system
+            elif (
+                key in ("system", "instructions")
+                and params is not None
+                and recorded.get("system") != params.system
             ):
                 lines.append(
                     f"system: recorded {_short(recorded.get('system'))}, replayed "
-                    f"{_short(self.params.system)}"
+                    f"{_short(params.system)}"
                 )
-            elif key == "tools":
+            elif key == "tools" and params is not None:
                 names = [t.get("name") for t in recorded.get("tools", ())]
-                lines.append(
-                    f"tools: recorded {names}, replayed {[t.name for t in self.params.tools]}"
-                )
+                lines.append(f"tools: recorded {names}, replayed {[t.name for t in params.tools]}")
             elif key not in then.parts:
                 lines.append(f"{key}: not sent by the run, replayed {_short(request.payload[key])}")
             else:
@@ -370,8 +508,11 @@ class _Player:
         return lines
 
     def tool(self, call: ToolUseBlock) -> ToolCallResult:
+        if self.unrecorded is not None:
+            self.replay.diverge(self.unrecorded)
         self.tool_calls += 1
-        done = self.rec.tools.get(call.id)
+        self.answered.add(call.id)
+        done = self.rec.tools.get(call.id) or self._suspended_at(call)
         if done is None or done.name != call.name:
             self.diverge(
                 Divergence(
@@ -383,6 +524,8 @@ class _Player:
                 )
             )
             return ToolCallResult(call.id, call.name, "replay diverged", is_error=True)
+        if isinstance(done, ToolCallResult):
+            return done
         return ToolCallResult(
             done.tool_use_id,
             done.name,
@@ -391,6 +534,98 @@ class _Player:
             timed_out=done.timed_out,
             duration=done.duration,
         )
+
+    def _suspended_at(self, call: ToolUseBlock) -> ToolCallResult | None:
+        """A call of the batch the run suspended in: its question asked again, or its
+        result kept in the interrupt (it had finished)."""
+        asked = self.rec.finished.interrupt
+        if not asked:
+            return None
+        if asked.get("kind") == "question":
+            for q in asked.get("payload", {}).get("questions", ()):
+                if q.get("tool_use_id") == call.id:
+                    return ToolCallResult(call.id, str(q.get("tool")), "", interrupt=q["question"])
+        for block in asked.get("done", ()):
+            if block.get("tool_use_id") == call.id:
+                return ToolCallResult(
+                    call.id, call.name, block.get("content", ""), is_error=block.get("is_error")
+                )
+        return None
+
+    def step(self, event: Transition) -> None:
+        """Compare a transition the replay took with the record's next one."""
+        self.taken += 1
+        self.current = event.target
+        transitions = self.rec.transitions
+        recorded = transitions[self.taken - 1] if self.taken <= len(transitions) else None
+        if recorded != event:
+            self.diverge(
+                Divergence(
+                    "transition",
+                    event.source,
+                    self.taken,
+                    "none: the run had ended" if recorded is None else _transition_text(recorded),
+                    _transition_text(event),
+                )
+            )
+
+    def finish(self, ended: Finished) -> None:
+        """Compare the run's end with the record's: the transitions and calls left, the
+        exit reason, turns, usage, cost, final history and the interrupt it waits on."""
+        rec, here, taken = self.rec, self.state, self.taken
+        if taken < len(rec.transitions):
+            self.diverge(
+                Divergence(
+                    "transition",
+                    here,
+                    taken + 1,
+                    _transition_text(rec.transitions[taken]),
+                    f"none: the replay ended in {ended.final_state!r}",
+                )
+            )
+            return
+        if self.served < len(rec.calls):
+            self.diverge(
+                Divergence(
+                    "end",
+                    here,
+                    taken,
+                    f"{len(rec.calls)} model calls",
+                    f"{self.served} model calls",
+                )
+            )
+            return
+        end = rec.finished
+        pairs = [
+            ("exit_reason", end.exit_reason, ended.exit_reason),
+            ("turns", end.turns, ended.turns),
+            ("usage", end.usage, ended.usage),
+            ("cost_usd", end.cost_usd, ended.cost_usd),
+            ("interrupt", _json(end.interrupt), _json(ended.interrupt)),
+        ]
+        if end.history is not None:
+            pairs.append(("history", end.history, ended.history))
+        for name, then, now in pairs:
+            if then != now:
+                self.diverge(Divergence("end", here, taken, f"{name}={then!r}", f"{name}={now!r}"))
+                return
+
+
+def _json(value: Any) -> str | None:
+    """JSON data as canonical text (tuples and lists alike), for comparing."""
+    return None if value is None else json.dumps(value, sort_keys=True, default=str)
+
+
+_NONE = Recording(
+    "no record",
+    RunStarted("", "", None, "?"),
+    (),
+    {},
+    (),
+    Finished("", "", 0, Usage(), None),
+    None,
+)
+"""The record of a child the run did not start: every call and tool call diverges."""
 
 
 class _ReplayProvider:
@@ -409,19 +644,54 @@ class _ReplayProvider:
 
 
 class _RecordedTools:
-    """A tool executor returning the recorded results, by tool-call id."""
+    """A tool executor returning the recorded results, by tool-call id; an agent tool
+    (a child run as a tool, when the params hold it) runs, so its child is replayed."""
 
     def __init__(self, player: _Player) -> None:
         self._player = player
+        self._runner = ToolRunner()
 
     def prestart(self, scope: Any, call: ToolUseBlock) -> None:
         return None
 
     async def run_calls(self, scope: Any, calls: Sequence[ToolUseBlock]) -> ToolBatch:
-        return ToolBatch(tuple(self._player.tool(c) for c in calls), False)
+        agents = [c for c in calls if _runs_a_child(scope, c.name)]
+        ran: dict[str, ToolCallResult] = {}
+        cancelled = False
+        if agents:
+            batch = await self._runner.run_calls(scope, agents)
+            ran, cancelled = {r.tool_use_id: r for r in batch.results}, batch.cancelled
+        results = tuple(ran[c.id] if c.id in ran else self._player.tool(c) for c in calls)
+        for c in calls:
+            if c.id not in ran:
+                self._spent_by_children(scope.state, c.id)
+        return ToolBatch(results, cancelled)
+
+    def _spent_by_children(self, state: HarnessState[Any], call_id: str) -> None:
+        """Add to the run's totals what an agent tool's child spent (tokens, cost,
+        turns), its call answered from the record (the child, not run, rolls nothing up)."""
+        player = self._player
+        prefix = f"{player.path}/" if player.path else ""
+        for path, runs in player.replay.top.rec.children.items():
+            rest = path[len(prefix) :] if path.startswith(prefix) else ""
+            if "/" in rest or not rest.endswith(f"[{call_id}]"):
+                continue
+            for child in runs:
+                ended = child.finished
+                state.usage = state.usage + ended.usage
+                state.turns += ended.turns - child.started.turns
+                if ended.cost_usd is None or state.cost_usd is None:
+                    state.cost_usd = None
+                else:
+                    state.cost_usd += ended.cost_usd
 
     async def cancel_all(self) -> None:
-        return None
+        await self._runner.cancel_all()
+
+
+def _runs_a_child(scope: Any, name: str) -> bool:
+    spec = scope.params.tool(name)
+    return spec is not None and spec.emits_events
 
 
 def _dialects(rec: Recording, params: HarnessParams[Any]) -> dict[str, str]:
@@ -433,79 +703,59 @@ def _dialects(rec: Recording, params: HarnessParams[Any]) -> dict[str, str]:
     return {p: found.get(p, d) for p, d in known.items()}
 
 
-def _check_end(player: _Player, replayed: int) -> None:
-    rec, state = player.rec, player.run.state if player.run is not None else None
-    assert state is not None
-    end = rec.finished
-    here = player.state
-    if replayed < len(rec.transitions):
-        t = rec.transitions[replayed]
-        player.diverge(
-            Divergence(
-                "transition",
-                here,
-                replayed + 1,
-                _transition_text(t),
-                f"none: the replay ended in {state.final_state!r}",
-            )
-        )
-        return
-    if player.served < len(rec.calls):
-        player.diverge(
-            Divergence(
-                "end",
-                here,
-                replayed,
-                f"{len(rec.calls)} model calls",
-                f"{player.served} model calls",
-            )
-        )
-        return
-    pairs = [
-        ("exit_reason", end.exit_reason, state.exit_reason),
-        ("turns", end.turns, state.turns),
-        ("usage", end.usage, state.usage),
-        ("cost_usd", end.cost_usd, state.cost_usd),
-    ]
-    if end.history is not None:
-        pairs.append(("history", end.history, history_fingerprint(state.history)))
-    for name, then, now in pairs:
-        if then != now:
-            player.diverge(Divergence("end", here, replayed, f"{name}={then!r}", f"{name}={now!r}"))
-            return
-
-
 def _transition_text(t: Transition) -> str:
     guard = f" [{t.guard}]" if t.guard else ""
     return f"{t.source} -> {t.target}{guard}"
 
 
-async def _play(player: _Player, run: Run[Any]) -> int:
-    """Drive ``run``, comparing each transition with the record; the number taken."""
-    rec, taken = player.rec, 0
+async def _play(replay: _Replay, run: Run[Any]) -> Finished | None:
+    """Drive ``run``, comparing each transition (its children's too) with the record;
+    its ``finished`` event (None when it ended otherwise)."""
+    top = replay.top
+    rec, ended = top.rec, None
     abort_at = None
     if rec.host_abort is not None:
         abort_at = next((i for i, t in enumerate(rec.transitions) if t.guard == _ABORT_GUARD), None)
     if abort_at == 0:
         run.abort(rec.host_abort or "")
     async for event in run.events():
-        if not isinstance(event, Transition) or player.divergence is not None:
+        if replay.divergence is not None:
             continue
-        taken += 1
-        recorded = rec.transitions[taken - 1] if taken <= len(rec.transitions) else None
-        if recorded != event:
-            player.diverge(
-                Divergence(
-                    "transition",
-                    event.source,
-                    taken,
-                    "none: the run had ended" if recorded is None else _transition_text(recorded),
-                    _transition_text(event),
-                )
-            )
-        elif abort_at is not None and taken == abort_at:
-            run.abort(rec.host_abort or "")  # the host aborted the run here
-    return taken
+        if type(event) is ChildEvent:
+            replay.event(event)
+        elif isinstance(event, Transition):
+            top.step(event)
+            if top.taken == abort_at and replay.divergence is None:
+                run.abort(rec.host_abort or "")  # the host aborted the run here
+        elif isinstance(event, Finished):
+            ended = event
+    return ended
+
+
+def _start(rec: Recording) -> tuple[HarnessState[Any], str | None]:
+    """The state the run started with, and where it went on from when it was resumed."""
+    started = rec.started
+    if started.resumed is not None:
+        saved = {k: v for k, v in started.resumed.items() if k not in ("history", "tasks")}
+        try:
+            state: HarnessState[Any] = structure(saved, HarnessState)
+        except Exception as exc:  # the record is not a state this innerloop reads
+            raise ReplayError(
+                f"cannot replay {rec.where}: the state it went on with cannot be read back "
+                f"({exc}); record it again with this innerloop"
+            ) from None
+        state.history = list(started.messages)
+        state.tasks = [attrs.evolve(t) for t in started.tasks]
+        return state, started.state
+    state = HarnessState(
+        history=list(started.messages),
+        tasks=[attrs.evolve(t) for t in started.tasks],
+        usage=started.usage,
+        turns=started.turns,
+        cost_usd=started.cost_usd,
+    )
+    state.start_run()
+    return state, None
 
 
 async def areplay(
@@ -520,35 +770,39 @@ async def areplay(
     rec = load_recording(source, run)
     machine = _machine(rec, specs)
     run_params = _params(rec, params, real_tools)
-    player = _Player(rec, run_params)
+    replay = _Replay(rec, run_params, real_tools)
+    top = replay.top
     providers = {
-        name: _ReplayProvider(player, name, dialect)
+        name: _ReplayProvider(top, name, dialect)
         for name, dialect in _dialects(rec, run_params).items()
     }
-    started = rec.started
-    state: HarnessState[Any] = HarnessState(
-        history=list(started.messages),
-        tasks=[attrs.evolve(t) for t in started.tasks],
-        usage=started.usage,
-        turns=started.turns,
-        cost_usd=started.cost_usd,
-    )
-    state.start_run()
+    state, start_at = _start(rec)
     deps = Deps(
         providers=providers,
         clock=FakeClock(),
         tokens=MessageTokenCache(TiktokenCounter()),
         compactor=TruncatingCompactor(),
         fallback_compactor=TruncatingCompactor(),
-        tools=ToolRunner() if real_tools else _RecordedTools(player),
+        tools=ToolRunner() if real_tools else _RecordedTools(top),
         gates=RateLimitGates(),
+        nest=replay.nest(""),
     )
-    replaying: Run[Any] = Run(machine, run_params, state, deps)
-    player.run = replaying
-    taken = await _play(player, replaying)
-    if player.divergence is None:
-        _check_end(player, taken)
-    return ReplayResult(rec.where, player.divergence, state, taken, player.served)
+    replaying: Run[Any] = Run(machine, run_params, state, deps, start_at=start_at)
+    replay.run = replaying
+    ended = await _play(replay, replaying)
+    if replay.divergence is None and ended is not None:
+        top.finish(_with_history(ended, rec, state))
+    if replay.divergence is None:
+        replay.check_children()
+    return ReplayResult(rec.where, replay.divergence, state, top.taken, top.served)
+
+
+def _with_history(ended: Finished, rec: Recording, state: HarnessState[Any]) -> Finished:
+    """``ended`` with its history's fingerprint (a stored record keeps one; the replay
+    computes it only to compare)."""
+    if ended.history is None and rec.finished.history is not None:
+        return attrs.evolve(ended, history=history_fingerprint(state.history))
+    return ended
 
 
 def replay(

@@ -7,7 +7,9 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from innerloop.testing import replay
 from tests.durable.conftest import lines
 
 APPROVAL_REFUSED = (
@@ -48,3 +50,12 @@ def assert_only_call_1_reran(log_dir: Path, killed: int, successor: int) -> None
         (successor, "call_1"),
         (successor, "call_2"),
     ]
+
+
+def assert_each_run_replays(events: list[dict[str, Any]]) -> list[str]:
+    """Replay every run of a workflow's events (a suspended run and its resume are two;
+    a run continued as new is one) and fail at the first divergence; each run's exit
+    reason."""
+    runs = sum(e["type"] == "finished" for e in events)
+    assert runs > 0
+    return [replay(events, n).assert_same().state.exit_reason or "" for n in range(1, runs + 1)]

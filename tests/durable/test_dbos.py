@@ -16,9 +16,10 @@ from dbos import DBOSClient
 from innerloop import ResumeError
 from innerloop.durable.dbos import DBOSLoopClient
 from innerloop.fsm import Interrupt
-from innerloop.testing import assert_valid_history, replay
+from innerloop.testing import assert_valid_history
 from tests.durable._checks import (
     APPROVAL_REFUSED,
+    assert_each_run_replays,
     assert_only_call_1_reran,
     model_turns,
     started,
@@ -79,7 +80,7 @@ def test_worker_killed_mid_tool_is_recovered_by_a_restart(
     assert_only_call_1_reran(log_dir, pid1, pid2)
     assert events[-1]["type"] == "finished"
     assert [e["type"] for e in events].count("model_response") == 4
-    replay(events).assert_same()  # the recovered run replays as one run
+    assert assert_each_run_replays(events) == ["model_complete"]  # recovered: one run
 
 
 def test_abort_message_ends_the_loop_at_the_next_turn(
@@ -99,11 +100,13 @@ def test_abort_message_ends_the_loop_at_the_next_turn(
             await until(started(log_dir, "call_1"), what="call_1 to start")
             await loops.abort("dbos-abort", "the host said stop")
             (log_dir / "hold-1").unlink()
-            return await asyncio.wait_for(loops.result("dbos-abort"), 60)
+            state = await asyncio.wait_for(loops.result("dbos-abort"), 60)
+            return state, [e async for e in loops.events("dbos-abort")]
         finally:
             client.destroy()
 
-    state = asyncio.run(main())
+    state, events = asyncio.run(main())
+    assert assert_each_run_replays(events) == ["aborted"]
     assert state.exit_reason == "aborted"
     assert state.abort.reason == "the host said stop"
     assert len(state.history) == 5
@@ -168,6 +171,7 @@ def test_suspended_loop_resumes_on_the_message(
     assert state.exit_reason == "model_complete"
     finished = [e["exit_reason"] for e in events if e["type"] == "finished"]
     assert finished == ["suspended", "model_complete"]
+    assert assert_each_run_replays(events) == finished
 
 
 def test_wrong_answer_is_refused_and_the_loop_keeps_waiting(
@@ -219,11 +223,13 @@ def test_worker_restart_while_suspended_still_resumes(
             procs.kill9(w1)
             await asyncio.to_thread(spawn_dbos_worker, procs, "w2", database_url, env)
             await loops.resume("susp", "blue")
-            return await asyncio.wait_for(loops.result("susp"), 60)
+            state = await asyncio.wait_for(loops.result("susp"), 60)
+            return state, [e async for e in loops.events("susp")]
         finally:
             client.destroy()
 
-    state = asyncio.run(main())
+    state, events = asyncio.run(main())
+    assert assert_each_run_replays(events) == ["suspended", "model_complete"]
     assert [m.to_dict() for m in state.history] == expected
     assert model_turns(log_dir) == Counter({"0": 1, "1": 1})
     assert [c for _, c in tool_starts(log_dir)] == ["call_c"]
@@ -235,7 +241,7 @@ def test_suspend_timeout_and_abort_while_suspended(
     """With ``suspend_timeout`` the workflow ends in ``suspended`` after it; an abort
     ends a waiting loop in ``aborted`` with the pending call closed by an error result."""
 
-    async def body(loops: DBOSLoopClient) -> tuple[Any, Any]:
+    async def body(loops: DBOSLoopClient) -> tuple[Any, Any, list[list[dict[str, Any]]]]:
         await loops.start("approval", "go", id="t", suspend_timeout=0.5)
         timed_out = await loops.result("t")
         assert await loops.interrupt("t") is None
@@ -244,11 +250,14 @@ def test_suspend_timeout_and_abort_while_suspended(
         await loops.start("approval", "go", id="a")
         await suspended(loops, "a")
         await loops.abort("a", "no one will answer")
-        return timed_out, await loops.result("a")
+        aborted = await loops.result("a")
+        return timed_out, aborted, [[e async for e in loops.events(id)] for id in ("t", "a")]
 
-    timed_out, aborted = with_worker(
+    timed_out, aborted, (waited, stopped) = with_worker(
         procs, f"sqlite:///{tmp_path / 'dbos.sqlite'}", log_dir, body
     )
+    assert assert_each_run_replays(waited) == ["suspended"]
+    assert assert_each_run_replays(stopped) == ["suspended", "aborted"]
     assert timed_out.exit_reason == "suspended"
     assert timed_out.interrupt.kind == "approval"
     assert aborted.exit_reason == "aborted"

@@ -23,6 +23,7 @@ from innerloop.testing import assert_valid_history, replay
 from tests.durable import app as test_app
 from tests.durable._checks import (
     APPROVAL_REFUSED,
+    assert_each_run_replays,
     assert_only_call_1_reran,
     model_turns,
     started,
@@ -106,6 +107,7 @@ def test_continue_as_new_carries_the_state(
     assert types.count("tool_executed") == 3
     assert types[-1] == "finished"
     assert length < 40
+    assert assert_each_run_replays(events)[-1] == "model_complete"
 
 
 def test_rate_limit_backoff_is_a_durable_timer(
@@ -165,7 +167,7 @@ def test_worker_killed_mid_tool_resumes_on_a_new_worker(
     env = {"INNERLOOP_TEST_DIR": str(log_dir)}
     address = temporal_server.address
 
-    async def main() -> tuple[Any, int, int]:
+    async def main() -> tuple[Any, list[dict[str, Any]], int, int]:
         w1 = await asyncio.to_thread(spawn_temporal_worker, procs, "w1", address, "crash", env)
         client = await Client.connect(address)
         handle = await TemporalLoops(client, "crash").start("tools", "go", id="crash")
@@ -173,9 +175,12 @@ def test_worker_killed_mid_tool_resumes_on_a_new_worker(
         procs.kill9(w1)
         w2 = await asyncio.to_thread(spawn_temporal_worker, procs, "w2", address, "crash", env)
         (log_dir / "hold-1").unlink()
-        return await asyncio.wait_for(handle.result(), 60), w1.pid, w2.pid
+        state = await asyncio.wait_for(handle.result(), 60)
+        events = [e async for e in handle.events(poll=0.05)]
+        return state, events, w1.pid, w2.pid
 
-    state, pid1, pid2 = asyncio.run(main())
+    state, events, pid1, pid2 = asyncio.run(main())
+    assert assert_each_run_replays(events) == ["model_complete"]
     assert [m.to_dict() for m in state.history] == expected_history
     assert model_turns(log_dir) == Counter({"0": 1, "1": 1, "2": 1, "3": 1})
     assert_only_call_1_reran(log_dir, pid1, pid2)
@@ -192,7 +197,7 @@ def test_worker_killed_mid_model_call_reruns_only_that_call(
     env = {"INNERLOOP_TEST_DIR": str(log_dir)}
     address = temporal_server.address
 
-    async def main() -> Any:
+    async def main() -> tuple[Any, list[dict[str, Any]]]:
         w1 = await asyncio.to_thread(spawn_temporal_worker, procs, "m1", address, "mid", env)
         client = await Client.connect(address)
         handle = await TemporalLoops(client, "mid").start("tools", "go", id="mid-model")
@@ -200,9 +205,11 @@ def test_worker_killed_mid_model_call_reruns_only_that_call(
         procs.kill9(w1)
         await asyncio.to_thread(spawn_temporal_worker, procs, "m2", address, "mid", env)
         (log_dir / "hold-model-2").unlink()
-        return await asyncio.wait_for(handle.result(), 60)
+        state = await asyncio.wait_for(handle.result(), 60)
+        return state, [e async for e in handle.events(poll=0.05)]
 
-    state = asyncio.run(main())
+    state, events = asyncio.run(main())
+    assert assert_each_run_replays(events) == ["model_complete"]
     assert [m.to_dict() for m in state.history] == expected_history
     assert model_turns(log_dir) == Counter({"0": 1, "1": 1, "2": 2, "3": 1})
     assert [c for _, c in tool_starts(log_dir)] == ["call_0", "call_1", "call_2"]
@@ -253,7 +260,7 @@ def test_two_workers_one_dies(
     address = temporal_server.address
     ids = [f"pair-{i}" for i in range(4)]
 
-    async def main() -> tuple[list[Any], int]:
+    async def main() -> tuple[list[Any], list[list[dict[str, Any]]], int]:
         wa = await asyncio.to_thread(spawn_temporal_worker, procs, "wa", address, "pair", env)
         await asyncio.to_thread(spawn_temporal_worker, procs, "wb", address, "pair", env)
         client = await Client.connect(address)
@@ -266,9 +273,12 @@ def test_two_workers_one_dies(
         procs.kill9(wa)
         (log_dir / "hold-1").unlink()
         results = await asyncio.wait_for(asyncio.gather(*(h.result() for h in handles)), 90)
-        return list(results), wa.pid
+        streams = [[e async for e in h.events(poll=0.05)] for h in handles]
+        return list(results), streams, wa.pid
 
-    states, dead = asyncio.run(main())
+    states, streams, dead = asyncio.run(main())
+    for events in streams:
+        assert assert_each_run_replays(events) == ["model_complete"]
     for state in states:
         assert [m.to_dict() for m in state.history] == expected_history
     assert model_turns(log_dir) == Counter({"0": 4, "1": 4, "2": 4, "3": 4})
@@ -318,6 +328,7 @@ def test_suspended_loop_resumes_on_the_update(
     assert state.interrupt is None
     finished = [e["exit_reason"] for e in events if e["type"] == "finished"]
     assert finished == ["suspended", "model_complete"]
+    assert assert_each_run_replays(events) == finished
 
 
 def test_wrong_answer_is_refused_and_the_loop_keeps_waiting(
@@ -362,17 +373,19 @@ def test_worker_restart_while_suspended_still_resumes(
     env = {"INNERLOOP_TEST_DIR": str(log_dir)}
     address = temporal_server.address
 
-    async def main() -> tuple[Any, int]:
+    async def main() -> tuple[Any, list[dict[str, Any]]]:
         w1 = await asyncio.to_thread(spawn_temporal_worker, procs, "s1", address, "susp", env)
         client = await Client.connect(address)
         handle = await TemporalLoops(client, "susp").start("question", "go", id="susp")
         await asyncio.wait_for(suspended(handle), 30)
         procs.kill9(w1)
-        w2 = await asyncio.to_thread(spawn_temporal_worker, procs, "s2", address, "susp", env)
+        await asyncio.to_thread(spawn_temporal_worker, procs, "s2", address, "susp", env)
         await asyncio.wait_for(handle.resume("blue"), 30)
-        return await asyncio.wait_for(handle.result(), 60), w2.pid
+        state = await asyncio.wait_for(handle.result(), 60)
+        return state, [e async for e in handle.events(poll=0.05)]
 
-    state, _ = asyncio.run(main())
+    state, events = asyncio.run(main())
+    assert assert_each_run_replays(events) == ["suspended", "model_complete"]
     assert [m.to_dict() for m in state.history] == expected
     assert model_turns(log_dir) == Counter({"0": 1, "1": 1})
     assert [c for _, c in tool_starts(log_dir)] == ["call_c"]
@@ -395,6 +408,7 @@ def test_suspend_timeout_ends_the_workflow_suspended(
     assert state.interrupt.answered is False
     assert events[-1]["type"] == "finished"
     assert events[-1]["exit_reason"] == "suspended"
+    assert assert_each_run_replays(events) == ["suspended"]
 
 
 def test_abort_while_suspended_closes_the_history(
@@ -407,9 +421,10 @@ def test_abort_while_suspended_closes_the_history(
         handle = await loops.start("approval", "go", id="abort-suspended")
         await suspended(handle)
         await handle.abort("no one will answer")
-        return await handle.result()
+        return await handle.result(), [e async for e in handle.events(poll=0.05)]
 
-    state = in_process_worker(temporal_server, "abort-suspended", body)
+    state, events = in_process_worker(temporal_server, "abort-suspended", body)
+    assert assert_each_run_replays(events) == ["suspended", "aborted"]
     assert state.exit_reason == "aborted"
     assert state.abort.reason == "no one will answer"
     (closing,) = state.history[-1].tool_results

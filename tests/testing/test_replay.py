@@ -68,6 +68,16 @@ class TestDemoRuns:
         assert result.calls == calls
         assert result.transitions == recorded_transitions(demo_log, run)
 
+    @pytest.mark.parametrize(("run", "exit_reason"), [(1, "suspended"), (2, "model_complete")])
+    def test_the_demos_nested_run_replays_the_same(
+        self, demo_log: Path, run: int, exit_reason: str
+    ) -> None:
+        """The demo's nested run (a research agent fanning out to two scouts, one asking
+        for approval, a writer taking over) replays in both halves: to the scout's
+        approval, and from the answer to the writer's Brief, every child on its record."""
+        result = replay(demo_log.parent / "nested.jsonl", run).assert_same()
+        assert result.state.exit_reason == exit_reason
+
     def test_last_is_the_default_run(self, demo_log: Path) -> None:
         """Without ``run``, the log's last run is replayed (the typed one: its answer is
         read back as the demo's own Report class)."""
