@@ -283,12 +283,12 @@ class _Replay:
         """The ``Deps.nest`` of the run at ``prefix``: each child it starts is served by
         a player of its own, on its own record."""
 
-        def nest(deps: Deps, _child: Any, path: str) -> Deps:
+        def nest(deps: Deps, child: Any, path: str) -> Deps:
             full = f"{prefix}/{path}" if prefix else path
             player = self._child(prefix, full)
             return attrs.evolve(
                 deps,
-                providers=player.providers(deps.providers),
+                providers=player.providers(deps.providers, child.params.model_chain),
                 tools=deps.tools if self.real_tools else _RecordedTools(player),
                 nest=self.nest(full),
             )
@@ -399,9 +399,16 @@ class _Player:
     def diverge(self, divergence: Divergence) -> None:
         self.replay.diverge(attrs.evolve(divergence, path=self.path))
 
-    def providers(self, given: Mapping[str, Any]) -> dict[str, _ReplayProvider]:
-        """A replay provider for each provider the run had or its record names."""
+    def providers(
+        self, given: Mapping[str, Any], chain: Sequence[Any] = ()
+    ) -> dict[str, _ReplayProvider]:
+        """A replay provider for each provider the run had, its model ``chain`` names
+        (so a child the record lacks meets its divergence, not a missing provider) or
+        its record names."""
         dialects = {name: getattr(p, "dialect", DIALECTS[0]) for name, p in given.items()}
+        for model in chain:
+            name = model.provider
+            dialects.setdefault(name, name if name in DIALECTS else DIALECTS[0])
         for c in self.rec.calls:
             if c.request is not None:
                 dialects[c.request.provider] = c.request.dialect
