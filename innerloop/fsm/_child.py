@@ -41,7 +41,7 @@ from innerloop._errors import ResumeError, SpecError
 from innerloop._events import ChildEvent, Event, ModelResponseEvent
 from innerloop._messages import Message, TextBlock, Usage
 from innerloop.fsm._compile import CompiledMachine, compile_spec
-from innerloop.fsm._context import Deps, Mailbox, PhaseContext, relay, request_settings
+from innerloop.fsm._context import Deps, Mailbox, Nest, PhaseContext, relay, request_settings
 from innerloop.fsm._default import DEFAULT_SPEC
 from innerloop.fsm._driver import Run
 from innerloop.fsm._guardinfo import guard
@@ -201,6 +201,7 @@ class ChildRun(Generic[OutputT]):
             start_at=start_at,
         )
         self.run.scope.quiet = parent.scope.quiet
+        self.run.scope.nest = Nest(parent, child.name, self.path)  # its place in the tree
         self._usage = state.usage
         self._cost = state.cost_usd or 0.0
         self._box = Mailbox()
