@@ -3,14 +3,15 @@
 Pure functions over plain data: no file, no server. A run's view is JSON data: its status,
 the transitions with their times, the tool calls with durations and outcomes (the
 provider's own server-tool calls and results among them, outcome ``server`` and ``server
-result``), and the tokens and cost of each model turn.
+result``), the messages its events hold, the tokens and cost of each model turn, and its
+child runs (``child_event`` lines), each folded into a view of its own by its path.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from sys import intern
 from typing import Any
 
@@ -29,21 +30,30 @@ from innerloop._events import (
     ToolUseStart,
     Transition,
 )
-from innerloop._messages import ServerToolBlock
+from innerloop._messages import Message, ServerToolBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from innerloop.recovery._pricing import DEFAULT_PRICES, cost_usd
 
 __all__ = [
+    "CHILDREN_PAGE",
     "LISTS",
+    "MESSAGE_CHARS",
     "OUTPUT_CHARS",
     "RECOVERY_EVENTS",
     "RunFold",
     "fold",
+    "message_text",
     "run_detail",
     "run_summary",
 ]
 
 OUTPUT_CHARS = 300
 """A tool's output is cut to this many characters on the page."""
+
+MESSAGE_CHARS = 2000
+"""A message is cut to this many characters on the page."""
+
+CHILDREN_PAGE = 500
+"""The child runs a run's view lists at most (``children_total`` counts them all)."""
 
 RECOVERY_EVENTS = ("backoff", "fallback", "compacted", "alert", "abort")
 
@@ -70,6 +80,9 @@ class RunFold:
         self.errors = 0
         self.lists: dict[str, list[Any]] = {kind: [] for kind in LISTS}
         self._tool_starts: dict[str, float | None] = {}
+        self.children: dict[str, RunFold] = {}
+        """The views of the child runs, by their path (``survey/web#2``), in the order
+        their first event came (a grandchild's too: its path is the whole one)."""
 
     def fail(self, where: str, problem: str) -> None:
         """Line ``where`` of this run cannot be read: ``problem``."""
@@ -89,6 +102,9 @@ class RunFold:
             self.fail(where, f"a {kind} event whose time t is {t!r}, not a number of seconds")
             return
         self.events += 1
+        if kind == "child_event":
+            self._child(data, where, t)
+            return
         if cls is None:
             return  # an event the page does not show (a stream delta, a custom state's)
         try:
@@ -99,6 +115,66 @@ class RunFold:
             return
         self._fold(event, data, t)
 
+    def _child(self, data: Mapping[str, Any], where: str, t: float | None) -> None:
+        """Fold a child's event into the view of the child its path names."""
+        path, inner = data.get("path"), data.get("event")
+        if not isinstance(path, str) or not path or not isinstance(inner, dict):
+            self.events -= 1
+            self.fail(where, "a child_event without a path (a string) and an event (an object)")
+            return
+        child = self.children.get(path)
+        if child is None:
+            child = self.children[path] = RunFold(self.initial)
+        child.add({**inner, "t": t}, f"{where} (child {path})")
+
+    def tree(self, under: str | None = None) -> list[dict[str, Any]]:
+        """The child runs (those below the child ``under`` only, when given) in the
+        tree's order (each after the child above it, siblings as they started), each
+        with its path, its parent's path (None: this run) and depth, and its summary;
+        the first :data:`CHILDREN_PAGE` of them."""
+        below: dict[str | None, list[str]] = {}
+        for path in self.children:
+            if under is None or path.startswith(under + "/"):
+                parent = _parent_path(path, self.children)
+                below.setdefault(None if parent == under else parent, []).append(path)
+        rows: list[dict[str, Any]] = []
+        todo = [(path, 0) for path in reversed(below.get(None, []))]
+        while todo and len(rows) < CHILDREN_PAGE:
+            path, depth = todo.pop()
+            child = self.children[path]
+            machine = (child.started or {}).get("machine")
+            rows.append(
+                {
+                    "path": path,
+                    "parent": _parent_path(path, self.children),
+                    "depth": depth,
+                    "machine": machine if isinstance(machine, str) else None,
+                    **child.summary(),
+                    "error": child.error,
+                }
+            )
+            todo += [(p, depth + 1) for p in reversed(below.get(path, []))]
+        return rows
+
+    def above(self, path: str) -> list[str]:
+        """The paths of the child runs above the child at ``path``, from the top down."""
+        chain = []
+        parent = _parent_path(path, self.children)
+        while parent is not None:
+            chain.append(parent)
+            parent = _parent_path(parent, self.children)
+        return chain[::-1]
+
+    def count_below(self, under: str | None = None) -> int:
+        """How many child runs there are (below the child ``under``, when given)."""
+        if under is None:
+            return len(self.children)
+        return sum(1 for path in self.children if path.startswith(under + "/"))
+
+    def _message(self, t: float | None, role: str, text: str) -> None:
+        cut = text[:MESSAGE_CHARS] + ("…" if len(text) > MESSAGE_CHARS else "")
+        self.lists["messages"].append((t, role, cut))
+
     def _fold(self, event: Event, data: Mapping[str, Any], t: float | None) -> None:
         lists = self.lists
         match event:
@@ -106,6 +182,8 @@ class RunFold:
                 if self.events == 1:
                     self.started = dict(data)
                     self.current = self.initial = event.state
+                    for message in event.messages:
+                        self._message(t, message.role, message_text(message))
             case Transition(source=source, target=target, guard=guard):
                 self.current = target
                 lists["transitions"].append((t, intern(source), intern(target), guard))
@@ -127,7 +205,9 @@ class RunFold:
                     output,
                 )
                 lists["tools"].append(row)
+                self._message(t, "tool", f"{event.name}: {event.output}")
             case ModelResponseEvent(response=response, turn=turn):
+                self._message(t, "assistant", message_text(response.message))
                 lists["tools"] += _server_rows(response.message.server_tools, t)
                 usage = response.usage
                 price = cost_usd(usage, response.model, DEFAULT_PRICES)
@@ -196,7 +276,7 @@ class RunFold:
         return {**self.summary(), **{k: self.items(k, 0, self.count(k)) for k in LISTS}}
 
 
-LISTS = ("transitions", "tools", "turn_usage", "recoveries")
+LISTS = ("transitions", "tools", "turn_usage", "recoveries", "messages")
 """The lists of a run's detail, each appended to as the run goes (and paged by the API)."""
 
 ROW_FIELDS = {
@@ -212,6 +292,7 @@ ROW_FIELDS = {
         "cost_usd",
         "stop_reason",
     ),
+    "messages": ("t", "role", "text"),
 }
 """The fields of a row of each list but ``recoveries`` (kept as the events' dicts)."""
 
@@ -232,6 +313,33 @@ VIEWED: dict[str, type[Event]] = {
     )
 }
 """The events the page shows, by type; the others are counted, not kept."""
+
+
+def _parent_path(path: str, known: Container[str]) -> str | None:
+    """The path of the nearest child run above ``path`` among ``known`` (None: the top
+    run); found by the ``/`` of the path, nearest first, so a call id holding ``/`` is
+    no level of its own."""
+    end = path.rfind("/")
+    while end > 0:
+        if path[:end] in known:
+            return path[:end]
+        end = path.rfind("/", 0, end)
+    return None
+
+
+def message_text(message: Message) -> str:
+    """What the page shows of a message: its text, a line per tool call (``→ name
+    {args}``) and per tool result (``← output``)."""
+    parts = []
+    for block in message.content:
+        if isinstance(block, TextBlock):
+            parts.append(block.text)
+        elif isinstance(block, ToolUseBlock):
+            args = json.dumps(dict(block.input), ensure_ascii=False, default=str)
+            parts.append(f"→ {block.name} {args}")
+        elif isinstance(block, ToolResultBlock):
+            parts.append(f"← {block.content}")
+    return "\n".join(parts)
 
 
 def _server_rows(blocks: Iterable[ServerToolBlock], t: float | None) -> list[tuple[Any, ...]]:
