@@ -89,15 +89,13 @@ def _helper() -> Child[Any]:
     )
 
 
-@pytest.fixture(scope="module")
-def nested(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, MachineSpec]:
-    """A runs folder whose ``nested.jsonl`` holds one run with a fan-out of two, an agent
-    tool call and, inside its child, a grandchild; and the run's machine."""
+def write_nested_log(root: Path) -> MachineSpec:
+    """Write ``root/nested.jsonl``: one run with a fan-out of two, an agent tool call
+    and, inside its child, a grandchild; returns the run's machine."""
     spec = nested_spec()
     script = [reply(tool_call("helper", {"task": "help"}, id=CALL)), reply("All done.")]
     params = HarnessParams(model="scripted:m", tools=[agent_tool(_helper(), "Help.")])
     harness = Harness(params, [ScriptedProvider(script)], machine=spec)
-    root = tmp_path_factory.mktemp("nested")
 
     async def play() -> None:
         run = harness.start("Weather in two cities?")
@@ -106,7 +104,14 @@ def nested(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, MachineSpec]
                 log.write(event)
 
     asyncio.run(play())
-    return root, spec
+    return spec
+
+
+@pytest.fixture(scope="module")
+def nested(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, MachineSpec]:
+    """A runs folder holding :func:`write_nested_log`'s log, and the run's machine."""
+    root = tmp_path_factory.mktemp("nested")
+    return root, write_nested_log(root)
 
 
 def _get(url: str, **params: str) -> httpx.Response:

@@ -191,9 +191,11 @@ function drawChildren(run) {
   body.replaceChildren();
   for (const c of rows) {
     const tokens = c.input_tokens === null || c.input_tokens === undefined ? "–" : `${c.input_tokens} / ${c.output_tokens}`;
-    const relative = run.child && c.path.startsWith(run.child + "/") ? c.path.slice(run.child.length + 1) : c.path;
+    // a row names its child from the row above it (the whole path is its tooltip)
+    const above = c.parent !== null && c.parent !== undefined ? c.parent : run.child;
+    const relative = above && c.path.startsWith(above + "/") ? c.path.slice(above.length + 1) : c.path;
     const row = el("tr", { "data-path": c.path, "data-status": c.status },
-      el("td", { class: "path", style: `padding-left: ${6 + 14 * (c.depth || 0)}px` }, relative),
+      el("td", { class: "path", title: c.path, style: `padding-left: ${6 + 14 * (c.depth || 0)}px` }, relative),
       el("td", {}, el("span", { class: "badge " + c.status }, c.status), " ", c.current || "–"),
       el("td", {}, c.exit_reason || "–"),
       el("td", { class: "num" }, String(c.turns)),
