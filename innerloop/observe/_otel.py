@@ -131,7 +131,9 @@ class Tracing:
 
     ``tracer_provider`` and ``meter_provider`` default to the global ones (set by the
     host's SDK set-up); ``capture_content=True`` records messages and tool arguments and
-    results (scrubbed of credentials); ``agent_name`` names the ``invoke_agent`` span.
+    results (scrubbed of credentials); ``agent_name`` names the ``invoke_agent`` span (a
+    child run's is named by its ``Child``'s name, and nested under the span of the state
+    or tool call that ran it).
 
     ``transitions`` says how the run's span records the machine's transitions:
     ``"events"``, a ``transition`` event each (source, target, guard); ``"summary"``, one

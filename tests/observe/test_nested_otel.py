@@ -4,6 +4,7 @@ agent tool) that ran it, read back from the SDK's in-memory exporter."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -154,6 +155,60 @@ class TestChildState:
             "innerloop.state.kind": "handoff",
             "innerloop.transition.target": "model_complete",
         }
+
+    def test_an_abort_ends_the_state_span_at_abort(
+        self, make_harness: Any, exporter: InMemorySpanExporter, tracer_provider: TracerProvider
+    ) -> None:
+        """The parent is aborted while its child runs a tool: the child's spans end (its
+        tool call aborted, its run in ``aborted``), then the state span, leaving for
+        ``abort``."""
+        runs: list[Any] = []
+
+        @tool
+        async def sleepy() -> str:
+            """Sleeps (after asking the parent run to stop)."""
+            runs[0].abort("the host stops it")
+            await asyncio.sleep(30)
+            return "woke up"
+
+        research = kid("research", reply(tool_call("sleepy", {}, id="k1")), tools=[sleepy])
+        harness = make_harness(
+            HarnessParams(model="scripted:m"),
+            ScriptedProvider([]),
+            machine=machine("research", child_handler(research)),
+            observers=[Tracing(tracer_provider=tracer_provider)],
+        )
+
+        async def main() -> str | None:
+            runs.append(harness.start("go"))
+            async for _ in runs[0].events():
+                pass
+            return runs[0].state.exit_reason
+
+        assert asyncio.run(main()) == "aborted"
+        spans = exporter.get_finished_spans()
+        assert tree(spans) == (
+            (
+                "invoke_agent innerloop",
+                (
+                    (
+                        "state research",
+                        (
+                            (
+                                "invoke_agent research",
+                                (("chat k", ()), ("execute_tool sleepy", ())),
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+        )
+        (state,) = named(spans, "state research")
+        assert attributes(state, "innerloop.transition") == {"innerloop.transition.target": "abort"}
+        (child,) = named(spans, "invoke_agent research")
+        assert attributes(child, "innerloop.exit") == {"innerloop.exit_reason": "aborted"}
+        (call,) = named(spans, "execute_tool sleepy")
+        assert attributes(call, "innerloop.tool.outcome") == {"innerloop.tool.outcome": "aborted"}
 
 
 class TestFanOut:
