@@ -15,6 +15,7 @@ from innerloop import Child, HarnessParams, agent_tool, tool
 from innerloop.fsm import (
     DEFAULT_SPEC,
     MachineSpec,
+    Run,
     StateSpec,
     child_handler,
     fan_out_handler,
@@ -162,7 +163,7 @@ class TestChildState:
         """The parent is aborted while its child runs a tool: the child's spans end (its
         tool call aborted, its run in ``aborted``), then the state span, leaving for
         ``abort``."""
-        runs: list[Any] = []
+        runs: list[Run[Any]] = []
 
         @tool
         async def sleepy() -> str:
