@@ -17,6 +17,7 @@ import pytest
 from innerloop import Child, Harness, HarnessParams, agent_tool, tool
 from innerloop._eventlog import EventLog
 from innerloop.checkpoint import open_checkpointer
+from innerloop.diagrams._dot import END_FILL
 from innerloop.diagrams._model import TIMES
 from innerloop.examples import with_approval
 from innerloop.fsm import (
@@ -208,6 +209,10 @@ class TestLogTree:
         assert "survey: runs web&#45;machine" in top
         assert f"has_tool_calls {TIMES}1" in top  # web#1's lookup, drawn in the cluster
         assert f"model_finished {TIMES}2" in top
+        # the branches' end is lit in the cluster as the run's own is at its level
+        for node in ("model_complete", "survey__model_complete"):
+            drawn = top.split(f"<title>{node}</title>", 1)[1].split("</g>", 1)[0]
+            assert f'fill="{END_FILL}"' in drawn
 
     def test_a_childs_stream(self, nested: tuple[Path, MachineSpec], serve: Any) -> None:
         """The live stream of a child: its detail, then ``end`` (it has finished)."""
