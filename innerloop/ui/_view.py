@@ -36,6 +36,7 @@ from innerloop.recovery._pricing import DEFAULT_PRICES, cost_usd
 __all__ = [
     "CHILDREN_PAGE",
     "LISTS",
+    "MAX_CHILDREN",
     "MESSAGE_CHARS",
     "OUTPUT_CHARS",
     "RECOVERY_EVENTS",
@@ -54,6 +55,10 @@ MESSAGE_CHARS = 2000
 
 CHILDREN_PAGE = 500
 """The child runs a run's view lists at most (``children_total`` counts them all)."""
+
+MAX_CHILDREN = 10_000
+"""The child runs a run's view keeps at most: the lines of any further one are its error
+(a log may be hostile; each child kept is a view of its own)."""
 
 RECOVERY_EVENTS = ("backoff", "fallback", "compacted", "alert", "abort")
 
@@ -124,6 +129,10 @@ class RunFold:
             return
         child = self.children.get(path)
         if child is None:
+            if len(self.children) >= MAX_CHILDREN:
+                self.events -= 1
+                self.fail(where, f"a child run past the first {MAX_CHILDREN:,} (not kept)")
+                return
             child = self.children[path] = RunFold(self.initial)
         child.add({**inner, "t": t}, f"{where} (child {path})")
 

@@ -372,3 +372,16 @@ def test_the_page_asks_for_a_child_by_its_whole_path() -> None:
         "http://127.0.0.1:1/api/run/log%3Aa.jsonl%3A1?child=helper%5Bt%231%2Fx%5B2%5D%3Cb%3E%5D%2Fleaf",
         "http://127.0.0.1:1/api/run/log%3Aa.jsonl%3A1",
     ]
+
+
+def test_a_log_keeps_a_bounded_number_of_children(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``MAX_CHILDREN`` child runs, the lines of a new one are the run's error."""
+    from innerloop.ui import _view
+
+    monkeypatch.setattr(_view, "MAX_CHILDREN", 2)
+    step = {"type": "transition", "source": "idle", "target": "assemble", "guard": None}
+    events = [{"type": "child_event", "path": f"web#{n}", "event": step} for n in (1, 2, 3, 1)]
+    run = _view.fold(events)
+    assert list(run.children) == ["web#1", "web#2"]
+    assert run.children["web#1"].count("transitions") == 2
+    assert (run.error, run.errors) == ("event 3: a child run past the first 2 (not kept)", 1)
