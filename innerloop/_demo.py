@@ -2,7 +2,9 @@
 servers that play a built-in scenario, driving the machine through every recovery branch;
 then a second, short run that the host aborts mid-stream, so every phase (abort included)
 shows on the screen and in the event log; then a third run with typed output
-(``output_type``) whose first answer is repaired.
+(``output_type``) whose first answer is repaired; then a nested run (see :func:`_nested_run`):
+a research agent fans out to two scouts, one of which asks for approval, and hands off to a
+writer with typed output.
 
 No network and no API key. Backoff waits go through a :class:`ScaledClock`, so a 16-second
 wait takes 0.16 s; the screen says so.
@@ -20,19 +22,21 @@ import pydantic
 
 from innerloop._console import drive, format_cost, view_for
 from innerloop._eventlog import EventLog, read_event_log
-from innerloop._events import Event, TextDelta
+from innerloop._events import ChildEvent, Event, Finished, RunStarted, TextDelta, Transition
 from innerloop._harness import Harness
+from innerloop._live import describe
+from innerloop.examples.research import research_machine, scout, writer
 from innerloop.fsm._context import request_settings
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._state import HarnessState
 from innerloop.providers import AnthropicProvider, OpenAIProvider
 from innerloop.recovery._clock import ScaledClock
-from innerloop.testing._scripted import Fault, reply, tool_call
+from innerloop.testing._scripted import Fault, Reply, reply, tool_call
 from innerloop.testing._servers import AnthropicServer, OpenAIServer, RateLimit, SlowReply
 from innerloop.tools._process import run_process
 from innerloop.tools._spec import ToolContext, ToolOutput, ToolSpec
 
-__all__ = ["demo_scenario", "run_demo"]
+__all__ = ["NESTED_SPEC", "demo_scenario", "nested_run", "nested_scenario", "run_demo"]
 
 CLOCK_FACTOR = 0.01
 PRIMARY = "anthropic:claude-sonnet-4-5-20250929"
@@ -213,14 +217,17 @@ def _first_run(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def run_demo(out: Path = Path("runs/demo"), *, live: bool = False) -> HarnessState:
-    """Play the scenario over real HTTP, then a second run the host aborts mid-stream and a
-    third with typed output and one repair; show them, write their event log and the first
-    run's trace diagram under ``out``. Returns the first run's final state."""
+    """Play the scenario over real HTTP, then a second run the host aborts mid-stream, a
+    third with typed output and one repair, and a nested run (sub-agents, an approval, a
+    handoff); show them, write their event logs and the first run's trace diagram under
+    ``out``. Returns the first run's final state."""
     log_path = out / "events.jsonl"
     with EventLog(log_path, {"command": "demo", "model": PRIMARY}) as log:
         harness, state, requests = _tour(log, live)
         aborted = _aborted_run(log, live)
         typed = _typed_run(log, live)
+    nested_path = out / "nested.jsonl"
+    nested, tree, asked = nested_run(nested_path)
     svg_path = out / "trace.svg"
     try:
         from innerloop.diagrams import build_diagram, render
@@ -241,6 +248,203 @@ def run_demo(out: Path = Path("runs/demo"), *, live: bool = False) -> HarnessSta
         f"third run: exit_reason={typed.exit_reason} output={typed.output!r} "
         f"repairs={typed.output_repairs}"
     )
-    print(f"event log: {log_path} (all three runs)")
+    _show_nested(nested, tree, asked)
+    print(f"event log: {log_path} (the first three runs); {nested_path} (the nested run)")
     print(f"trace diagram: {svg_path} (the first run)")
     return state
+
+
+RESEARCH_TASK = "How did European heat-pump sales do in 2024? Write me a brief."
+SCOUT_MODEL = "openai:gpt-4o-mini-2024-07-18"
+WRITER_MODEL = "openai:gpt-4o-2024-08-06"
+QUESTIONS = (
+    "How did heat-pump sales in Europe change in 2024?",
+    "Which European heat-pump market fell most in 2024?",
+)
+NOTES = "Notes: heat-pump sales in Europe fell 21% in 2024 (IEA); Poland fell most, -40% (EHPA)."
+BRIEF = (
+    '{"title": "European heat pumps in 2024", '
+    '"findings": ["Sales fell 21% in 2024.", "Poland fell most: -40%."], '
+    '"sources": ["IEA 2024", "EHPA market report 2025"]}'
+)
+
+
+def _scout_turns() -> dict[str, tuple[Reply, Reply]]:
+    """Each scout's two answers, by its question: a tool call, then what it found."""
+    search = {"query": "heat pumps Europe 2024 sales"}
+    report = {"title": "EHPA market report 2025"}
+    return {
+        QUESTIONS[0]: (
+            reply("Searching the web.", tool_call("web_search", search, id="call_search")),
+            reply("Sales fell 21% in 2024 (IEA 2024)."),
+        ),
+        QUESTIONS[1]: (
+            reply("The EHPA report has it.", tool_call("buy_report", report, id="call_buy")),
+            reply("Poland fell most: -40% (EHPA market report 2025)."),
+        ),
+    }
+
+
+def _text(content: Any) -> str:
+    """The text of a Chat Completions message's content (a string or text parts)."""
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content or ())
+
+
+def nested_scenario() -> tuple[list[Any], Any, list[Any]]:
+    """The nested run's loopback answers: the research agent's script (Anthropic), how
+    the scouts' server answers each request (OpenAI; the scouts run side by side, so by
+    what a request asks, not by its order), and the writer's script (OpenAI)."""
+    turns = _scout_turns()
+
+    def scouts(body: Any) -> Reply:
+        messages = body["messages"]
+        asked = next(_text(m["content"]) for m in messages if m["role"] == "user")
+        return turns[asked][1 if messages[-1]["role"] == "tool" else 0]
+
+    return [reply(NOTES)], scouts, [reply(BRIEF)]
+
+
+def _questions(state: HarnessState) -> list[str]:
+    """The scouts' questions, one per branch of the fan-out."""
+    return list(QUESTIONS)
+
+
+def _research_machine(
+    scout_providers: Mapping[str, Any] | None = None,
+    writer_providers: Mapping[str, Any] | None = None,
+) -> Any:
+    return research_machine(
+        scout(SCOUT_MODEL, scout_providers), writer(WRITER_MODEL, writer_providers), _questions
+    ).with_import_path("innerloop._demo:NESTED_SPEC")
+
+
+NESTED_SPEC = _research_machine()
+"""The nested run's machine (its children on the parent's providers): what a reader of
+its event log loads to draw or replay it (the run's own children have providers of
+their own, the loopback servers'; the structure is the same)."""
+
+
+def _depth_of(path: str) -> int:
+    return path.count("/") + 1
+
+
+class _TreeView:
+    """Plain lines for a nested run: a child's events indented under their path; keeps
+    each path's states (per run: a resumed run starts a new segment) and its end."""
+
+    def __init__(self, parent: str) -> None:
+        self.parent = parent
+        self.segments: dict[str, list[list[str]]] = {}
+        self.ended: dict[str, Finished] = {}
+
+    def handle(self, event: Event) -> None:
+        path = self.parent
+        if isinstance(event, ChildEvent):
+            path, event = event.path, event.event
+        line = describe(event)
+        if line is not None:
+            indent = "    " * _depth_of(path) if path != self.parent else ""
+            print(f"{indent}[{path}]{line}" if indent else line)
+        self._keep(path, event)
+
+    def _keep(self, path: str, event: Event) -> None:
+        if isinstance(event, RunStarted):
+            self.segments.setdefault(path, []).append([event.state])
+        elif isinstance(event, Transition):
+            self.segments[path][-1].append(event.target)
+        elif isinstance(event, Finished):
+            self.ended[path] = event
+
+    def tree(self) -> list[str]:
+        """One line per run of the tree, the parent first, then its children by path."""
+        order = [self.parent, *sorted(p for p in self.segments if p != self.parent)]
+        lines = []
+        for path in order:
+            end = self.ended[path]
+            ways = " | resumed: ".join(" -> ".join(states) for states in self.segments[path])
+            indent = "  " * _depth_of(path) if path != self.parent else ""
+            lines.append(
+                f"  {indent}{path}: {ways} ({end.usage.total_tokens} tokens, "
+                f"{format_cost(end.cost_usd)})"
+            )
+        return lines
+
+
+def nested_run(log_path: Path) -> tuple[HarnessState, _TreeView, Any]:
+    """The fourth run: a research agent fans out to two scouts (sub-agents with their own
+    tools, on the OpenAI SDK); one asks before a paid call, which suspends the whole run;
+    the host approves and resumes it; the research agent then hands off to a writer whose
+    answer is a typed ``Brief``. Written to its own event log."""
+    print(
+        f"fourth run: {RESEARCH_TASK!r}: a research agent fans out to two scouts (one asks "
+        "the host before a paid call), then hands off to a writer with output_type=Brief"
+    )
+    research_script, scouts, writer_script = nested_scenario()
+    with (
+        AnthropicServer(research_script) as lead_srv,
+        OpenAIServer(respond=scouts) as scout_srv,
+        OpenAIServer(writer_script) as writer_srv,
+    ):
+        providers = {
+            "research": AnthropicProvider(api_key="demo-key", base_url=lead_srv.base_url),
+            "scouts": OpenAIProvider(api_key="demo-key", base_url=scout_srv.base_url),
+            "writer": OpenAIProvider(api_key="demo-key", base_url=writer_srv.base_url),
+        }
+        spec = _research_machine({"openai": providers["scouts"]}, {"openai": providers["writer"]})
+        params = HarnessParams(
+            model=PRIMARY,
+            system="You lead the research: read the scouts' findings, write short notes.",
+            max_output_tokens=1024,
+        )
+        harness = Harness(params, [providers["research"]], machine=spec)
+        view = _TreeView("research")
+        asked: Any = None
+
+        async def play() -> HarnessState:
+            nonlocal asked
+            try:
+                with EventLog(log_path, {"command": "demo", "model": PRIMARY}) as log:
+                    run = harness.start(RESEARCH_TASK)
+                    await drive(run, view, log)
+                    asked = run.state.interrupt
+                    if asked is not None:
+                        calls = ", ".join(
+                            f"{c['name']}({c['input']})" for c in asked.payload["calls"]
+                        )
+                        print(
+                            f"{asked.kind} asked by {asked.path}: {calls}; the whole run is "
+                            f"{run.state.exit_reason}; the host answers True "
+                            "(harness.resume(run, answer=True))"
+                        )
+                        run = harness.resume(run, answer=True)
+                        await drive(run, view, log)
+                    return run.state
+            finally:
+                for provider in providers.values():
+                    await provider.aclose()
+
+        return asyncio.run(play()), view, asked
+
+
+def _show_nested(state: HarnessState, tree: _TreeView, asked: Any) -> None:
+    """The nested run's summary: the tree of runs by path, the approval, the typed
+    result and the totals rolled up to the research agent."""
+    print(f"fourth run: exit_reason={state.exit_reason} output={state.output!r}")
+    print(
+        "  the tree of runs by path: the states of each run ('| resumed:' where it went on "
+        "after the answer), then its tokens and cost (the research agent's count its "
+        "children's)"
+    )
+    for line in tree.tree():
+        print(line)
+    if asked is not None:
+        print(
+            f"  {asked.kind} asked by {asked.path} (the research agent waited in "
+            f"{asked.state!r}), answered True"
+        )
+    print(
+        f"  rolled up to the research agent: {state.usage.total_tokens} tokens, "
+        f"cost={format_cost(state.cost_usd)}"
+    )

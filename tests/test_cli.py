@@ -40,9 +40,10 @@ PHASES = {
 
 def test_demo_runs_offline_and_shows_every_recovery_branch(tmp_path: Path) -> None:
     """The demo drives the real SDKs over loopback HTTP through every recovery branch, then
-    a second run the host aborts mid-stream and a third with typed output repaired once, in
-    under a minute: all eleven phases show on the screen and in the event log, and the
-    trace diagram is written."""
+    a second run the host aborts mid-stream, a third with typed output repaired once and a
+    nested one (sub-agents, an approval that suspends the whole run, a typed handoff), in
+    under a minute: all eleven phases show on the screen and in the event log, the trace
+    diagram is written, and the nested run is approved, resumed and written to its own log."""
     started = time.monotonic()
     proc = cli("demo", "--out", str(tmp_path), env={"NO_COLOR": "1"})
     assert time.monotonic() - started < 60
@@ -98,6 +99,21 @@ def test_demo_runs_offline_and_shows_every_recovery_branch(tmp_path: Path) -> No
     svg = (tmp_path / "trace.svg").read_text()
     assert svg.startswith("<?xml")
     assert "fallback" in svg
+    nested = read_event_log(tmp_path / "nested.jsonl")
+    assert [e["exit_reason"] for e in nested if e["type"] == "finished"] == [
+        "suspended",
+        "model_complete",
+    ]
+    assert (
+        "approval asked by scout#2: buy_report({'title': 'EHPA market report 2025'}); the "
+        "whole run is suspended; the host answers True (harness.resume(run, answer=True))"
+    ) in proc.stdout
+    assert (
+        "fourth run: exit_reason=model_complete output=Brief(title='European heat pumps in "
+        "2024', findings=['Sales fell 21% in 2024.', 'Poland fell most: -40%.'], "
+        "sources=['IEA 2024', 'EHPA market report 2025'])"
+    ) in proc.stdout
+    assert "  rolled up to the research agent: 90 tokens, cost=$0.000198" in proc.stdout
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,9 @@
 
 * :func:`with_approval` (``approval.py``): a human approves each tool call before it runs;
 * :func:`with_guardrail` (``guardrail.py``): secrets are redacted from tool output;
-* :func:`with_cost_cap` (``costcap.py``): the host is asked before spending goes on.
+* :func:`with_cost_cap` (``costcap.py``): the host is asked before spending goes on;
+* :func:`research_machine` (``research.py``): machines inside machines, a research agent
+  that fans out to two scouts (one asks for approval) and hands off to a typed writer.
 
 None of them changes the spec it is given. Their diagrams are in ``diagrams/examples/``.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 from innerloop.examples.approval import DENIED, Approver, with_approval
 from innerloop.examples.costcap import CostCap, Spending, with_cost_cap
 from innerloop.examples.guardrail import SECRET_PATTERNS, redact_secrets, with_guardrail
+from innerloop.examples.research import research_machine
 from innerloop.fsm import MachineSpec
 
 __all__ = [
@@ -22,6 +25,7 @@ __all__ = [
     "Spending",
     "example_specs",
     "redact_secrets",
+    "research_machine",
     "with_approval",
     "with_cost_cap",
     "with_guardrail",

@@ -37,7 +37,7 @@ from typing import Any, Generic
 import attrs
 
 from innerloop import _convert
-from innerloop._errors import ResumeError, SpecError
+from innerloop._errors import SpecError
 from innerloop._events import ChildEvent, Event, ModelResponseEvent
 from innerloop._messages import Message, TextBlock, Usage
 from innerloop.fsm._compile import CompiledMachine, compile_spec
@@ -46,6 +46,7 @@ from innerloop.fsm._default import DEFAULT_SPEC
 from innerloop.fsm._driver import Run
 from innerloop.fsm._guardinfo import guard
 from innerloop.fsm._guards import interrupted, spend_exceeded
+from innerloop.fsm._interrupts import CHILD_RUNS, deliver_answer
 from innerloop.fsm._output import OutputT
 from innerloop.fsm._params import HarnessParams, SpendBudget
 from innerloop.fsm._spec import Guard, Handler, MachineSpec, StateSpec, TransitionSpec
@@ -54,7 +55,7 @@ from innerloop.providers._base import Provider
 from innerloop.providers._normalize import RequestSettings
 from innerloop.recovery._tokens import MessageTokenCache
 from innerloop.tools._runner import ToolRunner
-from innerloop.tools._spec import ToolContext, ToolError, ToolOutput, ToolSpec
+from innerloop.tools._spec import ToolContext, ToolError, ToolInterrupt, ToolOutput, ToolSpec
 
 __all__ = [
     "CHILD_GUARDS",
@@ -242,6 +243,8 @@ class ChildRun(Generic[OutputT]):
         """Run the child in this task, yielding its events wrapped with their path
         (none when nobody reads or watches the parent's), rolling its spending up."""
         path, forward = self.path, self.parent.scope.forward
+        if self.run.state.final_state is not None:  # saved when it ended: not run again
+            return
         try:
             async for event in self.run.events():
                 if type(event) is ModelResponseEvent:
@@ -378,43 +381,77 @@ def _record(ctx: PhaseContext, name: str, runs: Sequence[ChildRun[Any]], many: b
     ctx.state.outcome = ChildOutcome.SUCCEEDED if ok else ChildOutcome.FAILED
 
 
-SUSPENDED = "children.suspended"
-"""``state.notes`` key: per child state, the suspended child's path and state (JSON)."""
+def _joined(path: str, below: str) -> str:
+    return f"{path}/{below}" if below else path
 
 
-def _suspends(ctx: PhaseContext, run: ChildRun[Any]) -> bool:
-    """When the child ended suspended (an approval, a question): keep its state in the
-    parent's notes and suspend the parent on the same question; True then."""
-    state = run.state
-    asked = state.interrupt
-    if state.final_state != "suspended" or asked is None:
+def _asking(runs: Sequence[ChildRun[Any]]) -> ChildRun[Any] | None:
+    """The first of ``runs`` (in order) that ended suspended, waiting for an answer."""
+    for run in runs:
+        if run.state.final_state == "suspended" and run.state.interrupt is not None:
+            return run
+    return None
+
+
+def _keep(ctx: PhaseContext, run: ChildRun[Any]) -> None:
+    """Save ``run`` (its state, and where it is) in the parent's notes, under its path."""
+    saved = {"at": run.run.current, "state": _convert.unstructure(run.state)}
+    ctx.state.notes.setdefault(CHILD_RUNS, {})[run.path] = saved
+
+
+def _forget(ctx: PhaseContext, runs: Sequence[ChildRun[Any]]) -> None:
+    """Drop the saved ``runs`` from the parent's notes (they ended and were recorded)."""
+    notes = ctx.state.notes
+    saved = notes.get(CHILD_RUNS)
+    if saved is None:
+        return
+    for run in runs:
+        saved.pop(run.path, None)
+    if not saved:
+        del notes[CHILD_RUNS]
+
+
+def _suspends(ctx: PhaseContext, runs: Sequence[ChildRun[Any]]) -> bool:
+    """When one of ``runs`` ended suspended (an approval, a question): save them all in
+    the parent's notes and suspend the parent on the first one's question (one question
+    at a time; the next asks once it is answered); True then."""
+    run = _asking(runs)
+    if run is None:
         return False
-    saved = {"path": run.path, "state": _convert.unstructure(state)}
-    ctx.state.notes.setdefault(SUSPENDED, {})[run.child.name] = saved
-    ctx.interrupt(asked.kind, asked.payload, tool_use_ids=asked.tool_use_ids)
+    for each in runs:
+        _keep(ctx, each)
+    asked = run.state.interrupt
+    assert asked is not None
+    path = _joined(run.path, asked.path)
+    ctx.interrupt(asked.kind, asked.payload, tool_use_ids=asked.tool_use_ids, path=path)
     return True
 
 
-def _resumed(ctx: PhaseContext, child: Child[OutputT]) -> ChildRun[OutputT] | None:
-    """The suspended child of this state, going on with the answer the parent was
-    resumed with (None when the parent was not resumed here)."""
+def _answered(ctx: PhaseContext) -> None:
+    """When the parent was resumed here with an answer: hand it to the child that asked."""
     answered = ctx.resumed
-    if answered is None:
-        return None
-    saved = ctx.state.notes.get(SUSPENDED, {}).pop(child.name, None)
+    if answered is not None:
+        deliver_answer(ctx.state, answered)
+
+
+def _continued(
+    ctx: PhaseContext, child: Child[OutputT], path: str, prompt: str | Message | None
+) -> ChildRun[OutputT]:
+    """The run of ``child`` at ``path``: the one saved in the parent's notes going on
+    (an answered one from the state that asked, with the answer; one that had ended, or
+    waits for another answer, as it is: it does not run again), else a new one on
+    ``prompt``."""
+    saved = ctx.state.notes.get(CHILD_RUNS, {}).get(path)
     if saved is None:
-        raise ResumeError(
-            None,
-            f"it was resumed in state {ctx.current_state!r}, whose child {child.name!r} "
-            "left no suspended state in notes[" + repr(SUSPENDED) + "]; resume it from the "
-            "checkpoint where it suspended",
-        )
+        return ChildRun(ctx, child, prompt, path=path)
     state: HarnessState[OutputT] = _convert.structure(saved["state"], HarnessState)
+    at: str = saved["at"]
     asked = state.interrupt
-    assert asked is not None
-    state.interrupt = attrs.evolve(asked, answered=True, answer=answered.answer)
-    state.final_state = state.exit_reason = None
-    return ChildRun(ctx, child, None, path=saved["path"], state=state, start_at=asked.state)
+    if "answer" in saved and state.final_state == "suspended" and asked is not None:
+        state.interrupt = attrs.evolve(asked, answered=True, answer=saved.pop("answer"))
+        state.final_state = state.exit_reason = None
+        at = asked.state
+    return ChildRun(ctx, child, None, path=path, state=state, start_at=at)
 
 
 def child_handler(child: Child[Any]) -> Handler:
@@ -424,12 +461,14 @@ def child_handler(child: Child[Any]) -> Handler:
     outcome is ``child_succeeded`` or ``child_failed``."""
 
     async def run_child(ctx: PhaseContext) -> AsyncIterator[Event]:
-        run = _resumed(ctx, child) or ChildRun(ctx, child, child.prompt(ctx.state))
+        _answered(ctx)
+        run = _continued(ctx, child, child.name, child.prompt(ctx.state))
         with run.delegated():
             async with contextlib.aclosing(run.inline()) as events:
                 async for event in events:
                     yield event
-        if not _suspends(ctx, run):
+        if not _suspends(ctx, [run]):
+            _forget(ctx, [run])
             _record(ctx, child.name, [run], many=False)
 
     run_child.__qualname__ = f"child_handler.<{child.name}>"
@@ -448,14 +487,20 @@ def fan_out_handler(
     ``items(parent state)``, at most ``limit`` at a time, as ``name#1``, ``name#2``, ...;
     the answers join in input order (one user message; ``notes["children"][name]`` a
     list). One child that does not succeed makes the outcome ``child_failed`` (the
-    others run to their end)."""
+    others run to their end).
+
+    A branch that asks (an approval, a question) suspends the parent once every branch
+    has ended or asked, on the first question in input order; resumed, the branches that
+    ended keep their results, the one asked goes on with the answer, and the parent
+    suspends again on the next question while one is left."""
     if limit < 1:
         raise ValueError(f"fan_out_handler({child.name!r}): limit must be at least 1, not {limit}")
 
     async def fan_out(ctx: PhaseContext) -> AsyncIterator[Event]:
+        _answered(ctx)
         inputs = list(items(ctx.state))
         runs = [
-            ChildRun(ctx, child, prompt, path=f"{child.name}#{i}")
+            _continued(ctx, child, f"{child.name}#{i}", prompt)
             for i, prompt in enumerate(inputs, 1)
         ]
         gate = asyncio.Semaphore(limit)
@@ -484,10 +529,13 @@ def fan_out_handler(
                 await asyncio.wait(tasks)
         for t in tasks:
             t.result()
-        _record(ctx, child.name, runs, many=True)
+        if not _suspends(ctx, runs):
+            _forget(ctx, runs)
+            _record(ctx, child.name, runs, many=True)
 
     fan_out.__qualname__ = f"fan_out_handler.<{child.name}>"
     fan_out.child = child  # type: ignore[attr-defined]  # drawn inside its state
+    fan_out.suspends = True  # type: ignore[attr-defined]
     return fan_out
 
 
@@ -505,8 +553,10 @@ def handoff_handler(child: Child[Any], note: str = HANDOFF_NOTE) -> Handler:
 
     async def hand_off(ctx: PhaseContext) -> AsyncIterator[Event]:
         parent = ctx.state
-        run = _resumed(ctx, child)
-        if run is None:
+        _answered(ctx)
+        if child.name in parent.notes.get(CHILD_RUNS, {}):
+            run = _continued(ctx, child, child.name, None)
+        else:
             fresh: HarnessState[Any] = HarnessState(history=list(parent.history))
             if not fresh.history or fresh.history[-1].role == "assistant":
                 _tell(fresh.history, note)
@@ -515,8 +565,9 @@ def handoff_handler(child: Child[Any], note: str = HANDOFF_NOTE) -> Handler:
             async with contextlib.aclosing(run.inline()) as events:
                 async for event in events:
                     yield event
-        if _suspends(ctx, run):
+        if _suspends(ctx, [run]):
             return
+        _forget(ctx, [run])
         state = run.state
         parent.history[:] = state.history
         parent.output_data = state.output_data
@@ -570,8 +621,7 @@ def with_child_state(
     target``, leaving by :func:`child_transitions` (``target`` on success,
     ``on_failure`` otherwise, ``abort`` on an abort, and ``suspended`` when the child
     waits for an answer, when ``spec`` has that final state and the handler passes a
-    child's interrupt up: :func:`child_handler` and :func:`handoff_handler` do; a
-    fan-out's suspended branch is a failed one)."""
+    child's interrupt up, as all three do)."""
     finals = {s.name for s in spec.final_states}
     suspends = "suspended" in finals and getattr(handler, "suspends", False)
     edges = child_transitions(state.name, target, on_failure, finals=finals, suspends=suspends)
@@ -606,7 +656,10 @@ def agent_tool(
     ``name[call id]``), its usage and cost count against the run's budget, the tool's
     timeout (``timeout``, else the ``category``'s) and an abort of the run abort it.
     Its answer (typed output as JSON, else its text) is the tool result; a child that
-    ends in no success state gives an ``is_error`` result naming its exit reason."""
+    ends in no success state gives an ``is_error`` result naming its exit reason. A
+    child that asks (an approval, a question) suspends the calling run on its question;
+    resumed, the call goes on in the child with the answer, and the child's answer is
+    the call's result."""
     tool_name = name or child.name
 
     async def run_agent(args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
@@ -616,8 +669,15 @@ def agent_tool(
                 f"agent tool {tool_name!r} runs its child inside a machine's run; it was "
                 "called outside one (give it to HarnessParams(tools=...) of a Harness)"
             )
-        run = ChildRun(parent, child, str(args["task"]), path=f"{child.name}[{ctx.tool_use_id}]")
+        path = f"{child.name}[{ctx.tool_use_id}]"
+        run = _continued(parent, child, path, str(args["task"]))
         state = await run.run_to_end(parent.emit)
+        if _asking([run]) is not None:  # the parent suspends on its question
+            _keep(parent, run)
+            asked = state.interrupt
+            assert asked is not None
+            raise ToolInterrupt(attrs.evolve(asked, path=_joined(path, asked.path)))
+        _forget(parent, [run])
         result = child_result(state)
         if not run.succeeded:
             detail = f": {_result_text(result)}" if result else ""

@@ -299,13 +299,15 @@ class PhaseContext:
         *,
         tool_use_ids: Sequence[str] = (),
         done: Sequence[ToolResultBlock] = (),
+        path: str = "",
     ) -> None:
         """Pause the run for an answer from outside: the ``interrupted`` guard takes it to
         ``suspended`` (add that transition to a custom state that calls this). On
         ``Harness.resume(run, answer)`` this state's handler runs again and finds the
-        answer in :attr:`resumed`."""
+        answer in :attr:`resumed`. ``path`` names the child run that asked, when a child
+        state or an agent tool passes a child's interrupt up."""
         self.state.interrupt = Interrupt(
-            kind, payload, self.current_state, tuple(tool_use_ids), tuple(done)
+            kind, payload, self.current_state, tuple(tool_use_ids), tuple(done), path=path
         )
         self.state.outcome = Outcome.INTERRUPTED
 

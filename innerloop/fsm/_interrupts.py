@@ -12,6 +12,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import attrs
+
 from innerloop._errors import ResumeError
 from innerloop._json import MAX_JSON_DEPTH, json_depth
 from innerloop._messages import ToolResultBlock, ToolUseBlock
@@ -20,24 +22,42 @@ from innerloop.fsm._state import HarnessState, Interrupt
 from innerloop.tools._runner import ToolBatch
 from innerloop.tools._spec import ToolCallResult
 
-__all__ = ["answer_text", "answered_batch", "check_answer", "suspend_for_questions"]
+__all__ = [
+    "CHILD_RUNS",
+    "answer_text",
+    "answered_batch",
+    "check_answer",
+    "deliver_answer",
+    "suspend_for_questions",
+    "with_kept",
+]
 
 
 def suspend_for_questions(
     ctx: PhaseContext, calls: Sequence[ToolUseBlock], batch: ToolBatch
 ) -> bool:
     """Interrupt the run when a call of ``batch`` asked a question; True when it did.
-    The finished calls keep their results in the interrupt: they never run again."""
+    The finished calls keep their results in the interrupt: they never run again.
+
+    A call whose agent tool's child asked (its ``interrupt`` an :class:`Interrupt`, the
+    child's) suspends the run on that question alone, the first such call in call order:
+    one question at a time; the calls that asked run again once it is answered."""
     asking = [r for r in batch.results if r.interrupt is not None]
     if not asking or batch.cancelled:
         return False
-    questions = [
-        {"tool_use_id": r.tool_use_id, "tool": r.name, "question": r.interrupt} for r in asking
-    ]
     done = [
         ToolResultBlock(r.tool_use_id, r.output, r.is_error)
         for r in batch.results
         if r.interrupt is None
+    ]
+    child = next((r.interrupt for r in asking if isinstance(r.interrupt, Interrupt)), None)
+    if child is not None:
+        ctx.interrupt(
+            child.kind, child.payload, tool_use_ids=child.tool_use_ids, done=done, path=child.path
+        )
+        return True
+    questions = [
+        {"tool_use_id": r.tool_use_id, "tool": r.name, "question": r.interrupt} for r in asking
     ]
     ctx.interrupt(
         "question",
@@ -62,9 +82,23 @@ def answered_batch(calls: Sequence[ToolUseBlock], interrupt: Interrupt) -> ToolB
         if call.id in answers:
             results.append(ToolCallResult(call.id, call.name, answer_text(answers[call.id])))
         else:
-            block = done[call.id]
-            results.append(ToolCallResult(call.id, call.name, block.content, block.is_error))
+            results.append(_kept(call, done[call.id]))
     return ToolBatch(tuple(results))
+
+
+def _kept(call: ToolUseBlock, block: ToolResultBlock) -> ToolCallResult:
+    return ToolCallResult(call.id, call.name, block.content, block.is_error)
+
+
+def with_kept(
+    calls: Sequence[ToolUseBlock], kept: Sequence[ToolResultBlock], batch: ToolBatch
+) -> ToolBatch:
+    """``batch`` (the results of the calls that ran again after an answer) with the results
+    ``kept`` from before the run suspended, all in call order."""
+    done = {b.tool_use_id: b for b in kept}
+    ran = {r.tool_use_id: r for r in batch.results}
+    results = tuple(ran[c.id] if c.id in ran else _kept(c, done[c.id]) for c in calls)
+    return ToolBatch(results, batch.cancelled)
 
 
 def _per_call(interrupt: Interrupt) -> Mapping[str, Any]:
@@ -127,9 +161,7 @@ def check_answer(
             + ", ".join(repr(i) for i in ids),
             answer,
         )
-    return Interrupt(
-        interrupt.kind, interrupt.payload, interrupt.state, ids, interrupt.done, True, answer
-    )
+    return attrs.evolve(interrupt, answered=True, answer=answer)
 
 
 def _check_approval(run: str | None, ids: Sequence[str], answer: Any) -> None:
@@ -154,3 +186,23 @@ def _check_approval(run: str | None, ids: Sequence[str], answer: Any) -> None:
         if wrong:
             parts.append("not a bool for " + ", ".join(map(repr, wrong)))
         raise ResumeError(run, "; ".join(parts) + f"; an approval answer is {expected}", answer)
+
+
+CHILD_RUNS = "children.runs"
+"""``state.notes`` key: the saved runs of the children of the state now running, by path
+(``{"at": state, "state": its state as JSON}``, and ``"answer"`` once one is given)."""
+
+
+def deliver_answer(state: HarnessState, answered: Interrupt, run: str | None = None) -> None:
+    """Hand the answer to an interrupt a child asked (``answered.path``) to that child's
+    saved run in ``state.notes``; it goes on with it when its parent's handler runs it."""
+    head = answered.path.split("/", 1)[0]
+    entry = state.notes.get(CHILD_RUNS, {}).get(head)
+    if entry is None:
+        raise ResumeError(
+            run,
+            f"it was resumed in state {answered.state!r} for its child {head!r}, which "
+            f"left no saved run in notes[{CHILD_RUNS!r}]; resume it from the checkpoint "
+            "where it suspended",
+        )
+    entry["answer"] = answered.answer

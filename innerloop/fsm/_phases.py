@@ -42,7 +42,12 @@ from innerloop._messages import (
 )
 from innerloop.fsm._context import PhaseContext, relay
 from innerloop.fsm._guards import is_final_call, model_finished
-from innerloop.fsm._interrupts import answered_batch, suspend_for_questions
+from innerloop.fsm._interrupts import (
+    answered_batch,
+    deliver_answer,
+    suspend_for_questions,
+    with_kept,
+)
 from innerloop.fsm._output import (
     ACCEPTED,
     ALONE,
@@ -584,10 +589,17 @@ async def execute(ctx: PhaseContext) -> AsyncIterator[Event]:
     answered = [_answered_here(ctx, c) for c in calls]
     own = [c for c, a in zip(calls, answered, strict=True) if a is None]
     resumed = ctx.resumed
-    if resumed is not None:
+    if resumed is not None and not resumed.path:
         batch = answered_batch(own, resumed)
     else:
-        work = ctx.deps.tools.run_calls(_tool_scope(ctx), own)
+        kept: Sequence[ToolResultBlock] = ()
+        pending = own
+        if resumed is not None:  # an agent tool's child asked: its call goes on, answered
+            deliver_answer(ctx.state, resumed)
+            kept = resumed.done
+            ran_ids = {b.tool_use_id for b in kept}
+            pending = [c for c in own if c.id not in ran_ids]
+        work = ctx.deps.tools.run_calls(_tool_scope(ctx), pending)
         if ctx.scope.emits:  # an agent tool: its child's events come while the calls run
             ran: list[ToolBatch] = []
             async with contextlib.aclosing(_forwarding(ctx, work, ran)) as forwarded:
@@ -596,6 +608,8 @@ async def execute(ctx: PhaseContext) -> AsyncIterator[Event]:
             batch = ran[0]
         else:
             batch = await work
+        if kept:
+            batch = with_kept(own, kept, batch)
         if suspend_for_questions(ctx, own, batch):
             return
     if len(own) < len(calls):

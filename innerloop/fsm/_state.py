@@ -87,6 +87,9 @@ class Interrupt:
     answered: bool = False
     answer: Any = None
     """Set by ``Harness.resume``; JSON data."""
+    path: str = ""
+    """The path of the child run that asked (``clean``, ``survey/web#2``,
+    ``forecaster[toolu_01]``), empty when this run asked itself; the answer lands there."""
 
 
 @attrs.define(eq=False)

@@ -73,7 +73,7 @@ def main(mode: str, url: str) -> None:
             "exit_reason": state.exit_reason,
             "history": [m.text for m in state.history],
             "child": state.notes["children"]["cleaner"],
-            "suspended_left": state.notes.get("children.suspended"),
+            "suspended_left": state.notes.get("children.runs"),
         }
     print(json.dumps(out))
 

@@ -621,7 +621,7 @@ def test_an_approval_inside_a_child_suspends_the_parent_and_resumes_in_a_new_pro
         "build.log is gone.",
     ]
     assert ended["child"]["exit_reason"] == "model_complete"
-    assert ended["suspended_left"] == {}
+    assert ended["suspended_left"] is None
 
 
 def test_a_question_inside_a_handoff_suspends_and_resumes_in_memory(make_harness: Any) -> None:
@@ -681,8 +681,10 @@ def test_a_denied_approval_inside_a_child_state_lands_in_the_child(make_harness:
     first = asyncio.run(_collect(run))
     moves = [(e.source, e.target, e.guard) for e in first if isinstance(e, Transition)]
     assert moves == [("idle", "research", None), ("research", "suspended", "interrupted")]
-    saved = run.state.notes["children.suspended"]["research"]
-    assert saved["path"] == "research"
+    assert run.state.interrupt is not None
+    assert run.state.interrupt.path == "research"
+    saved = run.state.notes["children.runs"]["research"]
+    assert (saved["at"], saved["state"]["final_state"]) == ("suspended", "suspended")
     resumed = harness.resume(run, answer=False)
     events = asyncio.run(_collect(resumed))
     child_results = [

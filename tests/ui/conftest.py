@@ -28,7 +28,8 @@ TOOL_SECONDS = 1.5
 
 @pytest.fixture(scope="session")
 def demo_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A runs folder holding the offline demo's event log (two runs) as ``demo/events.jsonl``."""
+    """A runs folder holding the offline demo's event logs: ``demo/events.jsonl`` (three
+    runs) and ``demo/nested.jsonl`` (the nested run: suspended, then resumed)."""
     root = tmp_path_factory.mktemp("runs")
     run_demo(root / "demo")
     return root

@@ -46,15 +46,18 @@ def _sse(url: str, limit: float = 20.0) -> list[tuple[str, dict[str, Any]]]:
 
 
 class TestLogs:
-    def test_lists_the_three_runs_of_the_demo(self, demo_runs: Path, serve: Any) -> None:
-        """The demo writes three runs to one log: the tour, the one the host aborts, and
-        the one with typed output."""
+    def test_lists_the_runs_of_the_demo(self, demo_runs: Path, serve: Any) -> None:
+        """The demo writes three runs to one log (the tour, the one the host aborts, and
+        the one with typed output) and its nested run to another (suspended on a child's
+        approval, then resumed)."""
         server = serve(Catalog(demo_runs))
         runs = _get(server.url + "api/runs").json()["runs"]
         assert [(r["id"], r["status"], r["exit_reason"]) for r in runs] == [
             (f"{DEMO}:1", "finished", "model_complete"),
             (f"{DEMO}:2", "finished", "aborted"),
             (f"{DEMO}:3", "finished", "model_complete"),
+            ("log:demo/nested.jsonl:1", "finished", "suspended"),
+            ("log:demo/nested.jsonl:2", "finished", "model_complete"),
         ]
         assert runs[0]["turns"] == 7
         assert runs[0]["cost_usd"] > 0

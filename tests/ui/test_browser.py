@@ -117,8 +117,9 @@ def test_the_highlighted_state_follows_a_live_run(
 def test_the_demo_run_is_listed_and_shown(
     browser: WebDriver, demo_runs: Path, serve: Any, tmp_path: Path
 ) -> None:
-    """The list shows the demo's three runs; clicking the first draws its machine with the
-    trace, its tools, its timeline and a chart of its seven turns. Takes the screenshot."""
+    """The list shows the demo's runs (three, then the nested one's two); clicking the
+    first draws its machine with the trace, its tools, its timeline and a chart of its
+    seven turns. Takes the screenshot."""
     server = serve(Catalog(demo_runs))
     browser.get(server.url)
     row = _until(
@@ -130,7 +131,9 @@ def test_the_demo_run_is_listed_and_shown(
     ids = [
         r.get_attribute("data-id") for r in browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr")
     ]
-    assert ids == [f"log:demo/events.jsonl:{n}" for n in (1, 2, 3)]
+    assert ids == [f"log:demo/events.jsonl:{n}" for n in (1, 2, 3)] + [
+        f"log:demo/nested.jsonl:{n}" for n in (1, 2)
+    ]
     assert "model_complete" in row.text
     row.click()
     _until(lambda: _highlighted(browser)[1] == ["model_complete"], message="the diagram")
