@@ -17,15 +17,16 @@ from innerloop import _convert
 from innerloop._errors import ConversionError
 from innerloop._messages import ToolResultBlock, ToolUseBlock
 from innerloop.checkpoint import Checkpointer, CheckpointInfo, RunInfo, decode
+from innerloop.fsm._interrupts import CHILD_RUNS
 from innerloop.fsm._state import HarnessState
 from innerloop.recovery._pricing import DEFAULT_PRICES, cost_usd
 from innerloop.ui._view import CHILDREN_PAGE, LISTS, MESSAGE_CHARS, OUTPUT_CHARS, message_text
 
 __all__ = ["StoredChild", "store_children", "store_detail", "store_summary"]
 
-NOTES, SUSPENDED = "children", "children.suspended"
-"""The keys of ``state.notes`` where ``innerloop.fsm`` keeps its children (see
-``innerloop.fsm._child``)."""
+NOTES = "children"
+"""The key of ``state.notes`` where ``innerloop.fsm`` notes how its children ended (see
+``innerloop.fsm._child``); the runs it keeps going are under ``CHILD_RUNS``."""
 
 
 def store_summary(info: RunInfo) -> dict[str, Any]:
@@ -130,17 +131,20 @@ def _ended(path: str, ended: Any) -> StoredChild:
 
 
 def _waiting(path: str, saved: Any) -> StoredChild | None:
-    """A child waiting for an answer, from its whole state kept in its parent's notes."""
-    kept = saved.get("state") if isinstance(saved, dict) else None
+    """A child kept going in its parent's notes (one waiting for an answer, or stopped
+    with its parent), from its whole state kept there."""
+    if not isinstance(saved, dict):
+        return None
+    kept = saved.get("state")
     try:
         state: HarnessState = _convert.structure(kept, HarnessState)
     except (ConversionError, TypeError, ValueError):
         return None
     asked = state.interrupt
     summary = {
-        "status": "suspended",
+        "status": "suspended" if state.final_state == "suspended" else "stopped",
         "exit_reason": state.exit_reason,
-        "current": asked.state if asked is not None else state.final_state,
+        "current": asked.state if asked is not None else saved.get("at"),
         "turns": state.turns,
         "input_tokens": state.usage.input_tokens,
         "output_tokens": state.usage.output_tokens,
@@ -161,12 +165,11 @@ def store_children(state: HarnessState) -> dict[str, StoredChild]:
                 found[f"{name}#{n}"] = _ended(f"{name}#{n}", one)
         else:
             found[str(name)] = _ended(str(name), ended)
-    waiting = state.notes.get(SUSPENDED)
-    for name, saved in (waiting if isinstance(waiting, dict) else {}).items():
-        path = saved.get("path") if isinstance(saved, dict) else None
-        child = _waiting(str(path or name), saved)
+    kept = state.notes.get(CHILD_RUNS)
+    for path, saved in (kept if isinstance(kept, dict) else {}).items():
+        child = _waiting(str(path), saved)
         if child is not None:
-            found[str(path or name)] = child
+            found[str(path)] = child
     return dict(list(found.items())[:CHILDREN_PAGE])
 
 
