@@ -7,7 +7,11 @@ model turns: transitions, stream deltas, a model response, a tool call), serves 
 
 - the server's memory: resident set size before and after the first listing (the log is
   read then), and its growth;
-- the time of the first ``GET /api/runs`` (reading the whole log) and of the next one;
+- the time of the first ``GET /api/runs`` (reading the whole log: each run's summary and
+  where its lines are) and of the next one, as wall-clock and as this process's CPU time
+  (the server runs in it; on a loaded machine the wall-clock is mostly waiting for a CPU);
+- the time to open a run (``GET /api/run/log:big.jsonl:1``: its lines read again, with
+  its lists this time);
 - the bytes of the first stream message for the last run (its latest rows) and the bytes
   per update per client once one more turn is appended (only what was added).
 """
@@ -138,9 +142,9 @@ def main() -> None:
         print(f"log: {args.events:,} events, {size:.1f} MB, runs of {args.per_run:,}")
         before = rss_mb()
         with UIServer(Catalog(Path(folder)), port=0) as server:
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             runs = httpx.get(server.url + "api/runs", timeout=600).json()
-            first = time.perf_counter() - started
+            first, first_cpu = time.perf_counter() - started, time.process_time() - cpu
             after = rss_mb()
             listed = runs.get("total", len(runs["runs"]))  # (older servers: no total)
             started = time.perf_counter()
@@ -151,8 +155,15 @@ def main() -> None:
                 f"listing (+{after - before:.0f} MB)"
             )
             print(
-                f"time to list {listed} runs: {first:.2f} s the first time (reading "
-                f"the log), {again * 1000:.1f} ms the next"
+                f"time to list {listed} runs: {first:.2f} s the first time ({first_cpu:.2f} s "
+                f"of CPU; reading the log), {again * 1000:.1f} ms the next"
+            )
+            started, cpu = time.perf_counter(), time.process_time()
+            opened = httpx.get(server.url + "api/run/log:big.jsonl:1", timeout=600).json()
+            took, took_cpu = time.perf_counter() - started, time.process_time() - cpu
+            print(
+                f"time to open a run of {opened['events']:,} events: {took:.2f} s "
+                f"({took_cpu:.2f} s of CPU); memory then {rss_mb():.0f} MB"
             )
             url = server.url + "api/events/log:big.jsonl:last"
             with httpx.stream("GET", url, timeout=60) as response:

@@ -6,13 +6,9 @@ import sys
 from pathlib import Path
 
 from innerloop.checkpoint._types import Checkpointer, CheckpointError
+from innerloop.fsm._driver import resume_point
 
 __all__ = ["driver_errors", "open_checkpointer", "resume_point", "store_errors"]
-
-RESTART_AT = {"stream": "call"}
-"""States that need a live object of the driver (the open stream): a run checkpointed on
-entering one goes on from the state named here (the model call is made again; its answer
-had not been booked)."""
 
 
 def open_checkpointer(url: str | Path) -> Checkpointer:
@@ -57,8 +53,3 @@ def store_errors() -> tuple[type[Exception], ...]:
     :class:`~innerloop.checkpoint.CheckpointError`, a ``ValueError`` (a bad URL), an
     ``OSError``, or one of :func:`driver_errors`."""
     return (CheckpointError, ValueError, OSError, *driver_errors())
-
-
-def resume_point(state: str) -> str:
-    """The state a run checkpointed on entering ``state`` goes on from."""
-    return RESTART_AT.get(state, state)

@@ -32,6 +32,7 @@ from innerloop.fsm._spec import TransitionSpec
 from innerloop.fsm._state import HarnessState
 
 if TYPE_CHECKING:
+    from innerloop.fsm._compile import CompiledMachine
     from innerloop.fsm._driver import Run
 
 __all__ = [
@@ -272,6 +273,28 @@ class CheckpointWriter:
         ):
             self._stage(run.state, target, transition.source, transition.guard)
         if self._pending and (final or self._is_barrier(run, target)):
+            if self._awrite is not None:
+                return self.aflush()
+            self.flush()
+        return None
+
+    def within(
+        self, run: Run, machine: CompiledMachine, transition: TransitionSpec
+    ) -> Awaitable[None] | None:
+        """A step of a child run of ``run`` (a child state's, a fan-out branch's, an agent
+        tool's), whose ``machine`` took ``transition``; the child's state is already saved
+        in ``run``'s notes. A checkpoint of ``run`` where it is, staged at the child's
+        transitions ``every`` picks (every one, or its turns) and committed at the
+        child's barriers (before its model calls and tool runs, and at its end), so a
+        crash inside a child loses nothing and repeats none of its completed calls. Its
+        ``source`` is None: it is no transition of ``run``'s own."""
+        target = transition.target
+        final = target in machine.finals
+        if self.every == "transition" or (self.every == "turn" and target == self.turn_state):
+            self._stage(run.state, run.current, None, None)
+        if self._pending and (
+            final or self.commit == "each" or machine.handlers[target][0] not in DEFERRED_PHASES
+        ):
             if self._awrite is not None:
                 return self.aflush()
             self.flush()

@@ -12,6 +12,13 @@ providers) on an input built from the parent's state, inside a parent handler or
   tool, or the parent's reader leaving) aborts the child, which ends in ``aborted`` with
   a valid history, before the parent goes on to its own abort.
 
+- its model turns count in the parent's ``state.turns``, and it is given at most the
+  turns the parent has left, so the parent's ``max_turns`` bounds the total;
+- its run is kept in the parent's ``notes["children.runs"]`` (by path) when it suspends,
+  when the parent's reader leaves, and, with a checkpoint store, at each of its
+  transitions (each writing a checkpoint of the parent): a parent resumed (with the
+  answer to a child's question, or from a checkpoint) continues each child there.
+
 Built on it: :func:`child_handler` (a machine as a state), :func:`fan_out_handler` (N
 children over a list), :func:`handoff_handler` (the conversation handed to another
 agent), and :func:`innerloop.fsm.agent_tool` (a child as a tool the model calls).
@@ -25,6 +32,7 @@ import json
 from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
+    Awaitable,
     Callable,
     Container,
     Iterable,
@@ -43,9 +51,9 @@ from innerloop._messages import Message, TextBlock, Usage
 from innerloop.fsm._compile import CompiledMachine, compile_spec
 from innerloop.fsm._context import Deps, Mailbox, Nest, PhaseContext, relay, request_settings
 from innerloop.fsm._default import DEFAULT_SPEC
-from innerloop.fsm._driver import Run
+from innerloop.fsm._driver import Run, resume_point
 from innerloop.fsm._guardinfo import guard
-from innerloop.fsm._guards import interrupted, spend_exceeded
+from innerloop.fsm._guards import interrupted, spend_exceeded, turn_limit
 from innerloop.fsm._interrupts import CHILD_RUNS, deliver_answer
 from innerloop.fsm._output import OutputT
 from innerloop.fsm._params import HarnessParams, SpendBudget
@@ -150,6 +158,21 @@ def _capped(params: HarnessParams[OutputT], parent: PhaseContext) -> HarnessPara
     return attrs.evolve(params, spend_budget=SpendBudget(tokens, cost))
 
 
+def _turns_left(parent: PhaseContext) -> int:
+    """The model turns the parent has left (its own and its children's count)."""
+    state = parent.state
+    return parent.params.max_turns - (state.turns - state.turns_at_start)
+
+
+def _give_turns_left(state: HarnessState[Any], own: int, parent: PhaseContext) -> None:
+    """Let a new child run (``state``, limited to ``own`` turns) take at most the turns
+    its parent has left: its turn count starts with the difference already spent, so
+    its own ``turn_limit`` ends it (``max_turns_exceeded``) at the parent's limit."""
+    left = _turns_left(parent)
+    if left < own:
+        state.turns_at_start -= own - max(left, 0)
+
+
 def _minus(a: Usage, b: Usage) -> Usage:
     return Usage(
         a.input_tokens - b.input_tokens,
@@ -182,6 +205,7 @@ class ChildRun(Generic[OutputT]):
         state = state if state is not None else HarnessState()
         if start_at is None:  # a new run of the child (not one going on after an answer)
             state.start_run()
+            _give_turns_left(state, child.params.max_turns, parent)
         if prompt is not None:
             state.history.append(prompt if isinstance(prompt, Message) else Message.user(prompt))
         self.run: Run[OutputT] = Run(
@@ -203,7 +227,11 @@ class ChildRun(Generic[OutputT]):
         )
         self.run.scope.quiet = parent.scope.quiet
         self.run.scope.nest = Nest(parent, child.name, self.path)  # its place in the tree
+        if parent.scope.nested_step is not None:  # the parent's checkpoints keep children
+            self.run.on_step = self._stepped
+            self.run.scope.nested_step = self._nested
         self._usage = state.usage
+        self._turns = state.turns
         self._cost = state.cost_usd or 0.0
         self._box = Mailbox()
 
@@ -218,10 +246,26 @@ class ChildRun(Generic[OutputT]):
     def abort(self, reason: str) -> None:
         self.run.abort(reason)
 
+    def _stepped(self, run: Run[Any], transition: TransitionSpec) -> Awaitable[None] | None:
+        """The child's step hook: save it in the parent's notes, checkpoint the parent."""
+        return self._nested(run.machine, transition)
+
+    def _nested(self, machine: CompiledMachine, taken: TransitionSpec) -> Awaitable[None] | None:
+        """After a step of this child (or of one of its own children, already saved in
+        its notes): save it in the parent's notes and checkpoint the parent."""
+        _keep(self.parent, self)
+        nested = self.parent.scope.nested_step
+        assert nested is not None
+        return nested(machine, taken)
+
     def _roll_up(self) -> None:
-        """Add what the child spent since the last call to the parent's totals; abort the
-        child when the parent's spend budget is spent."""
+        """Add what the child spent since the last call (usage, cost, model turns) to the
+        parent's totals; abort the child when the parent's spend budget is spent, or when
+        the parent has gone past its ``max_turns`` (children side by side)."""
         state, parent = self.run.state, self.parent.state
+        if state.turns != self._turns:
+            parent.turns += state.turns - self._turns
+            self._turns = state.turns
         if state.usage != self._usage:
             parent.usage = parent.usage + _minus(state.usage, self._usage)
             self._usage = state.usage
@@ -238,6 +282,12 @@ class ChildRun(Generic[OutputT]):
             and not spend_exceeded(self.run.ctx)  # else its own check ends it first
         ):
             self.run.abort(f"the parent's spend budget is spent (child {self.path!r})")
+        elif (
+            state.final_state is None
+            and _turns_left(self.parent) < 0
+            and not turn_limit(self.run.ctx)  # else its own check ends it first
+        ):
+            self.run.abort(f"the parent's max_turns is spent (child {self.path!r})")
 
     async def _passed_up(self) -> AsyncGenerator[ChildEvent, None]:
         """Run the child in this task, yielding its events wrapped with their path
@@ -246,17 +296,20 @@ class ChildRun(Generic[OutputT]):
         if self.run.state.final_state is not None:  # saved when it ended: not run again
             return
         try:
-            async for event in self.run.events():
-                if type(event) is ModelResponseEvent:
-                    self._roll_up()
-                if not forward:  # nobody reads or watches the parent's events
-                    continue
-                if type(event) is ChildEvent:  # a grandchild's: one event, the whole path
-                    yield ChildEvent(f"{path}/{event.path}", event.event)
-                else:
-                    yield ChildEvent(path, event)
+            async with contextlib.aclosing(self.run.events()) as events:
+                async for event in events:
+                    if type(event) is ModelResponseEvent:
+                        self._roll_up()
+                    if not forward:  # nobody reads or watches the parent's events
+                        continue
+                    if type(event) is ChildEvent:  # a grandchild's: one event, the whole path
+                        yield ChildEvent(f"{path}/{event.path}", event.event)
+                    else:
+                        yield ChildEvent(path, event)
         finally:
             self._roll_up()
+            if self.run.stopped_at is not None:  # the parent's reader left: it goes on here
+                _keep(self.parent, self)
 
     async def _pump(self) -> None:
         async with contextlib.aclosing(self._passed_up()) as events:
@@ -394,8 +447,8 @@ def _asking(runs: Sequence[ChildRun[Any]]) -> ChildRun[Any] | None:
 
 
 def _keep(ctx: PhaseContext, run: ChildRun[Any]) -> None:
-    """Save ``run`` (its state, and where it is) in the parent's notes, under its path."""
-    saved = {"at": run.run.current, "state": _convert.unstructure(run.state)}
+    """Save ``run`` (its state, and where it goes on) in the parent's notes, by path."""
+    saved = {"at": resume_point(run.run.current), "state": _convert.unstructure(run.state)}
     ctx.state.notes.setdefault(CHILD_RUNS, {})[run.path] = saved
 
 
@@ -499,21 +552,19 @@ def fan_out_handler(
     async def fan_out(ctx: PhaseContext) -> AsyncIterator[Event]:
         _answered(ctx)
         inputs = list(items(ctx.state))
-        runs = [
-            _continued(ctx, child, f"{child.name}#{i}", prompt)
-            for i, prompt in enumerate(inputs, 1)
-        ]
+        started: dict[int, ChildRun[Any]] = {}
         gate = asyncio.Semaphore(limit)
         queue: asyncio.Queue[Event | None] = asyncio.Queue()
 
-        async def one(run: ChildRun[Any]) -> None:
+        async def one(i: int, prompt: str | Message) -> None:
             async with gate:
-                try:
+                try:  # made when it starts: its limits are what the parent has left then
+                    run = started[i] = _continued(ctx, child, f"{child.name}#{i}", prompt)
                     await run.run_to_end(queue.put_nowait)
                 finally:
                     queue.put_nowait(None)
 
-        tasks = [asyncio.ensure_future(one(r)) for r in runs]
+        tasks = [asyncio.ensure_future(one(i, p)) for i, p in enumerate(inputs, 1)]
         try:
             left = len(tasks)
             while left:
@@ -523,12 +574,15 @@ def fan_out_handler(
                 else:
                     yield event
         finally:
+            running = [r for r in started.values() if r.state.final_state is None]
             for t in tasks:
                 t.cancel()  # each aborts its child and waits for it to end
             if tasks:
                 await asyncio.wait(tasks)
+            _forget(ctx, running)  # stopped (an abort, or the reader left): run anew
         for t in tasks:
             t.result()
+        runs = [started[i] for i in range(1, len(inputs) + 1)]
         if not _suspends(ctx, runs):
             _forget(ctx, runs)
             _record(ctx, child.name, runs, many=True)
@@ -671,7 +725,11 @@ def agent_tool(
             )
         path = f"{child.name}[{ctx.tool_use_id}]"
         run = _continued(parent, child, path, str(args["task"]))
-        state = await run.run_to_end(parent.emit)
+        try:
+            state = await run.run_to_end(parent.emit)
+        except BaseException:  # stopped (a timeout, an abort, the reader left): run anew
+            _forget(parent, [run])
+            raise
         if _asking([run]) is not None:  # the parent suspends on its question
             _keep(parent, run)
             asked = state.interrupt

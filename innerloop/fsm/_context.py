@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -221,6 +221,12 @@ class TurnScope:
     forward: bool = True
     """Someone reads or watches this run's events, so its child runs pass theirs up (a
     quiet ``run()`` with no observer and no event logging wanting them: they do not)."""
+    nested_step: Callable[[Any, Any], Awaitable[None] | None] | None = None
+    """Set when this run's checkpoints keep its children's progress: a child run (a
+    child state's, a fan-out branch's, an agent tool's) calls it with its machine and the
+    transition it took, once its state is saved in this run's notes; it checkpoints this
+    run where it is (a ``CheckpointWriter.within``, or the same hook of a child run one
+    level up)."""
     offered: tuple[ToolSpec, ...] | None = None
     """The tools offered on this turn, when ``params.prepare_tools`` or
     ``params.tool_sources`` choose them (None: ``params.tools``); see ``fsm._offer``."""

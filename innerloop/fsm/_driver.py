@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
@@ -35,9 +36,19 @@ from innerloop.providers._fingerprint import history_fingerprint
 from innerloop.providers._normalize import RequestSettings
 from innerloop.tools._runner import ToolObserver, ToolRunner
 
-__all__ = ["Run", "RunHooks", "RunObserver", "StepHook", "TransitionObserver"]
+__all__ = ["Run", "RunHooks", "RunObserver", "StepHook", "TransitionObserver", "resume_point"]
 
 Engine = Literal["table", "statemachine"]
+
+RESTART_AT = {"stream": "call"}
+"""States that need a live object of the driver (the open stream): a run checkpointed on
+entering one goes on from the state named here (the model call is made again; its answer
+had not been booked)."""
+
+
+def resume_point(state: str) -> str:
+    """The state a run checkpointed on entering ``state`` goes on from."""
+    return RESTART_AT.get(state, state)
 
 
 @runtime_checkable
@@ -199,6 +210,9 @@ class Run(Generic[OutputT]):
         self.run_id = run_id
         """The run's id in a checkpoint store (None when nothing checkpoints it)."""
         self.on_step = on_step
+        within = getattr(on_step, "within", None)  # a checkpoint writer: children's steps
+        if within is not None:
+            self.scope.nested_step = functools.partial(within, self)
         self._after_step: Awaitable[None] | None = None
         self._sm: StateMachine | None = None
         if engine == "statemachine":

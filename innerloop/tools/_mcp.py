@@ -90,6 +90,11 @@ MAX_SCHEMA_BYTES = 64 * 1024
 """Default ``MCPServer(max_schema_bytes=...)``: bytes of JSON one tool's input schema may
 take (checking a schema costs time in proportion to its size)."""
 
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+"""Default ``MCPServer(max_message_bytes=...)``: bytes one message from the server may
+take, counted before it is parsed (reading a message costs time in proportion to its size,
+on the event loop: a page of 50,000 tools is about 5 MB)."""
+
 TOO_DEEP = -32099
 """The JSON-RPC error code given to a call whose response was too deeply nested to read."""
 
@@ -131,18 +136,39 @@ class _Stdio:
         return shlex.join((self.command, *self.args))
 
     @contextlib.asynccontextmanager
-    async def open(self, errlog: TextIO | None) -> AsyncIterator[tuple[Any, Any]]:
-        from mcp.client.stdio import StdioServerParameters, stdio_client
+    async def open(self, errlog: TextIO | None, limit: int) -> AsyncIterator[tuple[Any, Any]]:
+        """The SDK's stdio transport, but for reading: each line of the server's stdout is
+        parsed only once whole and not longer than ``limit`` bytes (the SDK's reader parses
+        whatever comes, on the event loop). The process is started and stopped by the
+        SDK's own helpers (its process tree, on every platform)."""
+        import anyio
+        from mcp.client import stdio as sdk
 
-        params = StdioServerParameters(
-            command=self.command,
+        assert errlog is not None
+        command = await sdk._get_executable_command(self.command)
+        process = await sdk._create_platform_compatible_process(
+            command=command,
             args=list(self.args),
-            env=dict(self.env) if self.env is not None else None,
+            env=sdk.get_default_environment() | dict(self.env or {}),
+            errlog=errlog,
             cwd=self.cwd,
         )
-        assert errlog is not None
-        async with stdio_client(params, errlog=errlog) as (read, write):
-            yield read, write
+        # no await until the task group is entered: a cancellation then would leak it
+        read_writer, read = anyio.create_memory_object_stream[Any](0)
+        write, write_reader = anyio.create_memory_object_stream[Any](0)
+        async with anyio.create_task_group() as group:
+            group.start_soon(_read_lines, process, read_writer, limit)
+            group.start_soon(_write_lines, process, write_reader, read_writer)
+            try:
+                yield read, write
+            finally:
+                with anyio.CancelScope(shield=True):
+                    read.close()
+                    write.close()
+                    await sdk._stop_server_process(process)
+                    for stream in (read, write, read_writer, write_reader):
+                        await stream.aclose()
+                group.cancel_scope.cancel()
 
 
 @attrs.frozen
@@ -154,13 +180,23 @@ class _HTTP:
         return self.url
 
     @contextlib.asynccontextmanager
-    async def open(self, errlog: TextIO | None) -> AsyncIterator[tuple[Any, Any]]:
+    async def open(self, errlog: TextIO | None, limit: int) -> AsyncIterator[tuple[Any, Any]]:
+        """The SDK's streamable HTTP transport, reading no more than ``limit`` bytes of
+        one message: of a JSON response's body, of one server-sent event."""
+        import httpx2
         from mcp.client.streamable_http import streamable_http_client
-        from mcp.shared._httpx_utils import create_mcp_http_client
+        from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
         async with (
-            create_mcp_http_client(headers=dict(self.headers)) as client,
-            streamable_http_client(self.url, http_client=client) as (read, write),
+            httpx2.AsyncClient(
+                headers=dict(self.headers),
+                timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
+                transport=_capped_transport(limit),
+            ) as client,
+            streamable_http_client(self.url, http_client=client, max_sse_event_size=limit) as (
+                read,
+                write,
+            ),
         ):
             yield read, write
 
@@ -184,6 +220,8 @@ class _Connection:
         self.group: TaskGroup | None = None
         self.task: asyncio.Task[None] | None = None
         self.last_stderr = ""
+        self.refusal: str | None = None
+        """Why the connection was ended on this side (a message over the size limit)."""
         self.refreshing = False
         """A re-read of the tool list is under way."""
         self.refresh_again = False
@@ -267,7 +305,9 @@ class MCPServer:
     list changed (``notifications/tools/list_changed``, or different tools after a
     restart); ``max_pages`` (default :data:`MAX_PAGES`), ``max_tools`` (default
     :data:`MAX_TOOLS`) and ``max_schema_bytes`` (default :data:`MAX_SCHEMA_BYTES`), the
-    bounds of a listing.
+    bounds of a listing; ``max_message_bytes`` (default :data:`MAX_MESSAGE_BYTES`), the
+    bytes one message from the server may take, counted before it is parsed: a longer one
+    is not read, and ends the connection (:class:`MCPServerError` naming the setting).
     """
 
     def __init__(
@@ -286,6 +326,7 @@ class MCPServer:
         max_pages: int = MAX_PAGES,
         max_tools: int = MAX_TOOLS,
         max_schema_bytes: int = MAX_SCHEMA_BYTES,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         _import_mcp()
         _positive("timeout", timeout)
@@ -294,6 +335,7 @@ class MCPServer:
             ("max_pages", max_pages),
             ("max_tools", max_tools),
             ("max_schema_bytes", max_schema_bytes),
+            ("max_message_bytes", max_message_bytes),
         ):
             if not isinstance(count, int) or isinstance(count, bool):
                 raise ToolDefinitionError(f"MCPServer {field} must be an int, got {count!r}")
@@ -313,6 +355,7 @@ class MCPServer:
         self.max_pages = max_pages
         self.max_tools = max_tools
         self.max_schema_bytes = max_schema_bytes
+        self.max_message_bytes = max_message_bytes
         self._conn: _Connection | None = None
         self._lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
         self._listing: _Listing | None = None
@@ -482,7 +525,17 @@ class MCPServer:
             is_error=True,
         )
 
+    def _too_large(self) -> str:
+        limit = self.max_message_bytes
+        return (
+            f"MCP server {self.name!r} sent a message of more than {limit:,} bytes "
+            f"(max_message_bytes={limit:,}); it was not read and the connection was closed; "
+            "raise MCPServer(max_message_bytes=...) to accept it"
+        )
+
     def _lost_message(self, conn: _Connection, tool: str) -> str:
+        if conn.refusal is not None:
+            return f"{conn.refusal} (during the call to {tool!r})"
         if isinstance(self._transport, _Stdio):
             what, then = "exited", "it will be started again at the next call"
         else:
@@ -543,12 +596,14 @@ class MCPServer:
 
         try:
             async with contextlib.AsyncExitStack() as stack:
-                read, write = await stack.enter_async_context(self._transport.open(conn.errlog))
+                read, write = await stack.enter_async_context(
+                    self._transport.open(conn.errlog, self.max_message_bytes)
+                )
                 group = await stack.enter_async_context(anyio.create_task_group())
                 stack.callback(group.cancel_scope.cancel)
                 conn.group = group
                 send, receive = anyio.create_memory_object_stream[Any](0)
-                group.start_soon(_pump, read, send, conn, self.name)
+                group.start_soon(_pump, read, send, conn, self._too_large)
 
                 async def on_message(message: Any) -> None:
                     self._on_message(conn, message)
@@ -570,7 +625,9 @@ class MCPServer:
             while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
                 exc = exc.exceptions[0]  # type: ignore[assignment]
             if not conn.ready.done():
-                if isinstance(exc, MCPServerError | ToolDefinitionError):
+                if conn.refusal is not None:
+                    conn.ready.set_exception(MCPServerError(self.name, conn.refusal))
+                elif isinstance(exc, MCPServerError | ToolDefinitionError):
                     conn.ready.set_exception(exc)  # a listing out of bounds: as it is
                 else:
                     conn.ready.set_exception(self._start_error(conn, exc))
@@ -640,6 +697,12 @@ class MCPServer:
             ) from None
         except (MCPServerError, ToolDefinitionError) as exc:
             raise MCPServerError(self.name, f"{exc} (the tool list stays as it was)") from None
+        except Exception:
+            if conn.refusal is None:
+                raise
+            raise MCPServerError(
+                self.name, f"{conn.refusal} (the tool list stays as it was)"
+            ) from None
         self._absorb(listing)
 
     async def _read_listing(self, session: ClientSession) -> _Listing:
@@ -711,25 +774,132 @@ class MCPServer:
             asyncio.get_running_loop().call_soon(self.on_tools_changed, self)
 
 
+class _TooLarge(Exception):
+    """A message from the server over ``max_message_bytes``, not read."""
+
+
 async def _pump(
     read: ObjectReceiveStream[SessionMessage | Exception],
     send: ObjectSendStream[SessionMessage | Exception],
     conn: _Connection,
-    server: str,
+    too_large: Callable[[], str],
 ) -> None:
     """Pass the transport's messages to the session; when the transport's stream ends (the
     server exited or dropped the connection), end the session's too and mark the
     connection lost. A response the transport could not read because it is nested too
     deep becomes a :data:`TOO_DEEP` error for its request (else that call would wait
-    forever)."""
+    forever); a message over the size limit ends the connection, saying so
+    (``too_large()``)."""
     try:
         async with send:
             async for item in read:
+                if _is_too_large(item):
+                    conn.refusal = too_large()
+                    return
                 if isinstance(item, Exception):
                     item = _too_deep_response(item) or item
                 await send.send(item)
     finally:
         conn.mark_lost()
+
+
+def _is_too_large(item: object) -> bool:
+    """The stdio reader's :class:`_TooLarge`, or the HTTP transport's error response for a
+    body or an event over the limit."""
+    if isinstance(item, _TooLarge):
+        return True
+    error = getattr(getattr(item, "message", None), "error", None)
+    text = str(getattr(error, "message", ""))
+    return _TooLarge.__name__ in text or "Server-sent event exceeded the" in text
+
+
+async def _read_lines(process: Any, send: ObjectSendStream[Any], limit: int) -> None:
+    """Each line of ``process``'s stdout as the SDK's stdio reader gives it (a
+    ``SessionMessage``, or the exception parsing it raised), parsed once whole; a line of
+    more than ``limit`` bytes is not parsed: :class:`_TooLarge`, and reading ends."""
+    import anyio
+    from mcp.client import stdio as sdk
+
+    parts: list[bytes] = []
+    size = 0
+    try:
+        async with send:
+            async for chunk in process.stdout:
+                *whole, rest = chunk.split(b"\n")
+                for piece in whole:
+                    size += len(piece)
+                    if size > limit:
+                        await send.send(_TooLarge(limit))
+                        return
+                    line = b"".join((*parts, piece))
+                    parts, size = [], 0
+                    if line.strip():
+                        await send.send(_parse_line(line))
+                size += len(rest)
+                if size > limit:
+                    await send.send(_TooLarge(limit))
+                    return
+                if rest:
+                    parts.append(rest)
+    except (anyio.ClosedResourceError, anyio.BrokenResourceError, ConnectionError):
+        pass  # the session is gone, or the server: the stream's end says so
+    finally:
+        await sdk._drain_stdout(process)  # a server writing on must not block on a full pipe
+
+
+def _parse_line(line: bytes) -> Any:
+    from mcp.client import stdio as sdk
+
+    try:
+        return sdk._parse_line(line.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        return exc
+
+
+async def _write_lines(
+    process: Any, receive: ObjectReceiveStream[Any], read_writer: ObjectSendStream[Any]
+) -> None:
+    """Each message the session sends, one JSON line on ``process``'s stdin (as the SDK
+    writes them); a server that cannot be written to ends the session's reading."""
+    import anyio
+
+    try:
+        async with receive:
+            async for message in receive:
+                text = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                await process.stdin.send((text + "\n").encode("utf-8"))
+    except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+        await read_writer.aclose()
+
+
+def _capped_transport(limit: int) -> Any:
+    """An HTTP transport whose JSON response bodies may take at most ``limit`` bytes: past
+    it, reading stops with an error the SDK turns into the request's error response."""
+    import httpx2
+
+    class Capped(httpx2.AsyncByteStream):
+        def __init__(self, stream: Any) -> None:
+            self.stream = stream
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            size = 0
+            async for chunk in self.stream:
+                size += len(chunk)
+                if size > limit:
+                    raise httpx2.StreamError(f"{_TooLarge.__name__}: over {limit} bytes")
+                yield chunk
+
+        async def aclose(self) -> None:
+            await self.stream.aclose()
+
+    class Transport(httpx2.AsyncHTTPTransport):
+        async def handle_async_request(self, request: Any) -> Any:
+            response = await super().handle_async_request(request)
+            if response.headers.get("content-type", "").startswith("application/json"):
+                response.stream = Capped(response.stream)
+            return response
+
+    return Transport()
 
 
 _ID_VALUE = re.compile(r'\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")')

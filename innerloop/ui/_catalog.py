@@ -175,8 +175,8 @@ class Catalog:
             entry = {**empty, **base, "error": log.problem, "status": status}
             return [{**entry, "id": f"log:{name}:1"}]
         return [
-            {**run.summary(), **base, "error": run.error or log.problem, "id": f"log:{name}:{n}"}
-            for n, run in enumerate(log.runs, start=1)
+            {**r.summary(), **base, "error": r.error or log.problem, "id": f"log:{name}:{n}"}
+            for n, r in enumerate((run.fold for run in log.runs), start=1)
         ]
 
     def _log_run(self, run_id: str) -> tuple[LogFile, int, RunFold]:
@@ -188,11 +188,15 @@ class Catalog:
         log = self._named_log(name)
         if log is None:
             raise UnknownRun(run_id)
-        runs = log.runs or [RunFold(self.initial)]
-        n = len(runs) if number == "last" else int(number)
-        if not 1 <= n <= len(runs):
+        if not log.runs:
+            if number not in ("1", "last"):
+                raise UnknownRun(run_id)
+            return log, 1, RunFold(self.initial)
+        n = len(log.runs) if number == "last" else int(number)
+        if not 1 <= n <= len(log.runs):
             raise UnknownRun(run_id)
-        return log, n, runs[n - 1]
+        with self._lock:
+            return log, n, log.view(log.runs[n - 1])
 
     # -- the store -------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from sys import intern
 from typing import Any
 
@@ -30,7 +30,14 @@ from innerloop._events import (
     ToolUseStart,
     Transition,
 )
-from innerloop._messages import Message, ServerToolBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from innerloop._messages import (
+    Message,
+    ModelResponse,
+    ServerToolBlock,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from innerloop.recovery._pricing import DEFAULT_PRICES, cost_usd
 
 __all__ = [
@@ -65,14 +72,19 @@ RECOVERY_EVENTS = ("backoff", "fallback", "compacted", "alert", "abort")
 
 class RunFold:
     """One run's view kept as its events are read, one at a time (:meth:`add`): the
-    summary in a few fields, the lists (transitions, tool calls, turns, recoveries) as
-    compact rows, appended to, never recomputed. Each event is structured through the
-    event classes (:meth:`Event.from_dict`) first: a line that is not a well-typed event
-    is the run's ``error`` (the first one, with its line; ``errors`` counts them), and
-    the lines after it are read on."""
+    summary in a few fields, the lists (transitions, tool calls, turns, recoveries,
+    messages) as compact rows, appended to, never recomputed, and the views of its child
+    runs. Each event is structured through the event classes (:meth:`Event.from_dict`)
+    first: a line that is not a well-typed event is the run's ``error`` (the first one,
+    with its line; ``errors`` counts them), and the lines after it are read on. With
+    ``lists=False`` only the summary is kept (its child runs' summaries too, by path,
+    without their lists)."""
 
-    def __init__(self, initial: str = "idle") -> None:
+    def __init__(self, initial: str = "idle", *, lists: bool = True) -> None:
         self.initial = initial
+        self.keep = lists
+        """Whether the lists are kept (False: the summary alone, a few fields however long
+        the run; the lists stay empty)."""
         self.started: dict[str, Any] | None = None
         self.end: Finished | None = None
         self.current = initial
@@ -87,7 +99,8 @@ class RunFold:
         self._tool_starts: dict[str, float | None] = {}
         self.children: dict[str, RunFold] = {}
         """The views of the child runs, by their path (``survey/web#2``), in the order
-        their first event came (a grandchild's too: its path is the whole one)."""
+        their first event came (a grandchild's too: its path is the whole one); with
+        their lists when this view keeps its own."""
 
     def fail(self, where: str, problem: str) -> None:
         """Line ``where`` of this run cannot be read: ``problem``."""
@@ -98,7 +111,6 @@ class RunFold:
     def add(self, data: Mapping[str, Any], where: str = "event") -> None:
         """Fold in one event (a log line's dict); what is wrong with it is the run's error."""
         kind = data.get("type")
-        cls = VIEWED.get(kind) if isinstance(kind, str) else None
         t = data.get("t")
         if not isinstance(kind, str):
             self.fail(where, "an event without a type")
@@ -110,10 +122,12 @@ class RunFold:
         if kind == "child_event":
             self._child(data, where, t)
             return
+        cls = VIEWED.get(kind)
         if cls is None:
             return  # an event the page does not show (a stream delta, a custom state's)
-        try:
-            event = cls.from_dict(data)
+        quick = QUICK.get(cls)
+        try:  # the plain shapes of the frequent events without the converter (same result)
+            event = (quick(data) if quick is not None else None) or cls.from_dict(data)
         except ConversionError as exc:
             self.events -= 1
             self.fail(where, str(exc))
@@ -133,7 +147,7 @@ class RunFold:
                 self.events -= 1
                 self.fail(where, f"a child run past the first {MAX_CHILDREN:,} (not kept)")
                 return
-            child = self.children[path] = RunFold(self.initial)
+            child = self.children[path] = RunFold(self.initial, lists=self.keep)
         child.add({**inner, "t": t}, f"{where} (child {path})")
 
     def tree(self, under: str | None = None) -> list[dict[str, Any]]:
@@ -181,68 +195,77 @@ class RunFold:
         return sum(1 for path in self.children if path.startswith(under + "/"))
 
     def _message(self, t: float | None, role: str, text: str) -> None:
-        cut = text[:MESSAGE_CHARS] + ("…" if len(text) > MESSAGE_CHARS else "")
-        self.lists["messages"].append((t, role, cut))
+        self.lists["messages"].append((t, role, _cut(text, MESSAGE_CHARS)))
 
     def _fold(self, event: Event, data: Mapping[str, Any], t: float | None) -> None:
-        lists = self.lists
         match event:
             case RunStarted():
                 if self.events == 1:
-                    self.started = dict(data)
-                    self.current = self.initial = event.state
-                    for message in event.messages:
-                        self._message(t, message.role, message_text(message))
+                    self._start(event, data, t)
             case Transition(source=source, target=target, guard=guard):
                 self.current = target
-                lists["transitions"].append((t, intern(source), intern(target), guard))
-            case ToolUseStart(id=tool_id):
-                self._tool_starts[tool_id] = t
-            case ToolExecuted():
-                output = event.output[:OUTPUT_CHARS] + (
-                    "…" if len(event.output) > OUTPUT_CHARS else ""
-                )
-                outcome = "timeout" if event.timed_out else "error" if event.is_error else "ok"
-                started = self._tool_starts.pop(event.tool_use_id, None)
-                row = (
-                    event.tool_use_id,
-                    intern(event.name),
-                    started,
-                    t,
-                    event.duration,
-                    outcome,
-                    output,
-                )
-                lists["tools"].append(row)
-                self._message(t, "tool", f"{event.name}: {event.output}")
-            case ModelResponseEvent(response=response, turn=turn):
-                self._message(t, "assistant", message_text(response.message))
-                lists["tools"] += _server_rows(response.message.server_tools, t)
-                usage = response.usage
-                price = cost_usd(usage, response.model, DEFAULT_PRICES)
-                self.turns += 1
-                self.input_tokens += usage.input_tokens
-                self.output_tokens += usage.output_tokens
-                self.cost = None if price is None or self.cost is None else self.cost + price
-                lists["turn_usage"].append(
-                    (
-                        turn,
-                        t,
-                        intern(response.model),
-                        usage.input_tokens,
-                        usage.output_tokens,
-                        usage.cache_read_tokens,
-                        price,
-                        response.stop_reason,
-                    )
-                )
+                if self.keep:
+                    self.lists["transitions"].append((t, intern(source), intern(target), guard))
             case Finished():
                 self.end = event
                 self.current = event.final_state
+            case ModelResponseEvent(response=response, turn=turn):
+                self._turn(response, turn, t)
+            case _ if not self.keep:
+                pass  # the rest is rows of the lists
+            case ToolUseStart(id=tool_id):
+                self._tool_starts[tool_id] = t
+            case ToolExecuted():
+                self._tool(event, t)
             case _:
-                lists["recoveries"].append(
+                self.lists["recoveries"].append(
                     {k: v for k, v in data.items() if k not in ("seq", "diagnostic")}
                 )
+
+    def _start(self, event: RunStarted, data: Mapping[str, Any], t: float | None) -> None:
+        self.started = dict(data)
+        self.current = self.initial = event.state
+        if self.keep:
+            for message in event.messages:
+                self._message(t, message.role, message_text(message))
+
+    def _tool(self, event: ToolExecuted, t: float | None) -> None:
+        outcome = "timeout" if event.timed_out else "error" if event.is_error else "ok"
+        started = self._tool_starts.pop(event.tool_use_id, None)
+        row = (
+            event.tool_use_id,
+            intern(event.name),
+            started,
+            t,
+            event.duration,
+            outcome,
+            _cut(event.output, OUTPUT_CHARS),
+        )
+        self.lists["tools"].append(row)
+        self._message(t, "tool", f"{event.name}: {event.output}")
+
+    def _turn(self, response: ModelResponse, turn: int, t: float | None) -> None:
+        usage = response.usage
+        price = cost_usd(usage, response.model, DEFAULT_PRICES)
+        self.turns += 1
+        self.input_tokens += usage.input_tokens
+        self.output_tokens += usage.output_tokens
+        self.cost = None if price is None or self.cost is None else self.cost + price
+        if self.keep:
+            self._message(t, "assistant", message_text(response.message))
+            self.lists["tools"] += _server_rows(response.message.server_tools, t)
+            self.lists["turn_usage"].append(
+                (
+                    turn,
+                    t,
+                    intern(response.model),
+                    usage.input_tokens,
+                    usage.output_tokens,
+                    usage.cache_read_tokens,
+                    price,
+                    response.stop_reason,
+                )
+            )
 
     def count(self, kind: str) -> int:
         return len(self.lists[kind])
@@ -351,6 +374,59 @@ def message_text(message: Message) -> str:
     return "\n".join(parts)
 
 
+def _transition(data: Mapping[str, Any]) -> Transition | None:
+    source, target, guard = data.get("source"), data.get("target"), data.get("guard")
+    if type(source) is str and type(target) is str and (type(guard) is str or guard is None):
+        if "guard" in data:
+            return Transition(source=source, target=target, guard=guard)
+    return None
+
+
+def _tool_use_start(data: Mapping[str, Any]) -> ToolUseStart | None:
+    index, tool_id, name = data.get("index"), data.get("id"), data.get("name")
+    if type(index) is int and type(tool_id) is str and type(name) is str:
+        return ToolUseStart(index=index, id=tool_id, name=name)
+    return None
+
+
+def _tool_executed(data: Mapping[str, Any]) -> ToolExecuted | None:
+    d = data.get
+    tool_use_id, name, output, duration = d("tool_use_id"), d("name"), d("output"), d("duration")
+    is_error, timed_out = d("is_error"), d("timed_out")
+    if (
+        type(tool_use_id) is str
+        and type(name) is str
+        and type(output) is str
+        and type(is_error) is bool
+        and type(timed_out) is bool
+        and (type(duration) is float or type(duration) is int)
+    ):
+        return ToolExecuted(
+            tool_use_id=tool_use_id,
+            name=name,
+            is_error=is_error,
+            timed_out=timed_out,
+            duration=float(duration),
+            output=output,
+        )
+    return None
+
+
+QUICK: dict[type[Event], Callable[[Mapping[str, Any]], Event | None]] = {
+    Transition: _transition,
+    ToolUseStart: _tool_use_start,
+    ToolExecuted: _tool_executed,
+}
+"""For the events most frequent in a log, the event built straight from a dict of the
+plain shape (every field there, of its exact JSON type), which the converter reads the
+same way; None for any other dict (the converter then reads it, or says what is wrong)."""
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, ``…`` marking a cut."""
+    return text[:limit] + ("…" if len(text) > limit else "")
+
+
 def _server_rows(blocks: Iterable[ServerToolBlock], t: float | None) -> list[tuple[Any, ...]]:
     """Rows of the tool list for the provider's own tool calls and results of a turn
     (outcome ``server``, or ``server result``): what was asked, or what came back."""
@@ -358,9 +434,8 @@ def _server_rows(blocks: Iterable[ServerToolBlock], t: float | None) -> list[tup
     for b in blocks:
         data = {k: v for k, v in b.data.items() if k not in ("type", "id", "tool_use_id", "name")}
         text = json.dumps(data.get("input", data), ensure_ascii=False, default=str)
-        output = text[:OUTPUT_CHARS] + ("…" if len(text) > OUTPUT_CHARS else "")
         outcome = "server result" if b.is_result else "server"
-        rows.append((b.id, intern(b.name), None, t, None, outcome, output))
+        rows.append((b.id, intern(b.name), None, t, None, outcome, _cut(text, OUTPUT_CHARS)))
     return rows
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from innerloop import Child, HarnessParams, agent_tool, tool
 from innerloop.events import Event, ToolExecuted, Transition
 from innerloop.examples import with_approval
-from innerloop.fsm import DEFAULT_SPEC, MachineSpec, StateSpec, fan_out_handler, with_child_state
+from innerloop.fsm import MachineSpec
 from innerloop.providers import AnthropicProvider, OpenAIProvider
 from innerloop.testing import (
     AnthropicServer,
@@ -21,6 +21,7 @@ from innerloop.testing import (
     tool_call,
 )
 from innerloop.tools import ToolContext
+from tests.fsm.nested_cli import survey
 from tests.fsm.test_child import ANTHROPIC_KEY, CLAUDE, GPT, OPENAI_KEY, _child_finals, _collect
 
 
@@ -74,14 +75,7 @@ def _approving(name: str, server: OpenAIServer, respond: Any) -> Child[Any]:
 
 
 def _survey(child: Child[Any]) -> MachineSpec:
-    return with_child_state(
-        DEFAULT_SPEC,
-        StateSpec("survey", doc="one web agent per line"),
-        fan_out_handler(child, lambda s: s.history[-1].text.splitlines()),
-        source="idle",
-        target="assemble",
-        on_failure="failed",
-    ).renamed("nested_survey")
+    return survey(child, "nested_survey")
 
 
 def test_a_fan_out_branch_approval_suspends_the_run_and_resumes_in_that_branch(
@@ -321,3 +315,47 @@ def test_a_question_in_an_agent_tools_child_resumes_from_a_checkpoint_store(
     assert state.exit_reason == "model_complete"
     assert (result["tool_use_id"], result["content"]) == ("toolu_09", "Written, formal.")
     assert_valid_history(state.history)
+
+
+def test_innerloop_runs_resume_lands_the_answer_in_the_suspended_branch(tmp_path: Path) -> None:
+    """A fan-out suspended on Porto's approval, stored in SQLite, is resumed by
+    ``innerloop runs resume --answer true`` in another process: only Porto goes on (its
+    call runs, it answers), Lisbon is not asked again, and the parent answers."""
+    from innerloop import Harness
+    from tests.checkpoint.test_cli_runs import KEY
+    from tests.fsm.nested_cli import MODEL, SPEC
+    from tests.test_cli import cli
+
+    def respond(body: dict[str, Any]) -> Any:
+        first = body["messages"][0]["content"]
+        asked = first if isinstance(first, str) else first[-1]["text"]
+        last = body["messages"][-1]["content"]
+        if "\n" in asked:  # the parent
+            return reply("Lisbon fine, Porto cleaned.")
+        if isinstance(last, list) and last[0].get("type") == "tool_result":
+            return reply(f"{asked}: {last[0]['content']}")
+        if asked == "Porto":
+            return reply(tool_call("delete_file", {"path": "porto.log"}, id="k-Porto"))
+        return reply(f"{asked}: fine")
+
+    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    with AnthropicServer(respond=respond) as a:
+        provider = AnthropicProvider(ANTHROPIC_KEY, base_url=a.base_url)
+        harness = Harness(HarnessParams(model=MODEL), [provider], machine=SPEC, checkpointer=db)
+        state = harness.start("Lisbon\nPorto", run_id="c1").run_sync()
+        harness.checkpointer.close()  # type: ignore[union-attr]
+        assert state.interrupt is not None
+        assert (state.exit_reason, state.interrupt.path) == ("suspended", "web#2")
+        done = cli(
+            "runs", "resume", "c1", "--db", db, "--answer", "true",
+            "--spec", "tests.fsm.nested_cli:SPEC", "--base-url", a.base_url, "--no-live",
+            env=KEY,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        asked = [r.body["messages"][0]["content"][0]["text"] for r in a.requests]
+        parent_request = a.requests[-1].body["messages"]
+    assert sorted(asked[:2]) == ["Lisbon", "Porto"]  # the branches side by side
+    assert asked[2:] == ["Porto", "Lisbon\nPorto"]  # resumed: Porto only, then the parent
+    assert parent_request[0]["content"][-1]["text"] == (
+        "[web#1] Lisbon: fine\n[web#2] Porto: deleted porto.log"
+    )

@@ -657,3 +657,90 @@ class TestHostileServer:
         with pytest.raises(ToolDefinitionError) as again:
             hostile("many", "1", max_pages=2.5)
         assert str(again.value) == "MCPServer max_pages must be an int, got 2.5"
+
+
+def too_large(limit: int) -> str:
+    return (
+        f"MCP server 'hostile' sent a message of more than {limit:,} bytes "
+        f"(max_message_bytes={limit:,}); it was not read and the connection was closed; "
+        "raise MCPServer(max_message_bytes=...) to accept it"
+    )
+
+
+def listing_bytes(*args: str) -> int:
+    """The bytes of the hostile server's first tools/list answer (request id 1)."""
+    from tests.tools.mcp_servers.hostile import Hostile
+
+    page = Hostile(args[0], int(args[1]) if len(args) > 1 else 0).listing(None)
+    return len(json.dumps({"jsonrpc": "2.0", "id": 1, "result": page}))
+
+
+class TestMessageSize:
+    """What a server may send is bounded before it is parsed: max_message_bytes."""
+
+    def test_a_page_of_50000_tools_is_refused_before_it_is_read(self) -> None:
+        """The default bound refuses a page of 50,000 tools (5.4 MB) as it is read, well
+        within connect_timeout, naming the setting; the process is stopped."""
+        server = hostile("many", "50000", connect_timeout=30)
+        with pytest.raises(MCPServerError) as info:
+            asyncio.run(server.tools())
+        assert str(info.value) == too_large(4 * 1024 * 1024)
+        assert listing_bytes("many", "50000") > 4 * 1024 * 1024
+        assert children(HOSTILE) == []
+
+    def test_the_bound_counts_the_bytes_of_one_message(self) -> None:
+        """A listing of exactly max_message_bytes is read; one byte less refuses it."""
+        size = listing_bytes("many", "7")
+        assert [t.name for t in asyncio.run(hostile("many", "7", max_message_bytes=size).tools())][
+            -1
+        ] == "t6"
+        with pytest.raises(MCPServerError) as info:
+            asyncio.run(hostile("many", "7", max_message_bytes=size - 1).tools())
+        assert str(info.value) == too_large(size - 1)
+
+    def test_a_result_over_the_bound_is_the_calls_error(self) -> None:
+        """A tool result over the bound ends the connection; the call is an is_error
+        result naming the setting, and the next call starts the server again."""
+        limit = listing_bytes("deep", "100") + 100  # the listing fits, the result does not
+
+        async def main() -> tuple[HarnessState, str]:
+            async with hostile("deep", "100", max_message_bytes=limit) as server:
+                state = await run(await server.tools(), reply(tool_call("deep")))
+                return state, (await server.call("pages", {})).content
+
+        state, listed = asyncio.run(main())
+        [result] = results(state)
+        assert (result.content, result.is_error) == (
+            f"{too_large(limit)} (during the call to 'deep')",
+            True,
+        )
+        assert listed == "1"  # a new process: one listing so far
+
+    def test_a_reread_over_the_bound_keeps_the_list(self) -> None:
+        """A page over the bound after tools/list_changed: refresh() says so, naming the
+        setting, and the list stays as it was."""
+        limit = listing_bytes("many", "100") - 1
+
+        async def main() -> tuple[str, list[str]]:
+            async with hostile("many-after-announce", "100", max_message_bytes=limit) as server:
+                await server.call("announce", {})
+                with pytest.raises(MCPServerError) as info:
+                    await server.refresh()
+                return str(info.value), [t.name for t in await server.tools()]
+
+        message, names = asyncio.run(main())
+        assert message == f"{too_large(limit)} (the tool list stays as it was)"
+        assert names == ["pages", "announce", "deep"]
+
+    def test_over_streamable_http(self, demo_url: str) -> None:
+        """The bound holds over streamable HTTP too."""
+        with pytest.raises(MCPServerError) as info:
+            asyncio.run(MCPServer.http(demo_url, name="hostile", max_message_bytes=300).tools())
+        assert str(info.value) == too_large(300)
+        tools = asyncio.run(MCPServer.http(demo_url, max_message_bytes=100_000).tools())
+        assert tools
+
+    def test_a_bad_bound(self) -> None:
+        with pytest.raises(ToolDefinitionError) as info:
+            hostile("many", "1", max_message_bytes=0)
+        assert str(info.value) == "MCPServer max_message_bytes must be a positive count, got 0"

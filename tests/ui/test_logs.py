@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from innerloop._eventlog import SCHEMA
-from innerloop.ui._logs import LogFile
+from innerloop.ui._logs import OPENED, LogFile
+from innerloop.ui._view import LISTS, RunFold
 
 HEADER = json.dumps({"type": "log_header", "schema": SCHEMA}) + "\n"
 T1 = json.dumps({"type": "transition", "source": "idle", "target": "assemble", "guard": None})
@@ -20,11 +24,11 @@ def _append(path: Path, text: str) -> None:
 
 
 def _targets(log: LogFile) -> list[str]:
-    return [t["target"] for run in log.runs for t in run.detail()["transitions"]]
+    return [t["target"] for run in log.runs for t in log.view(run).detail()["transitions"]]
 
 
 def _events(log: LogFile) -> int:
-    return sum(run.events for run in log.runs)
+    return sum(run.fold.events for run in log.runs)
 
 
 def test_reads_only_what_was_added(tmp_path: Path) -> None:
@@ -66,8 +70,8 @@ def test_a_line_that_is_not_json_is_its_runs_error_and_reading_goes_on(tmp_path:
     log.refresh()
     assert (_events(log), log.error) == (2, None)
     (run,) = log.runs
-    assert run.error is not None
-    assert run.error.startswith("bad.jsonl:3: not JSON (Expecting property name")
+    assert run.fold.error is not None
+    assert run.fold.error.startswith("bad.jsonl:3: not JSON (Expecting property name")
 
 
 def test_malformed_lines_stay_with_their_run_and_line(tmp_path: Path) -> None:
@@ -115,12 +119,12 @@ def test_malformed_lines_stay_with_their_run_and_line(tmp_path: Path) -> None:
     log = LogFile(path)
     log.refresh()
     assert log.error is None
-    assert [(r.summary()["status"], r.errors) for r in log.runs] == [
+    assert [(r.fold.summary()["status"], r.fold.errors) for r in log.runs] == [
         ("finished", 1),
         ("finished", 1),
         ("running", 2),
     ]
-    first, deep, typed = (r.error for r in log.runs)
+    first, deep, typed = (r.fold.error for r in log.runs)
     assert first == "mixed.jsonl:4: not JSON (NaN is not a number JSON allows)"
     assert deep is not None
     assert deep.startswith("mixed.jsonl:8: not JSON (nested deeper than 232 levels")
@@ -129,7 +133,7 @@ def test_malformed_lines_stay_with_their_run_and_line(tmp_path: Path) -> None:
         "mixed.jsonl:12: cannot read a Finished from this data: expected an object (Usage), "
         "got a string ('lots') @ $.usage"
     )
-    assert [len(r.detail()["transitions"]) for r in log.runs] == [2, 1, 1]
+    assert [len(log.view(r).detail()["transitions"]) for r in log.runs] == [2, 1, 1]
 
 
 def test_a_file_that_is_not_an_event_log(tmp_path: Path) -> None:
@@ -198,14 +202,14 @@ def test_an_event_of_the_wrong_shape_is_its_runs_error(tmp_path: Path) -> None:
     log = LogFile(path)
     log.refresh()
     assert (_events(log), log.error) == (1, None)
-    assert log.runs[0].error == (
+    assert log.runs[0].fold.error == (
         "odd.jsonl:3: cannot read a Transition from this data: required field missing @ "
         "$.target; required field missing @ $.guard"
     )
     path.write_text(HEADER + '{"no": "type"}\n')
     log = LogFile(path)
     log.refresh()
-    assert log.runs[0].error == "odd.jsonl:2: an event without a type"
+    assert log.runs[0].fold.error == "odd.jsonl:2: an event without a type"
 
 
 def test_a_log_written_again_past_its_old_size_is_read_again(tmp_path: Path) -> None:
@@ -230,3 +234,178 @@ def test_an_error_clears_when_the_log_is_written_again(tmp_path: Path) -> None:
     path.write_text(HEADER + T1 + "\n" + T2 + "\n")
     log.refresh()
     assert (log.problem, _events(log)) == (None, 2)
+
+
+def _run_lines(turns: int) -> list[str]:
+    start = {"type": "run_started", "machine": "innerloop", "fingerprint": "f"}
+    lines = [json.dumps({**start, "import_path": None, "state": "idle", "t": 0})]
+    for n in range(1, turns + 1):
+        lines += [
+            json.dumps({"type": "transition", "source": "check", "target": "call", "guard": None}),
+            json.dumps({"type": "text_delta", "index": 0, "text": "hi", "t": n}),
+            json.dumps({"type": "tool_use_start", "index": 1, "id": f"c{n}", "name": "add"}),
+            json.dumps(
+                {
+                    "type": "model_response",
+                    "response": {
+                        "message": {"role": "assistant", "content": []},
+                        "stop_reason": "tool_use",
+                        "usage": {"input_tokens": 100 * n, "output_tokens": 10},
+                        "model": "claude-sonnet-4-5-20250929",
+                        "provider": "anthropic",
+                    },
+                    "turn": n,
+                    "t": n + 0.5,
+                }
+            ),
+            json.dumps(
+                {
+                    "type": "tool_executed",
+                    "tool_use_id": f"c{n}",
+                    "name": "add",
+                    "is_error": False,
+                    "timed_out": False,
+                    "duration": 1,
+                    "output": "5",
+                    "t": n + 0.75,
+                }
+            ),
+        ]
+    return lines
+
+
+MALFORMED = [
+    # the plain shapes, each with one field of the wrong type: the converter's error
+    {"type": "transition", "source": 1, "target": "b", "guard": None},
+    {"type": "transition", "source": "a", "target": "b", "guard": 7},
+    {"type": "transition", "source": "a", "target": "b"},
+    {"type": "tool_use_start", "index": True, "id": "c", "name": "add"},
+    {"type": "tool_use_start", "index": 1.0, "id": "c", "name": "add"},
+    {
+        "type": "tool_executed",
+        "tool_use_id": "c",
+        "name": "add",
+        "is_error": 0,
+        "timed_out": False,
+        "duration": 1.0,
+        "output": "",
+    },
+    {
+        "type": "tool_executed",
+        "tool_use_id": "c",
+        "name": "add",
+        "is_error": False,
+        "timed_out": False,
+        "duration": True,
+        "output": "",
+    },
+    {"type": "model_response", "response": {"usage": "lots"}, "turn": 1},
+    {"type": "transition", "source": "a", "target": "b", "guard": None, "t": "soon"},
+]
+"""Events of the wrong shape: each is its run's error, not counted."""
+
+ODD_LINES = [
+    '{"type": "transition", "source": "a", "target": "b", "guard": null, "t": NaN}',
+    "[" * 100_000 + "]" * 100_000,  # too deep for either reader
+    # 210 deep: refused by the fast reader (201 at most), read by the standard one
+    '{"type": "text_delta", "index": 0, "text": "x", "deep": ' + "[" * 209 + "]" * 209 + "}",
+    '{"type": "transition", "source": "\\ud800", "target": "lone", "guard": null}',
+    '{"type": "transition", "source": "a", "target": "b", "guard": null}]',
+    '{"type": "transition", "source": "a", "target": "b", "guard": null, "t": 1e400}',
+    '"a string"',
+    '{"no": "type"}',
+    '{"type": "transition", "source": "\t", "target": "b", "guard": null}',
+]
+"""Lines that are not JSON, or odd JSON: each read as the standard reader reads it."""
+
+
+def _full_summaries(path: Path, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Each run's summary, error and error count as the page read a log before the fast
+    path: every line through the standard JSON reader, every event through the converter,
+    with its lists."""
+    from innerloop.ui import _view
+    from innerloop.ui._logs import _parse
+
+    monkeypatch.setattr(_view, "QUICK", {})
+    runs: list[RunFold] = []
+    for n, raw in enumerate(path.read_bytes().split(b"\n")[1:-1], start=2):
+        where = f"{path.name}:{n}"
+        try:
+            data = _parse(raw)
+        except ValueError as exc:
+            runs[-1].fail(where, f"not JSON ({exc})")
+            continue
+        if not isinstance(data, dict):
+            runs[-1].fail(where, f"a JSON {type(data).__name__}, not an event object")
+            continue
+        if data.get("type") == "run_started":
+            runs.append(RunFold())
+        runs[-1].add(data, where)
+    monkeypatch.undo()
+    return [{**r.summary(), "error": r.error, "errors": r.errors} for r in runs]
+
+
+def test_the_fast_summary_is_the_full_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The list's summaries (a fast JSON reader, the frequent events built without the
+    converter, no lists kept) equal what reading every line through the standard reader
+    and every event through the converter gives, malformed lines included; the lists are
+    read when a run is opened, the same way."""
+    body = _run_lines(3)
+    lines = [*body, *(json.dumps(e) for e in MALFORMED), *body[1:]]
+    lines += [*_run_lines(2), *ODD_LINES, *_run_lines(1)[1:]]
+    path = tmp_path / "mixed.jsonl"
+    path.write_text(HEADER + "\n".join(lines) + "\n")
+    log = LogFile(path)
+    log.refresh()
+    fast = [
+        {**run.fold.summary(), "error": run.fold.error, "errors": run.fold.errors}
+        for run in log.runs
+    ]
+    full = _full_summaries(path, monkeypatch)
+    assert fast == full
+    assert [(s["events"], s["errors"], s["turns"]) for s in fast] == [(31, 9, 6), (18, 7, 3)]
+    assert fast[0]["input_tokens"] == 2 * (100 + 200 + 300)
+    assert [(r.fold.lists, r.view) for r in log.runs] == [({k: [] for k in LISTS}, None)] * 2
+    opened = [log.view(run) for run in log.runs]
+    assert [{**v.summary(), "error": v.error, "errors": v.errors} for v in opened] == full
+    assert [v.count("transitions") for v in opened] == [6, 4]
+    small = LogFile(path, chunk=7)  # lines cut across reads, when listed and when opened
+    small.refresh()
+    assert [
+        {**r.fold.summary(), "error": r.fold.error, "errors": r.fold.errors} for r in small.runs
+    ] == full
+    assert [small.view(r).detail() for r in small.runs] == [v.detail() for v in opened]
+
+
+def test_opened_runs_follow_the_log_and_only_the_last_ones_are_kept(tmp_path: Path) -> None:
+    """A run's lists are read from its lines when opened and grow with the log; the lists
+    of the runs opened longest ago are let go and read again if asked for."""
+    path = tmp_path / "runs.jsonl"
+    path.write_text(HEADER + "\n".join(line for _ in range(OPENED + 1) for line in _run_lines(2)))
+    log = LogFile(path, chunk=100)  # lines cut across reads
+    log.refresh()
+    last = log.runs[-1]
+    assert log.view(last).count("tools") == 1  # its last line is not yet whole
+    _append(path, "\n" + "\n".join(_run_lines(1)[1:]) + "\n")
+    log.refresh()
+    assert log.view(last).count("tools") == 3
+    assert log.view(last).summary()["turns"] == last.fold.summary()["turns"] == 3
+    views = [log.view(run) for run in log.runs]
+    assert [run.view is not None for run in log.runs] == [False] + [True] * OPENED
+    again = log.view(log.runs[0])
+    assert again is not views[0]
+    assert again.detail() == views[0].detail()
+    assert [v.count("tools") for v in views] == [2] * OPENED + [3]
+    assert [v.count("turn_usage") for v in views] == [2] * OPENED + [3]
+
+
+def test_a_log_emptied_is_a_change(tmp_path: Path) -> None:
+    """A log truncated to nothing forgets its runs, and says it changed."""
+    path = tmp_path / "run.jsonl"
+    path.write_text(HEADER + T1 + "\n")
+    log = LogFile(path)
+    log.refresh()
+    path.write_text("")
+    assert log.refresh() is True
+    assert (log.runs, log.problem) == ([], None)
+    assert log.refresh() is False

@@ -9,6 +9,8 @@ listing pages forever). Modes:
 - ``endless``: every ``tools/list`` page has one tool and a next cursor, forever.
 - ``endless-after-announce``: one honest page until ``announce`` is called.
 - ``many N``: one page of N tools.
+- ``many-after-announce N``: one honest page until ``announce`` is called, then one page
+  of N tools.
 - ``wide N``: one more tool, ``wide``, whose input schema has N properties.
 - ``tall N``: one more tool, ``tall``, whose input schema nests N objects.
 - ``stall``: answers the first page with a next cursor, then never answers ``tools/list``.
@@ -60,7 +62,7 @@ class Hostile:
                 "tools": [*self.base, tool(f"t{page}")] if page == 0 else [tool(f"t{page}")],
                 "nextCursor": str(page + 1),
             }
-        if mode == "many":
+        if mode == "many" or (mode == "many-after-announce" and self.announced):
             return {"tools": [*self.base, *(tool(f"t{i}") for i in range(self.size))]}
         if mode == "wide":
             return {"tools": [*self.base, tool("wide", self.size)]}
