@@ -137,7 +137,7 @@ class TestLogTree:
         assert [_row(c) for c in detail["children"]] == [
             ("web#1", None, 0, "web-machine", *done, 2, 20, 10),
             ("web#2", None, 0, "web-machine", *done, 1, 10, 5),
-            (HELPER, None, 0, "helper-machine", *done, 1, 20, 10),
+            (HELPER, None, 0, "helper-machine", *done, 2, 20, 10),  # its leaf's turn too
             (LEAF, HELPER, 1, "innerloop", *done, 1, 10, 5),
         ]
         assert detail["children_total"] == 4
