@@ -10,7 +10,8 @@ supervisor).
 As with Temporal, steps never retry on their own (``retries_allowed=False``): a failed
 model call is a recorded step *result* that the machine's recovery branches route. Backoff
 sleeps are durable (``DBOS.sleep_async``). Events go to the DBOS stream ``events`` of the
-workflow; an ``abort`` message sent to the workflow takes effect at the next turn boundary.
+workflow; an ``abort`` message sent to the workflow takes effect at the next turn boundary
+of the run or of a child it runs (which is aborted, and then the run).
 
 A run that suspends keeps its workflow open. The workflow publishes the interrupt as the
 DBOS event ``interrupt`` (``{"n": the suspension's number, "interrupt": ...}``) and waits
@@ -43,7 +44,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import Tracer, TracerProvider
 
 from innerloop._errors import ResumeError
-from innerloop._events import Transition
+from innerloop._events import ChildEvent, Event, Transition
 from innerloop._harness import Harness
 from innerloop.durable._app import LoopApp, loop_input
 from innerloop.durable._codec import state_from_dict, state_to_dict
@@ -169,12 +170,19 @@ def _workflow_id() -> str:
     return DBOS.workflow_id or ""
 
 
+def _turn_boundary(event: Event, continue_at: Sequence[str]) -> bool:
+    """Whether ``event`` enters a turn of the run or of one of its children."""
+    if isinstance(event, ChildEvent):
+        event = event.event
+    return isinstance(event, Transition) and event.target in continue_at
+
+
 async def _drive(run: Run, continue_at: Sequence[str]) -> None:
     """Drive ``run`` to a final state, its events to the stream; an abort message is
-    read at each turn boundary."""
+    read at each turn boundary, a child's too (the abort reaches the child)."""
     async for event in run.events():
         await DBOS.write_stream_async(EVENTS, event.to_dict())
-        if isinstance(event, Transition) and event.target in continue_at:
+        if _turn_boundary(event, continue_at):
             reason = await DBOS.recv_async(ABORT, timeout_seconds=0)
             if reason is not None:
                 run.abort(str(reason))

@@ -29,7 +29,7 @@ from innerloop.durable._codec import (
 from innerloop.providers._normalize import WireRequest
 from innerloop.recovery._compaction import CompactionRequest, CompactionResult
 from innerloop.recovery._tokens import MessageTokenCache
-from innerloop.tools._runner import ToolBatch, ToolScope, aborted_result
+from innerloop.tools._runner import ToolBatch, ToolRunner, ToolScope, aborted_result
 from innerloop.tools._spec import ToolCallResult
 
 __all__ = [
@@ -74,19 +74,28 @@ class _RecordedStream:
         return None
 
 
+def _where(loop: str, child: Sequence[str]) -> dict[str, Any]:
+    """The step arguments naming whose call it is: the loop, and for a child run the
+    names of its children from the loop down (``"child": ["research", "web"]``)."""
+    return {"loop": loop, "child": list(child)} if child else {"loop": loop}
+
+
 class StepProvider:
     """Stands in for the provider ``name`` inside a workflow: ``open`` runs a
-    ``model_call`` step that streams the real call to completion in a worker."""
+    ``model_call`` step that streams the real call to completion in a worker. ``child``:
+    the names of the child run it serves, from the loop down (none: the loop's own)."""
 
-    def __init__(self, name: str, dialect: str, loop: str, call: StepCall) -> None:
+    def __init__(
+        self, name: str, dialect: str, loop: str, call: StepCall, child: Sequence[str] = ()
+    ) -> None:
         self.name = name
         self.dialect = dialect
-        self._loop = loop
+        self._where = _where(loop, child)
         self._call = call
 
     async def open(self, request: WireRequest) -> _RecordedStream:
         args = {
-            "loop": self._loop,
+            **self._where,
             "provider": self.name,
             "request": {
                 "dialect": request.dialect,
@@ -112,10 +121,14 @@ class StepProvider:
 class StepToolRunner:
     """Runs each tool call as one ``tool_call`` step (in parallel, at most
     ``params.max_parallel_tools`` at a time). No eager dispatch: the model step returns the
-    whole message, so there is nothing to start early."""
+    whole message, so there is nothing to start early. ``child``: as for
+    :class:`StepProvider`.
 
-    def __init__(self, loop: str, call: StepCall) -> None:
-        self._loop = loop
+    An agent tool's call (``agent_tool``) runs here, in the workflow, as in process: its
+    child run is a run of the workflow, whose own calls are steps."""
+
+    def __init__(self, loop: str, call: StepCall, child: Sequence[str] = ()) -> None:
+        self._where = _where(loop, child)
         self._call = call
 
     def prestart(self, scope: ToolScope, call: ToolUseBlock) -> None:
@@ -125,11 +138,13 @@ class StepToolRunner:
         semaphore = asyncio.Semaphore(scope.params.max_parallel_tools)
 
         async def one(block: ToolUseBlock) -> ToolCallResult:
+            spec = scope.params.tool(block.name)
             async with semaphore:
+                if spec is not None and getattr(spec.handler, "child", None) is not None:
+                    [in_place] = (await ToolRunner().run_calls(scope, [block])).results
+                    return in_place
                 try:
-                    result = await self._call(
-                        TOOL_CALL, {"loop": self._loop, "call": block.to_dict()}
-                    )
+                    result = await self._call(TOOL_CALL, {**self._where, "call": block.to_dict()})
                 except StepLost as exc:
                     return ToolCallResult(
                         block.id, block.name, f"tool {block.name!r} was lost: {exc}", True

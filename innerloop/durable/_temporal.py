@@ -116,25 +116,25 @@ def _retry(params: HarnessParams, options: TemporalOptions) -> RetryPolicy:
     )
 
 
-def _timeout(
-    step: str, args: Mapping[str, Any], params: HarnessParams, o: TemporalOptions
-) -> float:
+def _timeout(step: str, args: Mapping[str, Any], app: LoopApp, o: TemporalOptions) -> float:
     if step == TOOL_CALL:
+        # the tool's own params: the loop's, or the child's whose call it is
+        params = app.level(args["loop"], args.get("child", ())).params
         spec = params.tool(args["call"]["name"])
         seconds = params.timeout_for(spec) if spec is not None else 0.0
         return seconds + o.tool_grace
     return o.model_call_timeout if step == MODEL_CALL else o.compaction_timeout
 
 
-def _activity_caller(params: HarnessParams, options: TemporalOptions) -> StepCall:
-    retry = _retry(params, options)
+def _activity_caller(app: LoopApp, loop: str, options: TemporalOptions) -> StepCall:
+    retry = _retry(app.get(loop).params, options)
 
     async def call(step: str, args: dict[str, Any]) -> dict[str, Any]:
         try:
             result: dict[str, Any] = await workflow.execute_activity(
                 f"innerloop.{step}",
                 args,
-                start_to_close_timeout=timedelta(seconds=_timeout(step, args, params, options)),
+                start_to_close_timeout=timedelta(seconds=_timeout(step, args, app, options)),
                 heartbeat_timeout=timedelta(seconds=options.heartbeat_timeout),
                 retry_policy=retry,
             )
@@ -183,7 +183,7 @@ class LoopWorkflow:
         self._events = list(carried)
         self._base = start.get("events_base", 0) - len(carried)
         self._acked = self._base
-        call = _activity_caller(app.get(start["loop"]).params, options)
+        call = _activity_caller(app, start["loop"], options)
         harness = app.harness(start["loop"], call, WorkflowClock())
         run: Run | None = start_run(harness, start)
         while run is not None:

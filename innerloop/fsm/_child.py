@@ -208,19 +208,20 @@ class ChildRun(Generic[OutputT]):
             _give_turns_left(state, child.params.max_turns, parent)
         if prompt is not None:
             state.history.append(prompt if isinstance(prompt, Message) else Message.user(prompt))
+        made = Deps(
+            providers=child.providers if child.providers is not None else deps.providers,
+            clock=deps.clock,
+            tokens=MessageTokenCache(deps.tokens.counter),
+            compactor=deps.compactor,
+            fallback_compactor=deps.fallback_compactor,
+            tools=ToolRunner(),
+            gates=deps.gates,
+        )
         self.run: Run[OutputT] = Run(
             child.compiled,
             _capped(child.params, parent),
             state,
-            Deps(
-                providers=child.providers if child.providers is not None else deps.providers,
-                clock=deps.clock,
-                tokens=MessageTokenCache(deps.tokens.counter),
-                compactor=deps.compactor,
-                fallback_compactor=deps.fallback_compactor,
-                tools=ToolRunner(),
-                gates=deps.gates,
-            ),
+            deps.nest(made, child) if deps.nest is not None else made,
             observers=parent.scope.observers,
             settings=child.settings,
             start_at=start_at,
@@ -746,6 +747,7 @@ def agent_tool(
             )
         return ToolOutput(_result_text(result), value=state.output or result)
 
+    run_agent.child = child  # type: ignore[attr-defined]  # where a durable worker finds it
     return ToolSpec(
         tool_name,
         description,

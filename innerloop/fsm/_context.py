@@ -131,6 +131,10 @@ class Deps:
     tools: ToolExecutor
     gates: RateLimitGates = attrs.field(factory=shared_gates)
     """The rate-limit gates shared with the other runs of the process."""
+    nest: Callable[[Deps, Any], Deps] | None = None
+    """``nest(deps, child)``: the services of a child run (a ``Child``) from those
+    ``ChildRun`` made for it (``deps``); a durable workflow makes the child's model and
+    tool calls its steps here. None: as made."""
 
 
 class Mailbox:

@@ -194,7 +194,11 @@ def spawn_temporal_worker(
 
 
 def spawn_dbos_worker(
-    procs: Processes, name: str, database_url: str, env: dict[str, str]
+    procs: Processes,
+    name: str,
+    database_url: str,
+    env: dict[str, str],
+    app: str = "tests.durable.app:app",
 ) -> subprocess.Popen[bytes]:
     argv = [
         sys.executable,
@@ -202,7 +206,7 @@ def spawn_dbos_worker(
         "innerloop.durable",
         "dbos-worker",
         "--app",
-        "tests.durable.app:app",
+        app,
         "--database-url",
         database_url,
     ]
