@@ -51,6 +51,9 @@ class DiagramState:
     child: Diagram | None = None
     """The machine a child state runs (``child_handler``, ``fan_out_handler``,
     ``handoff_handler``), drawn inside it as a cluster, with its own trace."""
+    child_name: str | None = None
+    """The name of the child it runs: the first level of its runs' event paths
+    (``web`` of ``web#2``), by which their events are laid over the cluster."""
 
     @property
     def final(self) -> bool:
@@ -246,7 +249,9 @@ class Diagram:
             events = list(trace)
             trace = trace_from_events(events)
             states = tuple(
-                attrs.evolve(s, child=s.child.with_trace(child_events(events, s.name)))
+                attrs.evolve(
+                    s, child=s.child.with_trace(child_events(events, s.child_name or s.name))
+                )
                 if s.child is not None
                 else s
                 for s in self.states
@@ -301,12 +306,16 @@ def _spec_of(machine: MachineSpec | CompiledMachine | Run) -> MachineSpec:
     return machine
 
 
-def _child_diagram(spec: MachineSpec, state: str) -> Diagram | None:
-    """The diagram of the machine state ``state``'s handler runs as a child, if any (a
-    handler made by ``child_handler`` and the like names its ``child``)."""
+def _child_diagram(spec: MachineSpec, state: str) -> tuple[Diagram | None, str | None]:
+    """The diagram of the machine state ``state``'s handler runs as a child, and the
+    child's name, if any (a handler made by ``child_handler`` and the like names its
+    ``child``)."""
     child = getattr(spec.handlers.get(state), "child", None)
     compiled = getattr(child, "compiled", None)
-    return build_diagram(compiled) if isinstance(compiled, CompiledMachine) else None
+    if not isinstance(compiled, CompiledMachine):
+        return None, None
+    name = getattr(child, "name", None)
+    return build_diagram(compiled), name if isinstance(name, str) else None
 
 
 def build_diagram(
@@ -322,7 +331,7 @@ def build_diagram(
     ``trace`` is a :class:`Trace` or the run's event dicts."""
     spec = _spec_of(machine)
     states = tuple(
-        DiagramState(s.name, s.kind, s.exit_reason, s.doc, _child_diagram(spec, s.name))
+        DiagramState(s.name, s.kind, s.exit_reason, s.doc, *_child_diagram(spec, s.name))
         for s in spec.states
     )
     edges: list[DiagramEdge] = []

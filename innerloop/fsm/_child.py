@@ -49,7 +49,7 @@ from innerloop._errors import SpecError
 from innerloop._events import ChildEvent, Event, ModelResponseEvent
 from innerloop._messages import Message, TextBlock, Usage
 from innerloop.fsm._compile import CompiledMachine, compile_spec
-from innerloop.fsm._context import Deps, Mailbox, PhaseContext, relay, request_settings
+from innerloop.fsm._context import Deps, Mailbox, Nest, PhaseContext, relay, request_settings
 from innerloop.fsm._default import DEFAULT_SPEC
 from innerloop.fsm._driver import Run, resume_point
 from innerloop.fsm._guardinfo import guard
@@ -240,6 +240,7 @@ class ChildRun(Generic[OutputT]):
             start_at=start_at,
         )
         self.run.scope.quiet = parent.scope.quiet
+        self.run.scope.nest = Nest(parent, child.name, self.path)  # its place in the tree
         if parent.scope.nested_step is not None:  # the parent's checkpoints keep children
             self.run.on_step = self._stepped
             self.run.scope.nested_step = self._nested

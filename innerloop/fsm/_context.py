@@ -37,6 +37,7 @@ __all__ = [
     "AbortSignal",
     "Deps",
     "Mailbox",
+    "Nest",
     "PhaseContext",
     "TurnScope",
     "relay",
@@ -211,7 +212,13 @@ class TurnScope:
     """Events emitted from outside a handler (an agent tool's child run), waiting to be
     yielded by the run (:meth:`PhaseContext.emit`)."""
     observers: tuple[Any, ...] = ()
-    """The run's transition observers (coverage), handed on to its child runs."""
+    """The run's observers (coverage, tracing), handed on to its child runs."""
+    hooks: tuple[Any, ...] = ()
+    """The hooks its run observers watch this run with (set by the driver when its events
+    start): a child run's observers find their parent's here."""
+    nest: Nest | None = None
+    """Where this run sits when it is a child run (set by ``ChildRun``); None for a top
+    run."""
     delegate: Callable[[], None] | None = None
     """Set while a child runs in the handler's own task (``ChildRun.inline``): an abort
     of this run is handed to it (it aborts the child) instead of cancelling the
@@ -228,6 +235,24 @@ class TurnScope:
     offered: tuple[ToolSpec, ...] | None = None
     """The tools offered on this turn, when ``params.prepare_tools`` or
     ``params.tool_sources`` choose them (None: ``params.tools``); see ``fsm._offer``."""
+
+
+@attrs.frozen(eq=False)
+class Nest:
+    """Where a child run sits in the tree of runs: the run that runs it (``parent``,
+    that run's context), the child's ``name`` and its ``segment`` of the event path
+    (``web#2``, ``forecaster[toolu_01]``)."""
+
+    parent: PhaseContext
+    name: str
+    segment: str
+
+    @property
+    def path(self) -> str:
+        """The child's path from the top run down (``survey/web#2``), as its events carry
+        it through the top run's ``events()``."""
+        above = self.parent.scope.nest
+        return f"{above.path}/{self.segment}" if above is not None else self.segment
 
 
 @attrs.frozen(eq=False)

@@ -212,7 +212,7 @@ class Run(Generic[OutputT]):
             if on_run:
                 on_runs.append(cast(RunObserver, o))
         self.observers = tuple(on_transitions)
-        self.scope.observers = self.observers
+        self.scope.observers = tuple(observers)
         self.scope.emits = any(t.emits_events for t in params.tools)
         self.run_observers = tuple(on_runs)
         self.engine = engine
@@ -362,7 +362,7 @@ class Run(Generic[OutputT]):
         (every type; they also watch the default tool runner). The driver checks the
         type first (a set look-up) and calls the watcher only for the types it wants."""
         started = (o.start_run(self) for o in self.run_observers)
-        hooks = self._hooks = tuple(h for h in started if h is not None)
+        hooks = self._hooks = self.scope.hooks = tuple(h for h in started if h is not None)
         if hooks and isinstance(self.deps.tools, ToolRunner):
             self.deps.tools.observers = hooks
         log = event_logger()

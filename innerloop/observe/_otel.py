@@ -14,6 +14,14 @@
 - ``execute_tool {name}``: one span per tool call, in the call's own task, with its id,
   category, timeout and outcome; the processes the call starts get ``TRACEPARENT``.
 
+Machines inside machines (``innerloop.fsm.Child``) make a tree of spans: a state that runs
+children (``child_handler``, ``fan_out_handler``, ``handoff_handler``) has a ``state
+{name}`` span under the run's span, from entering the state until leaving it; each child
+run's ``invoke_agent {child name}`` span (``innerloop.child.path``: ``survey/web#2``) sits
+under that state span, or under the ``execute_tool`` span of the agent tool that ran it,
+with the child's own chat, tool and state spans beneath it; a fan-out's branches are
+sibling spans.
+
 Metrics: ``gen_ai.client.token.usage`` and ``gen_ai.client.operation.duration``.
 
 Message content (prompts, answers, tool arguments and results) is recorded only with
@@ -56,9 +64,11 @@ from innerloop.tools._process import CHILD_ENV
 from innerloop.tools._spec import ToolCallResult, ToolSpec
 
 if TYPE_CHECKING:
+    from opentelemetry.context import Context
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import TracerProvider
 
+    from innerloop.fsm._context import Nest
     from innerloop.fsm._driver import Run
 
 __all__ = ["Tracing"]
@@ -121,7 +131,9 @@ class Tracing:
 
     ``tracer_provider`` and ``meter_provider`` default to the global ones (set by the
     host's SDK set-up); ``capture_content=True`` records messages and tool arguments and
-    results (scrubbed of credentials); ``agent_name`` names the ``invoke_agent`` span.
+    results (scrubbed of credentials); ``agent_name`` names the ``invoke_agent`` span (a
+    child run's is named by its ``Child``'s name, and nested under the span of the state
+    or tool call that ran it).
 
     ``transitions`` says how the run's span records the machine's transitions:
     ``"events"``, a ``transition`` event each (source, target, guard); ``"summary"``, one
@@ -176,6 +188,26 @@ class Tracing:
         )
 
 
+def _child_states(run: Run) -> dict[str, tuple[str, str]]:
+    """The states of ``run``'s machine whose handler runs children, each with the
+    child's name and the handler's kind (``child``, ``fan_out``, ``handoff``)."""
+    found = {}
+    for state, (handler, _) in run.machine.handlers.items():
+        child = getattr(handler, "child", None)
+        if child is not None:
+            kind = getattr(handler, "__qualname__", "").partition(".")[0]
+            found[state] = (str(getattr(child, "name", state)), kind.removesuffix("_handler"))
+    return found
+
+
+def _parent_trace(tracing: Tracing, nest: Nest) -> RunTrace | None:
+    """The trace of the run that runs a child run, when ``tracing`` traces it."""
+    for hooks in nest.parent.scope.hooks:
+        if isinstance(hooks, RunTrace) and hooks.tracing is tracing:
+            return hooks
+    return None
+
+
 class RunTrace:
     """The spans of one run (see :class:`Tracing`)."""
 
@@ -183,18 +215,32 @@ class RunTrace:
         self.tracing = tracing
         self.run = run
         choice = run.ctx.choice
+        attributes = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": tracing.agent_name,
+            "gen_ai.provider.name": choice.provider,
+            "gen_ai.request.model": choice.model,
+            "innerloop.machine": run.machine.name,
+        }
+        nest, under = run.scope.nest, None
+        if nest is not None:  # a child run: under the state or tool call that runs it
+            above = _parent_trace(tracing, nest)
+            under = above.child_context() if above is not None else None
+            attributes["gen_ai.agent.name"] = nest.name
+            attributes["innerloop.child.path"] = nest.path
         self.agent = tracing.tracer.start_span(
-            f"invoke_agent {tracing.agent_name}",
+            f"invoke_agent {attributes['gen_ai.agent.name']}",
+            context=under,
             kind=SpanKind.INTERNAL,
-            attributes={
-                "gen_ai.operation.name": "invoke_agent",
-                "gen_ai.agent.name": tracing.agent_name,
-                "gen_ai.provider.name": choice.provider,
-                "gen_ai.request.model": choice.model,
-                "innerloop.machine": run.machine.name,
-            },
+            attributes=attributes,
         )
         self.parent = trace.set_span_in_context(self.agent)
+        self._runs_children = _child_states(run)
+        self._state: tuple[str, Span] | None = None
+        """The span of the state running children the run is in, if any."""
+        self._tools: dict[int, Span] = {}
+        """The open ``execute_tool`` spans, by span id (an agent tool's child nests
+        under the one current in its task)."""
         self.chat: Span | None = None
         self.chat_start = 0.0
         self.chat_attributes: dict[str, str] = {}
@@ -230,6 +276,47 @@ class RunTrace:
             self._end_chat()
         if ev.target == "call" and self.chat is None:
             self._start_chat()
+        if self._state is not None:
+            self._end_state(ev.target)
+        if ev.target in self._runs_children:
+            self._start_state(ev.target)
+
+    # -- states that run children ----------------------------------------------------------
+
+    def _start_state(self, name: str) -> None:
+        child, kind = self._runs_children[name]
+        span = self.tracing.tracer.start_span(
+            f"state {name}",
+            context=self.parent,
+            kind=SpanKind.INTERNAL,
+            attributes={
+                "innerloop.state": name,
+                "innerloop.state.kind": kind,
+                "innerloop.child.name": child,
+            },
+        )
+        self._state = (name, span)
+
+    def _end_state(self, target: str | None) -> None:
+        assert self._state is not None
+        (_, span), self._state = self._state, None
+        outcome = self.run.state.outcome
+        if outcome is not None:
+            span.set_attribute("innerloop.state.outcome", str(getattr(outcome, "value", outcome)))
+        if target is not None:
+            span.set_attribute("innerloop.transition.target", target)
+        span.end()
+
+    def child_context(self) -> Context:
+        """Where a child run of this run starting now puts its span: under the state
+        running it, else under the tool call whose task it starts in (an agent tool),
+        else under this run's span."""
+        if self._state is not None:
+            return trace.set_span_in_context(self._state[1], self.parent)
+        current = trace.get_current_span().get_span_context()
+        if current.span_id in self._tools:
+            return otel_context.get_current()
+        return self.parent
 
     def _summarize(self, ev: Transition) -> None:
         """Add ``ev`` to the turn. A turn ends where the machine enters again the state
@@ -451,6 +538,8 @@ class RunTrace:
     def on_finish(self, error: BaseException | None) -> None:
         if self.chat is not None:
             self._end_chat()
+        if self._state is not None:
+            self._end_state(None)
         if error is not None:
             self.agent.set_attribute("error.type", type(error).__name__)
             self.agent.add_event(
@@ -490,10 +579,12 @@ class RunTrace:
             attributes=attributes,
         )
         ctx = trace.set_span_in_context(span, self.parent)
+        self._tools[span.get_span_context().span_id] = span
         return span, otel_context.attach(ctx), CHILD_ENV.set(_TraceEnv(span))
 
     def tool_finished(self, handle: tuple[Span, object, object], result: ToolCallResult) -> None:
         span, token, env_token = handle
+        self._tools.pop(span.get_span_context().span_id, None)
         CHILD_ENV.reset(env_token)  # type: ignore[arg-type]
         otel_context.detach(token)  # type: ignore[arg-type]
         outcome = (

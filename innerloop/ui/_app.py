@@ -10,6 +10,8 @@
     GET /api/events/{id}         server-sent events: the run's detail, then at each change
                                  its summary and the rows added since the client's last
                                  event id (``Last-Event-ID``), then ``end`` once it finished
+    ?child=PATH                  on the three above: the run's child run at that path
+                                 (``survey/web#2``; a run's detail lists its ``children``)
     GET /evals, /compare/{id}    eval reports and reruns compared (see ``_reports.py``)
 
 Only requests naming a loopback host (``127.0.0.1``, ``localhost``, ``[::1]``) or the host
@@ -96,7 +98,7 @@ async def _runs(catalog: Catalog, request: Request) -> Response:
 async def _run(catalog: Catalog, request: Request) -> Response:
     """One run's detail, or one page of one of its lists (``?list=``)."""
     run_id = request.path_params["run_id"]
-    kind = request.query_params.get("list")
+    kind, child = request.query_params.get("list"), request.query_params.get("child")
     try:
         offset, limit = _number(request, "offset", 0), _number(request, "limit", PAGE)
     except ValueError as exc:
@@ -105,9 +107,9 @@ async def _run(catalog: Catalog, request: Request) -> Response:
         return _bad_query(f"?list= is one of {', '.join(LISTS)}, not {kind!r}")
     try:
         if kind is None:
-            detail = await run_in_threadpool(catalog.detail, run_id, limit)
+            detail = await run_in_threadpool(catalog.detail, run_id, limit, child)
         else:
-            detail = await run_in_threadpool(catalog.page, run_id, kind, offset, limit)
+            detail = await run_in_threadpool(catalog.page, run_id, kind, offset, limit, child)
     except UnknownRun as exc:
         return _not_found(exc)
     return _json(detail)
@@ -115,7 +117,8 @@ async def _run(catalog: Catalog, request: Request) -> Response:
 
 def _diagram_error(exc: Exception) -> JSONResponse:
     """404 for an unknown run, 503 without Graphviz, 409 for a run whose machine is not
-    at hand (the page shows the one line saying so instead of the diagram)."""
+    at hand or does not have the edges it took (the page shows the one line saying so
+    instead of the diagram)."""
     if isinstance(exc, UnknownRun):
         return _not_found(exc)
     status = 503 if isinstance(exc, GraphvizNotFound) else 409
@@ -187,20 +190,22 @@ def create_app(
         return await _run(catalog, request)
 
     async def diagram(request: Request) -> Response:
+        run_id, child = request.path_params["run_id"], request.query_params.get("child")
         try:
-            svg = await run_in_threadpool(catalog.diagram, request.path_params["run_id"])
-        except (UnknownRun, GraphvizNotFound, MachineNotFound) as exc:
+            svg = await run_in_threadpool(catalog.diagram, run_id, child)
+        except (UnknownRun, GraphvizNotFound, MachineNotFound, ValueError) as exc:
             return _diagram_error(exc)
         return Response(svg, media_type="image/svg+xml")
 
     async def events(request: Request) -> Response:
-        run_id = request.path_params["run_id"]
+        run_id, child = request.path_params["run_id"], request.query_params.get("child")
         last = request.headers.get("last-event-id")
         try:
-            first = await run_in_threadpool(catalog.update, run_id, last)
+            first = await run_in_threadpool(catalog.update, run_id, last, child)
         except UnknownRun as exc:
             return _not_found(exc)
-        return EventSourceResponse(_changes(catalog, run_id, first, request, closing), ping=10)
+        changes = _changes(catalog, run_id, child, first, request, closing)
+        return EventSourceResponse(changes, ping=10)
 
     routes = [
         Route("/", index),
@@ -217,6 +222,7 @@ def create_app(
 async def _changes(
     catalog: Catalog,
     run_id: str,
+    child: str | None,
     first: tuple[str, dict[str, Any]],
     request: Request,
     closing: threading.Event,
@@ -231,7 +237,7 @@ async def _changes(
         if await request.is_disconnected():
             return
         try:
-            key, update = await run_in_threadpool(catalog.update, run_id, sent)
+            key, update = await run_in_threadpool(catalog.update, run_id, sent, child)
         except UnknownRun:  # the log was removed
             break
         if key != sent:

@@ -1,5 +1,7 @@
 """The runs the page can show: those of a folder of event logs and those of a checkpoint
-store, each under one id (``log:FILE:N``, the N-th run of a log; ``db:RUN_ID``)."""
+store, each under one id (``log:FILE:N``, the N-th run of a log; ``db:RUN_ID``), and the
+child runs of each (machines inside machines), each under its run's id and its path
+(``survey/web#2``)."""
 
 from __future__ import annotations
 
@@ -16,10 +18,10 @@ from innerloop.fsm._default import DEFAULT_SPEC
 from innerloop.fsm._locate import MachineNotFound, MachineRecord, find_machine
 from innerloop.fsm._spec import MachineSpec
 from innerloop.ui._logs import LogFile, is_log
-from innerloop.ui._store import store_detail, store_summary
+from innerloop.ui._store import StoredChild, store_detail, store_summary
 from innerloop.ui._view import LISTS, RunFold
 
-__all__ = ["Catalog", "UnknownRun"]
+__all__ = ["Catalog", "UnknownChild", "UnknownRun"]
 
 SVG_CACHE = 32
 """Rendered diagrams kept (the oldest goes first)."""
@@ -37,6 +39,46 @@ class UnknownRun(LookupError):
             f"no run {run_id!r}: ids are log:FILE:N (the N-th run of an event log in the "
             "runs folder) or db:RUN_ID (a run of the checkpoint store); GET /api/runs lists them"
         )
+
+
+class UnknownChild(UnknownRun):
+    """The run has no child run at that path."""
+
+    def __init__(self, run_id: str, path: str) -> None:
+        self.run_id = run_id
+        self.path = path
+        LookupError.__init__(
+            self,
+            f"run {run_id!r} has no child run {path!r}: ?child= names the path of one of "
+            "its child runs (the run's detail lists them under children)",
+        )
+
+
+def _nested(spec: MachineSpec) -> list[MachineSpec]:
+    """The machines ``spec``'s states run as children (and theirs, all the way down)."""
+    found: list[MachineSpec] = []
+    for handler in spec.handlers.values():
+        compiled = getattr(getattr(handler, "child", None), "compiled", None)
+        if isinstance(compiled, CompiledMachine) and compiled.spec not in found:
+            found.append(compiled.spec)
+            found += [s for s in _nested(compiled.spec) if s not in found]
+    return found
+
+
+def _named_child(spec: MachineSpec, path: str) -> MachineSpec | None:
+    """The machine of ``spec``'s child that the last level of ``path`` names (a fan-out
+    branch ``web#2`` by ``web``), looked for all the way down."""
+    last = path.rpartition("/")[2].partition("#")[0]
+    for handler in spec.handlers.values():
+        child = getattr(handler, "child", None)
+        compiled = getattr(child, "compiled", None)
+        if isinstance(compiled, CompiledMachine):
+            if getattr(child, "name", None) == last:
+                return compiled.spec
+            deeper = _named_child(compiled.spec, path)
+            if deeper is not None:
+                return deeper
+    return None
 
 
 class StoredView:
@@ -191,19 +233,12 @@ class Catalog:
         ]
         return out[offset : None if limit is None else offset + limit]
 
-    def _view(self, run_id: str) -> tuple[View, dict[str, Any], str]:
-        """A run's view, what goes with it (source, machine, error) and a key that
-        changes with it (the stream's event id)."""
+    def _view(self, run_id: str, child: str | None = None) -> tuple[View, dict[str, Any], str]:
+        """A run's view (or its child's at path ``child``), what goes with it (source,
+        machine, error, child runs) and a key that changes with it (the stream's event
+        id)."""
         if run_id.startswith("log:"):
-            log, n, run = self._log_run(run_id)
-            record = MachineRecord.from_events([run.started] if run.started else [])
-            machine = self._machine_fields(record, run_id)
-            extra = {**machine, "id": run_id, "source": "log", "error": run.error or log.problem}
-            if not run.events and log.error:
-                extra["status"] = "error"
-            counts = ".".join(str(run.count(k)) for k in LISTS)
-            problem = zlib.crc32(str(extra["error"]).encode())  # an id is one line
-            return run, extra, f"{n}:{counts}.{run.events}.{run.errors}.{problem}"
+            return self._log_view(run_id, child)
         if run_id.startswith("db:") and self.store is not None:
             info = self._store_run(run_id)
             key = (info.run_id, info.checkpoints, info.updated)
@@ -212,10 +247,48 @@ class Catalog:
                 if cached is None:
                     cached = self._read_stored(info, run_id)
                 self._stored = {key: cached}
-            view = StoredView(cached)
-            extra = {"id": run_id, "source": "db", "error": cached.get("error")}
-            return view, extra, f"db:{info.checkpoints}:{info.updated}"
+            extra: dict[str, Any] = {"id": run_id, "source": "db", "child": child, "above": []}
+            stamp = f"db:{info.checkpoints}:{info.updated}"
+            if child is None:
+                view = StoredView({k: v for k, v in cached.items() if k != "child_views"})
+                return view, {**extra, "error": cached.get("error")}, stamp
+            views: dict[str, StoredChild] = cached.get("child_views") or {}
+            if child not in views:
+                raise UnknownChild(run_id, child)
+            fields = self._child_machine(None, run_id, child)
+            nothing = {"children": [], "children_total": 0, "error": None}
+            return StoredView(views[child].detail), {**fields, **extra, **nothing}, stamp
         raise UnknownRun(run_id)
+
+    def _log_view(self, run_id: str, child: str | None) -> tuple[View, dict[str, Any], str]:
+        log, n, top = self._log_run(run_id)
+        run = top
+        if child is not None:
+            found = top.children.get(child)
+            if found is None:
+                raise UnknownChild(run_id, child)
+            run = found
+        record = MachineRecord.from_events([run.started] if run.started else [])
+        if child is None:
+            machine = self._machine_fields(record, run_id)
+        else:
+            machine = self._child_machine(record, run_id, child)
+        error = run.error or (log.problem if child is None else None)
+        extra = {
+            **machine,
+            "id": run_id,
+            "source": "log",
+            "child": child,
+            "above": top.above(child) if child is not None else [],
+            "error": error,
+            "children": top.tree(child),
+            "children_total": top.count_below(child),
+        }
+        if not run.events and log.error:
+            extra["status"] = "error"
+        counts = ".".join(str(run.count(k)) for k in LISTS)
+        problem = zlib.crc32(str(extra["error"]).encode())  # an id is one line
+        return run, extra, f"{n}:{counts}.{top.events}.{top.errors}.{problem}"
 
     def _read_stored(self, info: RunInfo, run_id: str) -> dict[str, Any]:
         """A stored run's detail; one that cannot be read (a corrupt row, a broken
@@ -232,25 +305,32 @@ class Catalog:
                 "fingerprint": None,
                 "machine_error": None,
                 "error": f"run {info.run_id!r} cannot be read from the store: {line}",
+                "children": [],
+                "children_total": 0,
             }
 
-    def detail(self, run_id: str, limit: int = PAGE) -> dict[str, Any]:
-        """What the page shows of one run: the summary, the latest ``limit`` rows of each
-        list and the lists' ``totals``; :class:`UnknownRun` when there is none."""
-        view, extra, _ = self._view(run_id)
+    def detail(self, run_id: str, limit: int = PAGE, child: str | None = None) -> dict[str, Any]:
+        """What the page shows of one run (or of its child at path ``child``): the
+        summary, the latest ``limit`` rows of each list, the lists' ``totals`` and the
+        child runs; :class:`UnknownRun` when there is none."""
+        view, extra, _ = self._view(run_id, child)
         return {**_paged(view, limit), **extra}
 
-    def page(self, run_id: str, kind: str, offset: int, limit: int) -> dict[str, Any]:
+    def page(
+        self, run_id: str, kind: str, offset: int, limit: int, child: str | None = None
+    ) -> dict[str, Any]:
         """Rows ``offset`` to ``offset + limit`` of one of a run's lists (``LISTS``)."""
-        view, _, _ = self._view(run_id)
+        view, _, _ = self._view(run_id, child)
         rows = view.items(kind, offset, offset + limit)
         return {"list": kind, "offset": offset, "total": view.count(kind), kind: rows}
 
-    def update(self, run_id: str, last: str | None) -> tuple[str, dict[str, Any]]:
+    def update(
+        self, run_id: str, last: str | None, child: str | None = None
+    ) -> tuple[str, dict[str, Any]]:
         """The stream's next message for a client whose last event id is ``last``: its
         id, and the summary with the rows added since ``last`` (``"append": true``), or
         the paged detail when ``last`` is not an earlier state of the same run."""
-        view, extra, key = self._view(run_id)
+        view, extra, key = self._view(run_id, child)
         since = _counts(last, key)
         if since is None or not isinstance(view, RunFold):
             return key, {**_paged(view), **extra, "append": False}
@@ -271,31 +351,73 @@ class Catalog:
             error = f"run {run_id} recorded no machine (an older innerloop): drawn on {spec.name!r}"
         return {"machine": spec.name, "fingerprint": spec.fingerprint, "machine_error": error}
 
-    def _machine(self, run_id: str) -> MachineSpec:
-        """The machine run ``run_id`` recorded; :class:`MachineNotFound` when not at hand."""
+    def _child_machine(
+        self, record: MachineRecord | None, run_id: str, path: str
+    ) -> dict[str, Any]:
+        """:meth:`_machine_fields` of the child at ``path``: its machine looked for among
+        ``machines`` and the machines the run's own machine runs as children."""
+        try:
+            spec = self._find_child_machine(record, run_id, path)
+        except MachineNotFound as exc:
+            name = record.name if record else None
+            return {"machine": name, "fingerprint": None, "machine_error": str(exc)}
+        return {"machine": spec.name, "fingerprint": spec.fingerprint, "machine_error": None}
+
+    def _find_child_machine(
+        self, record: MachineRecord | None, run_id: str, path: str
+    ) -> MachineSpec:
+        what = f"child {path!r} of run {run_id}"
+        try:
+            parent = self._machine(run_id)
+        except MachineNotFound:
+            parent = None
+        if record is None:  # a stored child: the machine its parent's state runs by its name
+            named = _named_child(parent, path) if parent is not None else None
+            return named if named is not None else find_machine(None, (), what=what)
+        inside = _nested(parent) if parent is not None else []
+        return find_machine(record, [*self.machines, *inside], what=what)
+
+    def _machine(self, run_id: str, child: str | None = None) -> MachineSpec:
+        """The machine run ``run_id`` (or its child at path ``child``) recorded;
+        :class:`MachineNotFound` when not at hand."""
         if run_id.startswith("log:"):
-            started = self._log_run(run_id)[2].started
+            run = self._log_run(run_id)[2]
+            if child is not None:
+                run = run.children[child]
+            started = run.started
             record = MachineRecord.from_events([started] if started else [])
         elif self.store is not None:
-            record = self.store.machine(self._store_run(run_id).run_id)
+            info = self._store_run(run_id)
+            record = self.store.machine(info.run_id) if child is None else None
         else:
             raise UnknownRun(run_id)
+        if child is not None:
+            return self._find_child_machine(record, run_id, child)
         return find_machine(record, self.machines, what=f"run {run_id}")
 
-    def diagram(self, run_id: str) -> bytes:
-        """The machine's SVG with the run's trace on it (edge counts, path to the exit)."""
-        view, _, _ = self._view(run_id)
+    def diagram(self, run_id: str, child: str | None = None) -> bytes:
+        """The machine's SVG with the run's trace on it (edge counts, path to the exit),
+        its child runs' traces on the clusters of the states that ran them; of the child
+        at path ``child`` when given."""
+        view, _, _ = self._view(run_id, child)
         detail = view.summary()
-        machine = self._machine(run_id)
+        machine = self._machine(run_id, child)
         rows = view.items("transitions", 0, view.count("transitions"))
         steps = [(s["source"], s["target"], s["guard"]) for s in rows]
         final = detail["current"] if detail["status"] == "finished" else None
-        key = (machine.name, machine.fingerprint, tuple(steps), final, detail["exit_reason"])
+        below = _child_steps(self._log_run(run_id)[2], child) if run_id.startswith("log:") else []
+        key: tuple[Any, ...] = (machine.name, machine.fingerprint, tuple(steps), tuple(below))
+        key += (final, detail["exit_reason"])
         with self._lock:
             cached = self._svg.get(key)
         if cached is not None:
             return cached
-        trace = [{"type": "transition", "source": s, "target": t, "guard": g} for s, t, g in steps]
+        trace: list[dict[str, Any]] = [
+            {"type": "transition", "source": s, "target": t, "guard": g} for s, t, g in steps
+        ]
+        for path, source, target, guard in below:
+            step = {"type": "transition", "source": source, "target": target, "guard": guard}
+            trace.append({"type": "child_event", "path": path, "event": step})
         if final is not None:
             trace.append(
                 {"type": "finished", "final_state": final, "exit_reason": detail["exit_reason"]}
@@ -310,6 +432,19 @@ class Catalog:
     def close(self) -> None:
         if self.store is not None:
             self.store.close()
+
+
+def _child_steps(top: RunFold, under: str | None) -> list[tuple[str, str, str, str | None]]:
+    """The transitions of the child runs below a log's run (or below its child at path
+    ``under``), each with its path from there, for the diagram's clusters."""
+    steps = []
+    for path, fold in top.children.items():
+        if under is not None:
+            if not path.startswith(under + "/"):
+                continue
+            path = path[len(under) + 1 :]
+        steps += [(path, row[1], row[2], row[3]) for row in fold.lists["transitions"]]
+    return steps
 
 
 def _counts(last: str | None, key: str) -> list[int] | None:

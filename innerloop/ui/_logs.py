@@ -5,9 +5,10 @@ kept back until it is (another process may be writing it). The lines are cut int
 run starts at ``run_started``, ends at ``finished``); of each run the log keeps where its
 lines are (bytes and line numbers) and its summary (:class:`~innerloop.ui._view.RunFold`
 without its lists: a few fields, however long the run), so memory grows with the number
-of runs, not with the log. A run's lists (transitions, tool calls, turns, recoveries) are
-read from its bytes when it is opened (:meth:`LogFile.view`), and kept up to date as its
-lines come, for the few runs opened last.
+of runs, not with the log (a run's child runs are summaries too, by path). A run's lists
+(transitions, tool calls, turns, recoveries, messages; its children's too) are read from
+its bytes when it is opened (:meth:`LogFile.view`), and kept up to date as its lines
+come, for the few runs opened last.
 
 Each line is parsed by pydantic-core's JSON reader (a line it refuses is parsed again by
 the standard one, so every error reads the same), each event structured as the page

@@ -8,15 +8,25 @@ durations, which a store does not keep).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import attrs
+
+from innerloop import _convert
+from innerloop._errors import ConversionError
 from innerloop._messages import ToolResultBlock, ToolUseBlock
 from innerloop.checkpoint import Checkpointer, CheckpointInfo, RunInfo, decode
+from innerloop.fsm._interrupts import CHILD_RUNS
 from innerloop.fsm._state import HarnessState
 from innerloop.recovery._pricing import DEFAULT_PRICES, cost_usd
-from innerloop.ui._view import OUTPUT_CHARS
+from innerloop.ui._view import CHILDREN_PAGE, LISTS, MESSAGE_CHARS, OUTPUT_CHARS, message_text
 
-__all__ = ["store_detail", "store_summary"]
+__all__ = ["StoredChild", "store_children", "store_detail", "store_summary"]
+
+NOTES = "children"
+"""The key of ``state.notes`` where ``innerloop.fsm`` notes how its children ended (see
+``innerloop.fsm._child``); the runs it keeps going are under ``CHILD_RUNS``."""
 
 
 def store_summary(info: RunInfo) -> dict[str, Any]:
@@ -82,10 +92,93 @@ def _tools(state: HarnessState) -> list[dict[str, Any]]:
     return tools
 
 
+def _messages(state: HarnessState) -> list[dict[str, Any]]:
+    rows = []
+    for message in state.history:
+        text = message_text(message)
+        cut = text[:MESSAGE_CHARS] + ("…" if len(text) > MESSAGE_CHARS else "")
+        rows.append({"t": None, "role": message.role, "text": cut})
+    return rows
+
+
+@attrs.frozen
+class StoredChild:
+    """A child run as its parent's stored state keeps it: its row in the run's tree,
+    and its page's detail."""
+
+    row: dict[str, Any]
+    detail: dict[str, Any]
+
+
+def _ended(path: str, ended: Any) -> StoredChild:
+    """A child that ended, from what its parent noted (exit reason, turns, answer)."""
+    note = ended if isinstance(ended, dict) else {}
+    exit_reason, turns = note.get("exit_reason"), note.get("turns")
+    summary = {
+        "status": "finished",
+        "exit_reason": exit_reason if isinstance(exit_reason, str) else None,
+        "current": exit_reason if isinstance(exit_reason, str) else None,
+        "turns": turns if type(turns) is int else 0,
+        "input_tokens": None,
+        "output_tokens": None,
+        "cost_usd": None,
+    }
+    output = note.get("output")
+    text = output if isinstance(output, str) else json.dumps(output, default=str)
+    messages = [{"t": None, "role": "assistant", "text": text[:MESSAGE_CHARS]}] if text else []
+    lists: dict[str, list[Any]] = {kind: [] for kind in LISTS} | {"messages": messages}
+    return StoredChild({"path": path, **summary}, {**summary, **lists})
+
+
+def _waiting(path: str, saved: Any) -> StoredChild | None:
+    """A child kept going in its parent's notes (one waiting for an answer, or stopped
+    with its parent), from its whole state kept there."""
+    if not isinstance(saved, dict):
+        return None
+    kept = saved.get("state")
+    try:
+        state: HarnessState = _convert.structure(kept, HarnessState)
+    except (ConversionError, TypeError, ValueError):
+        return None
+    asked = state.interrupt
+    summary = {
+        "status": "suspended" if state.final_state == "suspended" else "stopped",
+        "exit_reason": state.exit_reason,
+        "current": asked.state if asked is not None else saved.get("at"),
+        "turns": state.turns,
+        "input_tokens": state.usage.input_tokens,
+        "output_tokens": state.usage.output_tokens,
+        "cost_usd": state.cost_usd,
+    }
+    lists: dict[str, list[Any]] = {kind: [] for kind in LISTS}
+    lists |= {"tools": _tools(state), "messages": _messages(state)}
+    return StoredChild({"path": path, **summary}, {**summary, **lists})
+
+
+def store_children(state: HarnessState) -> dict[str, StoredChild]:
+    """The child runs ``state`` keeps, by path (a fan-out's as ``name#n``), in order."""
+    found: dict[str, StoredChild] = {}
+    notes = state.notes.get(NOTES)
+    for name, ended in (notes if isinstance(notes, dict) else {}).items():
+        if isinstance(ended, list):
+            for n, one in enumerate(ended, start=1):
+                found[f"{name}#{n}"] = _ended(f"{name}#{n}", one)
+        else:
+            found[str(name)] = _ended(str(name), ended)
+    kept = state.notes.get(CHILD_RUNS)
+    for path, saved in (kept if isinstance(kept, dict) else {}).items():
+        child = _waiting(str(path), saved)
+        if child is not None:
+            found[str(path)] = child
+    return dict(list(found.items())[:CHILDREN_PAGE])
+
+
 def store_detail(store: Checkpointer, info: RunInfo) -> dict[str, Any]:
-    """Everything the run's page shows, read from the store's checkpoints."""
+    """Everything the run's page shows, read from the store's checkpoints; its children's
+    pages under ``child_views`` (by path)."""
     infos = store.checkpoints(info.run_id)
     state = decode(store.rows(info.run_id)).state
+    children = store_children(state)
     start = infos[0].created if infos else info.created
     transitions = [
         {"t": i.created - start, "source": i.source, "target": i.state, "guard": i.guard}
@@ -100,4 +193,11 @@ def store_detail(store: Checkpointer, info: RunInfo) -> dict[str, Any]:
         "tools": _tools(state),
         "turn_usage": _turns(store, info.run_id, infos),
         "recoveries": [],
+        "messages": _messages(state),
+        "children": [
+            {**c.row, "parent": None, "depth": 0, "machine": None, "error": None}
+            for c in children.values()
+        ],
+        "children_total": len(children),
+        "child_views": children,
     }

@@ -3,14 +3,15 @@
 Pure functions over plain data: no file, no server. A run's view is JSON data: its status,
 the transitions with their times, the tool calls with durations and outcomes (the
 provider's own server-tool calls and results among them, outcome ``server`` and ``server
-result``), and the tokens and cost of each model turn.
+result``), the messages its events hold, the tokens and cost of each model turn, and its
+child runs (``child_event`` lines), each folded into a view of its own by its path.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from sys import intern
 from typing import Any
 
@@ -29,15 +30,26 @@ from innerloop._events import (
     ToolUseStart,
     Transition,
 )
-from innerloop._messages import ModelResponse, ServerToolBlock
+from innerloop._messages import (
+    Message,
+    ModelResponse,
+    ServerToolBlock,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from innerloop.recovery._pricing import DEFAULT_PRICES, cost_usd
 
 __all__ = [
+    "CHILDREN_PAGE",
     "LISTS",
+    "MAX_CHILDREN",
+    "MESSAGE_CHARS",
     "OUTPUT_CHARS",
     "RECOVERY_EVENTS",
     "RunFold",
     "fold",
+    "message_text",
     "run_detail",
     "run_summary",
 ]
@@ -45,16 +57,28 @@ __all__ = [
 OUTPUT_CHARS = 300
 """A tool's output is cut to this many characters on the page."""
 
+MESSAGE_CHARS = 2000
+"""A message is cut to this many characters on the page."""
+
+CHILDREN_PAGE = 500
+"""The child runs a run's view lists at most (``children_total`` counts them all)."""
+
+MAX_CHILDREN = 10_000
+"""The child runs a run's view keeps at most: the lines of any further one are its error
+(a log may be hostile; each child kept is a view of its own)."""
+
 RECOVERY_EVENTS = ("backoff", "fallback", "compacted", "alert", "abort")
 
 
 class RunFold:
     """One run's view kept as its events are read, one at a time (:meth:`add`): the
-    summary in a few fields, the lists (transitions, tool calls, turns, recoveries) as
-    compact rows, appended to, never recomputed. Each event is structured through the
-    event classes (:meth:`Event.from_dict`) first: a line that is not a well-typed event
-    is the run's ``error`` (the first one, with its line; ``errors`` counts them), and
-    the lines after it are read on. With ``lists=False`` only the summary is kept."""
+    summary in a few fields, the lists (transitions, tool calls, turns, recoveries,
+    messages) as compact rows, appended to, never recomputed, and the views of its child
+    runs. Each event is structured through the event classes (:meth:`Event.from_dict`)
+    first: a line that is not a well-typed event is the run's ``error`` (the first one,
+    with its line; ``errors`` counts them), and the lines after it are read on. With
+    ``lists=False`` only the summary is kept (its child runs' summaries too, by path,
+    without their lists)."""
 
     def __init__(self, initial: str = "idle", *, lists: bool = True) -> None:
         self.initial = initial
@@ -73,6 +97,10 @@ class RunFold:
         self.errors = 0
         self.lists: dict[str, list[Any]] = {kind: [] for kind in LISTS}
         self._tool_starts: dict[str, float | None] = {}
+        self.children: dict[str, RunFold] = {}
+        """The views of the child runs, by their path (``survey/web#2``), in the order
+        their first event came (a grandchild's too: its path is the whole one); with
+        their lists when this view keeps its own."""
 
     def fail(self, where: str, problem: str) -> None:
         """Line ``where`` of this run cannot be read: ``problem``."""
@@ -91,6 +119,9 @@ class RunFold:
             self.fail(where, f"a {kind} event whose time t is {t!r}, not a number of seconds")
             return
         self.events += 1
+        if kind == "child_event":
+            self._child(data, where, t)
+            return
         cls = VIEWED.get(kind)
         if cls is None:
             return  # an event the page does not show (a stream delta, a custom state's)
@@ -103,17 +134,78 @@ class RunFold:
             return
         self._fold(event, data, t)
 
+    def _child(self, data: Mapping[str, Any], where: str, t: float | None) -> None:
+        """Fold a child's event into the view of the child its path names."""
+        path, inner = data.get("path"), data.get("event")
+        if not isinstance(path, str) or not path or not isinstance(inner, dict):
+            self.events -= 1
+            self.fail(where, "a child_event without a path (a string) and an event (an object)")
+            return
+        child = self.children.get(path)
+        if child is None:
+            if len(self.children) >= MAX_CHILDREN:
+                self.events -= 1
+                self.fail(where, f"a child run past the first {MAX_CHILDREN:,} (not kept)")
+                return
+            child = self.children[path] = RunFold(self.initial, lists=self.keep)
+        child.add({**inner, "t": t}, f"{where} (child {path})")
+
+    def tree(self, under: str | None = None) -> list[dict[str, Any]]:
+        """The child runs (those below the child ``under`` only, when given) in the
+        tree's order (each after the child above it, siblings as they started), each
+        with its path, its parent's path (None: this run) and depth, and its summary;
+        the first :data:`CHILDREN_PAGE` of them."""
+        below: dict[str | None, list[str]] = {}
+        for path in self.children:
+            if under is None or path.startswith(under + "/"):
+                parent = _parent_path(path, self.children)
+                below.setdefault(None if parent == under else parent, []).append(path)
+        rows: list[dict[str, Any]] = []
+        todo = [(path, 0) for path in reversed(below.get(None, []))]
+        while todo and len(rows) < CHILDREN_PAGE:
+            path, depth = todo.pop()
+            child = self.children[path]
+            machine = (child.started or {}).get("machine")
+            rows.append(
+                {
+                    "path": path,
+                    "parent": _parent_path(path, self.children),
+                    "depth": depth,
+                    "machine": machine if isinstance(machine, str) else None,
+                    **child.summary(),
+                    "error": child.error,
+                }
+            )
+            todo += [(p, depth + 1) for p in reversed(below.get(path, []))]
+        return rows
+
+    def above(self, path: str) -> list[str]:
+        """The paths of the child runs above the child at ``path``, from the top down."""
+        chain = []
+        parent = _parent_path(path, self.children)
+        while parent is not None:
+            chain.append(parent)
+            parent = _parent_path(parent, self.children)
+        return chain[::-1]
+
+    def count_below(self, under: str | None = None) -> int:
+        """How many child runs there are (below the child ``under``, when given)."""
+        if under is None:
+            return len(self.children)
+        return sum(1 for path in self.children if path.startswith(under + "/"))
+
+    def _message(self, t: float | None, role: str, text: str) -> None:
+        self.lists["messages"].append((t, role, _cut(text, MESSAGE_CHARS)))
+
     def _fold(self, event: Event, data: Mapping[str, Any], t: float | None) -> None:
-        lists = self.lists
         match event:
             case RunStarted():
                 if self.events == 1:
-                    self.started = dict(data)
-                    self.current = self.initial = event.state
+                    self._start(event, data, t)
             case Transition(source=source, target=target, guard=guard):
                 self.current = target
                 if self.keep:
-                    lists["transitions"].append((t, intern(source), intern(target), guard))
+                    self.lists["transitions"].append((t, intern(source), intern(target), guard))
             case Finished():
                 self.end = event
                 self.current = event.final_state
@@ -124,25 +216,33 @@ class RunFold:
             case ToolUseStart(id=tool_id):
                 self._tool_starts[tool_id] = t
             case ToolExecuted():
-                output = event.output[:OUTPUT_CHARS] + (
-                    "…" if len(event.output) > OUTPUT_CHARS else ""
-                )
-                outcome = "timeout" if event.timed_out else "error" if event.is_error else "ok"
-                started = self._tool_starts.pop(event.tool_use_id, None)
-                row = (
-                    event.tool_use_id,
-                    intern(event.name),
-                    started,
-                    t,
-                    event.duration,
-                    outcome,
-                    output,
-                )
-                lists["tools"].append(row)
+                self._tool(event, t)
             case _:
-                lists["recoveries"].append(
+                self.lists["recoveries"].append(
                     {k: v for k, v in data.items() if k not in ("seq", "diagnostic")}
                 )
+
+    def _start(self, event: RunStarted, data: Mapping[str, Any], t: float | None) -> None:
+        self.started = dict(data)
+        self.current = self.initial = event.state
+        if self.keep:
+            for message in event.messages:
+                self._message(t, message.role, message_text(message))
+
+    def _tool(self, event: ToolExecuted, t: float | None) -> None:
+        outcome = "timeout" if event.timed_out else "error" if event.is_error else "ok"
+        started = self._tool_starts.pop(event.tool_use_id, None)
+        row = (
+            event.tool_use_id,
+            intern(event.name),
+            started,
+            t,
+            event.duration,
+            outcome,
+            _cut(event.output, OUTPUT_CHARS),
+        )
+        self.lists["tools"].append(row)
+        self._message(t, "tool", f"{event.name}: {event.output}")
 
     def _turn(self, response: ModelResponse, turn: int, t: float | None) -> None:
         usage = response.usage
@@ -152,6 +252,7 @@ class RunFold:
         self.output_tokens += usage.output_tokens
         self.cost = None if price is None or self.cost is None else self.cost + price
         if self.keep:
+            self._message(t, "assistant", message_text(response.message))
             self.lists["tools"] += _server_rows(response.message.server_tools, t)
             self.lists["turn_usage"].append(
                 (
@@ -207,7 +308,7 @@ class RunFold:
         return {**self.summary(), **{k: self.items(k, 0, self.count(k)) for k in LISTS}}
 
 
-LISTS = ("transitions", "tools", "turn_usage", "recoveries")
+LISTS = ("transitions", "tools", "turn_usage", "recoveries", "messages")
 """The lists of a run's detail, each appended to as the run goes (and paged by the API)."""
 
 ROW_FIELDS = {
@@ -223,6 +324,7 @@ ROW_FIELDS = {
         "cost_usd",
         "stop_reason",
     ),
+    "messages": ("t", "role", "text"),
 }
 """The fields of a row of each list but ``recoveries`` (kept as the events' dicts)."""
 
@@ -243,6 +345,33 @@ VIEWED: dict[str, type[Event]] = {
     )
 }
 """The events the page shows, by type; the others are counted, not kept."""
+
+
+def _parent_path(path: str, known: Container[str]) -> str | None:
+    """The path of the nearest child run above ``path`` among ``known`` (None: the top
+    run); found by the ``/`` of the path, nearest first, so a call id holding ``/`` is
+    no level of its own."""
+    end = path.rfind("/")
+    while end > 0:
+        if path[:end] in known:
+            return path[:end]
+        end = path.rfind("/", 0, end)
+    return None
+
+
+def message_text(message: Message) -> str:
+    """What the page shows of a message: its text, a line per tool call (``→ name
+    {args}``) and per tool result (``← output``)."""
+    parts = []
+    for block in message.content:
+        if isinstance(block, TextBlock):
+            parts.append(block.text)
+        elif isinstance(block, ToolUseBlock):
+            args = json.dumps(dict(block.input), ensure_ascii=False, default=str)
+            parts.append(f"→ {block.name} {args}")
+        elif isinstance(block, ToolResultBlock):
+            parts.append(f"← {block.content}")
+    return "\n".join(parts)
 
 
 def _transition(data: Mapping[str, Any]) -> Transition | None:
@@ -293,6 +422,11 @@ plain shape (every field there, of its exact JSON type), which the converter rea
 same way; None for any other dict (the converter then reads it, or says what is wrong)."""
 
 
+def _cut(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, ``…`` marking a cut."""
+    return text[:limit] + ("…" if len(text) > limit else "")
+
+
 def _server_rows(blocks: Iterable[ServerToolBlock], t: float | None) -> list[tuple[Any, ...]]:
     """Rows of the tool list for the provider's own tool calls and results of a turn
     (outcome ``server``, or ``server result``): what was asked, or what came back."""
@@ -300,9 +434,8 @@ def _server_rows(blocks: Iterable[ServerToolBlock], t: float | None) -> list[tup
     for b in blocks:
         data = {k: v for k, v in b.data.items() if k not in ("type", "id", "tool_use_id", "name")}
         text = json.dumps(data.get("input", data), ensure_ascii=False, default=str)
-        output = text[:OUTPUT_CHARS] + ("…" if len(text) > OUTPUT_CHARS else "")
         outcome = "server result" if b.is_result else "server"
-        rows.append((b.id, intern(b.name), None, t, None, outcome, output))
+        rows.append((b.id, intern(b.name), None, t, None, outcome, _cut(text, OUTPUT_CHARS)))
     return rows
 
 

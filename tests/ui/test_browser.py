@@ -22,6 +22,8 @@ from selenium.webdriver.common.by import By
 from innerloop.diagrams._model import TIMES
 from innerloop.ui import Catalog
 
+from .test_children import HELPER, LEAF, RUN, write_nested_log
+
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -149,3 +151,31 @@ def test_the_demo_run_is_listed_and_shown(
     folder = ROOT / "docs" if os.environ.get("INNERLOOP_SCREENSHOT") == "1" else tmp_path
     assert browser.save_screenshot(str(folder / "ui.png"))
     assert (folder / "ui.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_a_child_run_opens_from_the_tree(browser: WebDriver, tmp_path: Path, serve: Any) -> None:
+    """The run's page lists its children as a tree; clicking the agent tool's child
+    (its path holding ``#``, ``/``, ``[`` and ``<b>``) opens its page, the path shown as
+    text; its own child opens from there with the way back up."""
+    server = serve(Catalog(tmp_path, machines=[write_nested_log(tmp_path)]))
+    browser.get(server.run_url(RUN))
+    row = _until(
+        lambda: browser.find_elements(By.CSS_SELECTOR, "#children tbody tr"), message="the tree"
+    )
+    paths = [r.find_elements(By.TAG_NAME, "td")[0].text for r in row]
+    assert paths == ["web#1", "web#2", HELPER, "leaf"]  # a grandchild named from its parent
+    next(r for r in row if r.get_attribute("data-path") == HELPER).click()
+    title = browser.find_element(By.ID, "run-title")
+    _until(lambda: title.text == HELPER, message="the child's page")
+    assert not browser.find_elements(By.CSS_SELECTOR, "#run-title b")
+    assert browser.execute_script("return new URL(location).searchParams.get('child')") == HELPER
+    messages = browser.find_elements(By.CSS_SELECTOR, "#messages li")
+    _until(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#messages li")) == 2, 10)
+    _until(lambda: browser.find_elements(By.CSS_SELECTOR, "#children tbody tr"), 10)
+    browser.find_element(By.CSS_SELECTOR, "#children tbody tr").click()
+    _until(lambda: title.text == LEAF, message="the grandchild's page")
+    crumbs = browser.find_elements(By.CSS_SELECTOR, "#crumbs a")
+    assert [c.text for c in crumbs] == [RUN, HELPER]
+    assert messages  # the helper's page had its messages
+    crumbs[0].click()
+    _until(lambda: title.text == RUN, message="back on the run's page")

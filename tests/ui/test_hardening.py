@@ -35,6 +35,23 @@ def _store(tmp_path: Path, *run_ids: str) -> str:
     return db
 
 
+def node_api(location: str, calls: list[str]) -> list[str]:
+    """What the page's API helper makes of each of ``calls`` (JS expressions) on a page
+    at ``location`` (node runs the helper as the page defines it)."""
+    from innerloop.ui._app import STATIC
+
+    script = (STATIC / "app.js").read_text()
+    start = script.index("// an API URL")
+    helper = script[start : script.index("\n}\n", start) + 3]
+    program = (
+        f"const window = {{location: new URL({json.dumps(location)})}};\n"
+        'const TOKEN = new URL(window.location).searchParams.get("token");\n'
+        f"{helper}\n" + "".join(f"console.log({call});\n" for call in calls)
+    )
+    node = subprocess.run(["node", "-e", program], capture_output=True, text=True, check=True)
+    return node.stdout.splitlines()
+
+
 class TestHosts:
     @pytest.mark.parametrize("host", ["evil.example", "evil.example:{port}", "127.0.0.1.nip.io"])
     def test_a_forged_host_is_refused(self, tmp_path: Path, serve: Any, host: str) -> None:
@@ -92,17 +109,8 @@ class TestHosts:
         from innerloop.ui._app import STATIC
 
         script = (STATIC / "app.js").read_text()
-        start = script.index("// an API URL")
-        helper = script[start : script.index("\n}\n", start) + 3]
-        program = (
-            'const window = {location: new URL("http://127.0.0.1:1/?token=T0K&run=x")};\n'
-            'const TOKEN = new URL(window.location).searchParams.get("token");\n'
-            f"{helper}\n"
-            'console.log(api("/api/run/", "db:a#b?c/d"));\n'
-            'console.log(api("/api/runs"));\n'
-        )
-        node = subprocess.run(["node", "-e", program], capture_output=True, text=True, check=True)
-        assert node.stdout.splitlines() == [
+        calls = ['api("/api/run/", "db:a#b?c/d")', 'api("/api/runs")']
+        assert node_api("http://127.0.0.1:1/?token=T0K&run=x", calls) == [
             "http://127.0.0.1:1/api/run/db%3Aa%23b%3Fc%2Fd?token=T0K",
             "http://127.0.0.1:1/api/runs?token=T0K",
         ]
@@ -158,7 +166,7 @@ class TestIncremental:
         catalog = Catalog(tmp_path)
         key, first = catalog.update("log:run.jsonl:1", None)
         assert (key, first["append"], len(first["transitions"])) == (
-            "1:3.0.0.0.3.0.3751981041",
+            "1:3.0.0.0.0.3.0.3751981041",
             False,
             3,
         )
@@ -168,15 +176,15 @@ class TestIncremental:
         url = server.url + "api/events/log:run.jsonl:1"
         with httpx.stream("GET", url, headers={"Last-Event-ID": key}, timeout=10) as response:
             lines = iter(response.iter_lines())
-            assert next(lines) == "id: 1:5.0.0.0.5.0.3751981041"
+            assert next(lines) == "id: 1:5.0.0.0.0.5.0.3751981041"
             assert next(lines) == "event: run"
             sent = json.loads(next(lines).removeprefix("data: "))
         assert sent["append"] is True
         assert [t["source"] for t in sent["transitions"]] == ["s3", "s4"]
         assert sent["totals"]["transitions"] == 5
         # an id of another run, or from the future, gets the latest page again
-        assert _counts("2:1.0.0.0", "1:5.0.0.0.5.0.3751981041") is None
-        assert _counts("1:9.0.0.0", "1:5.0.0.0.5.0.3751981041") is None
+        assert _counts("2:1.0.0.0.0", "1:5.0.0.0.0.5.0.3751981041") is None
+        assert _counts("1:9.0.0.0.0", "1:5.0.0.0.0.5.0.3751981041") is None
 
     def test_long_lists_are_paged(self, tmp_path: Path, serve: Any) -> None:
         header = json.dumps({"type": "log_header", "schema": "innerloop.events/1"})

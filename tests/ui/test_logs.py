@@ -377,6 +377,49 @@ def test_the_fast_summary_is_the_full_one(tmp_path: Path, monkeypatch: pytest.Mo
     assert [small.view(r).detail() for r in small.runs] == [v.detail() for v in opened]
 
 
+def _child_lines(path: str, turns: int) -> list[str]:
+    """A child run's lines as its parent's log carries them (``child_event`` by path)."""
+    wrapped = []
+    for line in _run_lines(turns):
+        event = json.loads(line)
+        t = event.pop("t", None)
+        wrapped.append(json.dumps({"type": "child_event", "path": path, "event": event, "t": t}))
+    return wrapped
+
+
+def test_child_runs_are_listed_as_summaries_and_opened_with_their_lists(tmp_path: Path) -> None:
+    """The list's pass keeps a run's child runs by path as summaries only (their lists
+    empty: what the run's tree shows), equal to the summaries of the run opened, whose
+    children carry their lists; a malformed child line is its child's error both ways."""
+    top = _run_lines(1)
+    bad = {"type": "child_event", "path": "web#2", "event": MALFORMED[0], "t": 2}
+    lines = [top[0], *_child_lines("web#1", 2), *_child_lines("web#2", 1), json.dumps(bad)]
+    lines += [*_child_lines("web#2/leaf", 1), *top[1:]]
+    path = tmp_path / "nested.jsonl"
+    path.write_text(HEADER + "\n".join(lines) + "\n")
+    log = LogFile(path)
+    log.refresh()
+    (run,) = log.runs
+    listed = run.fold.children
+    assert list(listed) == ["web#1", "web#2", "web#2/leaf"]
+    assert [c.lists for c in listed.values()] == [{k: [] for k in LISTS}] * 3
+    opened = log.view(run).children
+    assert list(opened) == list(listed)
+    assert [(c.summary(), c.error) for c in opened.values()] == [
+        (c.summary(), c.error) for c in listed.values()
+    ]
+    assert [(c.summary()["turns"], c.count("tools"), c.errors) for c in opened.values()] == [
+        (2, 2, 0),
+        (1, 1, 1),
+        (1, 1, 0),
+    ]
+    assert opened["web#2"].error == (
+        f"nested.jsonl:{lines.index(json.dumps(bad)) + 2} (child web#2): cannot read a "
+        "Transition from this data: expected a string, got a number (1) @ $.source"
+    )
+    assert (run.fold.summary()["events"], run.fold.errors) == (len(lines), 0)
+
+
 def test_opened_runs_follow_the_log_and_only_the_last_ones_are_kept(tmp_path: Path) -> None:
     """A run's lists are read from its lines when opened and grow with the log; the lists
     of the runs opened longest ago are let go and read again if asked for."""

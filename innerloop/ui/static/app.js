@@ -8,6 +8,7 @@ const LIST_EVERY_MS = 1500;
 const DIAGRAM_EVERY_MS = 800;
 
 let selected = null;      // the run id shown
+let child = null;         // the path of the child run shown (null: the run itself)
 let source = null;        // its EventSource
 let diagramKey = null;    // what the drawn diagram shows (transitions, status)
 let diagramBusy = false;
@@ -16,10 +17,11 @@ let lastDetail = null;
 // the per-launch token of a server not on loopback (in the page's URL): every API call carries it
 const TOKEN = new URL(window.location).searchParams.get("token");
 
-// an API URL: the run id encoded whole (ids may hold "#", "?", "/"), the token added
+// an API URL: the run id encoded whole (ids may hold "#", "?", "/"), the query's values too
+// (a child's path, ?child=, holds "#", "/", "[" as well; null: left out), the token added
 function api(path, id, query) {
   const url = new URL(path + (id === undefined ? "" : encodeURIComponent(id)), window.location.origin);
-  for (const [k, v] of Object.entries(query || {})) url.searchParams.set(k, v);
+  for (const [k, v] of Object.entries(query || {})) if (v !== null && v !== undefined) url.searchParams.set(k, v);
   if (TOKEN) url.searchParams.set("token", TOKEN);
   return url.toString();
 }
@@ -76,7 +78,7 @@ async function loadRuns() {
     if (run.id === selected || (selected && selected.endsWith(":last") && lastDetail && lastDetail.id === run.id)) {
       row.classList.add("selected");
     }
-    row.addEventListener("click", () => select(run.id));
+    row.addEventListener("click", () => select(run.id, null));
     body.append(row);
     if (run.error) {
       row.classList.add("problem");
@@ -88,18 +90,20 @@ async function loadRuns() {
 
 // -- one run ----------------------------------------------------------------------------
 
-function select(id) {
+function select(id, path) {
   selected = id;
+  child = path;
   diagramKey = null;
   lastDetail = null;
   const url = new URL(window.location);
   url.searchParams.set("run", id);
+  if (path === null) url.searchParams.delete("child"); else url.searchParams.set("child", path);
   window.history.replaceState(null, "", url);
   if (source) source.close();
   document.getElementById("run").hidden = false;
   document.getElementById("empty").hidden = true;
   document.getElementById("diagram").replaceChildren();
-  const stream = new EventSource(api("/api/events/", id));
+  const stream = new EventSource(api("/api/events/", id, { child: path }));
   source = stream;
   stream.addEventListener("run", (e) => show(merge(JSON.parse(e.data))));
   stream.addEventListener("end", () => { stream.close(); loadRuns(); });
@@ -107,20 +111,20 @@ function select(id) {
     // a dropped connection is retried by the EventSource itself; a refused one (a run
     // whose log is not there yet: 404) is asked for again each second
     if (stream.readyState !== EventSource.CLOSED) return;
-    fetch(api("/api/run/", id)).then((r) => (r.status === 404 ? r.json() : null)).then((d) => {
-      if (d && selected === id && source === stream) showMissing(id, d.error);
+    fetch(api("/api/run/", id, { child: path })).then((r) => (r.status === 404 ? r.json() : null)).then((d) => {
+      if (d && selected === id && child === path && source === stream) showMissing(id, d.error);
     }).catch(() => {});
-    setTimeout(() => { if (selected === id && source === stream) select(id); }, 1000);
+    setTimeout(() => { if (selected === id && child === path && source === stream) select(id, path); }, 1000);
   };
   loadRuns();
 }
 
 // a stream message: the run's latest rows ("append": false), or the rows added since the
 // last message, added to those kept (the latest LIST_ROWS of each list)
-const LISTS = ["transitions", "tools", "turn_usage", "recoveries"];
+const LISTS = ["transitions", "tools", "turn_usage", "recoveries", "messages"];
 const LIST_ROWS = 500;
 function merge(update) {
-  if (!update.append || !lastDetail || lastDetail.id !== update.id) return update;
+  if (!update.append || !lastDetail || lastDetail.id !== update.id || lastDetail.child !== update.child) return update;
   const run = { ...update };
   for (const k of LISTS) run[k] = lastDetail[k].concat(update[k]).slice(-LIST_ROWS);
   return run;
@@ -129,7 +133,7 @@ function merge(update) {
 function showMissing(id, message) {
   if (source) source.close();
   lastDetail = null;
-  document.getElementById("run-title").textContent = id;
+  document.getElementById("run-title").textContent = child === null ? id : child;
   document.getElementById("facts").replaceChildren();
   const error = document.getElementById("run-error");
   error.textContent = message;
@@ -138,7 +142,8 @@ function showMissing(id, message) {
 
 function show(run) {
   lastDetail = run;
-  document.getElementById("run-title").textContent = run.id;
+  document.getElementById("run-title").textContent = run.child === null || run.child === undefined ? run.id : run.child;
+  drawCrumbs(run);
   const facts = document.getElementById("facts");
   facts.replaceChildren(
     el("span", {}, el("span", { class: "badge " + run.status, id: "status" }, run.status)),
@@ -158,6 +163,59 @@ function show(run) {
   drawTools(run.tools);
   drawRecoveries(run.recoveries);
   drawChart(run.turn_usage);
+  drawChildren(run);
+  drawMessages(run.messages);
+}
+
+// a child's page: the way up (the run, then each child above it); every part is text
+function drawCrumbs(run) {
+  const crumbs = document.getElementById("crumbs");
+  crumbs.replaceChildren();
+  crumbs.hidden = run.child === null || run.child === undefined;
+  if (crumbs.hidden) return;
+  const up = el("a", { class: "crumb", "data-child": "" }, run.id);
+  up.addEventListener("click", () => select(run.id, null));
+  crumbs.append(up);
+  for (const above of run.above || []) {
+    const link = el("a", { class: "crumb", "data-child": above }, above);
+    link.addEventListener("click", () => select(run.id, above));
+    crumbs.append(" › ", link);
+  }
+  crumbs.append(" › ", el("span", {}, run.child));
+}
+
+// the run's child runs as a tree: each one opens its own page
+function drawChildren(run) {
+  const rows = run.children || [];
+  const body = document.querySelector("#children tbody");
+  body.replaceChildren();
+  for (const c of rows) {
+    const tokens = c.input_tokens === null || c.input_tokens === undefined ? "–" : `${c.input_tokens} / ${c.output_tokens}`;
+    // a row names its child from the row above it (the whole path is its tooltip)
+    const above = c.parent !== null && c.parent !== undefined ? c.parent : run.child;
+    const relative = above && c.path.startsWith(above + "/") ? c.path.slice(above.length + 1) : c.path;
+    const row = el("tr", { "data-path": c.path, "data-status": c.status },
+      el("td", { class: "path", title: c.path, style: `padding-left: ${6 + 14 * (c.depth || 0)}px` }, relative),
+      el("td", {}, el("span", { class: "badge " + c.status }, c.status), " ", c.current || "–"),
+      el("td", {}, c.exit_reason || "–"),
+      el("td", { class: "num" }, String(c.turns)),
+      el("td", { class: "num" }, tokens),
+      el("td", { class: "num" }, cost(c.cost_usd)));
+    row.addEventListener("click", () => select(run.id, c.path));
+    body.append(row);
+  }
+  const total = run.children_total || 0;
+  document.getElementById("children-count").textContent = total > rows.length ? `(${rows.length} of ${total})` : `(${total})`;
+  document.getElementById("children-box").hidden = total === 0;
+}
+
+function drawMessages(messages) {
+  const list = document.getElementById("messages");
+  list.replaceChildren();
+  for (const m of messages || []) {
+    list.append(el("li", { class: m.role }, el("span", { class: "role" }, m.role), m.text));
+  }
+  if (!(messages || []).length) list.append(el("li", { class: "muted" }, "none yet"));
 }
 
 function drawRecoveries(items) {
@@ -174,16 +232,16 @@ function drawRecoveries(items) {
 }
 
 function refreshDiagram(run) {
-  const key = run.id + "|" + run.totals.transitions + "|" + run.status;
+  const key = run.id + "|" + run.child + "|" + run.totals.transitions + "|" + run.status + "|" + JSON.stringify((run.children || []).map((c) => c.events));
   if (key === diagramKey) return;
   diagramWanted = key;
   if (diagramBusy) return;
   diagramBusy = true;
-  const id = run.id;
-  fetch(api("/api/diagram/", id)).then((r) =>
+  const id = run.id, path = run.child;
+  fetch(api("/api/diagram/", id, { child: path })).then((r) =>
     r.ok ? r.text() : r.json().then((j) => ({ error: j.error || r.statusText }))
   ).then((text) => {
-    if (id !== (lastDetail && lastDetail.id)) return;
+    if (!lastDetail || id !== lastDetail.id || path !== lastDetail.child) return;
     const box = document.getElementById("diagram");
     if (typeof text !== "string") {  // the run's machine is not at hand: say so, draw nothing
       box.replaceChildren(el("p", { class: "machine-missing" }, text.error));
@@ -297,4 +355,4 @@ function label(parent, x, y, text, anchor) {
 loadRuns();
 setInterval(loadRuns, LIST_EVERY_MS);
 const wanted = new URL(window.location).searchParams.get("run");
-if (wanted) select(wanted);
+if (wanted) select(wanted, new URL(window.location).searchParams.get("child"));
