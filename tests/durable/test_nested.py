@@ -589,6 +589,13 @@ def test_interrupt_in_a_child_is_resumed_through_the_engine(
     assert_resumed_in_the_child(kind, interrupt, state, expected, events, server, log_dir)
 
 
+SURVEY_ASKED = Counter(
+    ["survey Lisbon 0", "survey Porto 0", "survey Faro 0", "survey Porto 1", "oversee 0"]
+)
+"""The model calls of the fan-out resumed once: each branch's first, Porto's second
+(after its call ran), the loop's."""
+
+
 @pytest.mark.parametrize("engine", ["temporal", "dbos"])
 def test_a_fan_out_branchs_approval_is_resumed_in_that_branch(
     request: pytest.FixtureRequest,
@@ -621,15 +628,7 @@ def test_a_fan_out_branchs_approval_is_resumed_in_that_branch(
         ("web#3", "model_complete"),
     ]
     assert found[3:] == [("", "suspended"), ("web#2", "model_complete"), ("", "model_complete")]
-    assert asked_by_city(server) == Counter(
-        {
-            "survey Lisbon 0": 1,
-            "survey Porto 0": 1,
-            "survey Faro 0": 1,
-            "survey Porto 1": 1,
-            "oversee 0": 1,
-        }
-    )
+    assert asked_by_city(server) == SURVEY_ASKED
     assert [c for _, c in tool_starts(log_dir)] == ["toolu_s2"]
 
 
@@ -673,3 +672,37 @@ def test_an_agent_tools_child_asking_is_resumed_in_the_tool_call(
         {"consult 0": 1, f"{agent} 0": 1, f"{agent} 1": 1, "consult 1": 1}
     )
     assert [c for _, c in tool_starts(log_dir)] == ["toolu_c1"]
+
+
+def test_worker_killed_while_a_branch_waits_recovers_the_fan_out(
+    procs: Processes, tmp_path: Path, server: AnthropicServer, log_dir: Path
+) -> None:
+    """kill -9 the DBOS worker (SQLite) while the fan-out waits on Porto's approval; a
+    new worker recovers the workflow, which replays its branches' recorded calls (none
+    is made again) and waits again; the answer lands in Porto, and the run ends with
+    the in-process history."""
+    expected = in_process("survey", tmp_path / "in-process", True)
+    url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    env = {"INNERLOOP_TEST_DIR": str(log_dir), "INNERLOOP_TEST_LOOPBACK": server.base_url}
+
+    async def main() -> tuple[Any, Interrupt, int]:
+        w1 = await asyncio.to_thread(spawn_dbos_worker, procs, "w1", url, env, NESTED_APP)
+        client = DBOSClient(system_database_url=url)
+        try:
+            loops = DBOSLoopClient(client)
+            await loops.start("survey", "go", id="survey-crash")
+            interrupt = await asyncio.wait_for(dbos_suspended(loops, "survey-crash"), 60)
+            procs.kill9(w1)
+            w2 = await asyncio.to_thread(spawn_dbos_worker, procs, "w2", url, env, NESTED_APP)
+            await loops.resume("survey-crash", True)
+            state = await asyncio.wait_for(loops.result("survey-crash"), 60)
+            return state, interrupt, w2.pid
+        finally:
+            client.destroy()
+
+    state, interrupt, successor = asyncio.run(main())
+    assert (interrupt.path, interrupt.tool_use_ids) == ("web#2", ("toolu_s2",))
+    assert histories(state) == histories(expected)
+    assert state.notes == expected.notes
+    assert asked_by_city(server) == SURVEY_ASKED
+    assert tool_starts(log_dir) == [(successor, "toolu_s2")]
