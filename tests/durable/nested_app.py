@@ -1,7 +1,7 @@
 """The nested loops the durable tests run: a parent with a child state and a handoff,
 parents whose child asks the host (an approval, a question), a parent whose tool is
-an agent (``agent_tool``), a fan-out whose middle branch asks for approval, and parents
-whose agent tool's child asks (an approval, a question).
+an agent (``agent_tool``), fan-outs whose branches ask for approval (one branch, or
+two), and parents whose agent tool's child asks (an approval, a question).
 
 Every model is Claude through the real Anthropic SDK client against one loopback server
 of the test process (its base URL in ``$INNERLOOP_TEST_LOOPBACK``, read when a worker
@@ -110,20 +110,26 @@ def city(body: Mapping[str, Any]) -> str:
     return str(content if isinstance(content, str) else content[0]["text"])
 
 
-def survey_turn(body: Mapping[str, Any]) -> Reply:
-    """A branch's answer: Porto looks first, then says what it saw; the others at once."""
+def survey_turn(body: Mapping[str, Any], looking: tuple[str, ...]) -> Reply:
+    """A branch's answer: a city of ``looking`` looks first, then says what it saw; the
+    others at once."""
     where, done = city(body), tool_results(body)
-    if where == "Porto" and not done:
-        return reply("a look first", tool_call("look", {"what": where}, id="toolu_s2"))
+    if where in looking and not done:
+        call = tool_call("look", {"what": where}, id=f"toolu_s{CITIES.index(where) + 1}")
+        return reply("a look first", call)
     return reply(f"{where}: {done[0] if done else 'sunny'}.")
+
+
+SURVEYS = {"You survey.": ("Porto",), "You survey twice.": ("Lisbon", "Faro")}
+"""The fan-outs' system prompts, and the cities whose branches look (and ask) first."""
 
 
 def answer(body: Any) -> Reply:
     """Each agent's answer to a request, by its system prompt and its tool results (a
     fan-out branch's by its city too)."""
     who = system(body)
-    if who == "You survey.":
-        return survey_turn(body)
+    if who in SURVEYS:
+        return survey_turn(body, SURVEYS[who])
     if who not in ANSWERS:
         raise ValueError(f"no answer scripted for the system prompt {who!r}")
     return ANSWERS[who](tool_results(body))
@@ -167,10 +173,10 @@ def asking_spec(kind: str) -> MachineSpec:
     return child_first(child).renamed(f"nested-{kind}")
 
 
-def survey_spec() -> MachineSpec:
-    """A ``survey`` state first, fanning a child on the approval machine out over
-    :data:`CITIES`."""
-    params = HarnessParams(model=MODEL, system="You survey.", tools=[LOOK])
+def survey_spec(prompt: str = "You survey.") -> MachineSpec:
+    """A ``survey`` state first, fanning a child on the approval machine (its system
+    prompt ``prompt``, a key of :data:`SURVEYS`) out over :data:`CITIES`."""
+    params = HarnessParams(model=MODEL, system=prompt, tools=[LOOK])
     child = Child("web", params, machine=with_approval())
     return with_child_state(
         DEFAULT_SPEC,
@@ -211,6 +217,9 @@ def nested_app(base_url: str) -> LoopApp:
             "nested-question": LoopDefinition(oversee, providers, machine=asking_spec("question")),
             "agent-tool": LoopDefinition(delegate, providers),
             "survey": LoopDefinition(oversee, providers, machine=survey_spec()),
+            "survey-twice": LoopDefinition(
+                oversee, providers, machine=survey_spec("You survey twice.")
+            ),
             **{
                 f"agent-{kind}": LoopDefinition(
                     HarnessParams(

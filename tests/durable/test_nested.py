@@ -43,6 +43,7 @@ from innerloop.testing import AnthropicServer, FakeClock, Fault, Reply, Scripted
 from tests.durable._checks import started, tool_starts, until
 from tests.durable._procs import Processes, TemporalServer, spawn_dbos_worker
 from tests.durable.nested_app import (
+    SURVEYS,
     answer,
     child_first,
     city,
@@ -563,7 +564,7 @@ def resumed_on(
 def asked_by_city(server: AnthropicServer) -> Counter[str]:
     """As :func:`asked`, a fan-out branch's requests named by their city too."""
     return Counter(
-        f"{system(r.body)[4:-1]}{' ' + city(r.body) if system(r.body) == 'You survey.' else ''}"
+        f"{system(r.body)[4:-1]}{' ' + city(r.body) if system(r.body) in SURVEYS else ''}"
         f" {len(tool_results(r.body))}"
         for r in server.requests
     )
@@ -706,3 +707,44 @@ def test_worker_killed_while_a_branch_waits_recovers_the_fan_out(
     assert state.notes == expected.notes
     assert asked_by_city(server) == SURVEY_ASKED
     assert tool_starts(log_dir) == [(successor, "toolu_s2")]
+
+
+def test_two_asking_branches_are_asked_one_at_a_time_in_a_temporal_workflow(
+    temporal_server: TemporalServer, server: AnthropicServer, log_dir: Path
+) -> None:
+    """Lisbon's and Faro's branches ask: the workflow waits on Lisbon's (``web#1``);
+    answered (denied), it waits again on Faro's (``web#3``) without running Porto or
+    Lisbon's first call again; answered, the run ends with the in-process history."""
+    tmp = log_dir.parent / "in-process"
+    tmp.mkdir()
+    with AnthropicServer(respond=answer) as own, pytest.MonkeyPatch.context() as mp:
+        mp.setenv("INNERLOOP_TEST_DIR", str(tmp))
+        d = nested_app(own.base_url).get("survey-twice")
+        harness = Harness(d.params, d.providers, machine=d.machine)
+        expected = harness.run_sync("go")
+        expected = harness.resume(expected, False).run_sync()
+        expected = harness.resume(expected, True).run_sync()
+    assert expected.exit_reason == "model_complete"
+
+    async def body(loops: TemporalLoops) -> tuple[Any, list[Interrupt]]:
+        handle = await loops.start("survey-twice", "go", id="survey-twice")
+        first = await temporal_suspended(handle)
+        await handle.resume(False)
+        while (second := await temporal_suspended(handle)).path == first.path:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)  # the first question until the workflow goes on
+        await handle.resume(True)
+        return await handle.result(), [first, second]
+
+    state, asked_on = on_temporal(temporal_server, server, "survey-twice", body)
+    assert [(i.path, i.tool_use_ids) for i in asked_on] == [
+        ("web#1", ("toolu_s1",)),
+        ("web#3", ("toolu_s3",)),
+    ]
+    assert histories(state) == histories(expected)
+    assert state.history[0].text == (
+        "go[web#1] Lisbon: denied by the user.\n[web#2] Porto: sunny.\n"
+        "[web#3] Faro: looked at Faro."
+    )
+    branches = ["Lisbon 0", "Porto 0", "Faro 0", "Lisbon 1", "Faro 1"]
+    assert asked_by_city(server) == Counter([*(f"survey twice {b}" for b in branches), "oversee 0"])
+    assert [c for _, c in tool_starts(log_dir)] == ["toolu_s3"]
