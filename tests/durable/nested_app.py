@@ -1,6 +1,7 @@
 """The nested loops the durable tests run: a parent with a child state and a handoff,
-parents whose child asks the host (an approval, a question), and a parent whose tool is
-an agent (``agent_tool``).
+parents whose child asks the host (an approval, a question), a parent whose tool is
+an agent (``agent_tool``), fan-outs whose branches ask for approval (one branch, or
+two), and parents whose agent tool's child asks (an approval, a question).
 
 Every model is Claude through the real Anthropic SDK client against one loopback server
 of the test process (its base URL in ``$INNERLOOP_TEST_LOOPBACK``, read when a worker
@@ -25,6 +26,7 @@ from innerloop.fsm import (
     MachineSpec,
     StateSpec,
     child_handler,
+    fan_out_handler,
     handoff_handler,
     with_child_state,
 )
@@ -96,12 +98,38 @@ ANSWERS: Mapping[str, Callable[[list[str]], Reply]] = {
     "You delegate.": two_turns(
         "forecaster", {"task": "Weather in Lisbon?"}, "toolu_a1", "asking", "Forecast: {}"
     ),
+    "You consult.": two_turns("helper", {"task": "Tidy up."}, "toolu_h1", "asking", "So: {}"),
 }
+CITIES = ("Lisbon", "Porto", "Faro")
+"""The fan-out's branches, one per city; Porto's looks first (and asks for approval)."""
+
+
+def city(body: Mapping[str, Any]) -> str:
+    """The city a branch was asked about (its first user message)."""
+    content = body["messages"][0]["content"]
+    return str(content if isinstance(content, str) else content[0]["text"])
+
+
+def survey_turn(body: Mapping[str, Any], looking: tuple[str, ...]) -> Reply:
+    """A branch's answer: a city of ``looking`` looks first, then says what it saw; the
+    others at once."""
+    where, done = city(body), tool_results(body)
+    if where in looking and not done:
+        call = tool_call("look", {"what": where}, id=f"toolu_s{CITIES.index(where) + 1}")
+        return reply("a look first", call)
+    return reply(f"{where}: {done[0] if done else 'sunny'}.")
+
+
+SURVEYS = {"You survey.": ("Porto",), "You survey twice.": ("Lisbon", "Faro")}
+"""The fan-outs' system prompts, and the cities whose branches look (and ask) first."""
 
 
 def answer(body: Any) -> Reply:
-    """Each agent's answer to a request, by its system prompt and its tool results."""
+    """Each agent's answer to a request, by its system prompt and its tool results (a
+    fan-out branch's by its city too)."""
     who = system(body)
+    if who in SURVEYS:
+        return survey_turn(body, SURVEYS[who])
     if who not in ANSWERS:
         raise ValueError(f"no answer scripted for the system prompt {who!r}")
     return ANSWERS[who](tool_results(body))
@@ -145,6 +173,30 @@ def asking_spec(kind: str) -> MachineSpec:
     return child_first(child).renamed(f"nested-{kind}")
 
 
+def survey_spec(prompt: str = "You survey.") -> MachineSpec:
+    """A ``survey`` state first, fanning a child on the approval machine (its system
+    prompt ``prompt``, a key of :data:`SURVEYS`) out over :data:`CITIES`."""
+    params = HarnessParams(model=MODEL, system=prompt, tools=[LOOK])
+    child = Child("web", params, machine=with_approval())
+    return with_child_state(
+        DEFAULT_SPEC,
+        StateSpec("survey", doc="one agent per city"),
+        fan_out_handler(child, lambda s: CITIES),
+        source="idle",
+        target="assemble",
+        on_failure="failed",
+    ).renamed("nested-survey")
+
+
+def helper(kind: str) -> Child[Any]:
+    """The agent tool ``helper``'s child, which asks: its approval before its call runs
+    (``approval``), or a question its tool asks (``question``)."""
+    if kind == "approval":
+        params = HarnessParams(model=MODEL, system="You clean.", tools=[LOOK])
+        return Child("helper", params, machine=with_approval())
+    return Child("helper", HarnessParams(model=MODEL, system="You ask.", tools=[ASK]))
+
+
 def nested_app(base_url: str) -> LoopApp:
     """The nested loops, their models on the loopback server at ``base_url``."""
     providers = {"anthropic": AnthropicProvider("sk-ant-test", base_url=base_url)}
@@ -164,6 +216,21 @@ def nested_app(base_url: str) -> LoopApp:
             "nested-approval": LoopDefinition(oversee, providers, machine=asking_spec("approval")),
             "nested-question": LoopDefinition(oversee, providers, machine=asking_spec("question")),
             "agent-tool": LoopDefinition(delegate, providers),
+            "survey": LoopDefinition(oversee, providers, machine=survey_spec()),
+            "survey-twice": LoopDefinition(
+                oversee, providers, machine=survey_spec("You survey twice.")
+            ),
+            **{
+                f"agent-{kind}": LoopDefinition(
+                    HarnessParams(
+                        model=MODEL,
+                        system="You consult.",
+                        tools=[agent_tool(helper(kind), "Ask the helper to do it.")],
+                    ),
+                    providers,
+                )
+                for kind in ("approval", "question")
+            },
         }
     )
 

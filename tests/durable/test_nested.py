@@ -42,7 +42,15 @@ from innerloop.fsm import (
 from innerloop.testing import AnthropicServer, FakeClock, Fault, Reply, ScriptedProvider, reply
 from tests.durable._checks import started, tool_starts, until
 from tests.durable._procs import Processes, TemporalServer, spawn_dbos_worker
-from tests.durable.nested_app import answer, child_first, nested_app, system, tool_results
+from tests.durable.nested_app import (
+    SURVEYS,
+    answer,
+    child_first,
+    city,
+    nested_app,
+    system,
+    tool_results,
+)
 from tests.durable.test_steps import in_memory
 
 T = TypeVar("T")
@@ -352,7 +360,36 @@ async def temporal_suspended(handle: TemporalLoopHandle) -> Interrupt:
     return interrupt
 
 
+def resumed_on_temporal(
+    temporal_server: TemporalServer, server: AnthropicServer, loop: str, answer_with: Any
+) -> tuple[HarnessState, Interrupt, list[dict[str, Any]]]:
+    """Loop ``loop`` as a Temporal workflow, resumed once with ``answer_with`` through
+    the ``resume`` update when it waits: its final state, the interrupt it waited on,
+    its events."""
+
+    async def body(loops: TemporalLoops) -> tuple[Any, Interrupt, list[dict[str, Any]]]:
+        handle = await loops.start(loop, "go", id=loop)
+        interrupt = await temporal_suspended(handle)
+        await handle.resume(answer_with)
+        state = await handle.result()
+        return state, interrupt, [e async for e in handle.events(poll=0.05)]
+
+    return on_temporal(temporal_server, server, loop, body)
+
+
 ASKING = [("nested-approval", True, "approval"), ("nested-question", "blue", "question")]
+
+
+def ends(events: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(path, exit reason) of each end of the loop ("") and of its children, in order."""
+    return [
+        (e["path"], e["event"]["exit_reason"])
+        if e["type"] == "child_event"
+        else ("", e["exit_reason"])
+        for e in events
+        if e["type"] == "finished"
+        or (e["type"] == "child_event" and e["event"]["type"] == "finished")
+    ]
 
 
 def assert_resumed_in_the_child(
@@ -375,15 +412,7 @@ def assert_resumed_in_the_child(
     assert histories(state) == histories(expected)
     assert state.exit_reason == "model_complete"
     assert state.interrupt is None
-    ends = [
-        (e["path"], e["event"]["exit_reason"])
-        if e["type"] == "child_event"
-        else ("", e["exit_reason"])
-        for e in events
-        if e["type"] == "finished"
-        or (e["type"] == "child_event" and e["event"]["type"] == "finished")
-    ]
-    assert ends == [
+    assert ends(events) == [
         (child, "suspended"),
         ("", "suspended"),
         (child, "model_complete"),
@@ -395,31 +424,6 @@ def assert_resumed_in_the_child(
     assert [c for _, c in tool_starts(log_dir)] == ["toolu_c1"]
 
 
-@pytest.mark.parametrize(("loop", "answer_with", "kind"), ASKING)
-def test_interrupt_in_a_child_is_resumed_through_temporal(
-    temporal_server: TemporalServer,
-    server: AnthropicServer,
-    log_dir: Path,
-    loop: str,
-    answer_with: Any,
-    kind: str,
-) -> None:
-    """The child asks (its approval machine, its tool's question): the workflow waits
-    with the child's question; the ``resume`` update lands in the child, and the run
-    ends with the in-process history; nothing ran twice."""
-    expected = in_process(loop, log_dir / "in-process", answer_with)
-
-    async def body(loops: TemporalLoops) -> tuple[Any, Interrupt, list[dict[str, Any]]]:
-        handle = await loops.start(loop, "go", id=loop)
-        interrupt = await temporal_suspended(handle)
-        await handle.resume(answer_with)
-        state = await handle.result()
-        return state, interrupt, [e async for e in handle.events(poll=0.05)]
-
-    state, interrupt, events = on_temporal(temporal_server, server, loop, body)
-    assert_resumed_in_the_child(kind, interrupt, state, expected, events, server, log_dir)
-
-
 # -- DBOS ------------------------------------------------------------------------------------
 
 
@@ -429,19 +433,17 @@ async def dbos_suspended(loops: DBOSLoopClient, id: str) -> Interrupt:
     return interrupt
 
 
-@pytest.mark.parametrize(("loop", "answer_with", "kind"), ASKING)
-def test_interrupt_in_a_child_is_resumed_through_dbos(
+def resumed_on_dbos(
     procs: Processes,
     tmp_path: Path,
     server: AnthropicServer,
     log_dir: Path,
     loop: str,
     answer_with: Any,
-    kind: str,
-) -> None:
-    """As on Temporal: the DBOS workflow waits with the child's question, and
-    ``DBOSLoopClient.resume`` lands in the child; the history is the in-process one."""
-    expected = in_process(loop, tmp_path / "in-process", answer_with)
+) -> tuple[HarnessState, Interrupt, list[dict[str, Any]]]:
+    """Loop ``loop`` as a DBOS workflow on a worker process (SQLite), resumed once with
+    ``answer_with`` through ``DBOSLoopClient.resume`` when it waits: its final state,
+    the interrupt it waited on, its events."""
     url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
     env = {"INNERLOOP_TEST_DIR": str(log_dir), "INNERLOOP_TEST_LOOPBACK": server.base_url}
 
@@ -458,8 +460,7 @@ def test_interrupt_in_a_child_is_resumed_through_dbos(
         finally:
             client.destroy()
 
-    state, interrupt, events = asyncio.run(main())
-    assert_resumed_in_the_child(kind, interrupt, state, expected, events, server, log_dir)
+    return asyncio.run(main())
 
 
 def test_abort_reaches_a_running_child_at_its_next_turn(
@@ -538,3 +539,212 @@ def test_worker_killed_inside_a_child_loses_nothing_and_repeats_no_call(
     assert tool_starts(log_dir) == [(killed, "toolu_r1"), (successor, "toolu_p1")]
     assert tree(events) == NESTED_TREE
     assert (state.usage, state.cost_usd) == (expected.usage, expected.cost_usd)
+
+
+# -- a child asks, on both engines -------------------------------------------------------------
+
+
+def resumed_on(
+    engine: str,
+    request: pytest.FixtureRequest,
+    server: AnthropicServer,
+    log_dir: Path,
+    loop: str,
+    answer_with: Any,
+) -> tuple[HarnessState, Interrupt, list[dict[str, Any]]]:
+    """Loop ``loop`` on ``engine`` (``temporal``, ``dbos``), resumed once with
+    ``answer_with`` through its client."""
+    if engine == "temporal":
+        temporal_server = request.getfixturevalue("temporal_server")
+        return resumed_on_temporal(temporal_server, server, loop, answer_with)
+    procs, tmp_path = request.getfixturevalue("procs"), request.getfixturevalue("tmp_path")
+    return resumed_on_dbos(procs, tmp_path, server, log_dir, loop, answer_with)
+
+
+def asked_by_city(server: AnthropicServer) -> Counter[str]:
+    """As :func:`asked`, a fan-out branch's requests named by their city too."""
+    return Counter(
+        f"{system(r.body)[4:-1]}{' ' + city(r.body) if system(r.body) in SURVEYS else ''}"
+        f" {len(tool_results(r.body))}"
+        for r in server.requests
+    )
+
+
+@pytest.mark.parametrize("engine", ["temporal", "dbos"])
+@pytest.mark.parametrize(("loop", "answer_with", "kind"), ASKING)
+def test_interrupt_in_a_child_is_resumed_through_the_engine(
+    request: pytest.FixtureRequest,
+    server: AnthropicServer,
+    log_dir: Path,
+    engine: str,
+    loop: str,
+    answer_with: Any,
+    kind: str,
+) -> None:
+    """The child asks (its approval machine, its tool's question): the workflow waits
+    with the child's question; the answer through the engine's client (Temporal's
+    ``resume`` update, ``DBOSLoopClient.resume``) lands in the child, and the run ends
+    with the in-process history; nothing ran twice."""
+    expected = in_process(loop, log_dir.parent / "in-process", answer_with)
+    state, interrupt, events = resumed_on(engine, request, server, log_dir, loop, answer_with)
+    assert_resumed_in_the_child(kind, interrupt, state, expected, events, server, log_dir)
+
+
+SURVEY_ASKED = Counter(
+    ["survey Lisbon 0", "survey Porto 0", "survey Faro 0", "survey Porto 1", "oversee 0"]
+)
+"""The model calls of the fan-out resumed once: each branch's first, Porto's second
+(after its call ran), the loop's."""
+
+
+@pytest.mark.parametrize("engine", ["temporal", "dbos"])
+def test_a_fan_out_branchs_approval_is_resumed_in_that_branch(
+    request: pytest.FixtureRequest,
+    server: AnthropicServer,
+    log_dir: Path,
+    engine: str,
+) -> None:
+    """Of three branches the middle one (Porto) asks for approval: the workflow waits on
+    that question (path ``web#2``) once the other two have answered; the answer through
+    the engine's client lands in Porto, which runs its call and answers; Lisbon and
+    Faro are not asked again, and the run ends with the in-process history and notes."""
+    expected = in_process("survey", log_dir.parent / "in-process", True)
+    state, interrupt, events = resumed_on(engine, request, server, log_dir, "survey", True)
+    assert (interrupt.kind, interrupt.state, interrupt.path, interrupt.tool_use_ids) == (
+        "approval",
+        "survey",
+        "web#2",
+        ("toolu_s2",),
+    )
+    assert histories(state) == histories(expected)
+    assert state.history[0].text == (
+        "go[web#1] Lisbon: sunny.\n[web#2] Porto: looked at Porto.\n[web#3] Faro: sunny."
+    )
+    assert state.notes == expected.notes
+    assert "children.runs" not in state.notes
+    found = ends(events)
+    assert sorted(found[:3]) == [
+        ("web#1", "model_complete"),
+        ("web#2", "suspended"),
+        ("web#3", "model_complete"),
+    ]
+    assert found[3:] == [("", "suspended"), ("web#2", "model_complete"), ("", "model_complete")]
+    assert asked_by_city(server) == SURVEY_ASKED
+    assert [c for _, c in tool_starts(log_dir)] == ["toolu_s2"]
+
+
+@pytest.mark.parametrize("engine", ["temporal", "dbos"])
+@pytest.mark.parametrize(("kind", "answer_with", "result"), [
+    ("approval", True, "Done: looked at bin."),
+    ("question", "blue", "Done: blue."),
+])  # fmt: skip
+def test_an_agent_tools_child_asking_is_resumed_in_the_tool_call(
+    request: pytest.FixtureRequest,
+    server: AnthropicServer,
+    log_dir: Path,
+    engine: str,
+    kind: str,
+    answer_with: Any,
+    result: str,
+) -> None:
+    """The agent tool's child asks (its approval machine, its tool's question): the
+    workflow waits in ``execute`` on the child's question (path ``helper[toolu_h1]``);
+    the answer lands in the child, whose answer becomes the tool call's result; each
+    model call and tool call ran once, and the history is the in-process one."""
+    loop = f"agent-{kind}"
+    expected = in_process(loop, log_dir.parent / "in-process", answer_with)
+    state, interrupt, events = resumed_on(engine, request, server, log_dir, loop, answer_with)
+    assert (interrupt.kind, interrupt.state, interrupt.path, interrupt.tool_use_ids) == (
+        kind,
+        "execute",
+        "helper[toolu_h1]",
+        ("toolu_c1",),
+    )
+    assert histories(state) == histories(expected)
+    assert state.history[-1].text == f"So: {result}"
+    assert ends(events) == [
+        ("helper[toolu_h1]", "suspended"),
+        ("", "suspended"),
+        ("helper[toolu_h1]", "model_complete"),
+        ("", "model_complete"),
+    ]
+    agent = "clean" if kind == "approval" else "ask"
+    assert asked(server) == Counter(
+        {"consult 0": 1, f"{agent} 0": 1, f"{agent} 1": 1, "consult 1": 1}
+    )
+    assert [c for _, c in tool_starts(log_dir)] == ["toolu_c1"]
+
+
+def test_worker_killed_while_a_branch_waits_recovers_the_fan_out(
+    procs: Processes, tmp_path: Path, server: AnthropicServer, log_dir: Path
+) -> None:
+    """kill -9 the DBOS worker (SQLite) while the fan-out waits on Porto's approval; a
+    new worker recovers the workflow, which replays its branches' recorded calls (none
+    is made again) and waits again; the answer lands in Porto, and the run ends with
+    the in-process history."""
+    expected = in_process("survey", tmp_path / "in-process", True)
+    url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    env = {"INNERLOOP_TEST_DIR": str(log_dir), "INNERLOOP_TEST_LOOPBACK": server.base_url}
+
+    async def main() -> tuple[Any, Interrupt, int]:
+        w1 = await asyncio.to_thread(spawn_dbos_worker, procs, "w1", url, env, NESTED_APP)
+        client = DBOSClient(system_database_url=url)
+        try:
+            loops = DBOSLoopClient(client)
+            await loops.start("survey", "go", id="survey-crash")
+            interrupt = await asyncio.wait_for(dbos_suspended(loops, "survey-crash"), 60)
+            procs.kill9(w1)
+            w2 = await asyncio.to_thread(spawn_dbos_worker, procs, "w2", url, env, NESTED_APP)
+            await loops.resume("survey-crash", True)
+            state = await asyncio.wait_for(loops.result("survey-crash"), 60)
+            return state, interrupt, w2.pid
+        finally:
+            client.destroy()
+
+    state, interrupt, successor = asyncio.run(main())
+    assert (interrupt.path, interrupt.tool_use_ids) == ("web#2", ("toolu_s2",))
+    assert histories(state) == histories(expected)
+    assert state.notes == expected.notes
+    assert asked_by_city(server) == SURVEY_ASKED
+    assert tool_starts(log_dir) == [(successor, "toolu_s2")]
+
+
+def test_two_asking_branches_are_asked_one_at_a_time_in_a_temporal_workflow(
+    temporal_server: TemporalServer, server: AnthropicServer, log_dir: Path
+) -> None:
+    """Lisbon's and Faro's branches ask: the workflow waits on Lisbon's (``web#1``);
+    answered (denied), it waits again on Faro's (``web#3``) without running Porto or
+    Lisbon's first call again; answered, the run ends with the in-process history."""
+    tmp = log_dir.parent / "in-process"
+    tmp.mkdir()
+    with AnthropicServer(respond=answer) as own, pytest.MonkeyPatch.context() as mp:
+        mp.setenv("INNERLOOP_TEST_DIR", str(tmp))
+        d = nested_app(own.base_url).get("survey-twice")
+        harness = Harness(d.params, d.providers, machine=d.machine)
+        expected = harness.run_sync("go")
+        expected = harness.resume(expected, False).run_sync()
+        expected = harness.resume(expected, True).run_sync()
+    assert expected.exit_reason == "model_complete"
+
+    async def body(loops: TemporalLoops) -> tuple[Any, list[Interrupt]]:
+        handle = await loops.start("survey-twice", "go", id="survey-twice")
+        first = await temporal_suspended(handle)
+        await handle.resume(False)
+        while (second := await temporal_suspended(handle)).path == first.path:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)  # the first question until the workflow goes on
+        await handle.resume(True)
+        return await handle.result(), [first, second]
+
+    state, asked_on = on_temporal(temporal_server, server, "survey-twice", body)
+    assert [(i.path, i.tool_use_ids) for i in asked_on] == [
+        ("web#1", ("toolu_s1",)),
+        ("web#3", ("toolu_s3",)),
+    ]
+    assert histories(state) == histories(expected)
+    assert state.history[0].text == (
+        "go[web#1] Lisbon: denied by the user.\n[web#2] Porto: sunny.\n"
+        "[web#3] Faro: looked at Faro."
+    )
+    branches = ["Lisbon 0", "Porto 0", "Faro 0", "Lisbon 1", "Faro 1"]
+    assert asked_by_city(server) == Counter([*(f"survey twice {b}" for b in branches), "oversee 0"])
+    assert [c for _, c in tool_starts(log_dir)] == ["toolu_s3"]
