@@ -5,6 +5,7 @@ recoveries."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -171,22 +172,12 @@ def compare_fork(store: Checkpointer | str | Path, run_id: str) -> RunComparison
 
 
 def _on_store(harness: Harness[Any], store: Checkpointer) -> Harness[Any]:
-    """``harness`` built again on ``store`` (its params, providers, machine, services)."""
-    return Harness(
-        harness.params,
-        harness.providers,
-        machine=harness.machine,
-        clock=harness.clock,
-        token_counter=harness.token_counter,
-        compactor=harness.compactor,
-        observers=harness.observers,
-        engine=harness.engine,
-        tool_runner_factory=harness.tool_runner_factory,
-        checkpointer=store,
-        checkpoint_every=harness.checkpoint_every,
-        checkpoint_commit=harness.checkpoint_commit,
-        gates=harness.gates,
-    )
+    """``harness`` built again on ``store``: each other ``Harness.__init__`` argument is
+    read back from the attribute of its name (params, providers, machine, services), so a
+    new argument kept under its own name is carried without a change here."""
+    names = list(inspect.signature(Harness.__init__).parameters)[1:]  # after self
+    given = {name: getattr(harness, name) for name in names}
+    return Harness(**{**given, "checkpointer": store})
 
 
 async def rerun(
