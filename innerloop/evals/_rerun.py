@@ -4,7 +4,6 @@ recoveries."""
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import time
 from collections.abc import Callable, Sequence
@@ -27,6 +26,7 @@ from innerloop.checkpoint import (
 )
 from innerloop.evals._report import render_text
 from innerloop.evals._summary import RunSummary, Step, transitions
+from innerloop.evals._sync import run_outside_a_loop
 from innerloop.fsm._state import HarnessState
 
 __all__ = ["RunComparison", "compare_fork", "rerun", "rerun_sync"]
@@ -223,5 +223,8 @@ def rerun_sync(
     store: Checkpointer | str | Path | None = None,
     new_run_id: str | None = None,
 ) -> RunComparison:
-    """:func:`rerun` for code without an event loop."""
-    return asyncio.run(rerun(harness, run_id, at=at, edit=edit, store=store, new_run_id=new_run_id))
+    """:func:`rerun` for code without an event loop (it raises inside one: there,
+    ``await rerun(...)``)."""
+    return run_outside_a_loop(
+        rerun(harness, run_id, at=at, edit=edit, store=store, new_run_id=new_run_id), "rerun"
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 from typing import Any
@@ -242,3 +243,23 @@ def test_a_harness_moved_to_a_store_keeps_every_other_argument() -> None:
         "turn",
         "each",
     )
+
+
+def test_the_sync_facade_refuses_a_running_loop() -> None:
+    """rerun_sync inside a running event loop, which it would block, raises naming the
+    await to write instead; nothing is rerun."""
+    store = MemoryCheckpointer()
+    recorded(store)
+    harness, model = other(reply("No idea."))
+
+    async def inside() -> None:
+        rerun_sync(harness, "r1", store=store, new_run_id="r2")
+
+    with pytest.raises(RuntimeError) as caught:
+        asyncio.run(inside())
+    assert str(caught.value) == (
+        "rerun_sync was called inside a running event loop, which it would block; "
+        "use `await rerun(...)` there"
+    )
+    assert model.played == 0
+    assert [r.run_id for r in store.runs()] == ["r1"]
