@@ -4,7 +4,7 @@ recoveries."""
 
 from __future__ import annotations
 
-import asyncio
+import inspect
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -26,6 +26,7 @@ from innerloop.checkpoint import (
 )
 from innerloop.evals._report import render_text
 from innerloop.evals._summary import RunSummary, Step, transitions
+from innerloop.evals._sync import run_outside_a_loop
 from innerloop.fsm._state import HarnessState
 
 __all__ = ["RunComparison", "compare_fork", "rerun", "rerun_sync"]
@@ -171,22 +172,12 @@ def compare_fork(store: Checkpointer | str | Path, run_id: str) -> RunComparison
 
 
 def _on_store(harness: Harness[Any], store: Checkpointer) -> Harness[Any]:
-    """``harness`` built again on ``store`` (its params, providers, machine, services)."""
-    return Harness(
-        harness.params,
-        harness.providers,
-        machine=harness.machine,
-        clock=harness.clock,
-        token_counter=harness.token_counter,
-        compactor=harness.compactor,
-        observers=harness.observers,
-        engine=harness.engine,
-        tool_runner_factory=harness.tool_runner_factory,
-        checkpointer=store,
-        checkpoint_every=harness.checkpoint_every,
-        checkpoint_commit=harness.checkpoint_commit,
-        gates=harness.gates,
-    )
+    """``harness`` built again on ``store``: each other ``Harness.__init__`` argument is
+    read back from the attribute of its name (params, providers, machine, services), so a
+    new argument kept under its own name is carried without a change here."""
+    names = list(inspect.signature(Harness.__init__).parameters)[1:]  # after self
+    given = {name: getattr(harness, name) for name in names}
+    return Harness(**{**given, "checkpointer": store})
 
 
 async def rerun(
@@ -232,5 +223,8 @@ def rerun_sync(
     store: Checkpointer | str | Path | None = None,
     new_run_id: str | None = None,
 ) -> RunComparison:
-    """:func:`rerun` for code without an event loop."""
-    return asyncio.run(rerun(harness, run_id, at=at, edit=edit, store=store, new_run_id=new_run_id))
+    """:func:`rerun` for code without an event loop (it raises inside one: there,
+    ``await rerun(...)``)."""
+    return run_outside_a_loop(
+        rerun(harness, run_id, at=at, edit=edit, store=store, new_run_id=new_run_id), "rerun"
+    )

@@ -21,6 +21,7 @@ from innerloop.evals._checks import (
 from innerloop.evals._dataset import Case, Dataset
 from innerloop.evals._report import CaseResult, EvalReport
 from innerloop.evals._summary import RunSummary, transitions
+from innerloop.evals._sync import run_outside_a_loop
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._state import HarnessState
 from innerloop.providers._base import Provider
@@ -142,20 +143,14 @@ def run_eval_sync(
 ) -> EvalReport:
     """:func:`run_eval` for code without an event loop (it raises inside one: there,
     ``await run_eval(...)``)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(
-            run_eval(
-                dataset,
-                harness,
-                concurrency=concurrency,
-                judge_model=judge_model,
-                judge_providers=judge_providers,
-                on_result=on_result,
-            )
-        )
-    raise RuntimeError(
-        "run_eval_sync was called inside a running event loop, which it would block; "
-        "use `await run_eval(...)` there"
+    return run_outside_a_loop(
+        run_eval(
+            dataset,
+            harness,
+            concurrency=concurrency,
+            judge_model=judge_model,
+            judge_providers=judge_providers,
+            on_result=on_result,
+        ),
+        "run_eval",
     )

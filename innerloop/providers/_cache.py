@@ -15,6 +15,7 @@ import attrs
 
 from innerloop._errors import ParamsError
 from innerloop._messages import Usage
+from innerloop._validators import Check, boolean, integer, optional, string
 
 __all__ = [
     "ANTHROPIC_MAX_BREAKPOINTS",
@@ -40,39 +41,12 @@ _UNMARKABLE = frozenset({"thinking", "redacted_thinking"})
 """Block types Anthropic refuses a ``cache_control`` on."""
 
 
-def _ttl(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is not None and value not in TTLS:
-        raise ParamsError(
-            _P + attribute.name,
-            f"must be '5m', '1h' or None (Anthropic's default, five minutes), got {value!r}",
-            value,
-        )
-
-
-def _flag(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, bool):
-        raise ParamsError(_P + attribute.name, f"must be True or False, got {value!r}", value)
-
-
-def _count(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ParamsError(_P + attribute.name, f"must be an integer >= 0, got {value!r}", value)
-
-
-def _key(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is not None and (not isinstance(value, str) or not value):
-        raise ParamsError(
-            _P + attribute.name, f"must be a non-empty string or None, got {value!r}", value
-        )
-
-
-def _retention(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is not None and value not in RETENTIONS:
-        raise ParamsError(
-            _P + attribute.name,
-            f"must be 'in_memory', '24h' or None (OpenAI's default), got {value!r}",
-            value,
-        )
+_TTL = Check(
+    "'5m', '1h' or None (Anthropic's default, five minutes)", lambda v: v is None or v in TTLS, _P
+)
+_RETENTION = Check(
+    "'in_memory', '24h' or None (OpenAI's default)", lambda v: v is None or v in RETENTIONS, _P
+)
 
 
 @attrs.frozen(kw_only=True)
@@ -97,13 +71,15 @@ class PromptCache:
     Checked here: at most four Anthropic breakpoints, and a one-hour breakpoint never after
     a five-minute one (Anthropic refuses both)."""
 
-    system: bool = attrs.field(default=True, validator=_flag)
-    tools: bool = attrs.field(default=False, validator=_flag)
-    last_messages: int = attrs.field(default=0, validator=_count)
-    ttl: CacheTTL | None = attrs.field(default=None, validator=_ttl)
-    messages_ttl: CacheTTL | None = attrs.field(default=None, validator=_ttl)
-    key: str | None = attrs.field(default=None, validator=_key)
-    retention: Literal["in_memory", "24h"] | None = attrs.field(default=None, validator=_retention)
+    system: bool = attrs.field(default=True, validator=boolean(prefix=_P))
+    tools: bool = attrs.field(default=False, validator=boolean(prefix=_P))
+    last_messages: int = attrs.field(default=0, validator=integer(ge=0, prefix=_P))
+    ttl: CacheTTL | None = attrs.field(default=None, validator=_TTL)
+    messages_ttl: CacheTTL | None = attrs.field(default=None, validator=_TTL)
+    key: str | None = attrs.field(
+        default=None, validator=optional(string(non_empty=True, prefix=_P))
+    )
+    retention: Literal["in_memory", "24h"] | None = attrs.field(default=None, validator=_RETENTION)
 
     def __attrs_post_init__(self) -> None:
         marks = int(self.system) + int(self.tools) + self.last_messages

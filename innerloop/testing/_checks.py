@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 __all__ = ["anthropic_refusal", "chat_refusal", "responses_refusal"]
@@ -43,42 +43,56 @@ def _choices(values: tuple[str, ...]) -> str:
 # -- Anthropic Messages -----------------------------------------------------------------------
 
 
-def _anthropic_image(path: str, source: Any) -> str | None:
-    kind = source.get("type") if isinstance(source, dict) else None
-    if kind == "base64":
-        if source.get("media_type") not in IMAGE_TYPES:
-            return f"{path}.source.base64.media_type: Input should be {_choices(IMAGE_TYPES)}"
-        if _base64(source.get("data")) is None:
-            return f"{path}.source.base64.data: The image data is not valid base64"
-        return None
-    if kind == "url":
-        return None if _http(source.get("url")) else f"{path}.source.url.url: Invalid URL"
-    return (
-        f"{path}.source: Input tag {kind!r} found using 'type' does not match any of the "
-        "expected tags: 'base64', 'url', 'file'"
-    )
+def _image_base64(path: str, source: dict[str, Any]) -> str | None:
+    if source.get("media_type") not in IMAGE_TYPES:
+        return f"{path}.source.base64.media_type: Input should be {_choices(IMAGE_TYPES)}"
+    if _base64(source.get("data")) is None:
+        return f"{path}.source.base64.data: The image data is not valid base64"
+    return None
 
 
-def _anthropic_document(path: str, source: Any) -> str | None:
+def _pdf_base64(path: str, source: dict[str, Any]) -> str | None:
+    if source.get("media_type") != "application/pdf":
+        return f"{path}.source.base64.media_type: Input should be 'application/pdf'"
+    raw = _base64(source.get("data"))
+    if raw is None or not raw.startswith(b"%PDF-"):
+        return f"{path}.source.base64.data: The PDF specified was not valid."
+    return None
+
+
+def _plain_text(path: str, source: dict[str, Any]) -> str | None:
+    if source.get("media_type") != "text/plain":
+        return f"{path}.source.text.media_type: Input should be 'text/plain'"
+    if not isinstance(source.get("data"), str):
+        return f"{path}.source.text.data: Input should be a valid string"
+    return None
+
+
+def _source_url(path: str, source: dict[str, Any]) -> str | None:
+    return None if _http(source.get("url")) else f"{path}.source.url.url: Invalid URL"
+
+
+_SourceCheck = Callable[[str, dict[str, Any]], str | None]
+_ANTHROPIC_SOURCES: dict[str, tuple[dict[str, _SourceCheck], tuple[str, ...]]] = {
+    "image": ({"base64": _image_base64, "url": _source_url}, ("base64", "url", "file")),
+    "document": (
+        {"base64": _pdf_base64, "text": _plain_text, "url": _source_url},
+        ("base64", "text", "content", "url", "file"),
+    ),
+}
+"""Per block type: the checks of the source types the servers take, and the tags the API
+names (a tag the servers do not take, such as ``file``, is refused like an unknown one)."""
+
+
+def _anthropic_source(path: str, block: str, source: Any) -> str | None:
+    checks, tags = _ANTHROPIC_SOURCES[block]
     kind = source.get("type") if isinstance(source, dict) else None
-    if kind == "base64":
-        if source.get("media_type") != "application/pdf":
-            return f"{path}.source.base64.media_type: Input should be 'application/pdf'"
-        raw = _base64(source.get("data"))
-        if raw is None or not raw.startswith(b"%PDF-"):
-            return f"{path}.source.base64.data: The PDF specified was not valid."
-        return None
-    if kind == "text":
-        if source.get("media_type") != "text/plain":
-            return f"{path}.source.text.media_type: Input should be 'text/plain'"
-        if not isinstance(source.get("data"), str):
-            return f"{path}.source.text.data: Input should be a valid string"
-        return None
-    if kind == "url":
-        return None if _http(source.get("url")) else f"{path}.source.url.url: Invalid URL"
+    check = checks.get(kind) if isinstance(kind, str) else None
+    if check is not None:
+        return check(f"{path}.{block}", source)
     return (
-        f"{path}.source: Input tag {kind!r} found using 'type' does not match any of the "
-        "expected tags: 'base64', 'text', 'content', 'url', 'file'"
+        f"{path}.{block}.source: Input tag {kind!r} found using 'type' does not match any of "
+        f"the expected tags: {', '.join(map(repr, tags))}"
     )
 
 
@@ -139,14 +153,10 @@ def anthropic_refusal(body: dict[str, Any]) -> str | None:
         if not path.startswith("messages."):
             continue
         kind = block.get("type")
-        if kind == "image":
-            refused = _anthropic_image(f"{path}.image", block.get("source"))
-        elif kind == "document":
-            refused = _anthropic_document(f"{path}.document", block.get("source"))
-        else:
-            continue
-        if refused is not None:
-            return refused
+        if isinstance(kind, str) and kind in _ANTHROPIC_SOURCES:
+            refused = _anthropic_source(path, kind, block.get("source"))
+            if refused is not None:
+                return refused
     return _anthropic_cache(body)
 
 

@@ -103,12 +103,17 @@ def _ran_the_tool(params: HarnessParams, state: HarnessState) -> None:
     state.outcome = Outcome.EXECUTED
 
 
+def _prompted(state: HarnessState, outcome: Outcome) -> None:
+    """A phase's record before any model turn: the prompt alone, and the phase's outcome."""
+    state.history = [_PROMPT]
+    state.outcome = outcome
+
+
 def _call_failed(state: HarnessState, category: ErrorCategory, status: int, message: str) -> None:
     """The call phase's record of a failed request."""
-    state.history = [_PROMPT]
+    _prompted(state, Outcome.FAILED)
     state.error = ProviderError(category, message, provider="scripted", status=status)
     state.count_error(category)
-    state.outcome = Outcome.FAILED
 
 
 def _with_fallback(params: HarnessParams, state: HarnessState) -> HarnessParams:
@@ -139,20 +144,17 @@ def _over_context_budget(params: HarnessParams, state: HarnessState) -> HarnessP
     if params.context_budget is None:
         params = attrs.evolve(params, context_budget=params.max_output_tokens * 2)
     assert params.context_budget is not None
-    state.history = [_PROMPT]
+    _prompted(state, Outcome.ASSEMBLED)
     state.context_tokens = params.context_budget + 1
-    state.outcome = Outcome.ASSEMBLED
     return params
 
 
 def _cannot_shrink(params: HarnessParams, state: HarnessState) -> None:
-    state.history = [_PROMPT]
-    state.outcome = Outcome.CANNOT_SHRINK
+    _prompted(state, Outcome.CANNOT_SHRINK)
 
 
 def _call_opened(params: HarnessParams, state: HarnessState) -> None:
-    state.history = [_PROMPT]
-    state.outcome = Outcome.OPENED
+    _prompted(state, Outcome.OPENED)
 
 
 def _rate_limited_retry(params: HarnessParams, state: HarnessState) -> None:
@@ -208,8 +210,7 @@ def _tasks_complete(params: HarnessParams, state: HarnessState) -> None:
 
 
 def _output_rejected(params: HarnessParams, state: HarnessState) -> None:
-    _answered(params, state)
-    state.output_problems = ["the answer is not JSON"]
+    _output_invalid(params, state)
     state.output_repairs = params.max_output_repairs
     state.outcome = Outcome.OUTPUT_REJECTED
 
@@ -246,20 +247,17 @@ def _started(params: HarnessParams, state: HarnessState) -> None:
 
 
 def _assembled(params: HarnessParams, state: HarnessState) -> None:
-    state.history = [_PROMPT]
+    _prompted(state, Outcome.ASSEMBLED)
     state.context_tokens = 12
-    state.outcome = Outcome.ASSEMBLED
 
 
 def _compacted(params: HarnessParams, state: HarnessState) -> None:
-    state.history = [_PROMPT]
+    _prompted(state, Outcome.COMPACTED)
     state.compaction_reason = "over the context budget"
-    state.outcome = Outcome.COMPACTED
 
 
 def _normalized(params: HarnessParams, state: HarnessState) -> None:
-    state.history = [_PROMPT]
-    state.outcome = Outcome.NORMALIZED
+    _prompted(state, Outcome.NORMALIZED)
 
 
 def _repaired(params: HarnessParams, state: HarnessState) -> None:
@@ -270,19 +268,17 @@ def _repaired(params: HarnessParams, state: HarnessState) -> None:
 
 
 def _waited(params: HarnessParams, state: HarnessState) -> None:
-    state.history = [_PROMPT]
+    _prompted(state, Outcome.WAITED)
     state.rate_limit_failures = 1
     state.backoff_attempts = 1
     state.total_wait = 1.0
-    state.outcome = Outcome.WAITED
 
 
 def _switched(params: HarnessParams, state: HarnessState) -> HarnessParams:
     params = _with_fallback(params, state)
-    state.history = [_PROMPT]
+    _prompted(state, Outcome.SWITCHED)
     state.active += 1
     state.degraded = True
-    state.outcome = Outcome.SWITCHED
     return params
 
 

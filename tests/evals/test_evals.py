@@ -104,6 +104,19 @@ class TestRunEval:
         assert report.pass_rate == pytest.approx(1 / 3)
         assert not report.ok
 
+    async def test_the_sync_facade_refuses_a_running_loop(self) -> None:
+        """run_eval_sync inside a running event loop, which it would block, raises naming
+        the await to write instead; no case runs."""
+        model = ScriptedProvider([reply("Paris")])
+        harness = Harness(HarnessParams(model="scripted:m"), [model], clock=FakeClock())
+        with pytest.raises(RuntimeError) as caught:
+            run_eval_sync(Dataset([Case("good", "capital of France?")]), harness)
+        assert str(caught.value) == (
+            "run_eval_sync was called inside a running event loop, which it would block; "
+            "use `await run_eval(...)` there"
+        )
+        assert model.played == 0
+
     def test_a_run_that_raises_is_an_error(self) -> None:
         """A run that raises (here an observer's bug) is the case's error; the other
         cases run on."""

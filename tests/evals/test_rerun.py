@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 from typing import Any
 
@@ -19,7 +21,9 @@ from innerloop.evals import (
     rerun_sync,
     run_eval_sync,
 )
+from innerloop.evals._rerun import _on_store
 from innerloop.examples import with_approval
+from innerloop.recovery import RateLimitGates, TruncatingCompactor
 from innerloop.testing import FakeClock, Fault, ScriptedProvider, reply, tool_call
 
 
@@ -209,4 +213,53 @@ def test_another_machine_must_keep_what_the_run_used() -> None:
     approving = Harness(params, [model], machine=with_approval())
     with pytest.raises(ResumeError, match="build the Harness with machine="):
         rerun_sync(approving, "r1", store=store)
+    assert [r.run_id for r in store.runs()] == ["r1"]
+
+
+def test_a_harness_moved_to_a_store_keeps_every_other_argument() -> None:
+    """The rerun's harness on another store is the same harness in all but its store:
+    every Harness.__init__ argument, read back, is what the first one holds."""
+    harness = Harness(
+        HarnessParams(model="scripted:first", tools=[weather]),
+        {"scripted": ScriptedProvider([])},
+        machine=with_approval(),
+        clock=FakeClock(),
+        compactor=TruncatingCompactor(),
+        engine="statemachine",
+        checkpointer=MemoryCheckpointer(),
+        checkpoint_every="turn",
+        checkpoint_commit="each",
+        gates=RateLimitGates(),
+    )
+    store = MemoryCheckpointer()
+    moved = _on_store(harness, store)
+    assert moved.checkpointer is store
+    names = [n for n in inspect.signature(Harness.__init__).parameters if n != "self"]
+    assert {n: getattr(moved, n) for n in names if n != "checkpointer"} == {
+        n: getattr(harness, n) for n in names if n != "checkpointer"
+    }
+    assert (moved.engine, moved.checkpoint_every, moved.checkpoint_commit) == (
+        "statemachine",
+        "turn",
+        "each",
+    )
+
+
+def test_the_sync_facade_refuses_a_running_loop() -> None:
+    """rerun_sync inside a running event loop, which it would block, raises naming the
+    await to write instead; nothing is rerun."""
+    store = MemoryCheckpointer()
+    recorded(store)
+    harness, model = other(reply("No idea."))
+
+    async def inside() -> None:
+        rerun_sync(harness, "r1", store=store, new_run_id="r2")
+
+    with pytest.raises(RuntimeError) as caught:
+        asyncio.run(inside())
+    assert str(caught.value) == (
+        "rerun_sync was called inside a running event loop, which it would block; "
+        "use `await rerun(...)` there"
+    )
+    assert model.played == 0
     assert [r.run_id for r in store.runs()] == ["r1"]

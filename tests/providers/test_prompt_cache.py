@@ -77,7 +77,8 @@ class TestParams:
                 "prompt_cache.retention: must be 'in_memory', '24h' or None (OpenAI's "
                 "default), got 'forever'",
             ),
-            ({"key": ""}, "prompt_cache.key: must be a non-empty string or None, got ''"),
+            ({"key": ""}, "prompt_cache.key: must be None or a non-empty string, got ''"),
+            ({"system": 1}, "prompt_cache.system: must be True or False, got 1"),
         ],
     )
     def test_bad_settings_are_refused_at_construction(
