@@ -19,7 +19,7 @@ import asyncio
 import inspect
 import time
 import types
-from collections.abc import Callable, Coroutine, Generator, Sequence
+from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, final
 
@@ -30,7 +30,6 @@ from innerloop._messages import ToolUseBlock
 from innerloop.recovery._tokens import ApproxTokenCounter, TokenCounter
 from innerloop.tools._output import OutputLimits, cap_output
 from innerloop.tools._process import CHILD_ENV
-from innerloop.tools._schema import validate
 from innerloop.tools._spec import (
     ToolCallResult,
     ToolContext,
@@ -41,6 +40,7 @@ from innerloop.tools._spec import (
     ToolSpec,
     ToolState,
 )
+from innerloop.tools._validate import checked
 
 if TYPE_CHECKING:
     from innerloop.recovery._tokens import MessageTokenCache
@@ -244,7 +244,7 @@ class ToolRunner:
                 "tool was not run; call it again with flatter arguments",
                 "invalid_arguments",
             )
-        problems = validate(spec.input_schema, call.input)
+        args, problems = checked(spec.input_schema, call.input)
         if problems:
             return self._failed(
                 call,
@@ -253,18 +253,25 @@ class ToolRunner:
                 "invalid_arguments",
             )
         if alone:
-            return await self.execute(run, spec, call)
+            return await self.execute(run, spec, call, args)
         if self._semaphore is None:
             self._semaphore = asyncio.Semaphore(run.params.max_parallel_tools)
         async with self._semaphore:
-            return await self.execute(run, spec, call)
+            return await self.execute(run, spec, call, args)
 
     def _failed(self, call: ToolUseBlock, message: str, error: str) -> ToolCallResult:
         return ToolCallResult(call.id, call.name, message, is_error=True, error=error)
 
-    async def execute(self, run: ToolScope, spec: ToolSpec, call: ToolUseBlock) -> ToolCallResult:
+    async def execute(
+        self,
+        run: ToolScope,
+        spec: ToolSpec,
+        call: ToolUseBlock,
+        args: Mapping[str, Any] | None = None,
+    ) -> ToolCallResult:
         """Run one validated call under its timeout; every outcome becomes a result, its
-        output capped (:class:`OutputLimits`).
+        output capped (:class:`OutputLimits`). ``args``: the call's arguments as its
+        schema's check handed them back (default: ``call.input``).
 
         Whatever the tool raises is reported, ``BaseException`` included (``SystemExit``,
         the ``CancelledError`` of a task it awaited), except two things that belong to
@@ -285,7 +292,7 @@ class ToolRunner:
         start = time.monotonic()
         scope: asyncio.Timeout | None = None
         try:
-            work = spec.handler(call.input, ctx)
+            work = spec.handler(call.input if args is None else args, ctx)
             if type(work) is types.CoroutineType:
                 try:  # its first step: a call that never waits needs no timer
                     step = work.send(None)

@@ -12,8 +12,9 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+import pydantic
 import pytest
 
 from innerloop import HarnessParams
@@ -55,6 +56,19 @@ def explode() -> None:
     raise KeyError("missing thing")
 
 
+VALIDATED: list[int] = []
+"""The values ``Noted`` validated (a test clears it first)."""
+
+
+def _noted(value: int) -> int:
+    VALIDATED.append(value)
+    return value * 10
+
+
+Noted = Annotated[int, pydantic.AfterValidator(_noted)]
+"""An int times ten, noted in ``VALIDATED`` each time it is validated."""
+
+
 class TestValidation:
     def test_bad_arguments_do_not_run_the_tool(self, call_tool: Any) -> None:
         """Bad arguments become an is_error result naming each field; the tool never runs."""
@@ -75,6 +89,22 @@ class TestValidation:
             "(allowed: a, b)"
         )
         assert ran == []
+
+    def test_arguments_are_validated_once_per_call(self, call_tool: Any) -> None:
+        """A @tool's arguments are validated once when the runner calls it (the handler
+        takes the runner's values), and again when its handler is called directly."""
+        seen = VALIDATED
+        seen.clear()
+
+        @tool
+        async def scale(n: Noted) -> int:
+            """Scale."""
+            return n
+
+        result = call_tool(scale, "scale", {"n": 4})
+        assert (result.output, seen) == ("40", [4])
+        out = asyncio.run(scale.handler({"n": 5}, None))  # type: ignore[arg-type]
+        assert (out.content, seen) == ("50", [4, 5])
 
     def test_unknown_tool(self, call_tool: Any) -> None:
         """A call to a tool that does not exist lists the available ones."""
