@@ -103,7 +103,7 @@ class TestValidation:
 
         result = call_tool(scale, "scale", {"n": 4})
         assert (result.output, seen) == ("40", [4])
-        out = asyncio.run(scale.handler({"n": 5}, None))  # type: ignore[arg-type]
+        out: ToolOutput = asyncio.run(scale.handler({"n": 5}, None))  # type: ignore[arg-type]
         assert (out.content, seen) == ("50", [4, 5])
 
     def test_unknown_tool(self, call_tool: Any) -> None:
