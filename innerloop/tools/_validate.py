@@ -403,15 +403,18 @@ def _resolve(root: Mapping[str, Any], ref: str) -> Any:
 
 @final
 class _JsonSchemaValidator:
-    __slots__ = ("_validator",)
+    __slots__ = ("_any_object", "_validator")
     converts = False
 
     def __init__(self, schema: Mapping[str, Any], checker: jsonschema.FormatChecker) -> None:
         import jsonschema  # loaded with the first hand-written schema
 
         self._validator = jsonschema.Draft202012Validator(schema, format_checker=checker)
+        self._any_object = _any_object(schema)
 
     def problems(self, args: Any) -> list[str]:
+        if self._any_object and isinstance(args, dict):
+            return []  # what a tool without parameters takes: no validator needed
         if self._validator.is_valid(args):
             return []
         found: list[str] = []
@@ -426,6 +429,20 @@ class _JsonSchemaValidator:
         if problems:
             raise ValueError("; ".join(problems))
         return dict(args)
+
+
+_NOTES = frozenset({"$schema", "$comment", "title", "description", "examples", "default"})
+"""Keywords that constrain nothing."""
+
+
+def _any_object(schema: Mapping[str, Any]) -> bool:
+    """``schema`` takes every JSON object: ``{"type": "object"}``, maybe with no properties
+    and notes (a tool without parameters)."""
+    return (
+        schema.get("type") == "object"
+        and not schema.get("properties", {})
+        and all(k in _NOTES or k in ("type", "properties") for k in schema)
+    )
 
 
 def _error_order(error: jsonschema.ValidationError) -> tuple[int, list[str]]:
