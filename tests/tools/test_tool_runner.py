@@ -256,10 +256,7 @@ class TestTimeouts:
             "tool 'net' raised TimeoutError: upstream slow",
         )
 
-
-    def test_blocking_before_the_first_wait_counts_against_the_limit(
-        self, call_tool: Any
-    ) -> None:
+    def test_blocking_before_the_first_wait_counts_against_the_limit(self, call_tool: Any) -> None:
         """Time a tool spends before it first waits counts: past its limit, the first
         wait times out at once."""
 
