@@ -106,6 +106,10 @@ class RateLimitGate:
 
     def admit(self, now: float) -> Admission:
         """May a call go now? Call it right before sending."""
+        if self.open_until is None and now >= self.hold_until:
+            # closed and not held (the common case): nothing to change, so no lock; a
+            # failure recorded meanwhile by another thread counts as coming after this
+            return _GO
         with self._lock:
             if self.open_until is not None:
                 if now < self.open_until:
@@ -123,6 +127,13 @@ class RateLimitGate:
 
     def success(self) -> None:
         """A call was accepted: the model serves again."""
+        if (
+            self.consecutive == 0
+            and self.open_until is None
+            and self._probe_deadline is None
+            and self._next_cooldown == self.cooldown
+        ):
+            return  # nothing to reset (the common case): no lock
         with self._lock:
             self.consecutive = 0
             self.open_until = None

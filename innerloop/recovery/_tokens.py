@@ -195,6 +195,12 @@ class TiktokenCounter:
         return f"TiktokenCounter(encoding={self.encoding.name!r})"
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+"""``json.dumps(value, separators=(",", ":"))``, its encoder made once."""
+_COMPACT_UNICODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+"""The same with non-ASCII characters as they are."""
+
+
 def message_text(message: Message) -> Iterable[str]:
     """The countable text of a message, block by block."""
     for block in message.content:
@@ -206,13 +212,13 @@ def message_text(message: Message) -> Iterable[str]:
             yield block.data
         elif isinstance(block, ToolUseBlock):
             yield block.name
-            yield json.dumps(block.input, separators=(",", ":"))
+            yield _COMPACT.encode(block.input)
         elif isinstance(block, ToolResultBlock):
             yield block.content
         elif isinstance(block, DocumentBlock):
             yield from _document_text(block)
         elif isinstance(block, ServerToolBlock):  # the provider bills what it sends back
-            yield json.dumps(block.data, separators=(",", ":"), ensure_ascii=False)
+            yield _COMPACT_UNICODE.encode(block.data)
 
 
 def _document_text(block: DocumentBlock) -> Iterable[str]:

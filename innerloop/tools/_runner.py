@@ -18,9 +18,10 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Callable, Coroutine, Sequence
+import types
+from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, final
 
 import attrs
 
@@ -29,7 +30,6 @@ from innerloop._messages import ToolUseBlock
 from innerloop.recovery._tokens import ApproxTokenCounter, TokenCounter
 from innerloop.tools._output import OutputLimits, cap_output
 from innerloop.tools._process import CHILD_ENV
-from innerloop.tools._schema import validate
 from innerloop.tools._spec import (
     ToolCallResult,
     ToolContext,
@@ -40,6 +40,7 @@ from innerloop.tools._spec import (
     ToolSpec,
     ToolState,
 )
+from innerloop.tools._validate import checked
 
 if TYPE_CHECKING:
     from innerloop.recovery._tokens import MessageTokenCache
@@ -159,7 +160,7 @@ class ToolRunner:
             # one call, nothing started early: run it in this task (no task, no extra
             # event-loop round trips); an abort cancels it right here
             try:
-                return ToolBatch((await self._call(scope, calls[0]),))
+                return ToolBatch((await self._call(scope, calls[0], alone=True),))
             except asyncio.CancelledError:
                 return ToolBatch((aborted_result(calls[0]),), cancelled=True)
         wanted = {c.id for c in calls}
@@ -187,14 +188,19 @@ class ToolRunner:
     def _start(self, scope: ToolScope, call: ToolUseBlock) -> asyncio.Task[ToolCallResult]:
         return asyncio.ensure_future(self._call(scope, call))
 
-    def _call(self, run: ToolScope, call: ToolUseBlock) -> Coroutine[Any, Any, ToolCallResult]:
+    def _call(
+        self, run: ToolScope, call: ToolUseBlock, *, alone: bool = False
+    ) -> Coroutine[Any, Any, ToolCallResult]:
         """The coroutine that runs ``call``: watched when there are observers (no extra
-        await layer when there are none)."""
-        return self._observed(run, call) if self.observers else self._guarded(run, call)
+        await layer when there are none). ``alone``: no other call of this runner runs
+        meanwhile, so it needs no slot of ``max_parallel_tools``."""
+        if self.observers:
+            return self._observed(run, call, alone)
+        return self._guarded(run, call, alone)
 
-    async def _guarded(self, run: ToolScope, call: ToolUseBlock) -> ToolCallResult:
+    async def _guarded(self, run: ToolScope, call: ToolUseBlock, alone: bool) -> ToolCallResult:
         try:
-            return await self._run_one(run, call)
+            return await self._run_one(run, call, alone)
         except (asyncio.CancelledError, KeyboardInterrupt):
             raise  # an abort, or the host's Ctrl-C: never a tool result
         except BaseException as exc:  # a bad schema or limit must not crash the loop either
@@ -204,14 +210,14 @@ class ToolRunner:
                 _name(exc),
             )
 
-    async def _observed(self, run: ToolScope, call: ToolUseBlock) -> ToolCallResult:
+    async def _observed(self, run: ToolScope, call: ToolUseBlock, alone: bool) -> ToolCallResult:
         """``_guarded`` with the observers told of the call's start and result."""
         spec = run.params.tool(call.name)
         timeout = run.params.timeout_for(spec) if spec is not None else None
         handles = [o.tool_started(call, spec, timeout) for o in self.observers]
         observers, result = self.observers, aborted_result(call)
         try:
-            result = await self._guarded(run, call)
+            result = await self._guarded(run, call, alone)
             return result
         finally:
             for observer, handle in zip(reversed(observers), reversed(handles), strict=True):
@@ -223,9 +229,7 @@ class ToolRunner:
         self._eager.clear()
         await _cancel(tasks)
 
-    async def _run_one(self, run: ToolScope, call: ToolUseBlock) -> ToolCallResult:
-        if self._semaphore is None:
-            self._semaphore = asyncio.Semaphore(run.params.max_parallel_tools)
+    async def _run_one(self, run: ToolScope, call: ToolUseBlock, alone: bool) -> ToolCallResult:
         spec = run.params.tool(call.name)
         if spec is None:
             known = ", ".join(t.name for t in run.params.tools) or "none"
@@ -240,7 +244,7 @@ class ToolRunner:
                 "tool was not run; call it again with flatter arguments",
                 "invalid_arguments",
             )
-        problems = validate(spec.input_schema, call.input)
+        args, problems = checked(spec.input_schema, call.input)
         if problems:
             return self._failed(
                 call,
@@ -248,15 +252,26 @@ class ToolRunner:
                 + "; ".join(problems),
                 "invalid_arguments",
             )
+        if alone:
+            return await self.execute(run, spec, call, args)
+        if self._semaphore is None:
+            self._semaphore = asyncio.Semaphore(run.params.max_parallel_tools)
         async with self._semaphore:
-            return await self.execute(run, spec, call)
+            return await self.execute(run, spec, call, args)
 
     def _failed(self, call: ToolUseBlock, message: str, error: str) -> ToolCallResult:
         return ToolCallResult(call.id, call.name, message, is_error=True, error=error)
 
-    async def execute(self, run: ToolScope, spec: ToolSpec, call: ToolUseBlock) -> ToolCallResult:
+    async def execute(
+        self,
+        run: ToolScope,
+        spec: ToolSpec,
+        call: ToolUseBlock,
+        args: Mapping[str, Any] | None = None,
+    ) -> ToolCallResult:
         """Run one validated call under its timeout; every outcome becomes a result, its
-        output capped (:class:`OutputLimits`).
+        output capped (:class:`OutputLimits`). ``args``: the call's arguments as its
+        schema's check handed them back (default: ``call.input``).
 
         Whatever the tool raises is reported, ``BaseException`` included (``SystemExit``,
         the ``CancelledError`` of a task it awaited), except two things that belong to
@@ -275,45 +290,31 @@ class ToolRunner:
             run=run,
         )
         start = time.monotonic()
-
-        def result(output: str, error: str | None = None, **kw: object) -> ToolCallResult:
-            return ToolCallResult(
-                call.id,
-                call.name,
-                output,
-                is_error=error is not None,
-                duration=time.monotonic() - start,
-                error=error,
-                **kw,  # type: ignore[arg-type]
-            )
-
-        def raised(exc: BaseException) -> ToolCallResult:
-            return result(_raised_text(call, exc), _name(exc))
-
-        async def outcome() -> ToolCallResult:
-            scope = asyncio.timeout(limit)
-            try:
+        scope: asyncio.Timeout | None = None
+        try:
+            work = spec.handler(call.input if args is None else args, ctx)
+            if type(work) is types.CoroutineType:
+                try:  # its first step: a call that never waits needs no timer
+                    step = work.send(None)
+                except StopIteration as finished:
+                    out = finished.value
+                else:  # it waits: the rest runs under what is left of its limit
+                    scope = asyncio.timeout(_left(limit, start))
+                    async with scope:
+                        out = await _Resumed(work, step)
+            else:
+                scope = asyncio.timeout(limit)
                 async with scope:
-                    out = await spec.handler(call.input, ctx)
-            except TimeoutError as exc:
-                if not scope.expired():
-                    return raised(exc)
+                    out = await work
+        except BaseException as exc:  # the tool's failure goes back to the model
+            if isinstance(exc, TimeoutError) and scope is not None and scope.expired():
                 return self._timed_out(ctx, spec, call, time.monotonic() - start)
-            except ToolError as exc:
-                return result(str(exc), "tool_error")
-            except ToolInterrupt as exc:
-                return result("", None, interrupt=exc.payload)
-            except BaseException as exc:  # the tool's failure goes back to the model
-                if _belongs_to_host(exc):
-                    raise
-                return raised(exc)
+            if _belongs_to_host(exc):
+                raise
+            done = _failed_with(call, start, exc)
+        else:
             output, error, extra = _reported(call, out)
-            return result(output, error, **extra)
-
-        return await self._capped(run, await outcome())
-
-    async def _capped(self, run: ToolScope, done: ToolCallResult) -> ToolCallResult:
-        """``done`` with its output capped (:class:`OutputLimits`); a long one off the loop."""
+            done = _result(call, start, output, error, **extra)
         text, limits = done.output, self.limits
         counter = self.token_counter or run.tokens.counter or ApproxTokenCounter()
         if len(text) <= 16_384 and (limits.max_tokens is None or len(text) <= limits.max_tokens):
@@ -356,6 +357,66 @@ class ToolRunner:
             stderr=partial.stderr if partial else None,
             error="timeout",
         )
+
+
+def _result(
+    call: ToolUseBlock, start: float, output: str, error: str | None, **extra: Any
+) -> ToolCallResult:
+    """The result of ``call``, started at ``start``; ``error`` None when it succeeded."""
+    return ToolCallResult(
+        call.id,
+        call.name,
+        output,
+        is_error=error is not None,
+        duration=time.monotonic() - start,
+        error=error,
+        **extra,
+    )
+
+
+def _failed_with(call: ToolUseBlock, start: float, exc: BaseException) -> ToolCallResult:
+    """The result of ``call`` when its tool raised ``exc`` (a ``ToolInterrupt`` asks)."""
+    if isinstance(exc, ToolError):
+        return _result(call, start, str(exc), "tool_error")
+    if isinstance(exc, ToolInterrupt):
+        return _result(call, start, "", None, interrupt=exc.payload)
+    return _result(call, start, _raised_text(call, exc), _name(exc))
+
+
+def _left(limit: float | None, start: float) -> float | None:
+    """What is left at this moment of a ``limit`` counted from ``start`` (None: no limit)."""
+    return None if limit is None else limit - (time.monotonic() - start)
+
+
+@final
+class _Resumed:
+    """Awaiting it goes on with a coroutine whose first step has run (``step``: what that
+    step yielded), as ``await`` would have: each value it yields goes to the task, and
+    what the task sends or throws goes back in (PEP 380's steps)."""
+
+    __slots__ = ("_coro", "_step")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], step: Any) -> None:
+        self._coro, self._step = coro, step
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, step = self._coro, self._step
+        while True:
+            try:
+                sent = yield step
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:
+                try:
+                    step = coro.throw(exc)
+                except StopIteration as finished:
+                    return finished.value
+            else:
+                try:
+                    step = coro.send(sent)
+                except StopIteration as finished:
+                    return finished.value
 
 
 def _outcome(task: asyncio.Task[ToolCallResult]) -> ToolCallResult | None:

@@ -30,7 +30,13 @@ from typing_extensions import TypedDict
 
 from innerloop._errors import ToolDefinitionError
 from innerloop.tools._spec import ToolContext
-from innerloop.tools._validate import ToolSchema, problems_from_pydantic, strict_json, validate
+from innerloop.tools._validate import (
+    ToolSchema,
+    Validated,
+    problems_from_pydantic,
+    strict_json,
+    validate,
+)
 
 __all__ = [
     "Signature",
@@ -224,6 +230,7 @@ class _AdapterValidator:
     schema) names the fields in the problems."""
 
     __slots__ = ("_adapter", "_schema")
+    converts = True
 
     def __init__(self, adapter: pydantic.TypeAdapter[Any], schema: Mapping[str, Any]) -> None:
         self._adapter = adapter
@@ -252,8 +259,12 @@ class Signature:
     context_param: str | None
 
     def kwargs(self, args: Mapping[str, Any], ctx: ToolContext | None) -> dict[str, Any]:
-        """The keyword arguments to call the function with."""
-        kwargs = self.schema.parse(args)
+        """The keyword arguments to call the function with (``args`` validated already
+        when the runner checked them against this schema)."""
+        if isinstance(args, Validated) and args.schema is self.schema:
+            kwargs = dict(args.parsed)
+        else:
+            kwargs = self.schema.parse(args)
         if self.context_param is not None:
             kwargs[self.context_param] = ctx
         return kwargs

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ToolSchema",
+    "Validated",
+    "checked",
     "checked_schema",
     "describe",
     "problems_from_pydantic",
@@ -150,9 +152,25 @@ def _format_checker() -> jsonschema.FormatChecker:
 
 
 class _Validator(Protocol):
+    converts: bool
+    """``parse`` makes Python values of the arguments (more than a copy of them)."""
+
     def problems(self, args: Any) -> list[str]: ...
 
     def parse(self, args: Mapping[str, Any]) -> dict[str, Any]: ...
+
+
+@final
+class Validated(dict[str, Any]):
+    """A call's arguments as they came (this dict) and as its schema made them
+    (``parsed``): what :meth:`ToolSchema.checked` hands a ``@tool`` handler, so the
+    arguments are validated once per call."""
+
+    __slots__ = ("parsed", "schema")
+
+    def __init__(self, args: Mapping[str, Any], schema: ToolSchema, parsed: dict[str, Any]):
+        super().__init__(args)
+        self.schema, self.parsed = schema, parsed
 
 
 @final
@@ -190,6 +208,17 @@ class ToolSchema(Mapping[str, Any]):
                 return self._validator.problems(cleaned)
         return problems
 
+    def checked(self, args: Any) -> tuple[Any, list[str]]:
+        """``args`` as the tool's handler takes them, and every way they break the schema
+        (empty when valid). A validator that converts (a ``@tool``'s) does it here, once:
+        the handler is given a :class:`Validated` and does not validate again."""
+        if self._validator.converts:
+            try:
+                return Validated(args, self, self._validator.parse(args)), []
+            except ValueError:
+                pass  # the slow road: the problems, or the arguments as the model meant them
+        return args, self.problems(args)
+
     def parse(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """The validated arguments as the tool's Python values; raises ``ValueError``
         (pydantic's ``ValidationError`` is one) on invalid ones."""
@@ -223,6 +252,12 @@ def validate(
             return [f"the arguments: {exc}"]
         return []
     return checked_schema(schema, "the schema").problems(args)
+
+
+def checked(schema: Mapping[str, Any], args: Any) -> tuple[Any, list[str]]:
+    """:meth:`ToolSchema.checked` of a tool's schema (a plain JSON schema is checked first,
+    as at definition)."""
+    return checked_schema(schema, "the schema").checked(args)
 
 
 def strict_json(adapter: pydantic.TypeAdapter[Any], args: Any) -> Any:
@@ -368,14 +403,18 @@ def _resolve(root: Mapping[str, Any], ref: str) -> Any:
 
 @final
 class _JsonSchemaValidator:
-    __slots__ = ("_validator",)
+    __slots__ = ("_any_object", "_validator")
+    converts = False
 
     def __init__(self, schema: Mapping[str, Any], checker: jsonschema.FormatChecker) -> None:
         import jsonschema  # loaded with the first hand-written schema
 
         self._validator = jsonschema.Draft202012Validator(schema, format_checker=checker)
+        self._any_object = _any_object(schema)
 
     def problems(self, args: Any) -> list[str]:
+        if self._any_object and isinstance(args, dict):
+            return []  # what a tool without parameters takes: no validator needed
         if self._validator.is_valid(args):
             return []
         found: list[str] = []
@@ -390,6 +429,20 @@ class _JsonSchemaValidator:
         if problems:
             raise ValueError("; ".join(problems))
         return dict(args)
+
+
+_NOTES = frozenset({"$schema", "$comment", "title", "description", "examples", "default"})
+"""Keywords that constrain nothing."""
+
+
+def _any_object(schema: Mapping[str, Any]) -> bool:
+    """``schema`` takes every JSON object: ``{"type": "object"}``, maybe with no properties
+    and notes (a tool without parameters)."""
+    return (
+        schema.get("type") == "object"
+        and not schema.get("properties", {})
+        and all(k in _NOTES or k in ("type", "properties") for k in schema)
+    )
 
 
 def _error_order(error: jsonschema.ValidationError) -> tuple[int, list[str]]:

@@ -12,8 +12,9 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+import pydantic
 import pytest
 
 from innerloop import HarnessParams
@@ -55,6 +56,19 @@ def explode() -> None:
     raise KeyError("missing thing")
 
 
+VALIDATED: list[int] = []
+"""The values ``Noted`` validated (a test clears it first)."""
+
+
+def _noted(value: int) -> int:
+    VALIDATED.append(value)
+    return value * 10
+
+
+Noted = Annotated[int, pydantic.AfterValidator(_noted)]
+"""An int times ten, noted in ``VALIDATED`` each time it is validated."""
+
+
 class TestValidation:
     def test_bad_arguments_do_not_run_the_tool(self, call_tool: Any) -> None:
         """Bad arguments become an is_error result naming each field; the tool never runs."""
@@ -75,6 +89,22 @@ class TestValidation:
             "(allowed: a, b)"
         )
         assert ran == []
+
+    def test_arguments_are_validated_once_per_call(self, call_tool: Any) -> None:
+        """A @tool's arguments are validated once when the runner calls it (the handler
+        takes the runner's values), and again when its handler is called directly."""
+        seen = VALIDATED
+        seen.clear()
+
+        @tool
+        async def scale(n: Noted) -> int:
+            """Scale."""
+            return n
+
+        result = call_tool(scale, "scale", {"n": 4})
+        assert (result.output, seen) == ("40", [4])
+        out: ToolOutput = asyncio.run(scale.handler({"n": 5}, None))  # type: ignore[arg-type]
+        assert (out.content, seen) == ("50", [4, 5])
 
     def test_unknown_tool(self, call_tool: Any) -> None:
         """A call to a tool that does not exist lists the available ones."""
@@ -225,6 +255,71 @@ class TestTimeouts:
             False,
             "tool 'net' raised TimeoutError: upstream slow",
         )
+
+    def test_blocking_before_the_first_wait_counts_against_the_limit(self, call_tool: Any) -> None:
+        """Time a tool spends before it first waits counts: past its limit, the first
+        wait times out at once."""
+
+        @tool(timeout=0.2)
+        async def stalls() -> None:
+            """Stalls."""
+            time.sleep(0.3)  # noqa: ASYNC251 - the point: blocking before the first await
+            await asyncio.sleep(10)
+
+        start = time.monotonic()
+        result = call_tool(stalls, "stalls", {})
+        assert time.monotonic() - start < 5.0
+        assert (result.timed_out, result.error) == (True, "timeout")
+        assert result.output.startswith("tool 'stalls' timed out after 0.3 s (limit 0.2 s from ")
+
+    def test_a_tool_that_waits_gets_what_it_awaited(self, call_tool: Any) -> None:
+        """A tool that waits several times gets each awaited value, and an exception
+        raised into it where it waits is its own to catch."""
+
+        @tool(timeout=5.0)
+        async def waits() -> str:
+            """Waits."""
+            loop = asyncio.get_running_loop()
+            first: asyncio.Future[str] = loop.create_future()
+            loop.call_soon(first.set_result, "a")
+            failing: asyncio.Future[str] = loop.create_future()
+            loop.call_soon(failing.set_exception, KeyError("b"))
+            try:
+                await failing
+            except KeyError as exc:
+                caught = str(exc)
+            await asyncio.sleep(0)
+            return await first + caught
+
+        result = call_tool(waits, "waits", {})
+        assert (result.is_error, result.output) == (False, "a'b'")
+
+    def test_an_abort_reaches_a_waiting_tool(self) -> None:
+        """Cancelling the run's tool call cancels the tool where it waits."""
+        seen: list[str] = []
+
+        async def main() -> Any:
+            waiting = asyncio.Event()
+
+            @tool(timeout=5.0)
+            async def parked() -> None:
+                """Parked."""
+                waiting.set()
+                try:
+                    await asyncio.sleep(10)
+                except asyncio.CancelledError:
+                    seen.append("cancelled")
+                    raise
+
+            task = asyncio.ensure_future(
+                ToolRunner().run_calls(fake_run([parked]), [ToolUseBlock("t", "parked", {})])
+            )
+            await waiting.wait()
+            task.cancel()
+            return await task
+
+        batch = asyncio.run(main())
+        assert (batch.cancelled, batch.results[0].error, seen) == (True, "aborted", ["cancelled"])
 
 
 class TestIsolated:

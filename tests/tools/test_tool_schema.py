@@ -168,6 +168,27 @@ class TestHandWritten:
         "additionalProperties": False,
     }
 
+    @pytest.mark.parametrize(
+        ("schema", "args", "problems"),
+        [
+            ({"type": "object"}, {"i": 3}, []),
+            ({"type": "object", "properties": {}, "description": "none"}, {}, []),
+            ({"type": "object"}, [1], ["the arguments: expected object, got array [1]"]),
+            (
+                {"type": "object", "properties": {}, "additionalProperties": False},
+                {"a": 1},
+                ["unexpected field 'a' (allowed: none)"],
+            ),
+            ({"type": "object", "minProperties": 1}, {}, ["the arguments: {} should be non-empty"]),
+        ],
+    )
+    def test_a_schema_without_parameters(
+        self, schema: dict[str, Any], args: Any, problems: list[str]
+    ) -> None:
+        """A schema that takes any object passes every object without a validator; a
+        keyword that constrains it is still enforced."""
+        assert validate(hand(schema).input_schema, args) == problems
+
     def test_calls_are_validated_with_every_keyword(self) -> None:
         """minimum, pattern, format and maxItems are enforced at run time."""
         spec = hand(self.SCHEMA)
