@@ -3,11 +3,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import cattrs.preconf.json  # see the note below
+import cattrs.v  # noqa: F401
 import pytest
 from hypothesis import settings
 
 from innerloop import Harness, HarnessParams
 from innerloop.testing import FakeClock, ScriptedProvider, TransitionCoverage
+
+# innerloop loads cattrs at first use. A pytester run inside a test (the coverage plugin's
+# tests) takes back, when it ends, every module first imported during it: had cattrs been
+# first loaded there, the shared converter would keep the taken-back module's error
+# classes while later imports got new ones, and a conversion error would be described by
+# its class name only. Loading cattrs with the suite keeps one copy for the session.
 
 # no per-example deadline: these machines are shared and noisy, and the first example of
 # a test may build caches (the converter's hooks); speed is checked by bench/, not here
