@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -93,6 +94,27 @@ def _scrubbers() -> set[int]:
     }
 
 
+@pytest.fixture
+def no_other_users() -> Iterator[None]:
+    """Sets aside the scrubber of providers that live beyond their tests (a durable app
+    defined at module level, as its workers load it, holds one for the process), so a
+    test starts with none on the loggers; puts it back afterwards."""
+    gc.collect()
+    held = {
+        name: [f for f in logging.getLogger(name).filters if isinstance(f, LogScrubber)]
+        for name in logging.root.manager.loggerDict
+        if name.split(".")[0] in LOGGERS
+    }
+    for name, scrubbers in held.items():
+        for scrubber in scrubbers:
+            logging.getLogger(name).removeFilter(scrubber)
+    yield
+    for name, scrubbers in held.items():
+        for scrubber in scrubbers:
+            logging.getLogger(name).addFilter(scrubber)
+
+
+@pytest.mark.usefixtures("no_other_users")
 class TestLogScrubbing:
     @pytest.mark.parametrize("route", ["sdk", "wire"])
     @pytest.mark.parametrize(
