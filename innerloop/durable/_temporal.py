@@ -29,6 +29,7 @@ from temporalio import activity, workflow
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import CancelledError as ActivityCancelled
 from temporalio.service import RPCError
 from temporalio.worker import (
     ExecuteWorkflowInput,
@@ -139,6 +140,8 @@ def _activity_caller(app: LoopApp, loop: str, options: TemporalOptions) -> StepC
                 retry_policy=retry,
             )
         except ActivityError as exc:
+            if isinstance(exc.cause, ActivityCancelled):  # the loop cancelled it (an abort)
+                raise asyncio.CancelledError from exc
             raise StepLost(
                 f"{step} failed {options.lost_step_attempts} times: {exc.cause}"
             ) from exc

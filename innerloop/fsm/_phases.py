@@ -489,21 +489,36 @@ def _aborted_message(results: Sequence[ToolCallResult]) -> Message:
 async def execute_batch(ctx: PhaseContext, batch: ToolBatch) -> AsyncIterator[Event]:
     """Append a finished batch's results (and any repeated-failure notices) to the history.
 
-    A cancelled batch (an abort) is appended as it is, so the history stays valid, and the
-    cancellation goes on."""
+    A cancelled batch is appended as it is, so the history stays valid. When an abort
+    cancelled it, the calls that had finished are reported (``tool_executed``: a replay
+    serves their results) and the run goes on to its abort; any other cancellation goes
+    on."""
     state = ctx.state
     calls = state.history[-1].tool_uses
     if batch.cancelled:
         state.history.append(_aborted_message(batch.results))
-        raise asyncio.CancelledError
+        done = [r for r in batch.results if r.error != "aborted"]
+        if not done or state.abort is None:
+            raise asyncio.CancelledError
+        ctx.scope.reporting = True  # the abort waits until they are reported
+        try:
+            for o in done:
+                yield _executed(o)
+        finally:
+            ctx.scope.reporting = False
+        return
     message = _results_message(ctx, calls, batch.results)
     state.history.append(message)
     state.outcome = Outcome.EXECUTED
     for o in batch.results:
-        yield ToolExecuted(o.tool_use_id, o.name, o.is_error, o.timed_out, o.duration, o.output)
+        yield _executed(o)
     for notice in message.content[len(batch.results) :]:
         assert isinstance(notice, TextBlock)
         yield Alert("tool_failing", notice.text)
+
+
+def _executed(r: ToolCallResult) -> ToolExecuted:
+    return ToolExecuted(r.tool_use_id, r.name, r.is_error, r.timed_out, r.duration, r.output)
 
 
 def _answered_here(ctx: PhaseContext, call: ToolUseBlock) -> ToolCallResult | None:

@@ -30,6 +30,7 @@ from innerloop.checkpoint._types import Checkpoint, Checkpointer
 from innerloop.checkpoint._writer import decode
 from innerloop.fsm._state import Outcome
 from innerloop.providers._fingerprint import history_fingerprint
+from innerloop.tools._runner import ABORTED_TOOL
 
 __all__ = ["Call", "Recording", "ReplayError", "Source", "load_recording"]
 
@@ -329,15 +330,19 @@ def _stored_calls(checkpoints: Sequence[Checkpoint[Any]]) -> tuple[Call, ...]:
 
 
 def _stored_tools(checkpoints: Sequence[Checkpoint[Any]]) -> dict[str, ToolExecuted]:
-    """Each tool call's result, from the history after each execute."""
+    """Each tool call's result, from the history after each execute (and after an abort:
+    the calls of the batch it cut off that had finished)."""
     results: dict[str, ToolExecuted] = {}
     for c in checkpoints:
         history = c.state.history
-        if c.state.outcome is not Outcome.EXECUTED or len(history) < 2:
+        aborted = c.state.abort is not None
+        if (c.state.outcome is not Outcome.EXECUTED and not aborted) or len(history) < 2:
             continue
         names = {u.id: u.name for u in history[-2].tool_uses}
         for block in history[-1].content:
-            if isinstance(block, ToolResultBlock):
+            if isinstance(block, ToolResultBlock) and not (
+                aborted and block.content == ABORTED_TOOL
+            ):
                 name = names.get(block.tool_use_id, "")
                 results[block.tool_use_id] = ToolExecuted(
                     block.tool_use_id, name, block.is_error, False, 0.0, block.content

@@ -14,6 +14,7 @@ and the final history's fingerprint with the record. The first difference is a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
@@ -48,7 +49,7 @@ from innerloop.recovery._gate import RateLimitGates
 from innerloop.recovery._tokens import MessageTokenCache, TiktokenCounter
 from innerloop.testing._clock import FakeClock
 from innerloop.testing._recording import Call, Recording, ReplayError, Source, load_recording
-from innerloop.tools._runner import ToolBatch, ToolRunner
+from innerloop.tools._runner import ToolBatch, ToolRunner, aborted_result
 from innerloop.tools._spec import ToolCallResult
 
 __all__ = ["Divergence", "ReplayDivergence", "ReplayError", "ReplayResult", "areplay", "replay"]
@@ -390,6 +391,9 @@ class _Player:
         """The ids of the tool calls answered from the record."""
         self.unrecorded: Divergence | None = None
         """For a child the record lacks: the divergence it is once it runs."""
+        self.abort_in_batch: str | None = None
+        """The host's abort (its reason) that came while the next tool batch ran: the
+        replay requests it there, once the calls that had finished have their results."""
 
     @property
     def state(self) -> str:
@@ -662,6 +666,10 @@ class _RecordedTools:
         return None
 
     async def run_calls(self, scope: Any, calls: Sequence[ToolUseBlock]) -> ToolBatch:
+        reason = self._player.abort_in_batch
+        if reason is not None:
+            self._player.abort_in_batch = None
+            return await self._aborted(calls, reason)
         agents = [c for c in calls if _runs_a_child(scope, c.name)]
         ran: dict[str, ToolCallResult] = {}
         cancelled = False
@@ -673,6 +681,20 @@ class _RecordedTools:
             if c.id not in ran:
                 self._spent_by_children(scope.state, c.id)
         return ToolBatch(results, cancelled)
+
+    async def _aborted(self, calls: Sequence[ToolUseBlock], reason: str) -> ToolBatch:
+        """The batch the host aborted in the record: the calls that had finished return
+        their results, then the abort comes and cancels the others, as it did."""
+        player = self._player
+        done = {c.id: player.tool(c) for c in calls if c.id in player.rec.tools}
+        run = player.replay.run
+        assert run is not None
+        run.abort(reason)
+        if len(done) == len(calls):  # it came after the last call had finished
+            return ToolBatch(tuple(done[c.id] for c in calls))
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.get_running_loop().create_future()  # until the abort cancels it
+        return ToolBatch(tuple(done.get(c.id) or aborted_result(c) for c in calls), cancelled=True)
 
     def _spent_by_children(self, state: HarnessState[Any], call_id: str) -> None:
         """Add to the run's totals what an agent tool's child spent (tokens, cost,
@@ -733,10 +755,20 @@ async def _play(replay: _Replay, run: Run[Any]) -> Finished | None:
         elif isinstance(event, Transition):
             top.step(event)
             if top.taken == abort_at and replay.divergence is None:
-                run.abort(rec.host_abort or "")  # the host aborted the run here
+                if _finished_before_abort(rec, run.state.history):
+                    top.abort_in_batch = rec.host_abort or ""  # it came mid-batch
+                else:
+                    run.abort(rec.host_abort or "")  # the host aborted the run here
         elif isinstance(event, Finished):
             ended = event
     return ended
+
+
+def _finished_before_abort(rec: Recording, history: Sequence[Message]) -> bool:
+    """Whether some of the tool calls about to run (the last message's) finished in the
+    record before the host's abort: it came while they ran."""
+    last = history[-1] if history else None
+    return last is not None and any(c.id in rec.tools for c in last.tool_uses)
 
 
 def _start(rec: Recording) -> tuple[HarnessState[Any], str | None]:

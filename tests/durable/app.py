@@ -88,6 +88,19 @@ PARAMS = HarnessParams(model="scripted:scripted-model-20250101", system="You wor
 app = LoopApp({"tools": LoopDefinition(PARAMS, {"scripted": FakeProvider(model)})})
 
 
+async def batch(request: WireRequest) -> Reply | Fault:
+    """Three calls in one turn (``call_a``, ``call_b``, ``call_c``: work 10, 11, 12), then
+    a final answer."""
+    _log("model.log", f"model {_turn(request)}")
+    if _turn(request) == 0:
+        calls = [tool_call("work", {"n": 10 + i}, id=f"call_{c}") for i, c in enumerate("abc")]
+        return reply("three at once", *calls)
+    return reply("all done")
+
+
+app.add("batch", LoopDefinition(PARAMS, {"scripted": FakeProvider(batch)}))
+
+
 
 async def one_tool(request: WireRequest) -> Reply | Fault:
     """A call of the request's first tool, then a final answer quoting its result."""

@@ -20,6 +20,7 @@ from innerloop.durable.temporal import (
 )
 from innerloop.fsm import Interrupt
 from innerloop.testing import assert_valid_history, replay
+from innerloop.tools._runner import ABORTED_TOOL
 from tests.durable import app as test_app
 from tests.durable._checks import (
     APPROVAL_REFUSED,
@@ -131,10 +132,11 @@ def test_rate_limit_backoff_is_a_durable_timer(
 def test_abort_signal_cancels_the_tool_in_flight(
     temporal_server: TemporalServer, log_dir: Path
 ) -> None:
-    """The abort signal ends the loop while a tool runs and cancels the tool's activity."""
+    """The abort signal ends the loop while a tool runs and cancels the tool's activity;
+    the call gets the result of a cancelled call, and the recorded run replays."""
     (log_dir / "hold-1").touch()
 
-    async def body(loops: TemporalLoops) -> Any:
+    async def body(loops: TemporalLoops) -> tuple[Any, list[dict[str, Any]]]:
         handle = await loops.start("tools", "go", id="abort")
         await until(started(log_dir, "call_1"), what="call_1 to start")
         await handle.abort("the host said stop")
@@ -143,16 +145,56 @@ def test_abort_signal_cancels_the_tool_in_flight(
             lambda: "cancelled call_1" in (log_dir / "tool.log").read_text(),
             what="the tool to be cancelled",
         )
-        return state
+        return state, [e async for e in handle.events(poll=0.05)]
 
-    state = in_process_worker(temporal_server, "abort", body)
+    state, events = in_process_worker(temporal_server, "abort", body)
+    assert assert_each_run_replays(events) == ["aborted"]
     assert state.exit_reason == "aborted"
     assert state.abort.reason == "the host said stop"
     assert state.history[-2].tool_uses[0].id == "call_1"
     (closing,) = state.history[-1].tool_results
     assert (closing.tool_use_id, closing.is_error) == ("call_1", True)
+    assert closing.content == ABORTED_TOOL  # cancelled, as in process: not a lost step
     assert_valid_history(state.history)
     assert "end call_1" not in (log_dir / "tool.log").read_text()
+
+
+async def steps_seen(handle: TemporalLoopHandle) -> int:
+    """How many completed steps the workflow has read (a workflow task ran after them)."""
+    history = await handle.handle.fetch_history()
+    completed = seen = 0
+    for event in history.events:
+        if event.HasField("activity_task_completed_event_attributes"):
+            completed += 1
+        elif event.HasField("workflow_task_completed_event_attributes"):
+            seen = completed
+    return seen
+
+
+def test_abort_in_a_batch_keeps_the_finished_calls(
+    temporal_server: TemporalServer, log_dir: Path
+) -> None:
+    """The abort comes once two calls of a batch of three have finished (and the workflow
+    has their results): they keep them, the third call's activity is cancelled, and the
+    recorded run replays."""
+    (log_dir / "hold-12").touch()
+
+    async def body(loops: TemporalLoops) -> tuple[Any, list[dict[str, Any]]]:
+        handle = await loops.start("batch", "go", id="abort-batch")
+        await until(started(log_dir, "call_c"), what="call_c to start")
+        while await steps_seen(handle) < 3:  # noqa: ASYNC110  the model call, call_a, call_b
+            await asyncio.sleep(0.05)
+        await handle.abort("the host said stop")
+        state = await asyncio.wait_for(handle.result(), 30)
+        return state, [e async for e in handle.events(poll=0.05)]
+
+    state, events = in_process_worker(temporal_server, "abort-batch", body)
+    assert assert_each_run_replays(events) == ["aborted"]
+    results = [(r.tool_use_id, r.content) for r in state.history[-1].tool_results]
+    assert results == [("call_a", "worked 10"), ("call_b", "worked 11"), ("call_c", ABORTED_TOOL)]
+    executed = [e["tool_use_id"] for e in events if e["type"] == "tool_executed"]
+    assert executed == ["call_a", "call_b"]
+    assert_valid_history(state.history)
 
 
 def test_worker_killed_mid_tool_resumes_on_a_new_worker(

@@ -4,6 +4,7 @@ older log is refused naming the fix."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -31,6 +32,7 @@ from innerloop.testing import (
     tool_call,
 )
 from innerloop.tools import ToolContext, ToolOutput
+from innerloop.tools._runner import ABORTED_TOOL
 
 
 @pytest.fixture(scope="module")
@@ -415,3 +417,128 @@ class TestStoredRuns:
             f"cannot replay run r1 of {url}: a checkpoint store keeps no params; pass "
             "params=HarnessParams(...), the params the run ran with"
         )
+
+
+# -- an abort in the middle of a batch -----------------------------------------------------
+
+
+def _batch_params(slow_started: asyncio.Event) -> HarnessParams[Any]:
+    """Two quick tools and a slow one that holds until it is cancelled; one call at a
+    time (``max_parallel_tools=1``), so the quick calls have finished when the slow one
+    starts (and sets ``slow_started``)."""
+
+    async def quick(args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+        return ToolOutput(f"quick {args['n']}")
+
+    async def slow(args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+        slow_started.set()
+        await asyncio.Event().wait()  # cancelled by the abort
+        return ToolOutput("never")
+
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    return HarnessParams(
+        model="scripted:scripted-model-20250101",
+        system="Work.",
+        tools=[
+            ToolSpec("quick", "Quick work.", schema, quick),
+            ToolSpec("slow", "Slow.", schema, slow),
+        ],
+        max_parallel_tools=1,
+    )
+
+
+BATCH = [
+    reply("Two first.", tool_call("quick", {"n": 0}, id="call_0")),
+    reply(
+        "Now three.",
+        tool_call("quick", {"n": 1}, id="call_1"),
+        tool_call("quick", {"n": 2}, id="call_2"),
+        tool_call("slow", {"n": 3}, id="call_3"),
+    ),
+    reply("never asked"),
+]
+
+
+async def _aborted_mid_batch(
+    checkpointer: MemoryCheckpointer | None = None,
+) -> list[dict[str, Any]]:
+    """A run (``r1`` in ``checkpointer``) the host aborts while its second batch runs:
+    two calls of it finished, the third is cancelled. Its events as dicts."""
+    slow_started = asyncio.Event()
+    harness = Harness(
+        _batch_params(slow_started), [ScriptedProvider(BATCH)], checkpointer=checkpointer
+    )
+    run = harness.start("Go.", run_id="r1" if checkpointer is not None else None)
+
+    async def host() -> None:
+        await slow_started.wait()
+        run.abort("the host said stop")
+
+    aborting = asyncio.ensure_future(host())
+    events = [event.to_dict() async for event in run.events()]
+    await aborting
+    return events
+
+
+class TestAbortMidBatch:
+    async def test_an_abort_during_a_batch_replays_the_same(self) -> None:
+        """The calls that had finished keep their results (reported as ``tool_executed``),
+        the cancelled one gets the aborted result; the replay serves the abort inside the
+        same batch and ends with the same history."""
+        events = await _aborted_mid_batch()
+        finished = events[-1]
+        assert (finished["type"], finished["exit_reason"]) == ("finished", "aborted")
+        executed = [e["tool_use_id"] for e in events if e["type"] == "tool_executed"]
+        assert executed == ["call_0", "call_1", "call_2"]
+        result = (await areplay(events)).assert_same()
+        results = [
+            (b.tool_use_id, b.content, b.is_error) for b in result.state.history[-1].tool_results
+        ]
+        assert results == [
+            ("call_1", "quick 1", False),
+            ("call_2", "quick 2", False),
+            ("call_3", ABORTED_TOOL, True),
+        ]
+
+    async def test_a_changed_result_of_a_finished_call_parts_at_the_end(self) -> None:
+        """The batch's history is the run's last: a finished call's result edited in the
+        record parts the replay at the run's end, naming both histories."""
+        events = await _aborted_mid_batch()
+        edited = [
+            {**e, "output": "quick 9"} if e.get("tool_use_id") == "call_2" else e for e in events
+        ]
+        result = await areplay(edited)
+        d = result.divergence
+        assert d is not None
+        assert (d.kind, d.state) == ("end", "aborted")
+        assert d.recorded == f"history={events[-1]['history']!r}"
+        assert d.replayed != d.recorded
+        with pytest.raises(
+            AssertionError,
+            match=r"^replay of run 1 of the events given diverged: "
+            r"the run's end in state 'aborted'\n  recorded: history=",
+        ):
+            result.assert_same()
+
+    async def test_a_record_without_the_abort_parts_at_the_cancelled_call(self) -> None:
+        """Without its abort event the batch runs whole: the call the abort cancelled has
+        no recorded result, and the replay parts there."""
+        events = await _aborted_mid_batch()
+        result = await areplay([e for e in events if e["type"] != "abort"])
+        assert result.divergence == Divergence(
+            "tool", "execute", 4, "no such call recorded", 'slow({"n":3}) (id call_3)'
+        )
+
+    async def test_a_stored_run_aborted_mid_batch_replays_the_same(self) -> None:
+        """A checkpoint store keeps the finished calls' results in the history the abort
+        closed: its replay serves them in the same batch too."""
+        store = MemoryCheckpointer()
+        await _aborted_mid_batch(store)
+        params = _batch_params(asyncio.Event())
+        result = (await areplay(store, "r1", params=params)).assert_same()
+        assert result.state.exit_reason == "aborted"
+        assert [b.content for b in result.state.history[-1].tool_results] == [
+            "quick 1",
+            "quick 2",
+            ABORTED_TOOL,
+        ]
