@@ -271,6 +271,27 @@ def _trim_to_tokens(text: str, limit: int, counter: TokenCounter) -> str:
     return text[:lo].rstrip() + ELLIPSIS if lo else ""
 
 
+def _fit_summary(
+    text: str,
+    reserve: int,
+    history: Sequence[Message],
+    cut: int,
+    marker: str,
+    counter: TokenCounter,
+) -> str | None:
+    """``text`` trimmed so the summary adds at most ``reserve`` tokens to the first kept
+    message; None when nothing fits. Counted in its message, as the budget counts it: a
+    text joined to the message's others can cost a token more than alone."""
+    without = count_message(counter, _head(history, cut, marker, None))
+    for limit in range(reserve, 0, -1):
+        summary = _trim_to_tokens(text, limit, counter)
+        if not summary:
+            return None
+        if count_message(counter, _head(history, cut, marker, summary)) - without <= reserve:
+            return summary
+    return None
+
+
 @attrs.frozen
 class SummarizingCompactor:
     """Model-based: the oldest part of the history becomes one summary, written by
@@ -315,8 +336,8 @@ class SummarizingCompactor:
                 f"{self.provider.name}:{self.model} returned no summary text "
                 f"(stop_reason {response.stop_reason!r})"
             )
-        summary = _trim_to_tokens(text, reserve, tokens.counter) or None
         marker = marker_text(cut, request.reason)
+        summary = _fit_summary(text, reserve, history, cut, marker, tokens.counter)
         return CompactionResult(
             apply_cut(history, cut, marker, summary),
             cut,

@@ -7,10 +7,16 @@ import asyncio
 from collections.abc import Sequence
 
 import pytest
-from hypothesis import event, given, settings
+from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
-from innerloop._messages import Message
+from innerloop._messages import (
+    ImageBlock,
+    Message,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from innerloop.lowlevel import apply_cut, marker_text
 from innerloop.recovery import (
     CompactionRequest,
@@ -89,9 +95,22 @@ class TestTruncatingCompactor:
         check(history, request, run(TruncatingCompactor(), request), 0)
 
 
+# Found by the property below: a summary trimmed to its reserve counted alone fitted,
+# joined to the kept message's text it cost one token more and the result missed the
+# target (54 of 53) where a cut with the reserve fitted.
+JOINT_COSTS_A_TOKEN = [
+    Message("user", (TextBlock("hi"), ImageBlock(media_type="image/png", data="iVBORw0KGgo="))),
+    Message.assistant("ok"),
+    Message.user("a."),
+    Message("assistant", (ToolUseBlock(id="toolu_1", name="echo", input={"x": "a."}),)),
+    Message("user", (ToolResultBlock(tool_use_id="toolu_1", content="a..,a"),)),
+]
+
+
 class TestSummarizingCompactor:
     @settings(max_examples=100, deadline=None)
     @given(histories(), st.integers(0, 2000), st.integers(0, 6), REASONS, SUMMARIES)
+    @example(JOINT_COSTS_A_TOKEN, 53, 0, "budget", "a0a0a0c")
     def test_valid_verbatim_and_fitting(
         self, history: list[Message], target: int, keep: int, reason: str, summary: str
     ) -> None:
