@@ -18,8 +18,11 @@ from innerloop.testing import FakeClock, ScriptedProvider, TransitionCoverage
 # its class name only. Loading cattrs with the suite keeps one copy for the session.
 
 # no per-example deadline: these machines are shared and noisy, and the first example of
-# a test may build caches (the converter's hooks); speed is checked by bench/, not here
-settings.register_profile("innerloop", deadline=None)
+# a test may build caches (the converter's hooks); speed is checked by bench/, not here.
+# The suite's examples are the same on every run (a red CI names a change, not a draw);
+# `pytest --hypothesis-profile=explore` draws new ones at each run.
+settings.register_profile("innerloop", deadline=None, derandomize=True)
+settings.register_profile("explore", deadline=None)
 settings.load_profile("innerloop")
 
 
