@@ -46,6 +46,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -533,34 +534,71 @@ def report_instructions(names: list[str], turns: int, runs: int) -> None:
             extra = counts[traced] - base
             print(f"tracing on (transitions={mode!r}): +{extra:,.0f} instructions per iteration")
             target(3, f"tracing on / the SDK floor ({mode})", extra / counts[floor], 1.25, "x")
-    report_import()
+    report_import(instructions=True)
+
+
+def _import_env(cache: str) -> dict[str, str]:
+    """The environment of a fresh interpreter importing innerloop as an installed package
+    does: bytecode written to and read from ``cache`` (a host's install has its ``.pyc``
+    files; without them every module is compiled again, as under PYTHONDONTWRITEBYTECODE)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "PYTHONPYCACHEPREFIX": cache, "PYTHONHASHSEED": "0"}
 
 
 def import_figures(repeat: int = 5) -> tuple[float, int]:
     """Seconds ``import innerloop`` takes (``-X importtime``'s cumulative figure, best of
-    ``repeat`` fresh interpreters) and the modules it loads beyond the interpreter's own."""
+    ``repeat`` fresh interpreters, the bytecode cached by a run before them) and the
+    modules it loads beyond the interpreter's own."""
     code = (
         "import sys; before = set(sys.modules); import innerloop; "
         "print(len(set(sys.modules) - before))"
     )
     best, modules = float("inf"), 0
-    for _ in range(repeat):
-        out = subprocess.run(
-            [sys.executable, "-X", "importtime", "-c", code],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        line = next(x for x in out.stderr.splitlines() if x.rstrip().endswith("| innerloop"))
-        best = min(best, int(line.split("|")[1]) / 1e6)
-        modules = int(out.stdout)
+    with tempfile.TemporaryDirectory() as cache:
+        env = _import_env(cache)
+        subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, check=True)
+        for _ in range(repeat):
+            out = subprocess.run(
+                [sys.executable, "-X", "importtime", "-c", code],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            line = next(x for x in out.stderr.splitlines() if x.rstrip().endswith("| innerloop"))
+            best = min(best, int(line.split("|")[1]) / 1e6)
+            modules = int(out.stdout)
     return best, modules
 
 
-def report_import() -> None:
+def import_instructions() -> int:
+    """Instructions ``import innerloop`` executes beyond a bare interpreter's start-up
+    (callgrind, bytecode cached): the import's cost as the load of the machine leaves it."""
+    valgrind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+    counts = []
+    with tempfile.TemporaryDirectory() as cache:
+        env = _import_env(cache)
+        subprocess.run([sys.executable, "-c", "import innerloop"], env=env, check=True)
+        for code in ("pass", "import innerloop"):
+            out = subprocess.run(
+                [*valgrind, sys.executable, "-c", code],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            counted = re.search(r"Collected : (\d+)", out.stderr)
+            assert counted is not None, out.stderr[-2000:]
+            counts.append(int(counted[1]))
+    return counts[1] - counts[0]
+
+
+def report_import(instructions: bool = False) -> None:
     seconds, modules = import_figures()
     target(4, "import innerloop (s, best of 5)", seconds, 0.3, " s")
     target(4, "modules import innerloop loads", modules, 300)
+    if instructions:
+        print(f"import innerloop: {import_instructions():,} instructions beyond a bare interpreter")
 
 
 GUARDED = (PLAIN, OURS, BUDGET, TRACED)

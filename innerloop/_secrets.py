@@ -18,6 +18,7 @@ A leaf module (it imports nothing from innerloop), so every layer can use it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -135,9 +136,15 @@ _TRIGGERS: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType(
 """For each kind, lower-case strings one of which every match holds: text holding none
 of them is returned at once, without running the patterns."""
 _ANY_TRIGGER: Final = tuple(t for triggers in _TRIGGERS.values() for t in triggers)
-_COMPILED: Final = tuple(
-    (kind, re.compile(pattern), _TRIGGERS[kind]) for kind, pattern in SECRET_PATTERNS.items()
-)
+
+
+@functools.cache
+def _compiled() -> tuple[tuple[str, re.Pattern[str], tuple[str, ...]], ...]:
+    """Each kind's pattern, compiled the first time a text holds a trigger (not at
+    import: most texts hold none)."""
+    return tuple(
+        (kind, re.compile(pattern), _TRIGGERS[kind]) for kind, pattern in SECRET_PATTERNS.items()
+    )
 
 
 # scheme://userinfo@ : what sits between "//" and the first "@" before any "/", "?" or "#"
@@ -170,7 +177,7 @@ def replace_secrets(text: str, marker: Callable[[str], str]) -> tuple[str, list[
     lowered = text.lower()
     if not any(trigger in lowered for trigger in _ANY_TRIGGER):
         return text, found
-    for kind, pattern, triggers in _COMPILED:
+    for kind, pattern, triggers in _compiled():
         if not any(trigger in lowered for trigger in triggers):
             continue
         text = pattern.sub(_replacer(kind, marker(kind), found), text)

@@ -152,14 +152,15 @@ class _Each:
             return
         field = self.container.prefix + attribute.name
         self.container.verify(field, value)
-        if isinstance(value, Mapping):
+        if self.keys is not None:  # a mapping (mapping_of's container check passed)
             for key, item in value.items():
-                if self.keys is not None:
-                    self.keys.verify(f"{field} key {key!r}", key)
+                self.keys.verify(f"{field} key {key!r}", key)
                 self.item.verify(f"{field}[{key!r}]", item)
             return
+        good = self.item.test
         for i, item in enumerate(value):
-            self.item.verify(f"{field}[{i}]", item)
+            if not good(item):  # a good item builds no name
+                self.item.verify(f"{field}[{i}]", item)
 
     def __repr__(self) -> str:
         return f"<validator {self.container.expect}>"

@@ -1,6 +1,7 @@
 """What ``import innerloop`` leaves for first use (issue 23's import target): the SDKs and
-the HTTP stack, the checkpoint stores with sqlite3, MCP, jsonschema, OpenTelemetry and
-the price package load when a run first needs them."""
+the HTTP stack, the checkpoint stores with sqlite3, MCP, jsonschema, OpenTelemetry, the
+price package and pydantic (the first ``@tool`` function or output type) load when a run
+first needs them."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ LATER = (
     "mcp",
     "openai",
     "opentelemetry",
+    "pydantic",
+    "pydantic_core",
     "sqlite3",
 )
 

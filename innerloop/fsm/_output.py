@@ -50,11 +50,9 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, final
 
 import attrs
-import pydantic
-import pydantic_core
 from typing_extensions import TypeVar
 
 from innerloop._errors import ParamsError, ToolDefinitionError
@@ -68,7 +66,6 @@ from innerloop._events import (
 )
 from innerloop._json import MAX_JSON_DEPTH, parse_json, unreadable_reason
 from innerloop.providers._normalize import OUTPUT_TOOL
-from innerloop.tools._schema import schema_for
 from innerloop.tools._strict import openai_strict_schema
 from innerloop.tools._validate import (
     ToolSchema,
@@ -77,6 +74,9 @@ from innerloop.tools._validate import (
     problems_from_pydantic,
     strict_json,
 )
+
+if TYPE_CHECKING:
+    import pydantic
 
 __all__ = [
     "ACCEPTED",
@@ -173,6 +173,8 @@ class OutputSpec:
                 raise InvalidOutput(problems)
             return data, data
         assert self.adapter is not None
+        import pydantic  # loaded with the first output type, not with innerloop
+
         try:
             value = strict_json(self.adapter, data)
         except pydantic.ValidationError as exc:
@@ -242,6 +244,10 @@ def _from_type(output_type: Any) -> OutputSpec:
         "give a pydantic model, a dataclass, a TypedDict or a JSON schema dict whose "
         "fields JSON can carry"
     )
+    import pydantic  # loaded with the first output type, not with innerloop
+
+    from innerloop.tools._schema import schema_for
+
     try:
         schema = schema_for(output_type, f"output type {shown}")
         adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(output_type)
@@ -446,6 +452,8 @@ class PartialOutput:
     def _parse(self) -> OutputDelta | None:
         text = "".join(self._parts)
         self._parts, self._parsed = [text], self._size
+        import pydantic_core  # loaded when first needed, not with innerloop
+
         try:
             data = pydantic_core.from_json(text, allow_partial="trailing-strings")
         except ValueError:  # not JSON (prose), or nested past jiter's own limit

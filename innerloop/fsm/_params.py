@@ -245,6 +245,8 @@ def _unique(what: str) -> Callable[[object, attrs.Attribute[Any], Any], None]:
     """A validator: no two items of the field share a ``name`` (``what`` names them)."""
 
     def check(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if len(value) < 2:  # nothing to share a name with
+            return
         names: set[str] = set()
         for item in value:
             if item.name in names:

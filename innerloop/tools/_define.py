@@ -21,13 +21,15 @@ import inspect
 import re
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from innerloop._errors import ToolDefinitionError
 from innerloop.tools._isolated import call_isolated
 from innerloop.tools._render import as_output
-from innerloop.tools._schema import Signature, signature_of
 from innerloop.tools._spec import ToolContext, ToolOutput, ToolSpec
+
+if TYPE_CHECKING:
+    from innerloop.tools._schema import Signature
 
 __all__ = ["Toolset", "tool"]
 
@@ -112,6 +114,8 @@ def _define(
         raise ToolDefinitionError(f"{where}: category must be a non-empty string")
     if timeout is not None and not timeout > 0:
         raise ToolDefinitionError(f"{where}: timeout must be > 0 seconds, got {timeout!r}")
+    from innerloop.tools._schema import signature_of  # pydantic, with the first @tool
+
     sig = signature_of(fn, where)
     if isolated:
         if inspect.iscoroutinefunction(fn):

@@ -21,7 +21,6 @@ from typing import Any
 
 from innerloop.tools._process import run_process
 from innerloop.tools._render import render_value
-from innerloop.tools._schema import signature_of
 from innerloop.tools._spec import ToolContext, ToolError, ToolOutput
 
 __all__ = ["call_isolated"]
@@ -73,6 +72,8 @@ def _resolve(module: str, qualname: str) -> Callable[..., Any]:
 
 
 def _child_main(argv: list[str]) -> None:
+    from innerloop.tools._schema import signature_of
+
     module, qualname, result_path = argv
     args = json.loads(sys.stdin.read() or "{}")
     try:

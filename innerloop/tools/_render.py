@@ -7,7 +7,6 @@ import json
 from typing import Any
 
 import attrs
-import pydantic_core
 
 from innerloop.tools._spec import ToolOutput
 
@@ -32,6 +31,8 @@ def _json_default(value: Any) -> Any:
         return value.value
     if isinstance(value, set | frozenset | tuple):
         return list(value)
+    import pydantic_core  # loaded when first needed: import innerloop leaves it out
+
     return pydantic_core.to_jsonable_python(value, fallback=repr)
 
 

@@ -22,13 +22,11 @@ import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, final
 
-import pydantic
-import pydantic_core
-
 from innerloop._errors import ToolDefinitionError
 
 if TYPE_CHECKING:
     import jsonschema
+    import pydantic
 
 __all__ = [
     "ToolSchema",
@@ -243,6 +241,8 @@ def validate(
     """
     if isinstance(schema, ToolSchema):
         return schema.problems(args)
+    import pydantic  # loaded when first needed: import innerloop leaves it out
+
     if isinstance(schema, pydantic.TypeAdapter):
         try:
             strict_json(schema, args)
@@ -263,6 +263,8 @@ def checked(schema: Mapping[str, Any], args: Any) -> tuple[Any, list[str]]:
 def strict_json(adapter: pydantic.TypeAdapter[Any], args: Any) -> Any:
     """``args`` validated by ``adapter`` as the JSON they came as, in strict mode (no
     ``"3"`` for an int); raises ``ValueError`` (``ValidationError`` is one)."""
+    import pydantic_core  # loaded with the first @tool function, not with innerloop
+
     try:
         text = pydantic_core.to_json(args)
     except pydantic_core.PydanticSerializationError as exc:
