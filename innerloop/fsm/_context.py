@@ -273,7 +273,8 @@ class PhaseContext:
     @property
     def choice(self) -> ModelChoice:
         """The active provider and model."""
-        return self.params.model_chain[self.state.active]
+        active, params = self.state.active, self.params
+        return params.model if active == 0 else params.model_chain[active]
 
     @property
     def provider(self) -> Provider:

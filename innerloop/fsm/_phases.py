@@ -491,6 +491,12 @@ async def execute_batch(ctx: PhaseContext, batch: ToolBatch) -> AsyncIterator[Ev
 
     A cancelled batch (an abort) is appended as it is, so the history stays valid, and the
     cancellation goes on."""
+    for event in _book_batch(ctx, batch):
+        yield event
+
+
+def _book_batch(ctx: PhaseContext, batch: ToolBatch) -> list[Event]:
+    """:func:`execute_batch`'s work, its events returned (no generator per turn)."""
     state = ctx.state
     calls = state.history[-1].tool_uses
     if batch.cancelled:
@@ -499,11 +505,14 @@ async def execute_batch(ctx: PhaseContext, batch: ToolBatch) -> AsyncIterator[Ev
     message = _results_message(ctx, calls, batch.results)
     state.history.append(message)
     state.outcome = Outcome.EXECUTED
-    for o in batch.results:
-        yield ToolExecuted(o.tool_use_id, o.name, o.is_error, o.timed_out, o.duration, o.output)
+    events: list[Event] = [
+        ToolExecuted(o.tool_use_id, o.name, o.is_error, o.timed_out, o.duration, o.output)
+        for o in batch.results
+    ]
     for notice in message.content[len(batch.results) :]:
         assert isinstance(notice, TextBlock)
-        yield Alert("tool_failing", notice.text)
+        events.append(Alert("tool_failing", notice.text))
+    return events
 
 
 def _answered_here(ctx: PhaseContext, call: ToolUseBlock) -> ToolCallResult | None:
@@ -610,7 +619,7 @@ async def execute(ctx: PhaseContext) -> AsyncIterator[Event]:
             return
     if len(own) < len(calls):
         batch = _merged(calls, answered, batch)
-    async for event in execute_batch(ctx, batch):
+    for event in _book_batch(ctx, batch):
         yield event
 
 

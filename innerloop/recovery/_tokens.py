@@ -20,7 +20,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from innerloop._errors import InnerloopError
 from innerloop._messages import (
@@ -266,6 +266,14 @@ def count_message(counter: TokenCounter, message: Message) -> int:
     return total
 
 
+def _exact(counter: TokenCounter) -> RequestTokenCounter | None:
+    """``counter`` when it is a :class:`RequestTokenCounter`, as ``isinstance`` on the
+    runtime protocol decides (its methods are there, not None), at a fraction of that
+    check's cost (it walks the protocol's members at each call: once per run here)."""
+    count = getattr(counter, "count_request", None)
+    return cast(RequestTokenCounter, counter) if count is not None else None
+
+
 class MessageTokenCache:
     """Counts messages once each: messages are immutable, so a count never goes stale.
 
@@ -276,7 +284,7 @@ class MessageTokenCache:
 
     def __init__(self, counter: TokenCounter) -> None:
         self.counter = counter
-        self.exact = counter if isinstance(counter, RequestTokenCounter) else None
+        self.exact = _exact(counter)
         """The counter again when it can count a whole request exactly, else None."""
         self._counts: dict[int, tuple[Message, int]] = {}
         self._seen: list[Message] = []
