@@ -352,7 +352,7 @@ class Run(Generic[OutputT]):
         if self._sm is not None and self.engine == "statemachine":
             taken = self.machine.send_step(self._sm)
         else:
-            taken = self.machine.select(self.current, self.ctx)
+            taken = self.machine.selectors[self.current](self.ctx)
         self.current = taken.target
         self._path.append(taken)
         if taken.target in self.machine.finals:
