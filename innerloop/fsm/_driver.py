@@ -140,11 +140,6 @@ class PhaseScope:
         self._fired = False
         return self
 
-    @property
-    def pending(self) -> bool:
-        """An abort asked this scope to cancel, and the cancellation has not fired yet."""
-        return self._handle is not None and not self._fired
-
     def cancel(self, loop: asyncio.AbstractEventLoop) -> None:
         """Cancel the await in progress (call on the loop's thread)."""
         if self._handle is None:
@@ -156,10 +151,18 @@ class PhaseScope:
 
     def close(self) -> bool:
         """Leave the scope. True when it cancelled the task and nothing else did, so the
-        caller may absorb the ``CancelledError``."""
-        if self._handle is not None and not self._fired:
-            self._handle.cancel()
-        return self._fired and self._task.uncancel() <= self._entry
+        caller may absorb the ``CancelledError``. The scope is left clean (as entered):
+        entering it again for the same task only needs :meth:`refresh`."""
+        handle, fired = self._handle, self._fired
+        self._handle, self._fired = None, False
+        if handle is not None and not fired:
+            handle.cancel()
+        return fired and self._task.uncancel() <= self._entry
+
+    def refresh(self, task: asyncio.Task[Any]) -> None:
+        """Enter again, for ``task``'s next handler await, a scope left clean (closed, or
+        never used) of the same task: only the cancellations pending now are noted."""
+        self._entry = task.cancelling()
 
 
 def _hand(
@@ -566,7 +569,8 @@ class Run(Generic[OutputT]):
                 if state.abort is None or source in abort_safe:
                     scope.current = source
                     handler, is_gen = handlers[source]
-                    self._phase = phase.enter(task)
+                    phase.refresh(task)
+                    self._phase = phase
                     if is_gen:
                         await self._quiet_generator(phase, task, handler, watch, watched)
                     else:
@@ -594,6 +598,13 @@ class Run(Generic[OutputT]):
         self._phase = None
         return phase.close() and isinstance(exc, asyncio.CancelledError)
 
+    def _left_quietly(self, phase: PhaseScope) -> None:
+        """Leave ``phase``, the handler await it scoped having returned (nothing to close
+        unless an abort asked the scope to cancel)."""
+        self._phase = None
+        if phase._handle is not None:
+            phase.close()
+
     async def _quiet_coroutine(
         self,
         phase: PhaseScope,
@@ -609,7 +620,7 @@ class Run(Generic[OutputT]):
             if self._left(phase, exc):
                 return
             raise
-        self._left(phase)
+        self._left_quietly(phase)
         if events:
             _hand(events, watch, watched)
 
@@ -628,16 +639,16 @@ class Run(Generic[OutputT]):
             async for ev in agen:
                 if type(ev) in watched:
                     watch(ev)
-                if phase.pending:  # asked for during this step: not the next one's
-                    phase.close()
-                    phase.enter(task)
-                if self._stops_between_events():
+                if phase._handle is not None:  # asked to cancel during this step:
+                    phase.close()  # not the next step's to take (it is left clean)
+                    phase.refresh(task)
+                if self.state.abort is not None and self._stops_between_events():
                     break
         except BaseException as exc:
             if not self._left(phase, exc):
                 raise
         else:
-            self._left(phase)
+            self._left_quietly(phase)
         finally:
             await agen.aclose()
         if self.scope.side.items:  # the last events of a child it stopped (as it closed)

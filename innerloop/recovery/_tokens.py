@@ -201,24 +201,26 @@ _COMPACT_UNICODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 """The same with non-ASCII characters as they are."""
 
 
-def message_text(message: Message) -> Iterable[str]:
-    """The countable text of a message, block by block."""
+def message_text(message: Message) -> list[str]:
+    """The countable text of a message, block by block (a list: no generator to resume
+    at each block of every message counted)."""
+    texts: list[str] = []
     for block in message.content:
         if isinstance(block, TextBlock):
-            yield block.text
+            texts.append(block.text)
         elif isinstance(block, ThinkingBlock):
-            yield block.thinking
+            texts.append(block.thinking)
         elif isinstance(block, RedactedThinkingBlock):
-            yield block.data
+            texts.append(block.data)
         elif isinstance(block, ToolUseBlock):
-            yield block.name
-            yield _COMPACT.encode(block.input)
+            texts += (block.name, _COMPACT.encode(block.input))
         elif isinstance(block, ToolResultBlock):
-            yield block.content
+            texts.append(block.content)
         elif isinstance(block, DocumentBlock):
-            yield from _document_text(block)
+            texts += _document_text(block)
         elif isinstance(block, ServerToolBlock):  # the provider bills what it sends back
-            yield _COMPACT_UNICODE.encode(block.data)
+            texts.append(_COMPACT_UNICODE.encode(block.data))
+    return texts
 
 
 def _document_text(block: DocumentBlock) -> Iterable[str]:
