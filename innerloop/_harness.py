@@ -218,7 +218,10 @@ class Harness(Generic[OutputT]):
         self.gates = gates if gates is not None else shared_gates()
         """The rate-limit gates (process-wide by default: runs share what a 429 taught)."""
         self._sync = _SyncLoop()
-        self._abandoned = weakref.finalize(self, self._sync.abandoned)
+        self._abandoned: weakref.finalize[[], Any] | None = None
+        """Closes the shared loop of a ``with`` block if the harness is collected inside
+        it (made on entering the first block: a harness that never shares a loop has
+        nothing to close)."""
 
     @functools.cached_property
     def record(self) -> MachineRecord:
@@ -573,6 +576,8 @@ class Harness(Generic[OutputT]):
     def __enter__(self) -> Self:
         """Share one event loop between the ``run_sync`` calls of the block."""
         self._sync.open()
+        if self._abandoned is None:
+            self._abandoned = weakref.finalize(self, self._sync.abandoned)
         return self
 
     def __exit__(

@@ -569,7 +569,7 @@ class Run(Generic[OutputT]):
                 if state.abort is None or source in abort_safe:
                     scope.current = source
                     handler, is_gen = handlers[source]
-                    phase.refresh(task)
+                    phase._entry = task.cancelling()  # phase.refresh(task), inline
                     self._phase = phase
                     if is_gen:
                         await self._quiet_generator(phase, task, handler, watch, watched)
@@ -598,13 +598,6 @@ class Run(Generic[OutputT]):
         self._phase = None
         return phase.close() and isinstance(exc, asyncio.CancelledError)
 
-    def _left_quietly(self, phase: PhaseScope) -> None:
-        """Leave ``phase``, the handler await it scoped having returned (nothing to close
-        unless an abort asked the scope to cancel)."""
-        self._phase = None
-        if phase._handle is not None:
-            phase.close()
-
     async def _quiet_coroutine(
         self,
         phase: PhaseScope,
@@ -620,7 +613,9 @@ class Run(Generic[OutputT]):
             if self._left(phase, exc):
                 return
             raise
-        self._left_quietly(phase)
+        self._phase = None  # left: nothing to close unless an abort asked it to cancel
+        if phase._handle is not None:
+            phase.close()
         if events:
             _hand(events, watch, watched)
 
@@ -648,7 +643,9 @@ class Run(Generic[OutputT]):
             if not self._left(phase, exc):
                 raise
         else:
-            self._left_quietly(phase)
+            self._phase = None  # left: nothing to close unless an abort asked it to cancel
+            if phase._handle is not None:
+                phase.close()
         finally:
             await agen.aclose()
         if self.scope.side.items:  # the last events of a child it stopped (as it closed)

@@ -24,7 +24,7 @@ fallback): by the cycles ``turns`` and ``fallbacks`` bound.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from innerloop._errors import ErrorCategory
 from innerloop._messages import ToolUseBlock
@@ -160,7 +160,15 @@ def has_tool_calls(ctx: PhaseContext) -> bool:
     state = ctx.state
     if not state.pending_tool_uses:
         return False
-    return not all(is_final_call(ctx, u) for u in state.history[-1].tool_uses)
+    return not _all_final(ctx, state.history[-1].tool_uses)
+
+
+def _all_final(ctx: PhaseContext, calls: Sequence[ToolUseBlock]) -> bool:
+    """Every one of ``calls`` is a final-result call (:func:`is_final_call`)."""
+    for call in calls:
+        if call.name != OUTPUT_TOOL:
+            return False
+    return not calls or ctx.params.final_result_tool
 
 
 @guard(reads=("state.last_response", "params.final_result_tool"))
@@ -173,7 +181,7 @@ def model_finished(ctx: PhaseContext) -> bool:
         return False
     if not r.tool_uses:
         return r.stop_reason in FINISHING_STOPS
-    return all(is_final_call(ctx, u) for u in r.tool_uses)
+    return _all_final(ctx, r.tool_uses)
 
 
 @guard(
