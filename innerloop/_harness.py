@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import threading
 import uuid
 import warnings
@@ -202,8 +203,6 @@ class Harness(Generic[OutputT]):
             dialect = getattr(self.providers[primary.provider], "dialect", "")
             check_server_tools(params.server_tools, dialect, str(primary))
         self.machine = machine if isinstance(machine, CompiledMachine) else compile_spec(machine)
-        self.record = MachineRecord.of(self.machine)
-        """What each run of this harness records of its machine."""
         self.clock = clock or SystemClock()
         self.token_counter = token_counter or TiktokenCounter()
         self.fallback_compactor: Compactor = TruncatingCompactor()
@@ -219,7 +218,16 @@ class Harness(Generic[OutputT]):
         self.gates = gates if gates is not None else shared_gates()
         """The rate-limit gates (process-wide by default: runs share what a 429 taught)."""
         self._sync = _SyncLoop()
-        self._abandoned = weakref.finalize(self, self._sync.abandoned)
+        self._abandoned: weakref.finalize[[], Any] | None = None
+        """Closes the shared loop of a ``with`` block if the harness is collected inside
+        it (made on entering the first block: a harness that never shares a loop has
+        nothing to close)."""
+
+    @functools.cached_property
+    def record(self) -> MachineRecord:
+        """What each run of this harness records of its machine (made when first needed:
+        by a checkpointed run, or a resume)."""
+        return MachineRecord.of(self.machine)
 
     def start(
         self,
@@ -568,6 +576,8 @@ class Harness(Generic[OutputT]):
     def __enter__(self) -> Self:
         """Share one event loop between the ``run_sync`` calls of the block."""
         self._sync.open()
+        if self._abandoned is None:
+            self._abandoned = weakref.finalize(self, self._sync.abandoned)
         return self
 
     def __exit__(

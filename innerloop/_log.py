@@ -142,6 +142,8 @@ def _abort(ev: Abort) -> Record:
 
 
 def _tool(ev: ToolExecuted) -> Record:
+    if not (ev.timed_out or ev.is_error or TOOLS.isEnabledFor(logging.DEBUG)):
+        return logging.DEBUG, "", {}  # not logged: no text made (a call of every turn)
     fields = {
         "tool_name": ev.name,
         "tool_use_id": ev.tool_use_id,

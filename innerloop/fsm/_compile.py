@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+import operator
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import attrs
 from statemachine import State, StateMachine
@@ -215,7 +216,8 @@ def _check_guard(name: str, fn: Guard) -> None:
             f"argument, the PhaseContext: 'def {name}(ctx: PhaseContext) -> bool' (read "
             "ctx.params and ctx.state)",
         )
-    for path in guard_info(fn).reads:
+    info = guard_info(fn)
+    for path in (*info.reads, *((info.given,) if info.given is not None else ())):
         _check_read(name, path)
 
 
@@ -293,12 +295,59 @@ CHECKS: tuple[Callable[[MachineSpec], None], ...] = (
 )
 
 
-@attrs.frozen
-class Edge:
-    """A compiled transition: the guard function resolved."""
+Choice = tuple[Guard | None, TransitionSpec]
+"""A compiled transition: its guard function (None: unguarded) and the transition."""
+Block = tuple[Callable[["PhaseContext"], Any] | None, tuple[Choice, ...]]
+"""Consecutive transitions out of a state whose guards are given the same field (see
+:func:`~innerloop.fsm.guard`), with a getter of that field on the context (None: the
+guards are given none). While the field is None none of them holds: one look at it
+skips them all."""
 
-    spec: TransitionSpec
-    guard: Guard | None
+
+def _blocks(spec: MachineSpec, state: str) -> tuple[Block, ...]:
+    """The transitions out of ``state`` in priority order, in blocks (see :data:`Block`)."""
+    blocks: list[tuple[str | None, list[Choice]]] = []
+    for t in spec.transitions_from(state):
+        declared = spec.guards[t.guard] if t.guard is not None else None
+        given = guard_info(declared).given if declared is not None else None
+        if not blocks or blocks[-1][0] != given:
+            blocks.append((given, []))
+        blocks[-1][1].append((unwrap_guard(declared) if declared else None, t))
+    return tuple(
+        (operator.attrgetter(given) if given else None, tuple(choices)) for given, choices in blocks
+    )
+
+
+Selector = Callable[["PhaseContext"], TransitionSpec]
+"""The transition taken out of one state: the first whose guard holds."""
+
+
+def _selector(state: str, blocks: tuple[Block, ...]) -> Selector:
+    """The :data:`Selector` of ``state``: its blocks written out as one function (the
+    ifs in priority order, a given field looked at once per block), which costs a third
+    of walking the table in a loop; the driver calls it at every step."""
+    names: dict[str, Any] = {}
+    lines = ["def select(ctx):"]
+    for i, (given, choices) in enumerate(blocks):
+        indent = "    "
+        if given is not None:
+            names[f"given{i}"] = given
+            lines.append(f"    if given{i}(ctx) is not None:")
+            indent = "        "
+        for j, (guard, transition) in enumerate(choices):
+            names[f"t{i}_{j}"] = transition
+            if guard is None:
+                lines.append(f"{indent}return t{i}_{j}")
+            else:
+                names[f"g{i}_{j}"] = guard
+                lines.append(f"{indent}if g{i}_{j}(ctx):")
+                lines.append(f"{indent}    return t{i}_{j}")
+    names["state"] = state
+    lines.append(
+        '    raise AssertionError(f"no transition out of {state!r}; the compiler forbids this")'
+    )
+    exec(compile("\n".join(lines), f"<innerloop select {state}>", "exec"), names)
+    return cast(Selector, names["select"])
 
 
 class _MachineBase(StateMachine):
@@ -370,12 +419,16 @@ class CompiledMachine:
 
     spec: MachineSpec
     machine_class: type[StateMachine]
-    table: dict[str, tuple[Edge, ...]]
+    table: dict[str, tuple[Block, ...]]
     handlers: dict[str, tuple[Handler, bool]]
     """Per state: the handler and whether it is an async generator function."""
     finals: frozenset[str]
     fingerprint: str
     """The spec's :attr:`~innerloop.fsm.MachineSpec.fingerprint`, computed once."""
+    selectors: dict[str, Selector] = attrs.field(factory=dict)
+    """Per state: :meth:`select` for that state, as one function (see :func:`_selector`)."""
+    exit_reasons: dict[str, str] = attrs.field(factory=dict)
+    """Per final state: why a run ended there."""
 
     def __repr__(self) -> str:
         return f"CompiledMachine({self.spec!r})"
@@ -392,14 +445,13 @@ class CompiledMachine:
         return state in self.finals
 
     def exit_reason(self, state: str) -> str:
-        return self.spec.state(state).exit_reason or state
+        reason = self.exit_reasons.get(state)
+        return reason if reason is not None else self.spec.state(state).exit_reason or state
 
     def select(self, state: str, ctx: PhaseContext) -> TransitionSpec:
-        """The first transition out of ``state`` whose guard holds (the lean path)."""
-        for edge in self.table[state]:
-            if edge.guard is None or edge.guard(ctx):
-                return edge.spec
-        raise AssertionError(f"no transition out of {state!r}; the compiler forbids this")
+        """The first transition out of ``state`` whose guard holds (the lean path); the
+        guards given a field that is None are skipped (they do not hold)."""
+        return self.selectors[state](ctx)
 
     def instantiate(self, ctx: PhaseContext, at: str | None = None) -> StateMachine:
         """A python-statemachine instance over ``ctx``, in state ``at``."""
@@ -427,13 +479,13 @@ def compile_spec(spec: MachineSpec) -> CompiledMachine:
     for check in CHECKS:
         check(spec)
     machine_class = _build_class(spec)
-    table = {
-        s.name: tuple(
-            Edge(t, unwrap_guard(spec.guards[t.guard]) if t.guard else None)
-            for t in spec.transitions_from(s.name)
-        )
-        for s in spec.states
-    }
+    table = {s.name: _blocks(spec, s.name) for s in spec.states}
     handlers = {name: (fn, _async_kind(fn) == "asyncgen") for name, fn in spec.handlers.items()}
     finals = frozenset(s.name for s in spec.final_states)
-    return CompiledMachine(spec, machine_class, table, handlers, finals, spec.fingerprint)
+    selectors = {
+        name: _selector(name, blocks) for name, blocks in table.items() if name not in finals
+    }
+    reasons = {s.name: s.exit_reason or s.name for s in spec.final_states}
+    return CompiledMachine(
+        spec, machine_class, table, handlers, finals, spec.fingerprint, selectors, reasons
+    )

@@ -193,7 +193,10 @@ class TurnScope:
     stream: ModelStream | None = None
     """The open model stream between ``call`` and ``stream``."""
     static_tokens: int | None = None
-    """Tokens of the system prompt and tool definitions (counted once per run)."""
+    """Tokens of the system prompt and tool definitions (counted once per run, when a
+    context budget or a compaction first needs them)."""
+    assembled: bool = False
+    """``assemble`` ran in this run (its first run checks the models' prices)."""
     quiet: bool = False
     """Nobody reads the stream events (``Run.run()``), so none is made."""
     reporting: bool = False
@@ -273,7 +276,8 @@ class PhaseContext:
     @property
     def choice(self) -> ModelChoice:
         """The active provider and model."""
-        return self.params.model_chain[self.state.active]
+        active, params = self.state.active, self.params
+        return params.model if active == 0 else params.model_chain[active]
 
     @property
     def provider(self) -> Provider:

@@ -15,6 +15,7 @@ from collections.abc import (
     Awaitable,
     Callable,
     Container,
+    Iterable,
     Iterator,
     Sequence,
 )
@@ -150,10 +151,27 @@ class PhaseScope:
 
     def close(self) -> bool:
         """Leave the scope. True when it cancelled the task and nothing else did, so the
-        caller may absorb the ``CancelledError``."""
-        if self._handle is not None and not self._fired:
-            self._handle.cancel()
-        return self._fired and self._task.uncancel() <= self._entry
+        caller may absorb the ``CancelledError``. The scope is left clean (as entered):
+        entering it again for the same task only needs :meth:`refresh`."""
+        handle, fired = self._handle, self._fired
+        self._handle, self._fired = None, False
+        if handle is not None and not fired:
+            handle.cancel()
+        return fired and self._task.uncancel() <= self._entry
+
+    def refresh(self, task: asyncio.Task[Any]) -> None:
+        """Enter again, for ``task``'s next handler await, a scope left clean (closed, or
+        never used) of the same task: only the cancellations pending now are noted."""
+        self._entry = task.cancelling()
+
+
+def _hand(
+    events: Iterable[RunEvent], watch: Callable[[RunEvent], None], watched: Container[type[Event]]
+) -> None:
+    """Hand each of ``events`` whose type is watched to ``watch``."""
+    for ev in events:
+        if type(ev) in watched:
+            watch(ev)
 
 
 def _going_on(state: HarnessState[Any]) -> dict[str, Any]:
@@ -288,23 +306,28 @@ class Run(Generic[OutputT]):
         elif phase is not None and loop is not None and self.current not in self._abort_safe:
             phase.cancel(loop)
 
-    async def _await_phase(self, awaitable: Any) -> tuple[bool, Any]:
-        """Await one step of a handler in its own cancel scope. ``(False, None)`` when an
-        abort cancelled it; any other cancellation propagates."""
-        task = asyncio.current_task()
-        assert task is not None
+    def _entered(self, task: asyncio.Task[Any] | None = None) -> PhaseScope:
+        """The run's cancel scope, entered around the next handler await of ``task`` (the
+        current task when None)."""
+        if task is None:
+            task = asyncio.current_task()
+            assert task is not None
         scope = self._scope
         scope = self._phase = scope.enter(task) if scope is not None else PhaseScope(task)
         self._scope = scope
+        return scope
+
+    async def _await_phase(self, awaitable: Any, scope: PhaseScope) -> tuple[bool, Any]:
+        """Await one step of a handler in its own cancel scope (``scope``, entered for
+        it). ``(False, None)`` when an abort cancelled it; any other cancellation
+        propagates."""
         try:
             result = await awaitable
         except BaseException as exc:
-            self._phase = None
-            if scope.close() and isinstance(exc, asyncio.CancelledError):
+            if self._left(scope, exc):
                 return False, None
             raise
-        self._phase = None
-        scope.close()
+        self._left(scope)
         return True, result
 
     async def _gen_phase(self, handler: Handler) -> AsyncIterator[RunEvent]:
@@ -312,14 +335,10 @@ class Run(Generic[OutputT]):
         agen = handler(self.ctx)
         try:
             while True:
-                if (
-                    self.state.abort is not None
-                    and self.current not in self._abort_safe
-                    and not self.scope.reporting
-                ):
+                if self._stops_between_events():
                     break  # asked for between two events, e.g. by the host consuming them
                 try:
-                    done, ev = await self._await_phase(agen.__anext__())
+                    done, ev = await self._await_phase(agen.__anext__(), self._entered())
                 except StopAsyncIteration:
                     break
                 if not done:
@@ -336,7 +355,7 @@ class Run(Generic[OutputT]):
         if self._sm is not None and self.engine == "statemachine":
             taken = self.machine.send_step(self._sm)
         else:
-            taken = self.machine.select(self.current, self.ctx)
+            taken = self.machine.selectors[self.current](self.ctx)
         self.current = taken.target
         self._path.append(taken)
         if taken.target in self.machine.finals:
@@ -403,7 +422,8 @@ class Run(Generic[OutputT]):
                                 watch(ev)
                             yield ev
                     else:
-                        _, events = await self._await_phase(handler(self.ctx))
+                        awaited = handler(self.ctx)
+                        _, events = await self._await_phase(awaited, self._entered())
                         for ev in events or ():
                             if type(ev) in watched:
                                 watch(ev)
@@ -473,16 +493,22 @@ class Run(Generic[OutputT]):
             watch(ev)
         return ev
 
+    def _end(self) -> str:
+        """Record the final state the run reached and why it ended there (returned)."""
+        state = self.state
+        state.final_state = self.current
+        reason = state.exit_reason = self.machine.exit_reason(self.current)
+        return reason
+
     def _finish(
         self, watch: Callable[[RunEvent], None], watched: Container[type[Event]]
     ) -> Finished:
+        reason = self._end()
         state = self.state
-        state.final_state = self.current
-        state.exit_reason = self.machine.exit_reason(self.current)
         history = None if self.scope.quiet else history_fingerprint(state.history)
         asked = state.interrupt
         ev = Finished(
-            state.exit_reason,
+            reason,
             self.current,
             state.turns,
             state.usage,
@@ -513,11 +539,126 @@ class Run(Generic[OutputT]):
         not passed up at all (``quiet``): a thousand loops stream 12,500 of them a second."""
         self.scope.quiet = True
         try:
-            async for _ in self.events():
-                pass
+            await self._run_quietly()
         finally:
             self.scope.quiet = False
         return self.state
+
+    async def _run_quietly(self) -> None:
+        """:meth:`events` for a reader who discards every event: the same steps, each
+        event handed to the watchers alone and made only when one wants its type (a
+        transition, the run's start and end), with no generator or coroutine between the
+        handlers and this loop. The run stays in this task: its one cancel scope is
+        entered around each handler (around each step of a generator handler, as in
+        :meth:`events`: an abort asked for during a step that still yielded is seen
+        between two events, not by the next step)."""
+        self._begin()
+        watch, watched = self._watcher()
+        scope, finals, handlers = self.scope, self.machine.finals, self.machine.handlers
+        scope.forward = ChildEvent in watched
+        state, abort_safe = self.state, self._abort_safe
+        transitions = Transition in watched
+        task = asyncio.current_task()
+        assert task is not None
+        phase = self._scope = self._scope or PhaseScope(task)
+        error: BaseException | None = None
+        try:
+            if RunStarted in watched:
+                self._started(watch, watched)
+            while (source := self.current) not in finals:
+                if state.abort is None or source in abort_safe:
+                    scope.current = source
+                    handler, is_gen = handlers[source]
+                    phase._entry = task.cancelling()  # phase.refresh(task), inline
+                    self._phase = phase
+                    if is_gen:
+                        await self._quiet_generator(phase, task, handler, watch, watched)
+                    else:
+                        await self._quiet_coroutine(phase, handler, watch, watched)
+                taken = self.step()
+                if self._after_step is not None:  # what the step hook left (a commit)
+                    after, self._after_step = self._after_step, None
+                    await after
+                if transitions:
+                    watch(Transition(source, taken.target, taken.guard))
+            if Finished in watched:
+                self._finish(watch, watched)
+            else:
+                self._end()
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            await self._close(error)
+
+    def _left(self, phase: PhaseScope, exc: BaseException | None = None) -> bool:
+        """Leave ``phase``, the handler await it scoped having raised ``exc`` (None: it
+        returned). True when ``exc`` is the cancellation the scope made (an abort): the
+        caller absorbs it."""
+        self._phase = None
+        return phase.close() and isinstance(exc, asyncio.CancelledError)
+
+    async def _quiet_coroutine(
+        self,
+        phase: PhaseScope,
+        handler: Handler,
+        watch: Callable[[RunEvent], None],
+        watched: Container[type[Event]],
+    ) -> None:
+        """Run a coroutine handler for :meth:`_run_quietly` in ``phase`` (entered for
+        it), handing the events it returns to ``watch``."""
+        try:
+            events = await handler(self.ctx)
+        except BaseException as exc:
+            if self._left(phase, exc):
+                return
+            raise
+        self._phase = None  # left: nothing to close unless an abort asked it to cancel
+        if phase._handle is not None:
+            phase.close()
+        if events:
+            _hand(events, watch, watched)
+
+    async def _quiet_generator(
+        self,
+        phase: PhaseScope,
+        task: asyncio.Task[Any],
+        handler: Handler,
+        watch: Callable[[RunEvent], None],
+        watched: Container[type[Event]],
+    ) -> None:
+        """Run an async-generator handler for :meth:`_run_quietly` as :meth:`_gen_phase`
+        does, in ``phase`` (entered for it), handing its events to ``watch``."""
+        agen = handler(self.ctx)
+        try:
+            async for ev in agen:
+                if type(ev) in watched:
+                    watch(ev)
+                if phase._handle is not None:  # asked to cancel during this step:
+                    phase.close()  # not the next step's to take (it is left clean)
+                    phase.refresh(task)
+                if self.state.abort is not None and self._stops_between_events():
+                    break
+        except BaseException as exc:
+            if not self._left(phase, exc):
+                raise
+        else:
+            self._phase = None  # left: nothing to close unless an abort asked it to cancel
+            if phase._handle is not None:
+                phase.close()
+        finally:
+            await agen.aclose()
+        if self.scope.side.items:  # the last events of a child it stopped (as it closed)
+            _hand(self.scope.side.take(), watch, watched)
+
+    def _stops_between_events(self) -> bool:
+        """An abort was asked for and the handler may stop between two of its events
+        (unless it runs when aborting, or reports what it booked)."""
+        return (
+            self.state.abort is not None
+            and self.current not in self._abort_safe
+            and not self.scope.reporting
+        )
 
     def run_sync(self) -> HarnessState[OutputT]:
         """:meth:`run` on a private event loop, for hosts without one."""

@@ -7,7 +7,10 @@ A guard is a plain predicate; :func:`guard` attaches a frozen :class:`GuardInfo`
     def transient_retry(ctx: PhaseContext) -> bool: ...
 
 ``reads`` are the ``params``/``state`` fields the guard looks at (shown in the diagram's
-edge tooltips; ``compile_spec`` checks each names a real field). A budget is what makes a
+edge tooltips; ``compile_spec`` checks each names a real field). ``given`` names one field
+without which the guard never holds (``given="state.error"``: false while the state has no
+error): the compiled machine then skips the guard while that field is None, and with one
+look at it the guards next to it that are given the same field. A budget is what makes a
 loop end, one of two ways:
 
 * ``spends="b"``: the guard holds only while budget ``b`` is left, so its own edge is
@@ -56,6 +59,11 @@ def _check_reads(_: object, __: object, reads: tuple[str, ...]) -> None:
             )
 
 
+def _check_given(_: object, __: object, given: str | None) -> None:
+    if given is not None:
+        _check_reads(None, None, (given,))
+
+
 def _check_budget(_: object, attribute: attrs.Attribute[Any], budget: str | None) -> None:
     if budget is not None and not budget.isidentifier():
         raise SpecError(
@@ -77,6 +85,9 @@ class GuardInfo:
     exhausts: str | None = attrs.field(default=None, validator=_check_budget)
     """The budget whose exhaustion it guards: it holds once the budget is spent, so the
     edges listed after its edge (out of the same state) are taken only while it is left."""
+    given: str | None = attrs.field(default=None, validator=_check_given)
+    """A field the guard never holds without: while it is None the guard is false (and
+    is not called)."""
 
     @property
     def budget(self) -> str:
@@ -87,11 +98,16 @@ class GuardInfo:
 
 
 def guard(
-    *, reads: Iterable[str] = (), spends: str | None = None, exhausts: str | None = None
+    *,
+    reads: Iterable[str] = (),
+    spends: str | None = None,
+    exhausts: str | None = None,
+    given: str | None = None,
 ) -> Callable[[F], F]:
-    """Declare what the decorated guard reads and which budget it bounds (see the module
-    docstring); the function itself is returned, marked."""
-    info = GuardInfo(reads, spends, exhausts)
+    """Declare what the decorated guard reads, which budget it bounds and the field it
+    never holds without (see the module docstring); the function itself is returned,
+    marked."""
+    info = GuardInfo(reads, spends, exhausts, given)
 
     def mark(fn: F) -> F:
         setattr(fn, ATTRIBUTE, info)

@@ -24,7 +24,7 @@ fallback): by the cycles ``turns`` and ``fallbacks`` bound.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from innerloop._errors import ErrorCategory
 from innerloop._messages import ToolUseBlock
@@ -40,7 +40,7 @@ _RATE = (ErrorCategory.RATE_LIMITED, ErrorCategory.OVERLOADED)
 FINISHING_STOPS = frozenset({"end_turn", "stop_sequence", "refusal"})
 
 
-@guard(reads=("state.abort",))
+@guard(reads=("state.abort",), given="state.abort")
 def abort_requested(ctx: PhaseContext) -> bool:
     """The host asked the run to stop."""
     return ctx.state.abort is not None
@@ -59,7 +59,7 @@ def turn_limit(ctx: PhaseContext) -> bool:
     return state.turns - state.turns_at_start >= params.max_turns
 
 
-@guard(reads=("params.context_budget", "state.context_tokens"))
+@guard(reads=("params.context_budget", "state.context_tokens"), given="params.context_budget")
 def over_context_budget(ctx: PhaseContext) -> bool:
     """The assembled request is larger than the context budget."""
     params, state = ctx.params, ctx.state
@@ -81,6 +81,7 @@ def call_opened(ctx: PhaseContext) -> bool:
 @guard(
     reads=("state.error", "state.rate_limit_failures", "params.recovery.max_rate_limit_retries"),
     spends="rate_limit_retries",
+    given="state.error",
 )
 def rate_limited_retry(ctx: PhaseContext) -> bool:
     """Rate limited or overloaded, with backoff retries left on this model."""
@@ -92,7 +93,11 @@ def rate_limited_retry(ctx: PhaseContext) -> bool:
     )
 
 
-@guard(reads=("state.error", "state.active", "params.model_chain"), spends="fallbacks")
+@guard(
+    reads=("state.error", "state.active", "params.model_chain"),
+    spends="fallbacks",
+    given="state.error",
+)
 def rate_limited_fallback(ctx: PhaseContext) -> bool:
     """Rate limited with retries exhausted, and a fallback model left in the chain."""
     params, state = ctx.params, ctx.state
@@ -106,6 +111,7 @@ def rate_limited_fallback(ctx: PhaseContext) -> bool:
 @guard(
     reads=("state.error", "state.transient_failures", "params.recovery.transient_retries"),
     spends="transient_retries",
+    given="state.error",
 )
 def transient_retry(ctx: PhaseContext) -> bool:
     """A transient failure (5xx, malformed, empty, dropped) with an immediate retry left."""
@@ -117,14 +123,14 @@ def transient_retry(ctx: PhaseContext) -> bool:
     )
 
 
-@guard(reads=("state.error",))
+@guard(reads=("state.error",), given="state.error")
 def context_overflow(ctx: PhaseContext) -> bool:
     """The provider said the prompt is too long: our count was wrong."""
     state = ctx.state
     return state.error is not None and state.error.category is ErrorCategory.CONTEXT_OVERFLOW
 
 
-@guard(reads=("state.error",))
+@guard(reads=("state.error",), given="state.error")
 def failed(ctx: PhaseContext) -> bool:
     """The call or stream failed (and no recovery branch above took it)."""
     state = ctx.state
@@ -154,7 +160,15 @@ def has_tool_calls(ctx: PhaseContext) -> bool:
     state = ctx.state
     if not state.pending_tool_uses:
         return False
-    return not all(is_final_call(ctx, u) for u in state.history[-1].tool_uses)
+    return not _all_final(ctx, state.history[-1].tool_uses)
+
+
+def _all_final(ctx: PhaseContext, calls: Sequence[ToolUseBlock]) -> bool:
+    """Every one of ``calls`` is a final-result call (:func:`is_final_call`)."""
+    for call in calls:
+        if call.name != OUTPUT_TOOL:
+            return False
+    return not calls or ctx.params.final_result_tool
 
 
 @guard(reads=("state.last_response", "params.final_result_tool"))
@@ -167,7 +181,7 @@ def model_finished(ctx: PhaseContext) -> bool:
         return False
     if not r.tool_uses:
         return r.stop_reason in FINISHING_STOPS
-    return all(is_final_call(ctx, u) for u in r.tool_uses)
+    return _all_final(ctx, r.tool_uses)
 
 
 @guard(
@@ -192,7 +206,8 @@ def turn_limit_continuing(ctx: PhaseContext) -> bool:
         "state.tokens_at_start",
         "state.cost_usd",
         "state.cost_at_start",
-    )
+    ),
+    given="params.spend_budget",
 )
 def spend_exceeded(ctx: PhaseContext) -> bool:
     """The run has spent its token or dollar budget (counted from the run's start)."""

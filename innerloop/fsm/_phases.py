@@ -112,32 +112,41 @@ def _unpriced_alert(params: HarnessParams, models: Sequence[tuple[str, str | Non
     ]
 
 
-async def assemble(ctx: PhaseContext) -> list[Event]:
-    """Count the request: system prompt and tools once per run, history incrementally."""
-    events: list[Event] = []
-    scope, tokens, params = ctx.scope, ctx.deps.tokens, ctx.params
-    changed = False
-    if params.prepare_tools is not None or params.tool_sources:
-        from innerloop.fsm._offer import offer_tools  # only for runs that choose tools
-
-        changed = await offer_tools(ctx)  # the tools of this turn
-    if scope.static_tokens is None or changed:
-        first = scope.static_tokens is None
+def _static_tokens(ctx: PhaseContext) -> int:
+    """Tokens of the system prompt and the tool definitions of this turn, counted when
+    first needed in the run (by a context budget, or a compaction), and again after the
+    tools offered changed."""
+    scope, params = ctx.scope, ctx.params
+    if scope.static_tokens is None:
         system, tools = params.system, params.tool_definitions
         if scope.offered is not None:
             tools = tuple(t.to_definition() for t in scope.offered)
         if params.final_result_tool:  # counted for every model of the chain: the larger
             asked = with_output_tool(scope.settings)
             system, tools = asked.system, (*tools, asked.tools[-1])
-        scope.static_tokens = tokens.count_static(system, tools)
-        if first:
-            events += _unpriced_alert(params, [(c.model, c.provider) for c in params.model_chain])
+        scope.static_tokens = ctx.deps.tokens.count_static(system, tools)
+    return scope.static_tokens
+
+
+async def assemble(ctx: PhaseContext) -> list[Event]:
+    """Count the request: system prompt and tools once per run, history incrementally
+    (with a context budget to compare them with)."""
+    events: list[Event] = []
+    scope, tokens, params = ctx.scope, ctx.deps.tokens, ctx.params
+    if params.prepare_tools is not None or params.tool_sources:
+        from innerloop.fsm._offer import offer_tools  # only for runs that choose tools
+
+        if await offer_tools(ctx):  # the tools of this turn changed: counted anew
+            scope.static_tokens = None
+    if not scope.assembled:  # the run's first request
+        scope.assembled = True
+        events += _unpriced_alert(params, [(c.model, c.provider) for c in params.model_chain])
     state = ctx.state
     if params.context_budget is None:
         # nothing to compare against: skip tokenizing (compaction counts what it needs)
         state.outcome = Outcome.ASSEMBLED
         return events
-    state.context_tokens = scope.static_tokens + tokens.count_history(state.history)
+    state.context_tokens = _static_tokens(ctx) + tokens.count_history(state.history)
     exact_counter = tokens.exact
     if exact_counter is not None:  # an exact counter also counts the whole wire request
         request = build_request(
@@ -186,7 +195,7 @@ async def compact(ctx: PhaseContext) -> AsyncIterator[Event]:
     reason = _compaction_reason(ctx)
     history = tuple(state.history)
     before = tokens.count_history(history)
-    static = ctx.scope.static_tokens or 0
+    static = _static_tokens(ctx)
     # an exact count (see RequestTokenCounter) may disagree with the local one that plans
     # the cut: budget targets are scaled by how far the local count is off
     local = before + static
@@ -493,6 +502,17 @@ async def execute_batch(ctx: PhaseContext, batch: ToolBatch) -> AsyncIterator[Ev
     cancelled it, the calls that had finished are reported (``tool_executed``: a replay
     serves their results) and the run goes on to its abort; any other cancellation goes
     on."""
+    try:
+        for event in _book_batch(ctx, batch):
+            yield event
+    finally:
+        ctx.scope.reporting = False
+
+
+def _book_batch(ctx: PhaseContext, batch: ToolBatch) -> list[Event]:
+    """:func:`execute_batch`'s work, its events returned (no generator per turn). For an
+    aborted batch with finished calls, ``scope.reporting`` is set: the abort waits until
+    the caller has yielded their events, then clears it."""
     state = ctx.state
     calls = state.history[-1].tool_uses
     if batch.cancelled:
@@ -501,20 +521,15 @@ async def execute_batch(ctx: PhaseContext, batch: ToolBatch) -> AsyncIterator[Ev
         if not done or state.abort is None:
             raise asyncio.CancelledError
         ctx.scope.reporting = True  # the abort waits until they are reported
-        try:
-            for o in done:
-                yield _executed(o)
-        finally:
-            ctx.scope.reporting = False
-        return
+        return [_executed(o) for o in done]
     message = _results_message(ctx, calls, batch.results)
     state.history.append(message)
     state.outcome = Outcome.EXECUTED
-    for o in batch.results:
-        yield _executed(o)
+    events: list[Event] = [_executed(o) for o in batch.results]
     for notice in message.content[len(batch.results) :]:
         assert isinstance(notice, TextBlock)
-        yield Alert("tool_failing", notice.text)
+        events.append(Alert("tool_failing", notice.text))
+    return events
 
 
 def _executed(r: ToolCallResult) -> ToolExecuted:
@@ -625,8 +640,11 @@ async def execute(ctx: PhaseContext) -> AsyncIterator[Event]:
             return
     if len(own) < len(calls):
         batch = _merged(calls, answered, batch)
-    async for event in execute_batch(ctx, batch):
-        yield event
+    try:
+        for event in _book_batch(ctx, batch):
+            yield event
+    finally:
+        ctx.scope.reporting = False
 
 
 def _final_calls(ctx: PhaseContext) -> tuple[ToolUseBlock, ...]:

@@ -20,7 +20,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from innerloop._errors import InnerloopError
 from innerloop._messages import (
@@ -201,24 +201,26 @@ _COMPACT_UNICODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 """The same with non-ASCII characters as they are."""
 
 
-def message_text(message: Message) -> Iterable[str]:
-    """The countable text of a message, block by block."""
+def message_text(message: Message) -> list[str]:
+    """The countable text of a message, block by block (a list: no generator to resume
+    at each block of every message counted)."""
+    texts: list[str] = []
     for block in message.content:
         if isinstance(block, TextBlock):
-            yield block.text
+            texts.append(block.text)
         elif isinstance(block, ThinkingBlock):
-            yield block.thinking
+            texts.append(block.thinking)
         elif isinstance(block, RedactedThinkingBlock):
-            yield block.data
+            texts.append(block.data)
         elif isinstance(block, ToolUseBlock):
-            yield block.name
-            yield _COMPACT.encode(block.input)
+            texts += (block.name, _COMPACT.encode(block.input))
         elif isinstance(block, ToolResultBlock):
-            yield block.content
+            texts.append(block.content)
         elif isinstance(block, DocumentBlock):
-            yield from _document_text(block)
+            texts += _document_text(block)
         elif isinstance(block, ServerToolBlock):  # the provider bills what it sends back
-            yield _COMPACT_UNICODE.encode(block.data)
+            texts.append(_COMPACT_UNICODE.encode(block.data))
+    return texts
 
 
 def _document_text(block: DocumentBlock) -> Iterable[str]:
@@ -266,6 +268,14 @@ def count_message(counter: TokenCounter, message: Message) -> int:
     return total
 
 
+def _exact(counter: TokenCounter) -> RequestTokenCounter | None:
+    """``counter`` when it is a :class:`RequestTokenCounter`, as ``isinstance`` on the
+    runtime protocol decides (its methods are there, not None), at a fraction of that
+    check's cost (it walks the protocol's members at each call: once per run here)."""
+    count = getattr(counter, "count_request", None)
+    return cast(RequestTokenCounter, counter) if count is not None else None
+
+
 class MessageTokenCache:
     """Counts messages once each: messages are immutable, so a count never goes stale.
 
@@ -276,7 +286,7 @@ class MessageTokenCache:
 
     def __init__(self, counter: TokenCounter) -> None:
         self.counter = counter
-        self.exact = counter if isinstance(counter, RequestTokenCounter) else None
+        self.exact = _exact(counter)
         """The counter again when it can count a whole request exactly, else None."""
         self._counts: dict[int, tuple[Message, int]] = {}
         self._seen: list[Message] = []

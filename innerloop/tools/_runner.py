@@ -200,7 +200,16 @@ class ToolRunner:
 
     async def _guarded(self, run: ToolScope, call: ToolUseBlock, alone: bool) -> ToolCallResult:
         try:
-            return await self._run_one(run, call, alone)
+            ready = self._checked(run, call)
+            if isinstance(ready, ToolCallResult):
+                return ready
+            spec, args = ready
+            if alone:
+                return await self.execute(run, spec, call, args)
+            if self._semaphore is None:
+                self._semaphore = asyncio.Semaphore(run.params.max_parallel_tools)
+            async with self._semaphore:
+                return await self.execute(run, spec, call, args)
         except (asyncio.CancelledError, KeyboardInterrupt):
             raise  # an abort, or the host's Ctrl-C: never a tool result
         except BaseException as exc:  # a bad schema or limit must not crash the loop either
@@ -229,7 +238,12 @@ class ToolRunner:
         self._eager.clear()
         await _cancel(tasks)
 
-    async def _run_one(self, run: ToolScope, call: ToolUseBlock, alone: bool) -> ToolCallResult:
+    def _checked(
+        self, run: ToolScope, call: ToolUseBlock
+    ) -> ToolCallResult | tuple[ToolSpec, Mapping[str, Any] | None]:
+        """The tool ``call`` names and its arguments as its schema's check hands them
+        back, or the error result of a call that cannot run (an unknown tool, arguments
+        that cannot be read or do not fit the schema)."""
         spec = run.params.tool(call.name)
         if spec is None:
             known = ", ".join(t.name for t in run.params.tools) or "none"
@@ -252,12 +266,7 @@ class ToolRunner:
                 + "; ".join(problems),
                 "invalid_arguments",
             )
-        if alone:
-            return await self.execute(run, spec, call, args)
-        if self._semaphore is None:
-            self._semaphore = asyncio.Semaphore(run.params.max_parallel_tools)
-        async with self._semaphore:
-            return await self.execute(run, spec, call, args)
+        return spec, args
 
     def _failed(self, call: ToolUseBlock, message: str, error: str) -> ToolCallResult:
         return ToolCallResult(call.id, call.name, message, is_error=True, error=error)

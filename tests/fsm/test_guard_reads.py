@@ -9,10 +9,28 @@ from typing import Any
 import attrs
 import pytest
 
-from innerloop import HarnessParams, HarnessState, Message, ModelResponse, ProviderError
+from innerloop import (
+    DEFAULT_SPEC,
+    HarnessParams,
+    HarnessState,
+    Message,
+    ModelResponse,
+    ProviderError,
+    SpecError,
+    TransitionSpec,
+    compile_spec,
+)
 from innerloop._errors import ErrorCategory
 from innerloop._messages import TextBlock, ToolUseBlock, Usage
-from innerloop.fsm import DEFAULT_GUARDS, AbortRequest, Outcome, SpendBudget, Task, guard_info
+from innerloop.fsm import (
+    DEFAULT_GUARDS,
+    AbortRequest,
+    Outcome,
+    SpendBudget,
+    Task,
+    guard,
+    guard_info,
+)
 from innerloop.fsm._output import OUTPUT_TOOL
 from innerloop.testing import phase_context
 
@@ -121,3 +139,65 @@ def test_readme_lists_the_declared_reads() -> None:
     assert "\n".join(rows) + "\n" in page.read_text(encoding="utf-8"), (
         "regenerate the guard table of docs/concepts/machine.md"
     )
+
+
+def test_declared_given_fields_are_read() -> None:
+    """A guard's given field is one of its declared reads."""
+    for name, fn in DEFAULT_GUARDS.items():
+        info = guard_info(fn)
+        assert info.given is None or info.given in info.reads, name
+
+
+@pytest.mark.parametrize(
+    "name", sorted(n for n, fn in DEFAULT_GUARDS.items() if guard_info(fn).given is not None)
+)
+def test_a_guard_never_holds_without_its_given_field(name: str) -> None:
+    """While its given field is None, a guard is false on every crafted context (the
+    compiled machine skips it then), and it holds on some context where the field is set
+    (the declaration skips nothing that could be taken)."""
+    fn = DEFAULT_GUARDS[name]
+    given = guard_info(fn).given
+    assert given is not None
+    root, field = given.split(".")
+    held = []
+    for params, state in itertools.product(_params(), _states()):
+        ctx = phase_context(params, state)
+        unset = getattr(getattr(ctx, root), field) is None
+        assert not (unset and fn(ctx)), (params, state)
+        held.append(not unset and fn(ctx))
+    assert any(held)
+
+
+def test_select_skips_a_guard_without_its_given_field() -> None:
+    """The compiled machine does not call a guard while its given field is None."""
+    calls: list[str] = []
+
+    @guard(reads=("state.error",), given="state.error")
+    def errored(ctx: Any) -> bool:
+        calls.append("errored")
+        return True
+
+    spec = DEFAULT_SPEC.with_guard("errored", errored).add_transition(
+        TransitionSpec("check", "abort", "errored")
+    )
+    machine = compile_spec(spec)
+    ctx = phase_context(_params()[0], HarnessState(outcome=Outcome.CHECKED))
+    assert machine.select("check", ctx).target == "assemble"
+    assert calls == []
+    ctx.state.error = ProviderError(ErrorCategory.TRANSIENT, "boom")
+    assert machine.select("check", ctx) == TransitionSpec("check", "abort", "errored")
+    assert calls == ["errored"]
+
+
+def test_a_given_field_must_exist() -> None:
+    """A given field that neither params nor state has is refused at compile time."""
+
+    @guard(reads=("state.error",), given="state.eror")
+    def errored(ctx: Any) -> bool:
+        return True
+
+    spec = DEFAULT_SPEC.with_guard("errored", errored).add_transition(
+        TransitionSpec("check", "abort", "errored")
+    )
+    with pytest.raises(SpecError, match=r"declares it reads 'state.eror'.*did you mean"):
+        compile_spec(spec)

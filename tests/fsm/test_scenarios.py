@@ -384,17 +384,12 @@ def test_run_makes_no_stream_events_and_ends_the_same(make_harness: Any) -> None
     script = [reply("x" * 64, tool_call("echo", {"x": "a"}, id="t1")), reply("done")]
     loud = make_harness(params(), ScriptedProvider(list(script), chunk_size=4)).start("go")
     seen = asyncio.run(_collect(loud))
-    quiet = make_harness(params(), ScriptedProvider(list(script), chunk_size=4)).start("go")
-    yielded: list[str] = []
-    original = quiet.events
-
-    async def spy() -> Any:
-        async for event in original():
-            yielded.append(event.type)
-            yield event
-
-    quiet.events = spy
+    made = _Made()
+    quiet = make_harness(
+        params(), ScriptedProvider(list(script), chunk_size=4), observers=[made]
+    ).start("go")
     state = asyncio.run(quiet.run())
+    yielded = made.types
     assert "text_delta" in seen
     assert "text_delta" not in yielded
     assert "model_response" in yielded
@@ -402,6 +397,28 @@ def test_run_makes_no_stream_events_and_ends_the_same(make_harness: Any) -> None
     assert (state.exit_reason, state.history) == (loud.state.exit_reason, loud.state.history)
     assert (state.usage, state.turns) == (loud.state.usage, loud.state.turns)
     assert quiet.scope.quiet is False
+
+
+class _Made:
+    """A run observer noting the type of every event a run makes (it watches them all)."""
+
+    def __init__(self) -> None:
+        self.types: list[str] = []
+
+    def start_run(self, run: Any) -> _Made:
+        return self
+
+    def on_event(self, event: Any) -> None:
+        self.types.append(event.type)
+
+    def on_finish(self, error: BaseException | None) -> None:
+        pass
+
+    def tool_started(self, call: Any, spec: Any, timeout: float | None) -> None:
+        pass
+
+    def tool_finished(self, handle: Any, result: Any) -> None:
+        pass
 
 
 async def _collect(run: Any) -> list[str]:
