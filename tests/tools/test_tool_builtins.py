@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -239,11 +240,12 @@ class TestShell:
         result = call_tool(
             tools, "run_shell", {"command": f"{line}; sleep {marker}"}, tool_timeouts={"shell": 0.5}
         )
-        assert time.monotonic() - start < 1.5
+        assert time.monotonic() - start < 10  # not the 100 s its sleepers would take
         assert (result.timed_out, result.is_error) == (True, True)
-        assert result.output.startswith(
-            "tool 'run_shell' timed out after 0.5 s (limit 0.5 s from category 'shell'); "
-            "it was stopped"
+        assert re.match(
+            r"tool 'run_shell' timed out after \d+\.\d s \(limit 0\.5 s from category 'shell'\); "
+            r"it was stopped",
+            result.output,
         )
         assert result.output.endswith("output before the timeout:\nstarted\n")
         assert result.stdout == "started\n"

@@ -239,7 +239,7 @@ class TestFailures:
         executed = [e for e in events if isinstance(e, ToolExecuted)]
         assert [(e.is_error, e.timed_out) for e in executed] == [(True, False), (True, True)]
         assert executed[0].output.startswith("invalid arguments for tool 'slow'")
-        assert executed[1].output.startswith("tool 'slow' timed out after 0.2 s")
+        assert executed[1].output.startswith("tool 'slow' timed out after ")
 
 
 class TestTasks:

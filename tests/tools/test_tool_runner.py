@@ -205,9 +205,10 @@ class TestTimeouts:
 
         start = time.monotonic()
         result = call_tool(slow, "slow", {})
-        assert time.monotonic() - start < 1.0
+        assert time.monotonic() - start < 5.0  # not the 10 s the tool would sleep
         assert (result.is_error, result.timed_out, result.error) == (True, True, "timeout")
-        assert result.output.startswith("tool 'slow' timed out after 0.3 s (limit 0.3 s from ")
+        assert result.output.startswith("tool 'slow' timed out after ")
+        assert " s (limit 0.3 s from " in result.output
         assert result.output.endswith("the tool's own timeout); it was stopped")
         assert cancelled.is_set()
 
@@ -270,7 +271,8 @@ class TestTimeouts:
         result = call_tool(stalls, "stalls", {})
         assert time.monotonic() - start < 5.0
         assert (result.timed_out, result.error) == (True, "timeout")
-        assert result.output.startswith("tool 'stalls' timed out after 0.3 s (limit 0.2 s from ")
+        assert result.output.startswith("tool 'stalls' timed out after ")
+        assert " s (limit 0.2 s from " in result.output
 
     def test_a_tool_that_waits_gets_what_it_awaited(self, call_tool: Any) -> None:
         """A tool that waits several times gets each awaited value, and an exception
