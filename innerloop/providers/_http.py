@@ -449,6 +449,7 @@ class HTTPProvider:
     _owns_pool = False  # the provider built the client and its connection pool: it closes them
     _loop: asyncio.AbstractEventLoop | None = None  # the loop the client's pool belongs to
     _loop_end: asyncio.Task[None] | None = None
+    _watchers: set[asyncio.Task[None]] | None = None  # every loop's, until it ends
     _unscrub: Callable[[], object] = staticmethod(lambda: None)  # releases the log scrubber
 
     def _connect(
@@ -557,8 +558,10 @@ class HTTPProvider:
             elif not self._owns_pool:
                 await self._drop_connections()
         self._loop = loop
+        if self._watchers is None:
+            self._watchers = set()
         self._loop_end = close_at_loop_end(
-            self.client.close if self._owns_pool else self._drop_connections
+            self.client.close if self._owns_pool else self._drop_connections, self._watchers
         )
 
     async def _drop_connections(self) -> None:

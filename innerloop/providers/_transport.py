@@ -426,6 +426,7 @@ class AsyncioTransport(httpx2.AsyncBaseTransport):
         self._sweep: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_end: asyncio.Task[None] | None = None
+        self._watchers: set[asyncio.Task[None]] = set()  # every loop's, until it ends
         self._closed = False
 
     @property
@@ -541,7 +542,7 @@ class AsyncioTransport(httpx2.AsyncBaseTransport):
         self._close_idle()
         self._slots = None
         self._loop = loop
-        self._loop_end = close_at_loop_end(self._loop_ending)
+        self._loop_end = close_at_loop_end(self._loop_ending, self._watchers)
 
     async def _loop_ending(self) -> None:
         if self._loop is asyncio.get_running_loop():

@@ -222,7 +222,9 @@ class TestPrebuiltClients:
     def test_a_run_on_its_own_loop_inside_the_block(self, route: str) -> None:
         """Inside ``with``, a ``Run`` driven on a loop of its own (``run.run_sync()``, as
         after ``resume``) does not reuse the block loop's connections, and the block's
-        next run does not reuse its: every run completes on its first request."""
+        next run does not reuse its: every run completes on its first request. A collection
+        between the runs (the block's loop still open, another loop adopted since) leaves
+        each loop's duty to close its connections in place."""
         r = ROUTES[route]
         script = [reply(f"answer {i}") for i in range(3)]
         with no_resource_warning(), r.server(script) as server:
@@ -230,6 +232,7 @@ class TestPrebuiltClients:
             with Harness(HarnessParams(model=r.model), [r.provider(client)]) as harness:
                 assert harness.run_sync("question 0").history == _expected(0)
                 assert harness.start("question 1").run_sync().history == _expected(1)
+                gc.collect()
                 assert harness.run_sync("question 2").history == _expected(2)
             assert len(server.requests) == 3
             assert client_sockets(server.port) == 0
