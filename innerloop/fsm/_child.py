@@ -79,6 +79,9 @@ __all__ = [
     "with_child_state",
 ]
 
+_ANSWERS: frozenset[type[Event]] = frozenset({ModelResponseEvent})
+"""What a child run nobody reads still hands up: its answers, to roll its spending up."""
+
 SUCCESS: tuple[str, ...] = ("model_complete", "tasks_complete")
 """The child's final states that count as success by default."""
 NOTES = "children"
@@ -272,6 +275,10 @@ class ChildRun(Generic[OutputT]):
         assert nested is not None
         return nested(machine, taken)
 
+    def _rolled_up(self, event: Event) -> None:
+        """:meth:`_roll_up` at each answer of a child run nobody reads."""
+        self._roll_up()
+
     def _roll_up(self) -> None:
         """Add what the child spent since the last call (usage, cost, model turns) to the
         parent's totals; abort the child when the parent's spend budget is spent, or when
@@ -310,6 +317,9 @@ class ChildRun(Generic[OutputT]):
         if self.run.state.final_state is not None:  # saved when it ended: not run again
             return
         try:
+            if not forward:  # nobody reads or watches the parent's events: none are made
+                await self.run.run_watching(self._rolled_up, _ANSWERS)
+                return
             async with contextlib.aclosing(self.run.events()) as events:
                 async for event in events:
                     if type(event) is ModelResponseEvent:

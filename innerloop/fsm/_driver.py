@@ -165,6 +165,36 @@ class PhaseScope:
         self._entry = task.cancelling()
 
 
+def _also(
+    watch: Callable[[RunEvent], None],
+    watched: Container[type[Event]],
+    also: Callable[[RunEvent], None],
+    types: frozenset[type[Event]],
+) -> tuple[Callable[[RunEvent], None], Container[type[Event]]]:
+    """``watch`` and ``also`` as one watcher: each sees the types it wants."""
+
+    def either(event: RunEvent) -> None:
+        kind = type(event)
+        if kind in watched:
+            watch(event)
+        if kind in types:
+            also(event)
+
+    return either, _Either(watched, types)
+
+
+class _Either:
+    """Contains what either of two containers of event types contains."""
+
+    __slots__ = ("one", "other")
+
+    def __init__(self, one: Container[type[Event]], other: Container[type[Event]]) -> None:
+        self.one, self.other = one, other
+
+    def __contains__(self, item: object) -> bool:
+        return item in self.one or item in self.other
+
+
 def _hand(
     events: Iterable[RunEvent], watch: Callable[[RunEvent], None], watched: Container[type[Event]]
 ) -> None:
@@ -537,14 +567,26 @@ class Run(Generic[OutputT]):
     async def run(self) -> HarnessState[OutputT]:
         """Run to the end, discarding events; returns the state. The streamed deltas are
         not passed up at all (``quiet``): a thousand loops stream 12,500 of them a second."""
+        return await self.run_watching(None, frozenset())
+
+    async def run_watching(
+        self, also: Callable[[RunEvent], None] | None, types: frozenset[type[Event]]
+    ) -> HarnessState[OutputT]:
+        """:meth:`run`, handing each event of ``types`` to ``also`` as well (made for it
+        when nobody else watches its type): a child run nobody reads rolls its spending
+        up at each answer this way, without making the events nobody reads."""
         self.scope.quiet = True
         try:
-            await self._run_quietly()
+            await self._run_quietly(also, types)
         finally:
             self.scope.quiet = False
         return self.state
 
-    async def _run_quietly(self) -> None:
+    async def _run_quietly(
+        self,
+        also: Callable[[RunEvent], None] | None = None,
+        types: frozenset[type[Event]] = frozenset(),
+    ) -> None:
         """:meth:`events` for a reader who discards every event: the same steps, each
         event handed to the watchers alone and made only when one wants its type (a
         transition, the run's start and end), with no generator or coroutine between the
@@ -554,6 +596,8 @@ class Run(Generic[OutputT]):
         between two events, not by the next step)."""
         self._begin()
         watch, watched = self._watcher()
+        if also is not None:
+            watch, watched = _also(watch, watched, also, types)
         scope, finals, handlers = self.scope, self.machine.finals, self.machine.handlers
         scope.forward = ChildEvent in watched
         state, abort_safe = self.state, self._abort_safe
