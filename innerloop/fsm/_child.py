@@ -318,7 +318,7 @@ class ChildRun(Generic[OutputT]):
             return
         try:
             if not forward:  # nobody reads or watches the parent's events: none are made
-                await self.run.run_watching(self._rolled_up, _ANSWERS)
+                await self.run._run_watching(self._rolled_up, _ANSWERS)
                 return
             async with contextlib.aclosing(self.run.events()) as events:
                 async for event in events:

@@ -567,9 +567,9 @@ class Run(Generic[OutputT]):
     async def run(self) -> HarnessState[OutputT]:
         """Run to the end, discarding events; returns the state. The streamed deltas are
         not passed up at all (``quiet``): a thousand loops stream 12,500 of them a second."""
-        return await self.run_watching(None, frozenset())
+        return await self._run_watching(None, frozenset())
 
-    async def run_watching(
+    async def _run_watching(
         self, also: Callable[[RunEvent], None] | None, types: frozenset[type[Event]]
     ) -> HarnessState[OutputT]:
         """:meth:`run`, handing each event of ``types`` to ``also`` as well (made for it
