@@ -583,9 +583,7 @@ class Run(Generic[OutputT]):
         return self.state
 
     async def _run_quietly(
-        self,
-        also: Callable[[RunEvent], None] | None = None,
-        types: frozenset[type[Event]] = frozenset(),
+        self, also: Callable[[RunEvent], None] | None, types: frozenset[type[Event]]
     ) -> None:
         """:meth:`events` for a reader who discards every event: the same steps, each
         event handed to the watchers alone and made only when one wants its type (a
