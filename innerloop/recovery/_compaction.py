@@ -283,12 +283,15 @@ def _fit_summary(
     message; None when nothing fits. Counted in its message, as the budget counts it: a
     text joined to the message's others can cost a token more than alone."""
     without = count_message(counter, _head(history, cut, marker, None))
-    for limit in range(reserve, 0, -1):
+    limit = reserve
+    while limit > 0:  # each miss lowers the limit by its overshoot (at least one token)
         summary = _trim_to_tokens(text, limit, counter)
         if not summary:
             return None
-        if count_message(counter, _head(history, cut, marker, summary)) - without <= reserve:
+        over = count_message(counter, _head(history, cut, marker, summary)) - without - reserve
+        if over <= 0:
             return summary
+        limit -= over
     return None
 
 
