@@ -733,14 +733,20 @@ class TestPostgresConnections:
         return fresh_database(pg_server)
 
     @staticmethod
-    def backends(url: str) -> int:
-        """Connections to the database other than the one asking."""
-        with psycopg.connect(url) as conn:
-            row = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            ).fetchone()
-        assert row is not None
+    def backends(url: str, settled: int | None = None) -> int:
+        """Connections to the database other than the one asking; with ``settled``, asked
+        again (for up to 10 s) until it is that many: a server process leaves
+        ``pg_stat_activity`` a moment after its client has closed the connection."""
+        for _ in range(100):
+            with psycopg.connect(url) as conn:
+                row = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                ).fetchone()
+            assert row is not None
+            if settled is None or int(row[0]) == settled:
+                break
+            time.sleep(0.1)
         return int(row[0])
 
     def test_one_per_loop_closed_at_its_end(self, url: str, make_harness: Any) -> None:
@@ -761,7 +767,7 @@ class TestPostgresConnections:
         assert self.backends(url) == 1
         assert [r.status for r in store.runs()] == ["finished"] * 4
         store.close()
-        assert self.backends(url) == 0
+        assert self.backends(url, settled=0) == 0
 
     def test_open_ahead_and_close(self, url: str, make_harness: Any) -> None:
         """``aconnect()`` opens the loop's connection ahead of its first commit;
@@ -779,7 +785,7 @@ class TestPostgresConnections:
             return connected, open_now
 
         assert asyncio.run(main()) == (2, 2)
-        assert self.backends(url) == 0
+        assert self.backends(url, settled=0) == 0
 
     def test_concurrent_first_commits_share_one(self, url: str, make_harness: Any) -> None:
         """Ten runs starting together on one loop open one connection between them."""
