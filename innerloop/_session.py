@@ -455,7 +455,7 @@ class Session:
             dollars = _lower(budget.max_cost_usd, total.max_cost_usd, state.cost_at_start)
             if (tokens, dollars) != (budget.max_tokens, budget.max_cost_usd):
                 changes["spend_budget"] = SpendBudget(tokens, dollars)
-        return attrs.evolve(params, **changes) if changes else params
+        return params.evolve(**changes)
 
     def __repr__(self) -> str:
         state = self._latest()

@@ -17,7 +17,8 @@ import functools
 import itertools
 import math
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import attrs
@@ -27,6 +28,7 @@ from innerloop._errors import ParamsError
 __all__ = [
     "Check",
     "boolean",
+    "check_changed",
     "check_fields",
     "checked",
     "instance",
@@ -219,6 +221,31 @@ def check_fields(instance: attrs.AttrsInstance) -> None:
     ):
         for validate in validators:
             validate(instance, attribute, value)
+
+
+@functools.cache
+def _checks_by_name(
+    cls: type,
+) -> Mapping[str, tuple[object, tuple[Validator, ...], attrs.Attribute[Any]]]:
+    """The ``checked`` fields of ``cls`` by name: each one's default, validators and
+    attribute (read once per class and process)."""
+    _, defaults, checks = _field_checks(cls)
+    by_name = {a.name: (d, v, a) for (v, a), d in zip(checks, defaults, strict=False)}
+    return MappingProxyType(by_name)
+
+
+def check_changed(instance: attrs.AttrsInstance, names: Iterable[str]) -> None:
+    """Run the validators of the ``checked`` fields among ``names`` (the fields a copy
+    changed, in field order), skipping one that holds its own default, as
+    :func:`check_fields` does for all of them."""
+    checks = _checks_by_name(type(instance))
+    for name in names:
+        if name in checks:
+            default, validators, attribute = checks[name]
+            value = getattr(instance, name)
+            if value is not default:
+                for validate in validators:
+                    validate(instance, attribute, value)
 
 
 def tuple_of(item: Check, what: str, *, prefix: str = "") -> _Each:

@@ -158,7 +158,7 @@ def _capped(params: HarnessParams[OutputT], parent: PhaseContext) -> HarnessPara
         spent = budget.max_cost_usd - (state.cost_usd - state.cost_at_start)
         left_usd = max(spent, 1e-9)
         cost = min(left_usd, cost) if cost is not None else left_usd
-    return attrs.evolve(params, spend_budget=SpendBudget(tokens, cost))
+    return params.evolve(spend_budget=SpendBudget(tokens, cost))
 
 
 def _turns_left(parent: PhaseContext) -> int:

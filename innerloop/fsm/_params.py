@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import collections
 import difflib
 import functools
+import itertools
+import operator
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
@@ -16,6 +19,7 @@ from innerloop._json import MAX_JSON_DEPTH, MAX_JSON_DEPTH_LIMIT
 from innerloop._validators import (
     Check,
     boolean,
+    check_changed,
     check_fields,
     checked,
     instance,
@@ -406,7 +410,9 @@ class HarnessParams(Generic[OutputT]):
     def __attrs_post_init__(self) -> None:
         """The fields' own checks (a field left at its default is not checked again), then
         the checks that read more than one field, each a small method called when a field
-        it reads is off its default (the defaults agree with each other)."""
+        it reads is off its default (the defaults agree with each other). Each method is
+        also whole on its own (it returns at once when its fields are at their defaults),
+        as :meth:`evolve` calls it."""
         check_fields(self)
         if self.output_type is not None or self.output_mode != "auto":
             self._check_output()
@@ -427,6 +433,30 @@ class HarnessParams(Generic[OutputT]):
 
         if self.server_tools:
             self._check_server_tool_names()
+
+    def evolve(self, **changes: Any) -> HarnessParams[OutputT]:
+        """A copy with ``changes``, as ``attrs.evolve(params, **changes)`` makes it (the same
+        conversions, the same errors for a bad change), checking only what the changes
+        touch: each changed field's own checks and each check across fields that reads a
+        changed field; the fields kept were checked when these params were built.
+        ``params.evolve()`` with no changes is ``params``."""
+        if not changes:
+            return self
+        if type(self) is not HarnessParams or not changes.keys() <= _INIT_ORDER.keys():
+            return attrs.evolve(self, **changes)  # a subclass, or __init__'s own TypeError
+        names = sorted(changes, key=_INIT_ORDER.__getitem__) if len(changes) > 1 else [*changes]
+        values = [*_read_all(self)]
+        for name in names:  # converted in field order, as __init__ does
+            convert = _CONVERTERS.get(name)
+            values[_INIT_ORDER[name]] = changes[name] if convert is None else convert(changes[name])
+        new: HarnessParams[Any] = object.__new__(HarnessParams)
+        collections.deque(map(_set_slot, _MEMBERS, itertools.repeat(new), values), maxlen=0)
+        if "output_type" in changes:
+            _set_slot(_MEMBERS[-1], new, new._output_spec())
+        check_changed(new, names)
+        for check in _ACROSS[names[0]] if len(names) == 1 else _across(names):
+            check(new)
+        return new
 
     def _check_prompt_cache(self) -> None:
         """The shorthand flags folded into ``prompt_cache`` must still make a request
@@ -457,6 +487,8 @@ class HarnessParams(Generic[OutputT]):
                 )
 
     def _check_strict_models(self) -> None:
+        if not self.strict_models:
+            return
         for i, choice in enumerate(self.model_chain):
             if choice.provider != "scripted" and not choice.dated:
                 raise ParamsError(
@@ -475,8 +507,7 @@ class HarnessParams(Generic[OutputT]):
             seen.add(choice)
 
     def _check_context_budget(self) -> None:
-        assert self.context_budget is not None
-        if self.context_budget <= self.max_output_tokens:
+        if self.context_budget is not None and self.context_budget <= self.max_output_tokens:
             raise ParamsError(
                 "context_budget",
                 f"must exceed max_output_tokens ({self.max_output_tokens}), "
@@ -498,6 +529,8 @@ class HarnessParams(Generic[OutputT]):
 
     def _check_tool_choice(self) -> None:
         choice = self.tool_choice
+        if choice in ("auto", "none"):
+            return
         names = {t.name for t in self.tools}
         if choice == "any":
             if not names:
@@ -560,7 +593,8 @@ class HarnessParams(Generic[OutputT]):
             )
 
     def _check_thinking(self) -> None:
-        assert self.thinking is not None
+        if self.thinking is None:
+            return
         if self.temperature is not None and self.temperature > 0:
             raise ParamsError(
                 "temperature",
@@ -647,3 +681,66 @@ class HarnessParams(Generic[OutputT]):
         if tool.timeout is not None:
             return tool.timeout
         return self.tool_timeouts.get(tool.category, self.tool_timeouts["code"])
+
+
+_READS: tuple[tuple[Callable[[HarnessParams[Any]], None], frozenset[str]], ...] = (
+    (
+        HarnessParams._check_output,
+        frozenset({"output_type", "output_mode", "tool_choice", "tools", "model", "fallbacks"}),
+    ),
+    (HarnessParams._check_strict_models, frozenset({"strict_models", "model", "fallbacks"})),
+    (HarnessParams._check_repeated_models, frozenset({"model", "fallbacks"})),
+    (HarnessParams._check_context_budget, frozenset({"context_budget", "max_output_tokens"})),
+    (HarnessParams._check_timeout_categories, frozenset({"tool_timeouts", "tools"})),
+    (HarnessParams._check_tool_choice, frozenset({"tool_choice", "tools"})),
+    (
+        HarnessParams._check_thinking,
+        frozenset(
+            {"thinking", "temperature", "tool_choice", "max_output_tokens", "model", "fallbacks"}
+        ),
+    ),
+    (
+        HarnessParams._check_prompt_cache,
+        frozenset({"cache_tools", "cache_last_user_turn", "prompt_cache"}),
+    ),
+    (HarnessParams._check_server_tool_names, frozenset({"server_tools", "tools"})),
+)
+"""The checks across fields in the order ``__attrs_post_init__`` runs them, each with the
+fields it reads (through its helpers and properties too): an evolve that changes none of
+them leaves its verdict as it was."""
+
+
+def _across(names: Iterable[str]) -> tuple[Callable[[HarnessParams[Any]], None], ...]:
+    """The checks across fields that read any of ``names``, in order."""
+    changed = frozenset(names)
+    return tuple(check for check, reads in _READS if not reads.isdisjoint(changed))
+
+
+_FIELDS: tuple[attrs.Attribute[Any], ...] = tuple(attrs.fields(HarnessParams))
+_INIT_ORDER: Mapping[str, int] = MappingProxyType(
+    {a.name: i for i, a in enumerate(_FIELDS) if a.init}  # no private field: alias = name
+)
+"""Each field ``__init__`` takes, by its position among the fields."""
+_ACROSS: Mapping[str, tuple[Callable[[HarnessParams[Any]], None], ...]] = MappingProxyType(
+    {name: _across((name,)) for name in _INIT_ORDER}
+)
+"""The checks across fields that read each field, in order."""
+
+
+def _converter(field: attrs.Attribute[Any]) -> Callable[[Any], Any] | None:
+    """The field's converter, a function of the value alone (what evolve calls)."""
+    convert = field.converter
+    if isinstance(convert, attrs.Converter):  # takes self or the field: not here
+        raise TypeError(f"HarnessParams.evolve cannot convert {field.name!r} on its own")
+    return convert
+
+
+_CONVERTERS: Mapping[str, Callable[[Any], Any]] = MappingProxyType(
+    {a.name: convert for a in _FIELDS if (convert := _converter(a)) is not None}
+)
+_read_all = operator.attrgetter(*(a.name for a in _FIELDS))
+_MEMBERS = tuple(vars(HarnessParams)[a.name] for a in _FIELDS)
+"""The slots of the fields, in order (``output_spec`` last): an evolve sets each once on
+the new instance, as ``__init__`` does, straight through the slot (a frozen class refuses
+``setattr``)."""
+_set_slot = type(_MEMBERS[0]).__set__

@@ -45,7 +45,7 @@ __all__ = ["ScenarioBuilder", "ScenarioError", "Scenarios", "scenario"]
 
 ScenarioBuilder: TypeAlias = Callable[[HarnessParams, HarnessState], HarnessParams | None]
 """Sets the fields of a fresh ``HarnessState`` so that one edge is chosen; returns other
-params when the edge needs them (``attrs.evolve(params, ...)``), or None to keep them."""
+params when the edge needs them (``params.evolve(...)``), or None to keep them."""
 
 
 @attrs.frozen
@@ -120,7 +120,7 @@ def _with_fallback(params: HarnessParams, state: HarnessState) -> HarnessParams:
     """``params`` with a model after the active one in the chain."""
     if state.active + 1 < len(params.model_chain):
         return params
-    return attrs.evolve(params, fallbacks=(*params.fallbacks, "scripted:fallback-model"))
+    return params.evolve(fallbacks=(*params.fallbacks, "scripted:fallback-model"))
 
 
 # -- the default machine's builders, by guard ---------------------------------------------
@@ -142,7 +142,7 @@ def _turn_limit(params: HarnessParams, state: HarnessState) -> None:
 
 def _over_context_budget(params: HarnessParams, state: HarnessState) -> HarnessParams:
     if params.context_budget is None:
-        params = attrs.evolve(params, context_budget=params.max_output_tokens * 2)
+        params = params.evolve(context_budget=params.max_output_tokens * 2)
     assert params.context_budget is not None
     _prompted(state, Outcome.ASSEMBLED)
     state.context_tokens = params.context_budget + 1
@@ -189,7 +189,7 @@ def _spend_exceeded(params: HarnessParams, state: HarnessState) -> HarnessParams
     budget = params.spend_budget
     if budget is None:
         budget = SpendBudget(max_tokens=_USAGE.total_tokens)
-        params = attrs.evolve(params, spend_budget=budget)
+        params = params.evolve(spend_budget=budget)
     _ran_the_tool(params, state)
     if budget.max_tokens is not None:
         state.usage = Usage(input_tokens=budget.max_tokens)

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 import pytest
 
-from innerloop import HarnessParams, ModelChoice, ParamsError, SpendBudget, Thinking, ToolSpec
+from innerloop import (
+    HarnessParams,
+    ModelChoice,
+    ParamsError,
+    PromptCache,
+    ServerTool,
+    SpendBudget,
+    Thinking,
+    ToolSpec,
+)
+from innerloop.fsm import _params
 from innerloop.recovery import DEFAULT_PRICES, Price, RecoveryPolicy
 from innerloop.tools import ToolContext, ToolOutput
 
@@ -318,3 +329,290 @@ def test_evolve_checks_the_field_it_changes_and_keeps_the_defaults() -> None:
         attrs.evolve(p, max_turns=0)
     with pytest.raises(ParamsError, match=r"prices\['x'\]: must be a Price"):
         attrs.evolve(p, prices={"x": 1.0})
+
+
+# HarnessParams.evolve: the checks of what changed, the errors of construction
+
+BAD_VALUE: dict[str, Any] = {
+    "model": None,
+    "system": 123,
+    "tools": [_noop],
+    "fallbacks": [123],
+    "temperature": 3.0,
+    "top_p": 0,
+    "max_output_tokens": 10.0,
+    "max_turns": 0,
+    "context_budget": "big",
+    "spend_budget": 1000,
+    "tool_timeouts": {"shell": 0},
+    "tool_choice": None,
+    "thinking": 2048,
+    "stop_sequences": [""],
+    "recovery": None,
+    "prices": {"claude": 3.0},
+    "max_parallel_tools": "4",
+    "eager_tools": 1,
+    "strict_models": "yes",
+    "cache_tools": 1,
+    "cache_last_user_turn": "no",
+    "prompt_cache": None,
+    "call_deadline": 0,
+    "output_type": 3,
+    "output_mode": "json",
+    "max_output_repairs": -1,
+    "max_json_depth": 0,
+    "server_tools": ["web_search"],
+    "prepare_tools": 3,
+    "tool_sources": [3],
+}
+"""One bad value for each field HarnessParams takes."""
+
+GOOD_VALUE: dict[str, Any] = {
+    "model": "openai:gpt-4o-2024-08-06",
+    "system": "Be brief.",
+    "tools": [_tool("a"), _tool("b")],
+    "fallbacks": ["openai:gpt-4o-2024-08-06"],
+    "temperature": 0.5,
+    "top_p": 0.9,
+    "max_output_tokens": 1000,
+    "max_turns": 3,
+    "context_budget": 50_000,
+    "spend_budget": SpendBudget(max_tokens=10_000),
+    "tool_timeouts": {"shell": 2},
+    "tool_choice": "none",
+    "thinking": Thinking(2048),
+    "stop_sequences": "END",
+    "recovery": RecoveryPolicy(transient_retries=2),
+    "prices": {"claude": Price(3, 15)},
+    "max_parallel_tools": 2,
+    "eager_tools": True,
+    "strict_models": True,
+    "cache_tools": True,
+    "cache_last_user_turn": True,
+    "prompt_cache": PromptCache(last_messages=1),
+    "call_deadline": None,
+    "output_type": {"type": "object", "properties": {"x": {"type": "integer"}}},
+    "output_mode": "auto",
+    "max_output_repairs": 0,
+    "max_json_depth": 10,
+    "server_tools": [ServerTool("web_search")],
+    "prepare_tools": lambda state, tools: tools,
+    "tool_sources": (),
+}
+"""One good value for each field HarnessParams takes (a list where the field is a tuple,
+a string where it is a tuple of strings: the converters run)."""
+
+INIT_FIELDS = {a.name for a in attrs.fields(HarnessParams) if a.init}
+BASE = HarnessParams(model=M, system="s", tools=[_tool("a")], max_turns=5)
+
+
+def _given(params: HarnessParams[Any]) -> dict[str, Any]:
+    return {name: getattr(params, name) for name in INIT_FIELDS}
+
+
+def _error(build: Any) -> BaseException:
+    with pytest.raises((ParamsError, TypeError)) as info:
+        build()
+    return info.value
+
+
+def _same_error(built: BaseException, evolved: BaseException) -> None:
+    assert type(evolved) is type(built)
+    assert str(evolved) == str(built)
+    if isinstance(built, ParamsError):
+        assert isinstance(evolved, ParamsError)
+        assert evolved.field == built.field
+
+
+def test_the_tables_cover_every_field() -> None:
+    """BAD_VALUE and GOOD_VALUE name every field HarnessParams takes: a field added later
+    is tested through evolve too."""
+    assert set(BAD_VALUE) == INIT_FIELDS
+    assert set(GOOD_VALUE) == INIT_FIELDS
+
+
+@pytest.mark.parametrize("field", sorted(BAD_VALUE))
+def test_evolve_refuses_a_bad_field_as_construction_does(field: str) -> None:
+    """A bad value given to evolve raises what the constructor raises for it, word for
+    word."""
+    change = {field: BAD_VALUE[field]}
+    built = _error(lambda: HarnessParams(**{**_given(BASE), **change}))
+    assert isinstance(built, ParamsError)
+    _same_error(built, _error(lambda: BASE.evolve(**change)))
+
+
+@pytest.mark.parametrize("field", sorted(GOOD_VALUE))
+def test_evolve_makes_what_attrs_evolve_makes(field: str) -> None:
+    """A good change gives params equal to attrs.evolve's, converted alike."""
+    base = BASE if field != "model" else HarnessParams(model=M, thinking=None)
+    change = {field: GOOD_VALUE[field]}
+    if field == "thinking":
+        base = attrs.evolve(base, max_output_tokens=8192)
+    if field == "cache_last_user_turn" or field == "cache_tools":
+        base = attrs.evolve(base, prompt_cache=PromptCache())
+    expected = attrs.evolve(base, **change)
+    got = base.evolve(**change)
+    assert got == expected
+    assert type(got) is HarnessParams
+    assert attrs.asdict(got, recurse=False) == attrs.asdict(expected, recurse=False)
+    assert (got.output_spec is None) == (expected.output_spec is None)
+
+
+def test_evolve_with_no_change_is_the_same_params() -> None:
+    """Nothing to change, nothing to check: the params themselves come back."""
+    assert BASE.evolve() is BASE
+    again = BASE.evolve(system=BASE.system)
+    assert again == BASE
+    assert again is not BASE
+
+
+def test_evolve_keeps_the_default_tables() -> None:
+    """A change elsewhere keeps the default price table and timeouts as they are."""
+    p = HarnessParams(model="scripted:m-20250101")
+    q = p.evolve(system="s")
+    assert q.prices is DEFAULT_PRICES
+    assert q.tool_timeouts is p.tool_timeouts
+
+
+def test_evolve_of_an_unknown_field_is_inits_type_error() -> None:
+    """A name HarnessParams does not take is the TypeError attrs.evolve raises."""
+    _same_error(
+        _error(lambda: attrs.evolve(BASE, max_turn=3)),  # type: ignore[call-arg]
+        _error(lambda: BASE.evolve(max_turn=3)),
+    )
+    _same_error(
+        _error(lambda: attrs.evolve(BASE, output_spec=None)),  # type: ignore[call-arg]
+        _error(lambda: BASE.evolve(output_spec=None)),
+    )
+
+
+def test_evolve_reports_the_first_bad_field_in_field_order() -> None:
+    """Several bad changes: the error is the one construction reports first."""
+    change: dict[str, Any] = {"max_turns": 0, "system": 1, "fallbacks": [3]}
+    built = _error(lambda: attrs.evolve(BASE, **change))
+    _same_error(built, _error(lambda: BASE.evolve(**change)))
+    assert str(built).startswith("fallbacks[0]:")  # converters run before validators
+
+
+def test_evolve_compiles_a_new_output_type() -> None:
+    """A new output_type gets its own compiled spec; other changes keep the old one."""
+    typed = BASE.evolve(output_type=GOOD_VALUE["output_type"])
+    assert typed.output_spec is not None
+    assert typed.evolve(max_turns=9).output_spec is typed.output_spec
+    assert typed.evolve(output_type=None).output_spec is None
+
+
+_DB = attrs.evolve(_tool("query"), category="database")
+_CLAUDE_3 = "anthropic:claude-3-haiku-20240307"
+_GPT = "openai:gpt-4o-2024-08-06"
+_SCHEMA = {"type": "object"}
+
+ACROSS: list[tuple[dict[str, Any], dict[str, Any]]] = [
+    ({"thinking": Thinking(4096), "max_output_tokens": 8192}, {"max_output_tokens": 4096}),
+    ({"max_output_tokens": 4096}, {"thinking": Thinking(4096)}),
+    ({"thinking": Thinking(2048)}, {"temperature": 0.7}),
+    ({"temperature": 0.7}, {"thinking": Thinking(2048)}),
+    ({"thinking": Thinking(2048), "tools": [_tool("a")]}, {"tool_choice": "tool:a"}),
+    ({"tools": [_tool("a")], "tool_choice": "tool:a"}, {"thinking": Thinking(2048)}),
+    ({"thinking": Thinking(2048)}, {"model": _GPT}),
+    ({"model": _GPT}, {"thinking": Thinking(2048)}),
+    ({"context_budget": 5000}, {"max_output_tokens": 8192}),
+    ({"max_output_tokens": 2000}, {"context_budget": 1000}),
+    ({"fallbacks": [_GPT]}, {"model": _GPT}),
+    ({"model": _GPT}, {"fallbacks": [_GPT]}),
+    ({"strict_models": True}, {"model": "anthropic:claude-sonnet-4-5"}),
+    ({"strict_models": True}, {"fallbacks": ["openai:gpt-4o"]}),
+    ({"fallbacks": ["openai:gpt-4o"]}, {"strict_models": True}),
+    ({"tools": [_DB], "tool_timeouts": {"database": 2}}, {"tools": []}),
+    ({}, {"tool_timeouts": {"database": 2}}),
+    ({"tools": [_tool("a")], "tool_choice": "tool:a"}, {"tools": [_tool("b")]}),
+    ({"tools": [_tool("a")], "tool_choice": "any"}, {"tools": []}),
+    ({"tools": [_tool("a")]}, {"tool_choice": "tool:b"}),
+    ({"output_type": _SCHEMA}, {"tool_choice": "any", "tools": [_tool("a")]}),
+    ({"tools": [_tool("a")], "tool_choice": "any"}, {"output_type": _SCHEMA}),
+    ({"output_type": _SCHEMA, "output_mode": "tool"}, {"tools": [_tool("final_result")]}),
+    ({"tools": [_tool("final_result")]}, {"output_type": _SCHEMA, "output_mode": "tool"}),
+    ({"tools": [_tool("final_result")], "output_type": _SCHEMA}, {"output_mode": "tool"}),
+    ({"output_type": _SCHEMA, "output_mode": "tool"}, {"tool_choice": "none"}),
+    ({"output_type": _SCHEMA, "output_mode": "native"}, {"model": _CLAUDE_3}),
+    ({"output_type": _SCHEMA, "output_mode": "native"}, {"fallbacks": [_CLAUDE_3]}),
+    ({"model": _CLAUDE_3, "output_type": _SCHEMA}, {"output_mode": "native"}),
+    ({}, {"output_mode": "native"}),
+    ({"output_type": _SCHEMA, "output_mode": "native"}, {"output_type": None}),
+    ({"prompt_cache": PromptCache(system=True, last_messages=3)}, {"cache_tools": True}),
+    ({"cache_tools": True}, {"prompt_cache": PromptCache(system=True, last_messages=3)}),
+    ({"server_tools": [ServerTool("web_search")]}, {"tools": [_tool("web_search")]}),
+    ({"tools": [_tool("web_search")]}, {"server_tools": [ServerTool("web_search")]}),
+]
+"""Checks across fields: params that pass, and a change that breaks the combination (each
+side of each check changed in turn)."""
+
+
+@pytest.mark.parametrize(("base", "change"), ACROSS)
+def test_evolve_runs_the_checks_across_the_fields_it_changes(
+    base: dict[str, Any], change: dict[str, Any]
+) -> None:
+    """A change that breaks a check across fields raises what construction raises."""
+    params = HarnessParams(**{"model": M, **base})
+    built = _error(lambda: HarnessParams(**{"model": M, **base, **change}))
+    assert isinstance(built, ParamsError)
+    _same_error(built, _error(lambda: params.evolve(**change)))
+    _same_error(built, _error(lambda: attrs.evolve(params, **change)))
+
+
+class _Reads:
+    """Stands for params in a check across fields, noting each field the check reads (its
+    helpers' and properties' reads included)."""
+
+    def __init__(self, params: HarnessParams[Any]) -> None:
+        self.params, self.read = params, set[str]()
+
+    def __getattr__(self, name: str) -> Any:
+        if name in {a.name for a in attrs.fields(HarnessParams)}:
+            self.read.add("output_type" if name == "output_spec" else name)
+            return getattr(self.params, name)
+        found = inspect.getattr_static(HarnessParams, name)
+        if isinstance(found, property):
+            return found.fget(self)  # type: ignore[misc]
+        return found.__get__(self)
+
+
+RICH = [
+    HarnessParams(
+        model=M,
+        fallbacks=["anthropic:claude-opus-4-1-20250805"],
+        thinking=Thinking(2048),
+        max_output_tokens=8192,
+        tools=[_DB],
+        tool_timeouts={"database": 2},
+        output_type=_SCHEMA,
+        output_mode="tool",
+        strict_models=True,
+        context_budget=100_000,
+        cache_tools=True,
+        server_tools=[ServerTool("web_search")],
+    ),
+    HarnessParams(model=_GPT, fallbacks=[M], tools=[_tool("a")], tool_choice="tool:a"),
+    HarnessParams(model=M, tools=[_tool("a")], tool_choice="any"),
+]
+"""Params on which each check across fields runs to its end."""
+
+
+@pytest.mark.parametrize("params", RICH)
+def test_each_check_across_fields_reads_only_what_it_declares(
+    params: HarnessParams[Any],
+) -> None:
+    """An evolve skips a check across fields when none of the fields it declares changed:
+    each check reads no other field."""
+    for check, reads in _params._READS:
+        spy = _Reads(params)
+        check(spy)  # type: ignore[arg-type]
+        assert spy.read <= reads, (check.__name__, spy.read - reads)
+
+
+def test_every_check_across_fields_is_declared() -> None:
+    """Each ``_check_*`` method construction runs is in the table evolve reads."""
+    declared = {check.__name__ for check, _ in _params._READS}
+    helpers = {"_check_family", "_check_output_tool"}  # called by _check_thinking, _check_output
+    methods = {n for n in vars(HarnessParams) if n.startswith("_check_")} - helpers
+    assert declared == methods
