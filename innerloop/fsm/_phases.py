@@ -58,6 +58,7 @@ from innerloop.fsm._output import (
 )
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._state import Outcome
+from innerloop.providers._base import close_iterator
 from innerloop.providers._fingerprint import request_digests
 from innerloop.providers._normalize import WireRequest, build_request, with_output_tool
 from innerloop.recovery._compaction import CompactionRequest, CompactionResult
@@ -424,8 +425,9 @@ async def stream(ctx: PhaseContext) -> AsyncIterator[Event]:
     quiet = scope.quiet
     partial = None if quiet else _partial_output(ctx)
     completed = False
+    events = aiter(model_stream)  # closed here: left to the loop, each turn cost a task
     try:
-        async for event in model_stream:
+        async for event in events:
             if isinstance(event, MessageComplete):
                 if partial is not None and (delta := partial.finish()) is not None:
                     yield delta
@@ -464,6 +466,7 @@ async def stream(ctx: PhaseContext) -> AsyncIterator[Event]:
         _record_failure(ctx, error)
     finally:
         scope.stream = None
+        await close_iterator(events)
         await model_stream.aclose()
 
 
