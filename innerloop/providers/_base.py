@@ -42,11 +42,13 @@ class Provider(Protocol):
 async def final_response(stream: ModelStream) -> ModelResponse | None:
     """Drain ``stream`` and close it; its assembled response, or None when it ended
     without one. Failures mid-stream raise ``ProviderError`` as usual."""
+    events = aiter(stream)
     try:
-        async for event in stream:
+        async for event in events:
             if isinstance(event, MessageComplete):
                 return event.response
     finally:
+        await close_iterator(events)
         await stream.aclose()
     return None
 
