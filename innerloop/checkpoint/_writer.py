@@ -293,7 +293,7 @@ class CheckpointWriter:
         if self.every == "transition" or (self.every == "turn" and target == self.turn_state):
             self._stage(run.state, run.current, None, None)
         if self._pending and (
-            final or self.commit == "each" or machine.handlers[target][0] not in DEFERRED_PHASES
+            final or self.commit == "each" or machine.spec.handlers[target] not in DEFERRED_PHASES
         ):
             if self._awrite is not None:
                 return self.aflush()
@@ -303,8 +303,8 @@ class CheckpointWriter:
     def _is_barrier(self, run: Run, state: str) -> bool:
         barrier = self._barrier.get(state)
         if barrier is None:
-            barrier = self.commit == "each" or run.machine.handlers[state][0] not in (
-                DEFERRED_PHASES
+            barrier = (
+                self.commit == "each" or run.machine.spec.handlers[state] not in DEFERRED_PHASES
             )
             self._barrier[state] = barrier
         return barrier

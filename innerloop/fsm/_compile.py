@@ -26,7 +26,14 @@ from innerloop._errors import SpecError
 from innerloop.fsm._bounds import check_bounded, reachable
 from innerloop.fsm._guardinfo import guard_info, unwrap_guard
 from innerloop.fsm._params import HarnessParams
-from innerloop.fsm._spec import Guard, Handler, MachineSpec, TransitionSpec, did_you_mean
+from innerloop.fsm._spec import (
+    Guard,
+    Handler,
+    MachineSpec,
+    TransitionSpec,
+    did_you_mean,
+    work_of,
+)
 from innerloop.fsm._state import HarnessState
 
 if TYPE_CHECKING:
@@ -350,6 +357,15 @@ def _selector(state: str, blocks: tuple[Block, ...]) -> Selector:
     return cast(Selector, names["select"])
 
 
+def _runnable(handler: Handler) -> tuple[Handler, bool]:
+    """What the driver runs for ``handler``, and whether it is an async generator
+    function."""
+    work = work_of(handler)
+    if work is not None:
+        return work, False
+    return handler, _async_kind(handler) == "asyncgen"
+
+
 class _MachineBase(StateMachine):
     """Base of compiled classes; holds the run's phase context for the guards."""
 
@@ -421,7 +437,9 @@ class CompiledMachine:
     machine_class: type[StateMachine]
     table: dict[str, tuple[Block, ...]]
     handlers: dict[str, tuple[Handler, bool]]
-    """Per state: the handler and whether it is an async generator function."""
+    """Per state: what the driver runs, the spec's handler or the coroutine doing its work
+    (:func:`~innerloop.fsm._spec.work_of`), and whether it is an async generator
+    function."""
     finals: frozenset[str]
     fingerprint: str
     """The spec's :attr:`~innerloop.fsm.MachineSpec.fingerprint`, computed once."""
@@ -480,7 +498,7 @@ def compile_spec(spec: MachineSpec) -> CompiledMachine:
         check(spec)
     machine_class = _build_class(spec)
     table = {s.name: _blocks(spec, s.name) for s in spec.states}
-    handlers = {name: (fn, _async_kind(fn) == "asyncgen") for name, fn in spec.handlers.items()}
+    handlers = {name: _runnable(fn) for name, fn in spec.handlers.items()}
     finals = frozenset(s.name for s in spec.final_states)
     selectors = {
         name: _selector(name, blocks) for name, blocks in table.items() if name not in finals

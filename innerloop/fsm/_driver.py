@@ -19,6 +19,7 @@ from collections.abc import (
     Iterator,
     Sequence,
 )
+from types import AsyncGeneratorType
 from typing import Any, Generic, Literal, Protocol, cast, runtime_checkable
 
 import attrs
@@ -101,6 +102,7 @@ class _EveryType:
 
 
 _EVERY_TYPE = _EveryType()
+_NONE: frozenset[type[Event]] = frozenset()
 
 
 class StepHook(Protocol):
@@ -360,9 +362,10 @@ class Run(Generic[OutputT]):
         self._left(scope)
         return True, result
 
-    async def _gen_phase(self, handler: Handler) -> AsyncIterator[RunEvent]:
-        """Run an async-generator handler, forwarding its events."""
-        agen = handler(self.ctx)
+    async def _gen_phase(self, agen: AsyncGenerator[RunEvent, None]) -> AsyncIterator[RunEvent]:
+        """Step ``agen`` (an async-generator handler's, or the generator a handler's work
+        gave back), each step in the run's cancel scope, forwarding its events; an abort
+        asked for between two events stops it (see :meth:`_stops_between_events`)."""
         try:
             while True:
                 if self._stops_between_events():
@@ -405,11 +408,18 @@ class Run(Generic[OutputT]):
             await after
         return taken
 
-    def _watcher(self) -> tuple[Callable[[RunEvent], None], Container[type[Event]]]:
+    def _watcher(
+        self, also: Callable[[RunEvent], None] | None = None, types: frozenset[type[Event]] = _NONE
+    ) -> tuple[Callable[[RunEvent], None], Container[type[Event]]]:
         """Who sees the events of this run, and which event types they want: the event
-        logger (the types whose log level is enabled now) and the run observers' hooks
-        (every type; they also watch the default tool runner). The driver checks the
-        type first (a set look-up) and calls the watcher only for the types it wants."""
+        logger (the types whose log level is enabled now), the run observers' hooks
+        (every type; they also watch the default tool runner) and ``also`` (the events of
+        ``types``). The driver checks the type first (a set look-up) and calls the
+        watcher only for the types it wants."""
+        watch, watched = self._watchers()
+        return (watch, watched) if also is None else _also(watch, watched, also, types)
+
+    def _watchers(self) -> tuple[Callable[[RunEvent], None], Container[type[Event]]]:
         started = (o.start_run(self) for o in self.run_observers)
         hooks = self._hooks = self.scope.hooks = tuple(h for h in started if h is not None)
         if hooks and isinstance(self.deps.tools, ToolRunner):
@@ -445,16 +455,14 @@ class Run(Generic[OutputT]):
             while self.current not in self.machine.finals:
                 if self.state.abort is None or self.current in self._abort_safe:
                     self.scope.current = self.current
-                    handler, is_gen = self.machine.handlers[self.current]
-                    if is_gen:
-                        async for ev in self._gen_phase(handler):
+                    steps = await self._steps(*self.machine.handlers[self.current])
+                    if type(steps) is AsyncGeneratorType:
+                        async for ev in self._gen_phase(steps):
                             if type(ev) in watched:
                                 watch(ev)
                             yield ev
                     else:
-                        awaited = handler(self.ctx)
-                        _, events = await self._await_phase(awaited, self._entered())
-                        for ev in events or ():
+                        for ev in steps or ():
                             if type(ev) in watched:
                                 watch(ev)
                             yield ev
@@ -593,9 +601,7 @@ class Run(Generic[OutputT]):
         :meth:`events`: an abort asked for during a step that still yielded is seen
         between two events, not by the next step)."""
         self._begin()
-        watch, watched = self._watcher()
-        if also is not None:
-            watch, watched = _also(watch, watched, also, types)
+        watch, watched = self._watcher(also, types)
         scope, finals, handlers = self.scope, self.machine.finals, self.machine.handlers
         scope.forward = ChildEvent in watched
         state, abort_safe = self.state, self._abort_safe
@@ -610,13 +616,11 @@ class Run(Generic[OutputT]):
             while (source := self.current) not in finals:
                 if state.abort is None or source in abort_safe:
                     scope.current = source
-                    handler, is_gen = handlers[source]
-                    phase._entry = task.cancelling()  # phase.refresh(task), inline
-                    self._phase = phase
-                    if is_gen:
-                        await self._quiet_generator(phase, task, handler, watch, watched)
-                    else:
-                        await self._quiet_coroutine(phase, handler, watch, watched)
+                    steps = await self._quiet_steps(phase, task, *handlers[source])
+                    if type(steps) is AsyncGeneratorType:
+                        await self._hand_generator(steps, watch, watched)
+                    elif steps:
+                        _hand(steps, watch, watched)
                 taken = self.step()
                 if self._after_step is not None:  # what the step hook left (a commit)
                     after, self._after_step = self._after_step, None
@@ -640,58 +644,46 @@ class Run(Generic[OutputT]):
         self._phase = None
         return phase.close() and isinstance(exc, asyncio.CancelledError)
 
-    async def _quiet_coroutine(
-        self,
-        phase: PhaseScope,
-        handler: Handler,
-        watch: Callable[[RunEvent], None],
-        watched: Container[type[Event]],
-    ) -> None:
-        """Run a coroutine handler for :meth:`_run_quietly` in ``phase`` (entered for
-        it), handing the events it returns to ``watch``."""
+    async def _steps(self, handler: Handler, is_gen: bool) -> Any:
+        """Start the current state's ``handler`` (``is_gen``: an async generator function)
+        for :meth:`events`: the generator it makes, or what its coroutine returned (its
+        events, or the generator yielding them), None when an abort cancelled it."""
+        if is_gen:
+            return handler(self.ctx)
+        _, steps = await self._await_phase(handler(self.ctx), self._entered())
+        return steps
+
+    async def _quiet_steps(
+        self, phase: PhaseScope, task: asyncio.Task[Any], handler: Handler, is_gen: bool
+    ) -> Any:
+        """:meth:`_steps` for :meth:`_run_quietly`, the coroutine awaited in ``phase``
+        (the run's one scope, entered anew for ``task``)."""
+        if is_gen:
+            return handler(self.ctx)
+        phase._entry = task.cancelling()  # phase.refresh(task), inline
+        self._phase = phase
         try:
-            events = await handler(self.ctx)
+            steps = await handler(self.ctx)
         except BaseException as exc:
             if self._left(phase, exc):
-                return
+                return None
             raise
         self._phase = None  # left: nothing to close unless an abort asked it to cancel
         if phase._handle is not None:
             phase.close()
-        if events:
-            _hand(events, watch, watched)
+        return steps
 
-    async def _quiet_generator(
+    async def _hand_generator(
         self,
-        phase: PhaseScope,
-        task: asyncio.Task[Any],
-        handler: Handler,
+        agen: AsyncGenerator[RunEvent, None],
         watch: Callable[[RunEvent], None],
         watched: Container[type[Event]],
     ) -> None:
-        """Run an async-generator handler for :meth:`_run_quietly` as :meth:`_gen_phase`
-        does, in ``phase`` (entered for it), handing its events to ``watch``."""
-        agen = handler(self.ctx)
-        try:
-            async for ev in agen:
-                if type(ev) in watched:
-                    watch(ev)
-                if phase._handle is not None:  # asked to cancel during this step:
-                    phase.close()  # not the next step's to take (it is left clean)
-                    phase.refresh(task)
-                if self.state.abort is not None and self._stops_between_events():
-                    break
-        except BaseException as exc:
-            if not self._left(phase, exc):
-                raise
-        else:
-            self._phase = None  # left: nothing to close unless an abort asked it to cancel
-            if phase._handle is not None:
-                phase.close()
-        finally:
-            await agen.aclose()
-        if self.scope.side.items:  # the last events of a child it stopped (as it closed)
-            _hand(self.scope.side.take(), watch, watched)
+        """Step ``agen`` for :meth:`_run_quietly` as :meth:`events` does, handing its
+        events to ``watch``."""
+        async for ev in self._gen_phase(agen):
+            if type(ev) in watched:
+                watch(ev)
 
     def _stops_between_events(self) -> bool:
         """An abort was asked for and the handler may stop between two of its events

@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from typing import TypeAlias
 
 import attrs
 
@@ -26,6 +27,7 @@ from innerloop._events import (
     ModelCall,
     ModelError,
     ModelResponseEvent,
+    StreamEvent,
     ToolExecuted,
     ToolUseComplete,
 )
@@ -57,12 +59,14 @@ from innerloop.fsm._output import (
     PartialOutput,
 )
 from innerloop.fsm._params import HarnessParams
+from innerloop.fsm._spec import WORK, Handler
 from innerloop.fsm._state import Outcome
+from innerloop.providers._base import ModelStream, close_iterator
 from innerloop.providers._fingerprint import request_digests
 from innerloop.providers._normalize import WireRequest, build_request, with_output_tool
 from innerloop.recovery._compaction import CompactionRequest, CompactionResult
 from innerloop.recovery._diagnostic import build_diagnostic
-from innerloop.recovery._gate import RateLimitGate
+from innerloop.recovery._gate import Admission, RateLimitGate
 from innerloop.recovery._policy import backoff_delay, jitter_fraction, refused_wait
 from innerloop.recovery._pricing import add_cost, price_for
 from innerloop.tools._runner import ABORTED_TOOL, ToolBatch, ToolScope
@@ -82,6 +86,34 @@ __all__ = [
     "repair",
     "stream",
 ]
+
+
+Events: TypeAlias = AsyncGenerator[Event, None]
+Steps: TypeAlias = Sequence[Event] | Events | None
+"""What the work of a phase (see :func:`_handler`) gives back: its events (a list, or
+None), or a generator yielding them, when they must be passed on as they come."""
+
+
+def _handler(work: Callable[[PhaseContext], Awaitable[Steps]]) -> Handler:
+    """The phase handler of the spec for ``work`` (``_stream`` gives ``stream``): an async
+    generator yielding the events ``work`` gives back (those of a list as reports of
+    what it booked, which an abort lets out; see :func:`_reporting`), for whoever steps
+    handlers. The driver awaits ``work`` in its place (:func:`~innerloop.fsm._spec.work_of`)."""
+
+    async def handler(ctx: PhaseContext) -> Events:
+        steps = await work(ctx)
+        if steps is None:
+            return
+        events = _reporting(ctx, steps) if isinstance(steps, Sequence) else steps
+        async with contextlib.aclosing(events):
+            async for event in events:
+                yield event
+
+    name = work.__name__.lstrip("_")
+    handler.__name__ = handler.__qualname__ = name  # the spec's signature names it
+    handler.__doc__ = work.__doc__
+    setattr(handler, WORK, work)
+    return handler
 
 
 async def idle(ctx: PhaseContext) -> None:
@@ -339,34 +371,67 @@ def _model_call(ctx: PhaseContext, request: WireRequest) -> ModelCall:
     )
 
 
-async def call(ctx: PhaseContext) -> AsyncIterator[Event]:
-    """Pass the model's rate-limit gate, then open the streaming request."""
-    state, scope, clock = ctx.state, ctx.scope, ctx.deps.clock
+async def _call(ctx: PhaseContext) -> Steps:
+    """``call``'s work (see :func:`_handler`): pass the model's rate-limit gate, then open
+    the streaming request. Opened here when the gate lets the call go at once and nobody
+    reads ``model_call`` (a quiet run); a wait at the gate, the event and a failure are
+    the generator's it returns."""
+    state, scope = ctx.state, ctx.scope
     state.error = None
     if scope.request is None:  # resumed here from a checkpoint: normalize again
         scope.request = build_request(
             scope.settings, state.history, ctx.provider.dialect, ctx.choice.model
         )
     gate = _gate(ctx)
-    while (admission := gate.admit(clock.monotonic())).wait > 0:
+    admission = gate.admit(ctx.deps.clock.monotonic())
+    if admission.wait > 0 or not scope.quiet:
+        return _calling(ctx, gate, admission)
+    error = await _open(ctx, gate)
+    return None if error is None else _open_failed(ctx, error)
+
+
+call = _handler(_call)
+
+
+async def _calling(ctx: PhaseContext, gate: RateLimitGate, admission: Admission) -> Events:
+    """``call`` from the gate's first ``admission`` on: wait while it holds the call
+    back, say what is sent (``model_call``, when someone reads it), open."""
+    state, scope, clock = ctx.state, ctx.scope, ctx.deps.clock
+    while admission.wait > 0:
         if admission.circuit_open and _has_fallback(ctx):
             _circuit_open(ctx, admission.wait)
             return
         yield Backoff(state.rate_limit_failures, admission.wait, None, state.total_wait)
         await clock.sleep(admission.wait)
         state.total_wait += admission.wait
+        admission = gate.admit(clock.monotonic())
     if not scope.quiet:  # what a replay checks; a quiet run() is never logged
+        assert scope.request is not None
         yield _model_call(ctx, scope.request)
+    error = await _open(ctx, gate)
+    if error is not None:
+        async with contextlib.aclosing(_open_failed(ctx, error)) as failed:
+            async for event in failed:
+                yield event
+
+
+async def _open(ctx: PhaseContext, gate: RateLimitGate) -> ProviderError | None:
+    """Open the request the gate let go: the stream kept in ``scope``, or the error."""
+    scope = ctx.scope
+    assert scope.request is not None
     try:
         scope.stream = await ctx.provider.open(scope.request)
     except Exception as exc:
-        error = ProviderError.wrap(exc, ctx.choice.provider)
-        yield ModelError(error, "open")
-        _gate_failure(ctx, error)
-        _record_failure(ctx, error)  # counts this failure: past the retries when open
-        return
+        return ProviderError.wrap(exc, ctx.choice.provider)
     gate.success()
-    state.outcome = Outcome.OPENED
+    ctx.state.outcome = Outcome.OPENED
+    return None
+
+
+async def _open_failed(ctx: PhaseContext, error: ProviderError) -> Events:
+    yield ModelError(error, "open")
+    _gate_failure(ctx, error)
+    _record_failure(ctx, error)  # counts this failure: past the retries when open
 
 
 def _accept(ctx: PhaseContext, response: ModelResponse) -> ModelResponse:
@@ -414,57 +479,102 @@ def _partial_output(ctx: PhaseContext) -> PartialOutput | None:
     )
 
 
-async def stream(ctx: PhaseContext) -> AsyncIterator[Event]:
-    """Consume the stream: forward its events (each followed by an ``OutputDelta`` when it
-    changed the typed answer parsed so far), start eager tools, book the response."""
-    state, scope, tools = ctx.state, ctx.scope, ctx.deps.tools
+async def _stream(ctx: PhaseContext) -> Steps:
+    """``stream``'s work (see :func:`_handler`): consume the stream, start eager tools,
+    book the response. A quiet run has nothing to pass on before the answer is complete:
+    read here, its two events returned; otherwise the generator it returns forwards each
+    event (followed by an ``OutputDelta`` when it changed the typed answer parsed so
+    far)."""
+    if not ctx.scope.quiet:
+        return _streaming(ctx)
+    model_stream = ctx.scope.stream
+    assert model_stream is not None, "stream runs after call opened one"
+    events = aiter(model_stream)  # closed here: left to the loop, each turn cost a task
+    try:
+        async for event in events:
+            if isinstance(event, MessageComplete):
+                response = _accept(ctx, event.response)
+                return [event, ModelResponseEvent(response, ctx.state.turns)]
+            _start_early(ctx, event)
+        failure: Exception = _ended_early(ctx)
+    except Exception as exc:
+        failure = exc
+    finally:
+        await _leave_stream(ctx, model_stream, events)
+    return _stream_failed(ctx, failure)
+
+
+stream = _handler(_stream)
+
+
+async def _streaming(ctx: PhaseContext) -> Events:
+    """``stream`` for a run whose events are read: each stream event passed on."""
+    state, scope = ctx.state, ctx.scope
     model_stream = scope.stream
     assert model_stream is not None, "stream runs after call opened one"
-    eager = ctx.params.eager_tools
-    quiet = scope.quiet
-    partial = None if quiet else _partial_output(ctx)
-    completed = False
+    partial = _partial_output(ctx)
+    events = aiter(model_stream)  # closed here: left to the loop, each turn cost a task
     try:
-        async for event in model_stream:
+        async for event in events:
             if isinstance(event, MessageComplete):
                 if partial is not None and (delta := partial.finish()) is not None:
                     yield delta
                 response = _accept(ctx, event.response)
-                completed = True
                 scope.reporting = True  # an abort now must not lose the turn's events
                 try:
                     yield event
                     yield ModelResponseEvent(response, state.turns)
                 finally:
                     scope.reporting = False
-                break
-            if (
-                eager
-                and isinstance(event, ToolUseComplete)
-                and not is_final_call(ctx, event.tool_use)
-                and _not_offered(ctx, event.tool_use) is None
-            ):
-                tools.prestart(_tool_scope(ctx), event.tool_use)
-            if not quiet:
-                yield event
-                if partial is not None and (delta := partial.feed(event)) is not None:
-                    yield delta
-        if not completed:
-            raise ProviderError(
-                ErrorCategory.TRANSIENT,
-                "the stream ended without a final message",
-                provider=ctx.choice.provider,
-            )
+                return
+            _start_early(ctx, event)
+            yield event
+            if partial is not None and (delta := partial.feed(event)) is not None:
+                yield delta
+        raise _ended_early(ctx)
     except Exception as exc:
-        await tools.cancel_all()
-        error = ProviderError.wrap(exc, ctx.choice.provider)
-        yield ModelError(error, "stream")
-        if error.category in _RATE:
-            _gate_failure(ctx, error)  # overloaded mid-stream
-        _record_failure(ctx, error)
+        async with contextlib.aclosing(_stream_failed(ctx, exc)) as failed:
+            async for reported in failed:
+                yield reported
     finally:
-        scope.stream = None
-        await model_stream.aclose()
+        await _leave_stream(ctx, model_stream, events)
+
+
+def _start_early(ctx: PhaseContext, event: object) -> None:
+    """Start the call ``event`` completes now, when the run starts tools eagerly."""
+    if (
+        ctx.params.eager_tools
+        and isinstance(event, ToolUseComplete)
+        and not is_final_call(ctx, event.tool_use)
+        and _not_offered(ctx, event.tool_use) is None
+    ):
+        ctx.deps.tools.prestart(_tool_scope(ctx), event.tool_use)
+
+
+def _ended_early(ctx: PhaseContext) -> ProviderError:
+    return ProviderError(
+        ErrorCategory.TRANSIENT,
+        "the stream ended without a final message",
+        provider=ctx.choice.provider,
+    )
+
+
+async def _leave_stream(
+    ctx: PhaseContext, model_stream: ModelStream, events: AsyncIterator[StreamEvent]
+) -> None:
+    ctx.scope.stream = None
+    await close_iterator(events)
+    await model_stream.aclose()
+
+
+async def _stream_failed(ctx: PhaseContext, exc: Exception) -> Events:
+    """A failure mid-stream: the calls started early are cancelled, the error booked."""
+    await ctx.deps.tools.cancel_all()
+    error = ProviderError.wrap(exc, ctx.choice.provider)
+    yield ModelError(error, "stream")
+    if error.category in _RATE:
+        _gate_failure(ctx, error)  # overloaded mid-stream
+    _record_failure(ctx, error)
 
 
 def _results_message(
@@ -502,17 +612,24 @@ async def execute_batch(ctx: PhaseContext, batch: ToolBatch) -> AsyncIterator[Ev
     cancelled it, the calls that had finished are reported (``tool_executed``: a replay
     serves their results) and the run goes on to its abort; any other cancellation goes
     on."""
+    async with contextlib.aclosing(_reporting(ctx, _book_batch(ctx, batch))) as reported:
+        async for event in reported:
+            yield event
+
+
+async def _reporting(ctx: PhaseContext, events: Sequence[Event]) -> Events:
+    """Yield ``events``, which report what a handler booked in the state: an abort waits
+    until they are out (``scope.reporting``)."""
+    ctx.scope.reporting = True
     try:
-        for event in _book_batch(ctx, batch):
+        for event in events:
             yield event
     finally:
         ctx.scope.reporting = False
 
 
 def _book_batch(ctx: PhaseContext, batch: ToolBatch) -> list[Event]:
-    """:func:`execute_batch`'s work, its events returned (no generator per turn). For an
-    aborted batch with finished calls, ``scope.reporting`` is set: the abort waits until
-    the caller has yielded their events, then clears it."""
+    """:func:`execute_batch`'s work, its events returned (no generator per turn)."""
     state = ctx.state
     calls = state.history[-1].tool_uses
     if batch.cancelled:
@@ -520,7 +637,6 @@ def _book_batch(ctx: PhaseContext, batch: ToolBatch) -> list[Event]:
         done = [r for r in batch.results if r.error != "aborted"]
         if not done or state.abort is None:
             raise asyncio.CancelledError
-        ctx.scope.reporting = True  # the abort waits until they are reported
         return [_executed(o) for o in done]
     message = _results_message(ctx, calls, batch.results)
     state.history.append(message)
@@ -603,48 +719,81 @@ async def _forwarding(
             ctx.state.history.append(_aborted_message(batch.results))
 
 
-async def execute(ctx: PhaseContext) -> AsyncIterator[Event]:
-    """Run the last assistant message's tool calls and append their results.
+async def _execute(ctx: PhaseContext) -> Steps:
+    """``execute``'s work (see :func:`_handler`): run the last assistant message's tool
+    calls and append their results.
 
     A call that asks a question (``ToolContext.interrupt``) suspends the run; resumed
     here, the answer is that call's result and the finished calls keep theirs. A
     final-result call made beside other calls is not the answer (it never reaches the tool
     runner): it is answered with an error asking for it alone, after the others' results;
-    so is a call to a tool not offered this turn (``params.prepare_tools``)."""
+    so is a call to a tool not offered this turn (``params.prepare_tools``). When a tool
+    emits events of its own (an agent tool), the generator it returns forwards them while
+    the calls run."""
     calls = ctx.state.history[-1].tool_uses
     answered = [_answered_here(ctx, c) for c in calls]
     own = [c for c, a in zip(calls, answered, strict=True) if a is None]
     resumed = ctx.resumed
     if resumed is not None and not resumed.path:
-        batch = answered_batch(own, resumed)
-    else:
-        kept: Sequence[ToolResultBlock] = ()
-        pending = own
-        if resumed is not None:  # an agent tool's child asked: its call goes on, answered
-            deliver_answer(ctx.state, resumed)
-            kept = resumed.done
-            ran_ids = {b.tool_use_id for b in kept}
-            pending = [c for c in own if c.id not in ran_ids]
-        work = ctx.deps.tools.run_calls(_tool_scope(ctx), pending)
-        if ctx.scope.emits:  # an agent tool: its child's events come while the calls run
-            ran: list[ToolBatch] = []
-            async with contextlib.aclosing(_forwarding(ctx, work, ran)) as forwarded:
-                async for event in forwarded:
-                    yield event
-            batch = ran[0]
-        else:
-            batch = await work
-        if kept:
-            batch = with_kept(own, kept, batch)
-        if suspend_for_questions(ctx, own, batch):
-            return
-    if len(own) < len(calls):
-        batch = _merged(calls, answered, batch)
-    try:
-        for event in _book_batch(ctx, batch):
+        return _booked(ctx, calls, answered, answered_batch(own, resumed))
+    kept: Sequence[ToolResultBlock] = ()
+    pending = own
+    if resumed is not None:  # an agent tool's child asked: its call goes on, answered
+        deliver_answer(ctx.state, resumed)
+        kept = resumed.done
+        ran_ids = {b.tool_use_id for b in kept}
+        pending = [c for c in own if c.id not in ran_ids]
+    work = ctx.deps.tools.run_calls(_tool_scope(ctx), pending)
+    if ctx.scope.emits:  # an agent tool: its child's events come while the calls run
+        return _forwarded(ctx, work, (calls, answered, own, kept))
+    return _ran(ctx, (calls, answered, own, kept), await work)
+
+
+execute = _handler(_execute)
+
+
+_Turn = tuple[
+    Sequence[ToolUseBlock],
+    Sequence[ToolCallResult | None],
+    Sequence[ToolUseBlock],
+    Sequence[ToolResultBlock],
+]
+"""What ``execute`` knows of the turn's calls once they run: all of them, the results
+answered without running them (None for the others), the calls run, and the results
+kept from before a question (an agent tool's child asked)."""
+
+
+async def _forwarded(ctx: PhaseContext, work: Awaitable[ToolBatch], turn: _Turn) -> Events:
+    """``execute`` forwarding the events its tools emit while ``work`` runs."""
+    ran: list[ToolBatch] = []
+    async with contextlib.aclosing(_forwarding(ctx, work, ran)) as forwarded:
+        async for event in forwarded:
             yield event
-    finally:
-        ctx.scope.reporting = False
+    async with contextlib.aclosing(_reporting(ctx, _ran(ctx, turn, ran[0]))) as reported:
+        async for event in reported:
+            yield event
+
+
+def _ran(ctx: PhaseContext, turn: _Turn, batch: ToolBatch) -> list[Event]:
+    """Book the ``batch`` the calls of ``turn`` ran, unless one of them asked a question."""
+    calls, answered, own, kept = turn
+    if kept:
+        batch = with_kept(own, kept, batch)
+    if suspend_for_questions(ctx, own, batch):
+        return []
+    return _booked(ctx, calls, answered, batch)
+
+
+def _booked(
+    ctx: PhaseContext,
+    calls: Sequence[ToolUseBlock],
+    answered: Sequence[ToolCallResult | None],
+    batch: ToolBatch,
+) -> list[Event]:
+    """Book ``batch`` with the calls answered here put back (:func:`_book_batch`)."""
+    if any(a is not None for a in answered):
+        batch = _merged(calls, answered, batch)
+    return _book_batch(ctx, batch)
 
 
 def _final_calls(ctx: PhaseContext) -> tuple[ToolUseBlock, ...]:

@@ -50,11 +50,27 @@ __all__ = [
     "TransitionSpec",
     "callable_name",
     "fingerprint_of",
+    "work_of",
 ]
 
 Handler: TypeAlias = Callable[["PhaseContext"], Any]
 """A phase handler: ``async def h(ctx)`` returning None or a list of events, or an async
 generator function yielding events. It records what it did in ``ctx.state.outcome``."""
+WORK = "_innerloop_work"
+"""The attribute of an async-generator handler naming the coroutine the driver awaits
+in its place (see :func:`work_of`)."""
+
+
+def work_of(handler: Handler) -> Handler | None:
+    """The coroutine that does ``handler``'s work, when ``handler`` is an async generator
+    made to read it (the default ``call``, ``stream`` and ``execute``): it returns the
+    phase's events (a list, or None), or a generator yielding them when they must be
+    passed on as they come. The driver awaits it instead of stepping a generator, which
+    costs an async generator per phase (the event loop's hooks, a weak set's entry, the
+    closing). None for any other handler."""
+    return getattr(handler, WORK, None)
+
+
 Guard: TypeAlias = Callable[["PhaseContext"], bool]
 """A pure predicate over ``ctx.params`` and ``ctx.state``."""
 StateKind: TypeAlias = Literal["phase", "recovery", "final"]

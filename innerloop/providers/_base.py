@@ -9,7 +9,7 @@ from innerloop._events import MessageComplete, StreamEvent
 from innerloop._messages import ModelResponse
 from innerloop.providers._normalize import WireRequest
 
-__all__ = ["ModelStream", "Provider", "final_response"]
+__all__ = ["ModelStream", "Provider", "close_iterator", "final_response"]
 
 
 @runtime_checkable
@@ -42,10 +42,22 @@ class Provider(Protocol):
 async def final_response(stream: ModelStream) -> ModelResponse | None:
     """Drain ``stream`` and close it; its assembled response, or None when it ended
     without one. Failures mid-stream raise ``ProviderError`` as usual."""
+    events = aiter(stream)
     try:
-        async for event in stream:
+        async for event in events:
             if isinstance(event, MessageComplete):
                 return event.response
     finally:
+        await close_iterator(events)
         await stream.aclose()
     return None
+
+
+async def close_iterator(events: AsyncIterator[StreamEvent]) -> None:
+    """Close the iterator of a stream left before its end (an async generator, as most
+    streams' ``__aiter__`` is, stays suspended after its last event). Left open, it is
+    closed when collected, by a task the event loop makes for it: each model turn paid
+    for a task and a wake-up of the loop."""
+    close = getattr(events, "aclose", None)
+    if close is not None:
+        await close()
