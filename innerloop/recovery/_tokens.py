@@ -240,6 +240,10 @@ def _compact_encoder() -> Callable[[Any], str]:
     return lambda value: "".join(encode(value, 0))
 
 
+_compact_json = _compact_encoder()
+"""``_COMPACT.encode``, faster (stateless: it keeps no marks between calls)."""
+
+
 def _block_text(block: object, texts: list[str]) -> None:
     """Append the countable text of ``block`` (any kind) to ``texts``."""
     if isinstance(block, TextBlock):
@@ -295,18 +299,12 @@ def document_tokens(block: DocumentBlock) -> int:
     return pdf_pages(block) * PDF_PAGE_TOKENS
 
 
-def count_message(
-    counter: TokenCounter,
-    message: Message,
-    encode_json: Callable[[Any], str] = _COMPACT.encode,
-) -> int:
+def count_message(counter: TokenCounter, message: Message) -> int:
     """Tokens of one message: framing, images at a flat rate, documents by
     :func:`document_tokens`, and its text (:func:`message_text`'s, empty parts left out).
 
     One pass over the blocks; the common kinds are told apart by their exact class, the
-    rest (and subclasses) as :func:`message_text` tells them. ``encode_json`` encodes a
-    tool input as ``_COMPACT.encode`` does (a :class:`MessageTokenCache` passes a faster
-    one it builds once)."""
+    rest (and subclasses) as :func:`message_text` tells them."""
     total = MESSAGE_OVERHEAD
     texts: list[str] = []
     for block in message.content:
@@ -314,7 +312,7 @@ def count_message(
         if kind is TextBlock:
             texts.append(block.text)  # type: ignore[union-attr]
         elif kind is ToolUseBlock:
-            texts += (block.name, encode_json(block.input))  # type: ignore[union-attr]
+            texts += (block.name, _compact_json(block.input))  # type: ignore[union-attr]
         elif kind is ToolResultBlock:
             texts.append(block.content)  # type: ignore[union-attr]
         elif isinstance(block, ImageBlock):
@@ -357,13 +355,12 @@ class MessageTokenCache:
         self._seen: list[Message] = []
         self._total = 0
         """Tokens of ``_seen``."""
-        self._json = _compact_encoder()
 
     def count(self, message: Message) -> int:
         hit = self._counts.get(id(message))
         if hit is not None and hit[0] is message:
             return hit[1]
-        n = count_message(self.counter, message, self._json)
+        n = count_message(self.counter, message)
         self._counts[id(message)] = (message, n)
         return n
 
@@ -384,13 +381,13 @@ class MessageTokenCache:
         if len(history) == n:
             return self._total
         total = self._total
-        counts, counter, encode_json = self._counts, self.counter, self._json
+        counts, counter = self._counts, self.counter
         for message in history[n:]:
             hit = counts.get(id(message))
             if hit is not None and hit[0] is message:
                 total += hit[1]
             else:
-                count = count_message(counter, message, encode_json)
+                count = count_message(counter, message)
                 counts[id(message)] = (message, count)
                 total += count
             seen.append(message)
@@ -403,7 +400,7 @@ class MessageTokenCache:
         count = getattr(self.counter, "count_text_remembered", self.counter.count_text)
         total = count(system) if system else 0
         for tool in tools:
-            total += count(self._json(tool))
+            total += count(_compact_json(tool))
         return total
 
     def forget_missing(self, history: Sequence[Message]) -> None:
