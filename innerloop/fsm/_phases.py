@@ -178,7 +178,10 @@ async def assemble(ctx: PhaseContext) -> list[Event]:
         # nothing to compare against: skip tokenizing (compaction counts what it needs)
         state.outcome = Outcome.ASSEMBLED
         return events
-    state.context_tokens = _static_tokens(ctx) + tokens.count_history(state.history)
+    static = scope.static_tokens  # counted once per run (and after the tools changed)
+    if static is None:
+        static = _static_tokens(ctx)
+    state.context_tokens = static + tokens.count_history(state.history)
     exact_counter = tokens.exact
     if exact_counter is not None:  # an exact counter also counts the whole wire request
         request = build_request(

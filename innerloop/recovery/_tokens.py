@@ -18,7 +18,7 @@ import importlib.resources
 import json
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
@@ -178,6 +178,10 @@ def load_cl100k(data_path: str | Path | None = None) -> tiktoken.Encoding:
     return _load(path.resolve())
 
 
+REMEMBERED_TEXTS = 64
+"""Static texts (system prompts, tool definitions) a :class:`TiktokenCounter` remembers."""
+
+
 class TiktokenCounter:
     """Counts with tiktoken's ``cl100k_base``, built offline (see :func:`load_cl100k`).
 
@@ -187,9 +191,23 @@ class TiktokenCounter:
 
     def __init__(self, data_path: str | Path | None = None) -> None:
         self.encoding = load_cl100k(data_path)
+        self._encode = self.encoding.encode_ordinary
+        self._remembered: dict[str, int] = {}
 
     def count_text(self, text: str) -> int:
-        return len(self.encoding.encode_ordinary(text))
+        return len(self._encode(text))
+
+    def count_text_remembered(self, text: str) -> int:
+        """``count_text`` for a text every run counts again (a system prompt, a tool
+        definition: see :meth:`MessageTokenCache.count_static`): remembered across the runs
+        that share this counter, the last :data:`REMEMBERED_TEXTS` of them."""
+        n = self._remembered.get(text)
+        if n is None:
+            n = self.count_text(text)
+            if len(self._remembered) >= REMEMBERED_TEXTS:
+                del self._remembered[next(iter(self._remembered))]  # the oldest
+            self._remembered[text] = n
+        return n
 
     def __repr__(self) -> str:
         return f"TiktokenCounter(encoding={self.encoding.name!r})"
@@ -201,25 +219,55 @@ _COMPACT_UNICODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 """The same with non-ASCII characters as they are."""
 
 
+def _compact_encoder() -> Callable[[Any], str]:
+    """``_COMPACT.encode``, with the C encoder it builds at every call built once (a third
+    of the cost for a small tool input): no circular-reference check (a tool input is
+    parsed JSON, or what a tool call was given: a tree), the same errors otherwise."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # no C accelerator: the pure-Python encoder
+        return _COMPACT.encode
+    encode = make(
+        None,
+        _COMPACT.default,
+        json.encoder.encode_basestring_ascii,
+        None,
+        ":",
+        ",",
+        False,
+        False,
+        True,
+    )
+    return lambda value: "".join(encode(value, 0))
+
+
+_compact_json = _compact_encoder()
+"""``_COMPACT.encode``, faster (stateless: it keeps no marks between calls)."""
+
+
+def _block_text(block: object, texts: list[str]) -> None:
+    """Append the countable text of ``block`` (any kind) to ``texts``."""
+    if isinstance(block, TextBlock):
+        texts.append(block.text)
+    elif isinstance(block, ThinkingBlock):
+        texts.append(block.thinking)
+    elif isinstance(block, RedactedThinkingBlock):
+        texts.append(block.data)
+    elif isinstance(block, ToolUseBlock):
+        texts += (block.name, _COMPACT.encode(block.input))
+    elif isinstance(block, ToolResultBlock):
+        texts.append(block.content)
+    elif isinstance(block, DocumentBlock):
+        texts += _document_text(block)
+    elif isinstance(block, ServerToolBlock):  # the provider bills what it sends back
+        texts.append(_COMPACT_UNICODE.encode(block.data))
+
+
 def message_text(message: Message) -> list[str]:
     """The countable text of a message, block by block (a list: no generator to resume
     at each block of every message counted)."""
     texts: list[str] = []
     for block in message.content:
-        if isinstance(block, TextBlock):
-            texts.append(block.text)
-        elif isinstance(block, ThinkingBlock):
-            texts.append(block.thinking)
-        elif isinstance(block, RedactedThinkingBlock):
-            texts.append(block.data)
-        elif isinstance(block, ToolUseBlock):
-            texts += (block.name, _COMPACT.encode(block.input))
-        elif isinstance(block, ToolResultBlock):
-            texts.append(block.content)
-        elif isinstance(block, DocumentBlock):
-            texts += _document_text(block)
-        elif isinstance(block, ServerToolBlock):  # the provider bills what it sends back
-            texts.append(_COMPACT_UNICODE.encode(block.data))
+        _block_text(block, texts)
     return texts
 
 
@@ -253,18 +301,31 @@ def document_tokens(block: DocumentBlock) -> int:
 
 def count_message(counter: TokenCounter, message: Message) -> int:
     """Tokens of one message: framing, images at a flat rate, documents by
-    :func:`document_tokens`, and its text."""
+    :func:`document_tokens`, and its text (:func:`message_text`'s, empty parts left out).
+
+    One pass over the blocks; the common kinds are told apart by their exact class, the
+    rest (and subclasses) as :func:`message_text` tells them."""
     total = MESSAGE_OVERHEAD
+    texts: list[str] = []
     for block in message.content:
-        if isinstance(block, ImageBlock):
+        kind = type(block)
+        if kind is TextBlock:
+            texts.append(block.text)  # type: ignore[union-attr]
+        elif kind is ToolUseBlock:
+            texts += (block.name, _compact_json(block.input))  # type: ignore[union-attr]
+        elif kind is ToolResultBlock:
+            texts.append(block.content)  # type: ignore[union-attr]
+        elif isinstance(block, ImageBlock):
             total += IMAGE_TOKENS
-        elif isinstance(block, DocumentBlock):
-            total += document_tokens(block)
+        else:
+            if isinstance(block, DocumentBlock):
+                total += document_tokens(block)
+            _block_text(block, texts)
     # one tokenizer call per message: the blocks joined by newlines (about one token per
     # joint, which the framing allowance covers) cost a third of counting them one by one
-    texts = [t for t in message_text(message) if t]
-    if texts:
-        total += counter.count_text("\n".join(texts))
+    joined = "\n".join([t for t in texts if t])
+    if joined:
+        total += counter.count_text(joined)
     return total
 
 
@@ -279,9 +340,11 @@ def _exact(counter: TokenCounter) -> RequestTokenCounter | None:
 class MessageTokenCache:
     """Counts messages once each: messages are immutable, so a count never goes stale.
 
-    ``count_history`` also remembers the history it last counted with running totals, so
-    when the next history extends it (the loop appends), only the new messages are
-    counted. Any other change falls back to the per-message cache.
+    ``count_history`` also remembers the history it last counted and its total, so when
+    the next history extends it (the loop appends), only the new messages are counted.
+    Any other change (compaction, a host's edit anywhere in the history) is told by
+    comparing the counted part message by message (by identity, in C), and recounts
+    from the per-message cache.
     """
 
     def __init__(self, counter: TokenCounter) -> None:
@@ -290,8 +353,8 @@ class MessageTokenCache:
         """The counter again when it can count a whole request exactly, else None."""
         self._counts: dict[int, tuple[Message, int]] = {}
         self._seen: list[Message] = []
-        self._totals: list[int] = []
-        """``_totals[i]``: tokens of ``_seen[: i + 1]``."""
+        self._total = 0
+        """Tokens of ``_seen``."""
 
     def count(self, message: Message) -> int:
         hit = self._counts.get(id(message))
@@ -303,22 +366,41 @@ class MessageTokenCache:
 
     def count_history(self, history: Sequence[Message]) -> int:
         """Tokens of ``history``; costs only the messages not counted before."""
-        seen = len(self._seen)
-        # equal messages have equal counts, and list equality tests identity first
-        if seen and (len(history) < seen or list(history[:seen]) != self._seen):
-            self._seen, self._totals, seen = [], [], 0
-        total = self._totals[-1] if seen else 0
-        for message in history[seen:]:
-            total += self.count(message)
-            self._seen.append(message)
-            self._totals.append(total)
+        seen = self._seen
+        n = len(seen)
+        # the counted part must be the same messages: the last one first (cheap, and what
+        # a compaction or a rewrite of the end changes), then all of them (an edit in the
+        # middle); list equality tests identity first, so equal messages compare equal
+        if n and (
+            len(history) < n
+            or history[n - 1] is not seen[-1]
+            or (history[:n] if type(history) is list else list(history[:n])) != seen
+        ):
+            seen, n = [], 0
+            self._seen, self._total = seen, 0
+        if len(history) == n:
+            return self._total
+        total = self._total
+        counts, counter = self._counts, self.counter
+        for message in history[n:]:
+            hit = counts.get(id(message))
+            if hit is not None and hit[0] is message:
+                total += hit[1]
+            else:
+                count = count_message(counter, message)
+                counts[id(message)] = (message, count)
+                total += count
+            seen.append(message)
+        self._total = total
         return total
 
     def count_static(self, system: str, tools: Sequence[dict[str, Any]]) -> int:
-        """System prompt and tool definitions."""
-        total = self.counter.count_text(system) if system else 0
+        """System prompt and tool definitions (remembered by a counter that can, as
+        :class:`TiktokenCounter` does, for the next runs)."""
+        count = getattr(self.counter, "count_text_remembered", self.counter.count_text)
+        total = count(system) if system else 0
         for tool in tools:
-            total += self.counter.count_text(json.dumps(tool, separators=(",", ":")))
+            total += count(_compact_json(tool))
         return total
 
     def forget_missing(self, history: Sequence[Message]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import socket
 from collections.abc import Mapping
@@ -14,14 +15,20 @@ import tiktoken
 import tiktoken.load
 
 from innerloop import Harness, HarnessParams
-from innerloop._messages import ImageBlock, Message, ToolResultBlock, ToolUseBlock
-from innerloop.lowlevel import CL100K_SHA256, count_message, find_cl100k_data, load_cl100k
+from innerloop._messages import ImageBlock, Message, TextBlock, ToolResultBlock, ToolUseBlock
+from innerloop.lowlevel import (
+    CL100K_SHA256,
+    count_message,
+    find_cl100k_data,
+    load_cl100k,
+)
 from innerloop.recovery import (
     ApproxTokenCounter,
     MessageTokenCache,
     TiktokenCounter,
     TokenizerDataError,
 )
+from innerloop.recovery._tokens import REMEMBERED_TEXTS, message_text
 from innerloop.testing import ScriptedProvider, reply, tool_call
 from innerloop.tools import ToolContext, ToolOutput, ToolSpec
 
@@ -137,6 +144,82 @@ class TestMessageTokenCache:
             fresh = MessageTokenCache(ApproxTokenCounter()).count_history(changed)
             assert cache.count_history(changed) == fresh
         assert cache.count_history(tuple(history)) == 4 + 10 + 4 + 2 + 4 + 1
+
+    def test_an_edit_in_the_middle_is_recounted(self) -> None:
+        """A message replaced in the middle, with the length and the last message kept,
+        is recounted (a host's edit of an old tool result, say)."""
+        spy = SpyCounter()
+        cache = MessageTokenCache(spy)
+        history = [Message.user("a" * 40), Message.assistant("b" * 8), Message.user("c")]
+        cache.count_history(history)
+        history[1] = Message.assistant("b" * 80)
+        fresh = MessageTokenCache(ApproxTokenCounter()).count_history(history)
+        assert cache.count_history(history) == fresh == 4 + 10 + 4 + 20 + 4 + 1
+        assert spy.texts[-1] == "b" * 80
+
+    def test_a_compacted_history_as_long_as_before_is_recounted(self) -> None:
+        """A history of the counted length whose last message is another object (a
+        compaction that rewrote the end, a replaced final message) is recounted, and an
+        unchanged one costs no counter call."""
+        spy = SpyCounter()
+        cache = MessageTokenCache(spy)
+        history = [Message.user("aaaa"), Message.assistant("bbbb"), Message.user("c" * 12)]
+        cache.count_history(history)
+        calls = len(spy.texts)
+        assert cache.count_history(list(history)) == 4 + 1 + 4 + 1 + 4 + 3
+        assert cache.count_history(tuple(history)) == 4 + 1 + 4 + 1 + 4 + 3
+        assert len(spy.texts) == calls
+        rewritten = [Message.user("[earlier turns removed]"), history[1], Message.user("c")]
+        fresh = MessageTokenCache(ApproxTokenCounter()).count_history(rewritten)
+        assert cache.count_history(rewritten) == fresh
+
+    def test_one_pass_counts_every_kind_as_message_text_does(self) -> None:
+        """count_message's fast path for the common blocks counts what message_text
+        lists, empty texts left out, with one counter call."""
+        spy = SpyCounter()
+        message = Message.assistant(
+            [TextBlock(""), TextBlock("let me look"), ToolUseBlock("t1", "grep", {"q": "é"})]
+        )
+        assert count_message(spy, message) == 4 + ApproxTokenCounter().count_text(
+            "\n".join(t for t in message_text(message) if t)
+        )
+        assert spy.texts == ['let me look\ngrep\n{"q":"\\u00e9"}']
+
+    def test_the_cache_encodes_tool_input_as_json_dumps_does(self) -> None:
+        """The cache's reused JSON encoder gives compact json.dumps text, and refuses what
+        json.dumps refuses."""
+        spy = SpyCounter()
+        cache = MessageTokenCache(spy)
+        tool_input = {"q": "café", "n": [1, 2.5, None, True], "d": {"k": "v"}}
+        cache.count(Message.assistant([ToolUseBlock("t1", "f", tool_input)]))
+        assert spy.texts == ["f\n" + json.dumps(tool_input, separators=(",", ":"))]
+        with pytest.raises(TypeError, match="not JSON serializable"):
+            cache.count(Message.assistant([ToolUseBlock("t2", "f", {"s": {1}})]))
+
+    def test_static_texts_are_remembered_across_runs(self) -> None:
+        """A TiktokenCounter tokenizes a system prompt and a tool definition once for all
+        the runs (caches) that share it, keeps only the last REMEMBERED_TEXTS of them, and
+        counts them as count_text does."""
+        counter = TiktokenCounter()
+        calls: list[str] = []
+        encode = counter._encode
+
+        def spied(text: str) -> list[int]:
+            calls.append(text)
+            return encode(text)
+
+        counter._encode = spied
+        tool = {"name": "echo", "input_schema": {"type": "object"}}
+        first = MessageTokenCache(counter).count_static("be brief", [tool])
+        assert MessageTokenCache(counter).count_static("be brief", [tool]) == first
+        assert first == counter.count_text("be brief") + counter.count_text(
+            json.dumps(tool, separators=(",", ":"))
+        )
+        assert calls.count("be brief") == 2  # the run, then the check above
+        for i in range(REMEMBERED_TEXTS):
+            counter.count_text_remembered(f"prompt {i}")
+        assert "be brief" not in counter._remembered
+        assert len(counter._remembered) == REMEMBERED_TEXTS
 
     def test_assemble_counts_system_and_tools_once_per_run(self, make_harness: Any) -> None:
         """Over a three-turn run, the system prompt and tool definitions are counted once
