@@ -744,10 +744,11 @@ class TestPostgresConnections:
                     "WHERE datname = current_database() AND pid <> pg_backend_pid()"
                 ).fetchone()
             assert row is not None
-            if settled is None or int(row[0]) == settled:
+            count = int(row[0])
+            if settled is None or count == settled:
                 break
             time.sleep(0.1)
-        return int(row[0])
+        return count
 
     def test_one_per_loop_closed_at_its_end(self, url: str, make_harness: Any) -> None:
         """``run_sync`` outside ``with harness:`` runs each call on a loop of its own: each
