@@ -253,7 +253,7 @@ def _block_text(block: object, texts: list[str]) -> None:
     elif isinstance(block, RedactedThinkingBlock):
         texts.append(block.data)
     elif isinstance(block, ToolUseBlock):
-        texts += (block.name, _COMPACT.encode(block.input))
+        texts += (block.name, _compact_json(block.input))
     elif isinstance(block, ToolResultBlock):
         texts.append(block.content)
     elif isinstance(block, DocumentBlock):
@@ -381,15 +381,8 @@ class MessageTokenCache:
         if len(history) == n:
             return self._total
         total = self._total
-        counts, counter = self._counts, self.counter
         for message in history[n:]:
-            hit = counts.get(id(message))
-            if hit is not None and hit[0] is message:
-                total += hit[1]
-            else:
-                count = count_message(counter, message)
-                counts[id(message)] = (message, count)
-                total += count
+            total += self.count(message)
             seen.append(message)
         self._total = total
         return total
