@@ -447,6 +447,8 @@ class CompiledMachine:
     """Per state: :meth:`select` for that state, as one function (see :func:`_selector`)."""
     exit_reasons: dict[str, str] = attrs.field(factory=dict)
     """Per final state: why a run ended there."""
+    abort_safe: frozenset[str] = frozenset()
+    """The states whose handler runs when an abort is pending (``runs_when_aborting``)."""
 
     def __repr__(self) -> str:
         return f"CompiledMachine({self.spec!r})"
@@ -504,6 +506,15 @@ def compile_spec(spec: MachineSpec) -> CompiledMachine:
         name: _selector(name, blocks) for name, blocks in table.items() if name not in finals
     }
     reasons = {s.name: s.exit_reason or s.name for s in spec.final_states}
+    abort_safe = frozenset(s.name for s in spec.states if s.runs_when_aborting)
     return CompiledMachine(
-        spec, machine_class, table, handlers, finals, spec.fingerprint, selectors, reasons
+        spec,
+        machine_class,
+        table,
+        handlers,
+        finals,
+        spec.fingerprint,
+        selectors,
+        reasons,
+        abort_safe,
     )

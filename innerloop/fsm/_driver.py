@@ -288,7 +288,7 @@ class Run(Generic[OutputT]):
         """Where the run was left when its events stopped being read before a final state
         (the host left ``events()`` early, or a handler raised); None otherwise.
         ``Harness.resume(run)`` continues it from there."""
-        self._abort_safe = frozenset(s.name for s in machine.spec.states if s.runs_when_aborting)
+        self._abort_safe = machine.abort_safe
 
     @property
     def sm(self) -> StateMachine:
@@ -596,37 +596,15 @@ class Run(Generic[OutputT]):
         """:meth:`events` for a reader who discards every event: the same steps, each
         event handed to the watchers alone and made only when one wants its type (a
         transition, the run's start and end), with no generator or coroutine between the
-        handlers and this loop. The run stays in this task: its one cancel scope is
-        entered around each handler (around each step of a generator handler, as in
-        :meth:`events`: an abort asked for during a step that still yielded is seen
-        between two events, not by the next step)."""
+        handlers and this loop (:meth:`_quiet_steps`)."""
         self._begin()
         watch, watched = self._watcher(also, types)
-        scope, finals, handlers = self.scope, self.machine.finals, self.machine.handlers
-        scope.forward = ChildEvent in watched
-        state, abort_safe = self.state, self._abort_safe
-        transitions = Transition in watched
-        task = asyncio.current_task()
-        assert task is not None
-        phase = self._scope = self._scope or PhaseScope(task)
+        self.scope.forward = ChildEvent in watched
         error: BaseException | None = None
         try:
             if RunStarted in watched:
                 self._started(watch, watched)
-            while (source := self.current) not in finals:
-                if state.abort is None or source in abort_safe:
-                    scope.current = source
-                    steps = await self._quiet_steps(phase, task, *handlers[source])
-                    if type(steps) is AsyncGeneratorType:
-                        await self._hand_generator(steps, watch, watched)
-                    elif steps:
-                        _hand(steps, watch, watched)
-                taken = self.step()
-                if self._after_step is not None:  # what the step hook left (a commit)
-                    after, self._after_step = self._after_step, None
-                    await after
-                if transitions:
-                    watch(Transition(source, taken.target, taken.guard))
+            await self._quiet_steps(watch, watched)
             if Finished in watched:
                 self._finish(watch, watched)
             else:
@@ -636,6 +614,58 @@ class Run(Generic[OutputT]):
             raise
         finally:
             await self._close(error)
+
+    async def _quiet_steps(
+        self, watch: Callable[[RunEvent], None], watched: Container[type[Event]]
+    ) -> None:
+        """The steps of :meth:`_run_quietly` up to a final state. The run stays in this
+        task: its one cancel scope is entered around each handler await (around each step
+        of a generator handler, as in :meth:`events`: an abort asked for during a step
+        that still yielded is seen between two events, not by the next step)."""
+        scope, finals, handlers, ctx = (
+            self.scope,
+            self.machine.finals,
+            self.machine.handlers,
+            self.ctx,
+        )
+        state, abort_safe = self.state, self._abort_safe
+        transitions = Transition in watched
+        task = asyncio.current_task()
+        assert task is not None
+        phase = self._scope = self._scope or PhaseScope(task)
+        while (source := self.current) not in finals:
+            if state.abort is None or source in abort_safe:
+                scope.current = source
+                handler, is_gen = handlers[source]
+                if is_gen:
+                    steps = handler(ctx)
+                else:  # awaited in the run's one scope, entered anew for this task
+                    phase._entry = task.cancelling()  # phase.refresh(task), inline
+                    self._phase = phase
+                    try:
+                        steps = await handler(ctx)
+                    except BaseException as exc:
+                        self._absorb(phase, exc)
+                        steps = None  # an abort cancelled it
+                    self._phase = None  # left: nothing to close unless an abort asked
+                    if phase._handle is not None:  # it to cancel
+                        phase.close()
+                if type(steps) is AsyncGeneratorType:
+                    await self._hand_generator(steps, watch, watched)
+                elif steps:
+                    _hand(steps, watch, watched)
+            taken = self.step()
+            if self._after_step is not None:  # what the step hook left (a commit)
+                after, self._after_step = self._after_step, None
+                await after
+            if transitions:
+                watch(Transition(source, taken.target, taken.guard))
+
+    def _absorb(self, phase: PhaseScope, exc: BaseException) -> None:
+        """Leave ``phase``, the handler await it scoped having raised ``exc``: return
+        when ``exc`` is the cancellation an abort made (absorbed); else raise it."""
+        if not self._left(phase, exc):
+            raise exc
 
     def _left(self, phase: PhaseScope, exc: BaseException | None = None) -> bool:
         """Leave ``phase``, the handler await it scoped having raised ``exc`` (None: it
@@ -651,26 +681,6 @@ class Run(Generic[OutputT]):
         if is_gen:
             return handler(self.ctx)
         _, steps = await self._await_phase(handler(self.ctx), self._entered())
-        return steps
-
-    async def _quiet_steps(
-        self, phase: PhaseScope, task: asyncio.Task[Any], handler: Handler, is_gen: bool
-    ) -> Any:
-        """:meth:`_steps` for :meth:`_run_quietly`, the coroutine awaited in ``phase``
-        (the run's one scope, entered anew for ``task``)."""
-        if is_gen:
-            return handler(self.ctx)
-        phase._entry = task.cancelling()  # phase.refresh(task), inline
-        self._phase = phase
-        try:
-            steps = await handler(self.ctx)
-        except BaseException as exc:
-            if self._left(phase, exc):
-                return None
-            raise
-        self._phase = None  # left: nothing to close unless an abort asked it to cancel
-        if phase._handle is not None:
-            phase.close()
         return steps
 
     async def _hand_generator(
