@@ -79,6 +79,12 @@ def _notice(text: str, kept: int, limits: OutputLimits) -> str:
 def cap_output(text: str, counter: TokenCounter, limits: OutputLimits) -> str:
     """``text`` if it fits ``limits``, else its head and tail around a notice of the cut,
     the whole fitting the limits. The work is bounded by the caps, not by ``text``."""
+    size, most_bytes, most_tokens = len(text), limits.max_bytes, limits.max_tokens
+    if (most_bytes is None or size * 4 <= most_bytes) and (
+        most_tokens is None or size <= most_tokens
+    ):
+        return text  # fits by its length alone: four UTF-8 bytes a character at most,
+        # one character a token at least
     if not _over_bytes(text, limits) and _tokens_over(text, counter, limits) is None:
         return text
     keep = len(text)

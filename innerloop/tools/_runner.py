@@ -322,8 +322,7 @@ class ToolRunner:
                 raise
             done = _failed_with(call, start, exc)
         else:
-            output, error, extra = _reported(call, out)
-            done = _result(call, start, output, error, **extra)
+            done = _returned(call, start, out)
         text, limits = done.output, self.limits
         counter = self.token_counter or run.tokens.counter or ApproxTokenCounter()
         if len(text) <= 16_384 and (limits.max_tokens is None or len(text) <= limits.max_tokens):
@@ -464,15 +463,21 @@ def _raised_text(call: ToolUseBlock, exc: BaseException) -> str:
     return f"tool {call.name!r} raised {type(exc).__name__}" + (f": {text}" if text else "")
 
 
-def _reported(call: ToolUseBlock, out: object) -> tuple[str, str | None, dict[str, object]]:
-    """Output, error and extra fields of the result for what a handler returned."""
+def _returned(call: ToolUseBlock, start: float, out: object) -> ToolCallResult:
+    """The result of ``call``, started at ``start``, for what its handler returned."""
     if not isinstance(out, ToolOutput):
         text = f"tool {call.name!r} handler returned {type(out).__name__}, not ToolOutput"
-        return text, "TypeError", {}
-    extra: dict[str, object] = {
-        "stdout": out.stdout,
-        "stderr": out.stderr,
-        "exit_code": out.exit_code,
-        "value": out.value,
-    }
-    return out.content, "tool_error" if out.is_error else None, extra
+        return _result(call, start, text, "TypeError")
+    return ToolCallResult(  # positional, in its fields' order (keywords cost more per call)
+        call.id,
+        call.name,
+        out.content,
+        out.is_error,
+        False,  # timed_out
+        time.monotonic() - start,
+        out.stdout,
+        out.stderr,
+        out.exit_code,
+        out.value,
+        "tool_error" if out.is_error else None,
+    )
