@@ -734,9 +734,12 @@ async def _execute(ctx: PhaseContext) -> Steps:
     emits events of its own (an agent tool), the generator it returns forwards them while
     the calls run."""
     calls = ctx.state.history[-1].tool_uses
-    answered = [_answered_here(ctx, c) for c in calls]
-    own = [c for c, a in zip(calls, answered, strict=True) if a is None]
-    resumed = ctx.resumed
+    answered: Sequence[ToolCallResult | None] = ()  # none: every call goes to the runner
+    own: Sequence[ToolUseBlock] = calls
+    if ctx.params.final_result_tool or ctx.scope.offered is not None:
+        answered = [_answered_here(ctx, c) for c in calls]
+        own = [c for c, a in zip(calls, answered, strict=True) if a is None]
+    resumed = ctx.resumed if ctx.state.interrupt is not None else None
     if resumed is not None and not resumed.path:
         return _booked(ctx, calls, answered, answered_batch(own, resumed))
     kept: Sequence[ToolResultBlock] = ()
@@ -762,8 +765,8 @@ _Turn = tuple[
     Sequence[ToolResultBlock],
 ]
 """What ``execute`` knows of the turn's calls once they run: all of them, the results
-answered without running them (None for the others), the calls run, and the results
-kept from before a question (an agent tool's child asked)."""
+answered without running them (None for the others; empty when none was), the calls
+run, and the results kept from before a question (an agent tool's child asked)."""
 
 
 async def _forwarded(ctx: PhaseContext, work: Awaitable[ToolBatch], turn: _Turn) -> Events:
@@ -793,8 +796,9 @@ def _booked(
     answered: Sequence[ToolCallResult | None],
     batch: ToolBatch,
 ) -> list[Event]:
-    """Book ``batch`` with the calls answered here put back (:func:`_book_batch`)."""
-    if any(a is not None for a in answered):
+    """Book ``batch`` with the calls answered here put back (:func:`_book_batch`);
+    ``answered`` is empty when none was."""
+    if answered and any(a is not None for a in answered):
         batch = _merged(calls, answered, batch)
     return _book_batch(ctx, batch)
 
