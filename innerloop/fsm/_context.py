@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Container, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -199,6 +199,9 @@ class TurnScope:
     """``assemble`` ran in this run (its first run checks the models' prices)."""
     quiet: bool = False
     """Nobody reads the stream events (``Run.run()``), so none is made."""
+    watched: Container[type] | None = None
+    """In a quiet run, the event types its watchers want (an event of another type is
+    made for nobody); None: every event is read."""
     reporting: bool = False
     """A handler has booked a result in the state and is yielding the events that report
     it: an abort waits until they are out (a counted turn always has its

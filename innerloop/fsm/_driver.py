@@ -587,7 +587,7 @@ class Run(Generic[OutputT]):
         try:
             await self._run_quietly(also, types)
         finally:
-            self.scope.quiet = False
+            self.scope.quiet, self.scope.watched = False, None
         return self.state
 
     async def _run_quietly(
@@ -600,6 +600,7 @@ class Run(Generic[OutputT]):
         self._begin()
         watch, watched = self._watcher(also, types)
         self.scope.forward = ChildEvent in watched
+        self.scope.watched = watched
         error: BaseException | None = None
         try:
             if RunStarted in watched:

@@ -485,20 +485,21 @@ def _partial_output(ctx: PhaseContext) -> PartialOutput | None:
 async def _stream(ctx: PhaseContext) -> Steps:
     """``stream``'s work (see :func:`_handler`): consume the stream, start eager tools,
     book the response. A quiet run has nothing to pass on before the answer is complete:
-    read here, its two events returned; otherwise the generator it returns forwards each
-    event (followed by an ``OutputDelta`` when it changed the typed answer parsed so
-    far)."""
+    read here, the events its watchers want returned (:func:`_completed`); otherwise the
+    generator it returns forwards each event (followed by an ``OutputDelta`` when it
+    changed the typed answer parsed so far)."""
     if not ctx.scope.quiet:
         return _streaming(ctx)
     model_stream = ctx.scope.stream
     assert model_stream is not None, "stream runs after call opened one"
+    eager = ctx.params.eager_tools
     events = aiter(model_stream)  # closed here: left to the loop, each turn cost a task
     try:
         async for event in events:
             if isinstance(event, MessageComplete):
-                response = _accept(ctx, event.response)
-                return [event, ModelResponseEvent(response, ctx.state.turns)]
-            _start_early(ctx, event)
+                return _completed(ctx, event, _accept(ctx, event.response))
+            if eager:
+                _start_early(ctx, event)
         failure: Exception = _ended_early(ctx)
     except Exception as exc:
         failure = exc
@@ -510,12 +511,24 @@ async def _stream(ctx: PhaseContext) -> Steps:
 stream = _handler(_stream)
 
 
+def _completed(ctx: PhaseContext, event: MessageComplete, response: ModelResponse) -> list[Event]:
+    """The events a quiet run's watchers get of the answer ``event`` completed (booked as
+    ``response``): those of the types they watch."""
+    watched = ctx.scope.watched
+    if watched is None:
+        return [event, ModelResponseEvent(response, ctx.state.turns)]
+    events: list[Event] = [event] if MessageComplete in watched else []
+    if ModelResponseEvent in watched:
+        events.append(ModelResponseEvent(response, ctx.state.turns))
+    return events
+
+
 async def _streaming(ctx: PhaseContext) -> Events:
     """``stream`` for a run whose events are read: each stream event passed on."""
     state, scope = ctx.state, ctx.scope
     model_stream = scope.stream
     assert model_stream is not None, "stream runs after call opened one"
-    partial = _partial_output(ctx)
+    partial, eager = _partial_output(ctx), ctx.params.eager_tools
     events = aiter(model_stream)  # closed here: left to the loop, each turn cost a task
     try:
         async for event in events:
@@ -530,7 +543,8 @@ async def _streaming(ctx: PhaseContext) -> Events:
                 finally:
                     scope.reporting = False
                 return
-            _start_early(ctx, event)
+            if eager:
+                _start_early(ctx, event)
             yield event
             if partial is not None and (delta := partial.feed(event)) is not None:
                 yield delta
@@ -544,10 +558,9 @@ async def _streaming(ctx: PhaseContext) -> Events:
 
 
 def _start_early(ctx: PhaseContext, event: object) -> None:
-    """Start the call ``event`` completes now, when the run starts tools eagerly."""
+    """Start the call ``event`` completes now (the run starts tools eagerly)."""
     if (
-        ctx.params.eager_tools
-        and isinstance(event, ToolUseComplete)
+        isinstance(event, ToolUseComplete)
         and not is_final_call(ctx, event.tool_use)
         and _not_offered(ctx, event.tool_use) is None
     ):
