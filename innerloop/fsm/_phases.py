@@ -389,8 +389,7 @@ async def _call(ctx: PhaseContext) -> Steps:
     admission = gate.admit(ctx.deps.clock.monotonic())
     if admission.wait > 0 or not scope.quiet:
         return _calling(ctx, gate, admission)
-    error = await _open(ctx, gate)
-    return None if error is None else _open_failed(ctx, error)
+    return await _open(ctx, gate)
 
 
 call = _handler(_call)
@@ -411,21 +410,22 @@ async def _calling(ctx: PhaseContext, gate: RateLimitGate, admission: Admission)
     if not scope.quiet:  # what a replay checks; a quiet run() is never logged
         assert scope.request is not None
         yield _model_call(ctx, scope.request)
-    error = await _open(ctx, gate)
-    if error is not None:
-        async with contextlib.aclosing(_open_failed(ctx, error)) as failed:
+    failed = await _open(ctx, gate)
+    if failed is not None:
+        async with contextlib.aclosing(failed):
             async for event in failed:
                 yield event
 
 
-async def _open(ctx: PhaseContext, gate: RateLimitGate) -> ProviderError | None:
-    """Open the request the gate let go: the stream kept in ``scope``, or the error."""
+async def _open(ctx: PhaseContext, gate: RateLimitGate) -> Events | None:
+    """Open the request the gate let go, the stream kept in ``scope``: None, or the
+    generator reporting the failure (both ways of ``call`` end here)."""
     scope = ctx.scope
     assert scope.request is not None
     try:
         scope.stream = await ctx.provider.open(scope.request)
     except Exception as exc:
-        return ProviderError.wrap(exc, ctx.choice.provider)
+        return _open_failed(ctx, ProviderError.wrap(exc, ctx.choice.provider))
     gate.success()
     ctx.state.outcome = Outcome.OPENED
     return None
@@ -485,7 +485,7 @@ def _partial_output(ctx: PhaseContext) -> PartialOutput | None:
 async def _stream(ctx: PhaseContext) -> Steps:
     """``stream``'s work (see :func:`_handler`): consume the stream, start eager tools,
     book the response. A quiet run has nothing to pass on before the answer is complete:
-    read here, the events its watchers want returned (:func:`_completed`); otherwise the
+    read here, the events its watchers want returned (:func:`_complete`); otherwise the
     generator it returns forwards each event (followed by an ``OutputDelta`` when it
     changed the typed answer parsed so far)."""
     if not ctx.scope.quiet:
@@ -497,7 +497,7 @@ async def _stream(ctx: PhaseContext) -> Steps:
     try:
         async for event in events:
             if isinstance(event, MessageComplete):
-                return _completed(ctx, event, _accept(ctx, event.response))
+                return _complete(ctx, event)
             if eager:
                 _start_early(ctx, event)
         failure: Exception = _ended_early(ctx)
@@ -511,9 +511,10 @@ async def _stream(ctx: PhaseContext) -> Steps:
 stream = _handler(_stream)
 
 
-def _completed(ctx: PhaseContext, event: MessageComplete, response: ModelResponse) -> list[Event]:
-    """The events a quiet run's watchers get of the answer ``event`` completed (booked as
-    ``response``): those of the types they watch."""
+def _complete(ctx: PhaseContext, event: MessageComplete) -> list[Event]:
+    """Book the answer ``event`` completes (:func:`_accept`): the events that report it,
+    those of the types a quiet run's watchers want (both ways of ``stream`` end here)."""
+    response = _accept(ctx, event.response)
     watched = ctx.scope.watched
     if watched is None:
         return [event, ModelResponseEvent(response, ctx.state.turns)]
@@ -525,7 +526,7 @@ def _completed(ctx: PhaseContext, event: MessageComplete, response: ModelRespons
 
 async def _streaming(ctx: PhaseContext) -> Events:
     """``stream`` for a run whose events are read: each stream event passed on."""
-    state, scope = ctx.state, ctx.scope
+    scope = ctx.scope
     model_stream = scope.stream
     assert model_stream is not None, "stream runs after call opened one"
     partial, eager = _partial_output(ctx), ctx.params.eager_tools
@@ -535,11 +536,11 @@ async def _streaming(ctx: PhaseContext) -> Events:
             if isinstance(event, MessageComplete):
                 if partial is not None and (delta := partial.finish()) is not None:
                     yield delta
-                response = _accept(ctx, event.response)
+                booked = _complete(ctx, event)
                 scope.reporting = True  # an abort now must not lose the turn's events
                 try:
-                    yield event
-                    yield ModelResponseEvent(response, state.turns)
+                    for done in booked:
+                        yield done
                 finally:
                     scope.reporting = False
                 return
