@@ -385,17 +385,19 @@ class Run(Generic[OutputT]):
 
     def step(self) -> TransitionSpec:
         """Choose and take the transition out of the current state."""
+        machine = self.machine
         if self._sm is not None and self.engine == "statemachine":
-            taken = self.machine.send_step(self._sm)
+            taken = machine.send_step(self._sm)
         else:
-            taken = self.machine.selectors[self.current](self.ctx)
-        self.current = taken.target
+            taken = machine.selectors[self.current](self.ctx)
+        self.current = target = taken.target
         self._path.append(taken)
-        if taken.target in self.machine.finals:
-            self.state.final_state = taken.target
-            self.state.exit_reason = self.machine.exit_reason(taken.target)
-        for observer in self.observers:
-            observer.on_transition(self.machine.name, taken)
+        if target in machine.finals:
+            self.state.final_state = target
+            self.state.exit_reason = machine.exit_reason(target)
+        if self.observers:
+            for observer in self.observers:
+                observer.on_transition(machine.name, taken)
         if self.on_step is not None:
             self._after_step = self.on_step(self, taken)
         return taken
