@@ -202,13 +202,13 @@ class TestMessageTokenCache:
         counts them as count_text does."""
         counter = TiktokenCounter()
         calls: list[str] = []
-        encode = counter._encode
+        count_text = counter.count_text
 
-        def spied(text: str) -> list[int]:
+        def spied(text: str) -> int:
             calls.append(text)
-            return encode(text)
+            return count_text(text)
 
-        counter._encode = spied
+        counter.count_text = spied  # type: ignore[method-assign]
         tool = {"name": "echo", "input_schema": {"type": "object"}}
         first = MessageTokenCache(counter).count_static("be brief", [tool])
         assert MessageTokenCache(counter).count_static("be brief", [tool]) == first
