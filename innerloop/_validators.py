@@ -14,9 +14,7 @@ Numbers must be finite (NaN and infinity are refused) and ``bool`` is never a nu
 from __future__ import annotations
 
 import functools
-import itertools
 import math
-import operator
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -194,19 +192,11 @@ def _default_of(attribute: attrs.Attribute[Any]) -> object:
 @functools.cache
 def _field_checks(
     cls: type,
-) -> tuple[
-    Callable[[object], tuple[Any, ...]],
-    tuple[object, ...],
-    tuple[tuple[tuple[Validator, ...], attrs.Attribute[Any]], ...],
-]:
-    """The ``checked`` fields of ``cls`` in order (read once per class and process): a
-    getter of their values, their defaults, and their validators with their attributes."""
+) -> tuple[tuple[object, ...], tuple[tuple[tuple[Validator, ...], attrs.Attribute[Any]], ...]]:
+    """The ``checked`` fields of ``cls`` in order (read once per class and process): their
+    defaults, and their validators with their attributes."""
     fields = [a for a in attrs.fields(cls) if _CHECKS in a.metadata]
-    # one C call reads every value; "__class__" (never skipped: compared with itself, then
-    # cut off by the shorter zip) keeps the getter's answer a tuple for one field too
-    getter = operator.attrgetter(*(a.name for a in fields), "__class__")
-    defaults = (*(_default_of(a) for a in fields), cls)
-    return getter, defaults, tuple((a.metadata[_CHECKS], a) for a in fields)
+    return tuple(map(_default_of, fields)), tuple((a.metadata[_CHECKS], a) for a in fields)
 
 
 def check_fields(instance: attrs.AttrsInstance) -> None:
@@ -214,13 +204,38 @@ def check_fields(instance: attrs.AttrsInstance) -> None:
     field that holds its own default (the class's value or its factory's, good by
     construction): a class whose fields mostly keep their defaults then pays for the few
     that do not."""
-    getter, defaults, checks = _field_checks(type(instance))
-    values = getter(instance)
-    for (validators, attribute), value in itertools.compress(
-        zip(checks, values, strict=False), map(operator.is_not, values, defaults)
-    ):
-        for validate in validators:
-            validate(instance, attribute, value)
+    _checker(type(instance))(instance)
+
+
+@functools.cache
+def _checker(cls: type) -> Callable[[object], None]:
+    """The body of :func:`check_fields` for ``cls``, written out once per class and process
+    as attrs writes an ``__init__``: per ``checked`` field, one read and one ``is not`` its
+    default, and for a value off it each validator (a :class:`Check` runs its test first,
+    and is called only to name a failure or let a None through)::
+
+        v = self.max_turns
+        if v is not d7:
+            if not t7_0(v): v7_0(self, a7, v)
+
+    A loop over the fields would pay a call per field to compare each value with its
+    default; the written-out body pays them only for the fields off their defaults."""
+    defaults, checks = _field_checks(cls)
+    names: dict[str, Any] = {}
+    lines = ["def check(self):", "    pass"]
+    for i, ((validators, attribute), default) in enumerate(zip(checks, defaults, strict=False)):
+        names[f"d{i}"], names[f"a{i}"] = default, attribute
+        lines += [f"    v = self.{attribute.name}", f"    if v is not d{i}:"]
+        for j, validate in enumerate(validators):
+            names[f"v{i}_{j}"] = validate
+            call = f"v{i}_{j}(self, a{i}, v)"
+            if isinstance(validate, Check):
+                names[f"t{i}_{j}"] = validate.test
+                call = f"if not t{i}_{j}(v): {call}"
+            lines.append(f"        {call}")
+    exec(compile("\n".join(lines), f"<check_fields of {cls.__qualname__}>", "exec"), names)
+    check: Callable[[object], None] = names["check"]
+    return check
 
 
 @functools.cache
@@ -229,7 +244,7 @@ def _checks_by_name(
 ) -> Mapping[str, tuple[object, tuple[Validator, ...], attrs.Attribute[Any]]]:
     """The ``checked`` fields of ``cls`` by name: each one's default, validators and
     attribute (read once per class and process)."""
-    _, defaults, checks = _field_checks(cls)
+    defaults, checks = _field_checks(cls)
     by_name = {a.name: (d, v, a) for (v, a), d in zip(checks, defaults, strict=False)}
     return MappingProxyType(by_name)
 
