@@ -14,9 +14,7 @@ Numbers must be finite (NaN and infinity are refused) and ``bool`` is never a nu
 from __future__ import annotations
 
 import functools
-import itertools
 import math
-import operator
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -67,21 +65,31 @@ class Check:
         return f"<Check must be {'None or ' if self.allow_none else ''}{self.expect}>"
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_a(cls: type) -> Callable[[Any], bool]:
+    """``isinstance(v, cls)`` as one C call (``cls``'s metaclass's ``__instancecheck__``,
+    which ``isinstance`` itself calls) rather than a lambda's frame: a check that passes
+    runs no Python."""
+    test: Callable[[Any], bool] = type(cls).__instancecheck__.__get__(cls)
+    return test
 
 
 def integer(*, ge: int, le: int | None = None, prefix: str = "") -> Check:
     """A whole number (not a bool) ``>= ge`` (and ``<= le``, when given)."""
     if le is not None:
         return Check(
-            f"an integer between {ge} and {le}", lambda v: _is_int(v) and ge <= v <= le, prefix
+            f"an integer between {ge} and {le}",
+            lambda v: isinstance(v, int) and v is not True and v is not False and ge <= v <= le,
+            prefix,
         )
-    return Check(f"an integer >= {ge}", lambda v: _is_int(v) and v >= ge, prefix)
+    return Check(
+        f"an integer >= {ge}",
+        lambda v: isinstance(v, int) and v is not True and v is not False and v >= ge,
+        prefix,
+    )
 
 
 def _bounds(ge: float | None, gt: float | None, le: float | None, lt: float | None) -> str:
@@ -122,17 +130,17 @@ def string(*, non_empty: bool = False, prefix: str = "") -> Check:
     """A ``str`` (with ``non_empty``, not ``''``)."""
     if non_empty:
         return Check("a non-empty string", lambda v: isinstance(v, str) and v != "", prefix)
-    return Check("a string", lambda v: isinstance(v, str), prefix)
+    return Check("a string", _is_a(str), prefix)
 
 
 def boolean(*, prefix: str = "") -> Check:
     """``True`` or ``False`` (not 0, 1 or a string)."""
-    return Check("True or False", lambda v: isinstance(v, bool), prefix)
+    return Check("True or False", _is_a(bool), prefix)
 
 
 def instance(cls: type, *, hint: str = "", prefix: str = "") -> Check:
     """An instance of ``cls``; ``hint`` (e.g. how to build one) follows the class name."""
-    return Check(f"a {cls.__name__}{hint}", lambda v: isinstance(v, cls), prefix)
+    return Check(f"a {cls.__name__}{hint}", _is_a(cls), prefix)
 
 
 def optional(check: Check) -> Check:
@@ -194,19 +202,11 @@ def _default_of(attribute: attrs.Attribute[Any]) -> object:
 @functools.cache
 def _field_checks(
     cls: type,
-) -> tuple[
-    Callable[[object], tuple[Any, ...]],
-    tuple[object, ...],
-    tuple[tuple[tuple[Validator, ...], attrs.Attribute[Any]], ...],
-]:
-    """The ``checked`` fields of ``cls`` in order (read once per class and process): a
-    getter of their values, their defaults, and their validators with their attributes."""
+) -> tuple[tuple[object, ...], tuple[tuple[tuple[Validator, ...], attrs.Attribute[Any]], ...]]:
+    """The ``checked`` fields of ``cls`` in order (read once per class and process): their
+    defaults, and their validators with their attributes."""
     fields = [a for a in attrs.fields(cls) if _CHECKS in a.metadata]
-    # one C call reads every value; "__class__" (never skipped: compared with itself, then
-    # cut off by the shorter zip) keeps the getter's answer a tuple for one field too
-    getter = operator.attrgetter(*(a.name for a in fields), "__class__")
-    defaults = (*(_default_of(a) for a in fields), cls)
-    return getter, defaults, tuple((a.metadata[_CHECKS], a) for a in fields)
+    return tuple(map(_default_of, fields)), tuple((a.metadata[_CHECKS], a) for a in fields)
 
 
 def check_fields(instance: attrs.AttrsInstance) -> None:
@@ -214,13 +214,44 @@ def check_fields(instance: attrs.AttrsInstance) -> None:
     field that holds its own default (the class's value or its factory's, good by
     construction): a class whose fields mostly keep their defaults then pays for the few
     that do not."""
-    getter, defaults, checks = _field_checks(type(instance))
-    values = getter(instance)
-    for (validators, attribute), value in itertools.compress(
-        zip(checks, values, strict=False), map(operator.is_not, values, defaults)
-    ):
-        for validate in validators:
-            validate(instance, attribute, value)
+    _checker(type(instance))(instance)
+
+
+@functools.cache
+def _checker(cls: type) -> Callable[[object], None]:
+    """The body of :func:`check_fields` for ``cls``, written out once per class and process
+    as attrs writes an ``__init__``: per ``checked`` field, one read and one ``is not`` its
+    default, and for a value off it each validator (a :class:`Check` runs its test first,
+    and is called only to name a failure or let a None through; a tuple's items are tested
+    the same way, in one ``all(map(...))``)::
+
+        v = self.max_turns
+        if v is not d7:
+            if not t7_0(v): v7_0(self, a7, v)
+
+    A loop over the fields would pay a call per field to compare each value with its
+    default; the written-out body pays them only for the fields off their defaults."""
+    defaults, checks = _field_checks(cls)
+    names: dict[str, Any] = {}
+    lines = ["def check(self):", "    pass"]
+    for i, ((validators, attribute), default) in enumerate(zip(checks, defaults, strict=True)):
+        if not validators:
+            continue
+        names[f"d{i}"], names[f"a{i}"] = default, attribute
+        lines += [f"    v = self.{attribute.name}", f"    if v is not d{i}:"]
+        for j, validate in enumerate(validators):
+            names[f"v{i}_{j}"] = validate
+            call = f"v{i}_{j}(self, a{i}, v)"
+            if isinstance(validate, Check):
+                names[f"t{i}_{j}"] = validate.test
+                call = f"if not t{i}_{j}(v): {call}"
+            elif isinstance(validate, _Each) and validate.keys is None:  # a tuple of items
+                names[f"t{i}_{j}"], names[f"e{i}_{j}"] = validate.container.test, validate.item.test
+                call = f"if not t{i}_{j}(v) or not all(map(e{i}_{j}, v)): {call}"
+            lines.append(f"        {call}")
+    exec(compile("\n".join(lines), f"<check_fields of {cls.__qualname__}>", "exec"), names)
+    check: Callable[[object], None] = names["check"]
+    return check
 
 
 @functools.cache
@@ -229,8 +260,8 @@ def _checks_by_name(
 ) -> Mapping[str, tuple[object, tuple[Validator, ...], attrs.Attribute[Any]]]:
     """The ``checked`` fields of ``cls`` by name: each one's default, validators and
     attribute (read once per class and process)."""
-    _, defaults, checks = _field_checks(cls)
-    by_name = {a.name: (d, v, a) for (v, a), d in zip(checks, defaults, strict=False)}
+    defaults, checks = _field_checks(cls)
+    by_name = {a.name: (d, v, a) for (v, a), d in zip(checks, defaults, strict=True)}
     return MappingProxyType(by_name)
 
 
@@ -251,13 +282,13 @@ def check_changed(instance: attrs.AttrsInstance, names: Iterable[str]) -> None:
 def tuple_of(item: Check, what: str, *, prefix: str = "") -> _Each:
     """A tuple (what the field's converter makes of a list) of items passing ``item``;
     ``what`` names the items in the message (``a list or tuple of {what}``)."""
-    return _Each(Check(f"a list or tuple of {what}", lambda v: isinstance(v, tuple), prefix), item)
+    return _Each(Check(f"a list or tuple of {what}", _is_a(tuple), prefix), item)
 
 
 def mapping_of(item: Check, what: str, *, prefix: str = "") -> _Each:
     """A mapping from strings to values passing ``item``; ``what`` describes it."""
     return _Each(
-        Check(f"a mapping of {what}", lambda v: isinstance(v, Mapping), prefix),
+        Check(f"a mapping of {what}", _is_a(Mapping), prefix),
         item,
         string(non_empty=True),
     )

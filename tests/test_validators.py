@@ -8,7 +8,7 @@ import attrs
 import pytest
 
 from innerloop._errors import ParamsError
-from innerloop._validators import check_fields, checked, integer
+from innerloop._validators import check_fields, checked, integer, optional
 
 
 def _counting(seen: list[tuple[str, object]]) -> Any:
@@ -66,3 +66,21 @@ def test_a_bad_value_names_its_field() -> None:
     """The first failing check raises ParamsError naming the field."""
     with pytest.raises(ParamsError, match="size: must be an integer >= 1, got 0"):
         _Params(size=0)
+
+
+@attrs.frozen(kw_only=True)
+class _Sparse:
+    plain: int = 0
+    bare: int = attrs.field(default=0, metadata=checked())
+    limit: int | None = attrs.field(default=5, metadata=checked(optional(integer(ge=1))))
+
+    def __attrs_post_init__(self) -> None:
+        check_fields(self)
+
+
+def test_fields_without_checks_and_none_where_allowed_pass() -> None:
+    """A field with no checks, one not ``checked`` at all, and None given to an optional
+    check off its default all pass; a bad value after them still names its field."""
+    assert _Sparse(plain=-1, bare=-1, limit=None).limit is None
+    with pytest.raises(ParamsError, match="limit: must be None or an integer >= 1, got 0"):
+        _Sparse(bare=-1, limit=0)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import collections
 import difflib
 import functools
-import itertools
 import operator
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -450,9 +449,10 @@ class HarnessParams(Generic[OutputT]):
             convert = _CONVERTERS.get(name)
             values[_INIT_ORDER[name]] = changes[name] if convert is None else convert(changes[name])
         new: HarnessParams[Any] = object.__new__(HarnessParams)
-        collections.deque(map(_set_slot, _MEMBERS, itertools.repeat(new), values), maxlen=0)
+        set_field = _set_field.__get__(new)  # a frozen class refuses setattr: set its slots
+        collections.deque(map(set_field, _NAMES, values), maxlen=0)
         if "output_type" in changes:
-            _set_slot(_MEMBERS[-1], new, new._output_spec())
+            set_field("output_spec", new._output_spec())
         check_changed(new, names)
         for check in _ACROSS[names[0]] if len(names) == 1 else _across(names):
             check(new)
@@ -739,8 +739,8 @@ _CONVERTERS: Mapping[str, Callable[[Any], Any]] = MappingProxyType(
     {a.name: convert for a in _FIELDS if (convert := _converter(a)) is not None}
 )
 _read_all = operator.attrgetter(*(a.name for a in _FIELDS))
-_MEMBERS = tuple(vars(HarnessParams)[a.name] for a in _FIELDS)
-"""The slots of the fields, in order (``output_spec`` last): an evolve sets each once on
-the new instance, as ``__init__`` does, straight through the slot (a frozen class refuses
+_NAMES = tuple(a.name for a in _FIELDS)
+"""The fields in order (``output_spec`` last): an evolve sets each once on the new
+instance, as ``__init__`` does, through ``object.__setattr__`` (a frozen class refuses
 ``setattr``)."""
-_set_slot = type(_MEMBERS[0]).__set__
+_set_field = object.__setattr__
