@@ -17,6 +17,7 @@ from collections.abc import (
     Container,
     Iterable,
     Iterator,
+    Mapping,
     Sequence,
 )
 from types import AsyncGeneratorType
@@ -66,11 +67,23 @@ class RunHooks(ToolObserver, Protocol):
     before the target's handler runs), including the events a quiet ``run()`` never makes
     visible to the host; ``on_finish`` is called once when the run's event stream closes,
     with the exception that ended it, if any. As a :class:`ToolObserver` it also sees each
-    tool call of the default tool runner start and finish, in the call's own task."""
+    tool call of the default tool runner start and finish, in the call's own task.
+
+    Hooks with a ``watches`` attribute, a mapping of event types to the functions that
+    take them, have each event of those types handed straight to its function and no
+    other event (``on_event`` is not called), and a quiet ``run()`` makes no event of
+    another type for them (tracing watches the eight it records)."""
 
     def on_event(self, event: RunEvent) -> None: ...
 
     def on_finish(self, error: BaseException | None) -> None: ...
+
+
+def _wanted(hooks: RunHooks) -> Mapping[type[Event], Callable[[Any], None]] | None:
+    """The event types ``hooks`` wants, each with the function that takes it: its
+    ``watches`` attribute when it has one (a quiet run then makes no event of another
+    type for it), else None (every type, to its ``on_event``)."""
+    return getattr(hooks, "watches", None)
 
 
 @runtime_checkable
@@ -165,6 +178,17 @@ class PhaseScope:
         """Enter again, for ``task``'s next handler await, a scope left clean (closed, or
         never used) of the same task: only the cancellations pending now are noted."""
         self._entry = task.cancelling()
+
+
+def _taker(watches: Mapping[type[Event], Callable[[Any], None]]) -> Callable[[RunEvent], None]:
+    """Hand an event of any type to the function ``watches`` has for its type, if any."""
+
+    def take(event: RunEvent) -> None:
+        on = watches.get(type(event))
+        if on is not None:
+            on(event)
+
+    return take
 
 
 def _also(
@@ -429,13 +453,30 @@ class Run(Generic[OutputT]):
         log = event_logger()
         if not hooks:
             return log.__call__, frozenset(log.rules)
-        watchers = ((log.__call__,) if log else ()) + tuple(h.on_event for h in hooks)
+        wanted = [_wanted(h) for h in hooks]
+        if any(types is None for types in wanted):
+            watchers = ((log.__call__,) if log else ()) + tuple(
+                h.on_event if types is None else _taker(types)
+                for h, types in zip(hooks, wanted, strict=True)
+            )
+
+            def watch_all(event: RunEvent) -> None:
+                for w in watchers:
+                    w(event)
+
+            return watch_all, _EVERY_TYPE
+        table: dict[type[Event], tuple[Callable[[RunEvent], None], ...]] = {
+            kind: (log.__call__,) for kind in log.rules
+        }
+        for types in wanted:
+            for kind, take in (types or {}).items():
+                table[kind] = (*table.get(kind, ()), take)
 
         def watch(event: RunEvent) -> None:
-            for w in watchers:
+            for w in table[type(event)]:
                 w(event)
 
-        return watch, _EVERY_TYPE
+        return watch, frozenset(table)
 
     async def events(self) -> AsyncGenerator[RunEvent, None]:
         """Run to a final state, yielding every stream and run event (``match event:``

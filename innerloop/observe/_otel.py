@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from opentelemetry import context as otel_context
@@ -253,25 +253,38 @@ class RunTrace:
         """The turn so far and where turns start, for ``transitions="summary"``."""
         if tracing.capture_content and run.params.system:
             self.agent.set_attribute("gen_ai.system_instructions", _clean(run.params.system))
+        notes = {"events": self._transition_event, "summary": self._summarize}
+        self._note = notes.get(tracing.transitions)
+        """How a transition is recorded on the run's span (None: it is not)."""
+        recovery = self._recovery
+        self._on: dict[type[Event], Callable[[Any], None]] = {
+            Transition: self._transition,
+            ModelResponseEvent: self._response_event,
+            Finished: self._finished,
+            Backoff: recovery,
+            Fallback: recovery,
+            Compacted: recovery,
+            Alert: recovery,
+            Abort: recovery,
+        }
+        self.watches = self._on
+        """The event types this run's trace records, each with what records it (the
+        driver makes no event of another type for it)."""
 
     # -- events --------------------------------------------------------------------------
 
     def on_event(self, event: Event) -> None:
-        if isinstance(event, Transition):
-            self._transition(event)
-        elif isinstance(event, ModelResponseEvent):
-            self._response(event.response)
-        elif isinstance(event, Finished):
-            self._finished(event)
-        else:
-            self._recovery(event)
+        on = self._on.get(type(event))
+        if on is not None:
+            on(event)
+
+    def _response_event(self, ev: ModelResponseEvent) -> None:
+        self._response(ev.response)
 
     def _transition(self, ev: Transition) -> None:
-        mode = self.tracing.transitions
-        if mode == "events":
-            self._transition_event(ev)
-        elif mode == "summary":
-            self._summarize(ev)
+        note = self._note
+        if note is not None:
+            note(ev)
         if ev.source in _MODEL_STATES and ev.target != "stream":
             self._end_chat()
         if ev.target == "call" and self.chat is None:
@@ -444,18 +457,17 @@ class RunTrace:
             return
         usage = response.usage
         model = response.model or self.chat_attributes.get("gen_ai.request.model", "")
-        chat.set_attributes(
-            {
-                "gen_ai.response.model": model,
-                "gen_ai.response.finish_reasons": [response.stop_reason or "unknown"],
-                "gen_ai.usage.input_tokens": usage.input_tokens,
-                "gen_ai.usage.output_tokens": usage.output_tokens,
-                "gen_ai.usage.cache_read.input_tokens": usage.cache_read_tokens,
-                "gen_ai.usage.cache_creation.input_tokens": usage.cache_creation_tokens,
-            }
-        )
+        answer: dict[str, Any] = {
+            "gen_ai.response.model": model,
+            "gen_ai.response.finish_reasons": [response.stop_reason or "unknown"],
+            "gen_ai.usage.input_tokens": usage.input_tokens,
+            "gen_ai.usage.output_tokens": usage.output_tokens,
+            "gen_ai.usage.cache_read.input_tokens": usage.cache_read_tokens,
+            "gen_ai.usage.cache_creation.input_tokens": usage.cache_creation_tokens,
+        }
         if response.id:
-            chat.set_attribute("gen_ai.response.id", response.id)
+            answer["gen_ai.response.id"] = response.id
+        chat.set_attributes(answer)
         attributes = self.chat_attributes
         attributes["gen_ai.response.model"] = model
         _, as_input, as_output = self._metrics(attributes)

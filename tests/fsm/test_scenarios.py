@@ -20,7 +20,17 @@ from innerloop import (
     ToolUseBlock,
     Usage,
 )
-from innerloop._events import Abort, Alert, Backoff, Compacted, Event, Fallback, Finished
+from innerloop._events import (
+    Abort,
+    Alert,
+    Backoff,
+    Compacted,
+    Event,
+    Fallback,
+    Finished,
+    ModelResponseEvent,
+    Transition,
+)
 from innerloop.recovery import ApproxTokenCounter, RecoveryPolicy
 from innerloop.testing import FakeClock, Fault, Reply, ScriptedProvider, reply, tool_call
 from innerloop.tools import ToolContext, ToolOutput
@@ -419,6 +429,56 @@ class _Made:
 
     def tool_finished(self, handle: Any, result: Any) -> None:
         pass
+
+
+class _Picky(_Made):
+    """A run observer that watches two event types, each through its own function."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.watches = {
+            Transition: lambda ev: self.types.append(f"{ev.source}->{ev.target}"),
+            ModelResponseEvent: lambda ev: self.types.append(ev.type),
+        }
+
+    def on_event(self, event: Any) -> None:
+        raise AssertionError(f"on_event called with {event.type} though the hooks watch")
+
+
+@pytest.mark.parametrize("read", ["run", "events"])
+def test_hooks_that_watch_get_only_their_types(make_harness: Any, read: str) -> None:
+    """Hooks with ``watches`` get each event of those types through its function and no
+    other event, whichever way the run is read; hooks without it beside them still see
+    every type; the run ends the same."""
+    script = [reply("x", tool_call("echo", {"x": "a"}, id="t1")), reply("done")]
+    picky, made = _Picky(), _Made()
+    run = make_harness(params(), ScriptedProvider(list(script)), observers=[picky]).start("go")
+    if read == "run":
+        asyncio.run(run.run())
+    else:
+        asyncio.run(_collect(run))
+    assert picky.types == [
+        "idle->assemble",
+        "assemble->normalize",
+        "normalize->call",
+        "call->stream",
+        "model_response",
+        "stream->execute",
+        "execute->check",
+        "check->assemble",
+        "assemble->normalize",
+        "normalize->call",
+        "call->stream",
+        "model_response",
+        "stream->check",
+        "check->model_complete",
+    ]
+    beside = _Picky()
+    harness = make_harness(params(), ScriptedProvider(list(script)), observers=[beside, made])
+    state = asyncio.run(harness.start("go").run())
+    assert beside.types == picky.types
+    assert {"run_started", "message_complete", "tool_executed", "finished"} <= set(made.types)
+    assert state.history == run.state.history
 
 
 async def _collect(run: Any) -> list[str]:
