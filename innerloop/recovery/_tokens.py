@@ -202,10 +202,10 @@ class _PieceTokens(dict[str, int]):
 
     __slots__ = ("_encode_piece", "_ranks")
 
-    def __init__(self, encoding: tiktoken.Encoding) -> None:
+    def __init__(self, ranks: dict[bytes, int], encode_piece: Callable[[bytes], list[int]]) -> None:
         super().__init__()
-        self._ranks: dict[bytes, int] = encoding._mergeable_ranks
-        self._encode_piece: Callable[[bytes], list[int]] = encoding._encode_single_piece
+        self._ranks = ranks
+        self._encode_piece = encode_piece
 
     def __missing__(self, piece: str) -> int:
         raw = piece.encode("ascii")
@@ -227,8 +227,16 @@ class TiktokenCounter:
         self.encoding = load_cl100k(data_path)
         self._encode = self.encoding.encode_ordinary
         self._remembered: dict[str, int] = {}
-        self._pieces = _PieceTokens(self.encoding)
+        # tiktoken's own tables, not its public API: without them (another tiktoken),
+        # every text goes to encode_ordinary, as non-ASCII text does
+        ranks = getattr(self.encoding, "_mergeable_ranks", None)
+        encode_piece = getattr(self.encoding, "_encode_single_piece", None)
+        self._ascii = isinstance(ranks, dict) and callable(encode_piece)
+        self._pieces = _PieceTokens(ranks or {}, encode_piece or self._encode_bytes)
         self._piece_tokens = self._pieces.__getitem__  # a C call per piece seen before
+
+    def _encode_bytes(self, piece: bytes) -> list[int]:
+        return self._encode(piece.decode("ascii"))
 
     def count_text(self, text: str) -> int:
         """``len(encoding.encode_ordinary(text))``; for ASCII text (most of what an agent
@@ -242,10 +250,10 @@ class TiktokenCounter:
         ``encode_ordinary`` on the iteration's two small messages. Python's ``re`` splits
         ASCII text by :data:`CL100K_ASCII_PATTERN` and the pieces are counted from a
         remembered table (:class:`_PieceTokens`): 18,000 for the same texts. The counts are
-        exactly tiktoken's (``tests/recovery/test_tokens.py`` checks them against it on
+        exactly tiktoken's (``tests/recovery/test_tokens_ascii.py`` checks them against it on
         generated ASCII text, the recorded provider traffic and the fixtures); non-ASCII
         text goes to tiktoken (``str.isascii`` is a flag read)."""
-        if text.isascii():
+        if self._ascii and text.isascii():
             return sum(map(self._piece_tokens, _CL100K_ASCII.findall(text)))
         return len(self._encode(text))
 

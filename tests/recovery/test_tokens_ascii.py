@@ -155,3 +155,26 @@ class TestAsciiSplit:
 def test_tiny_texts(text: str) -> None:
     """The empty text and single characters count as tiktoken does."""
     assert counter().count_text(text) == reference(text)
+
+
+def test_without_tiktokens_tables_every_text_goes_to_tiktoken(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The ASCII split rests on two names tiktoken does not promise (its ranks table and
+    its one-piece encoder): an encoding without them is used through encode_ordinary
+    alone, with the same counts."""
+    from innerloop.recovery import _tokens
+
+    split = TiktokenCounter()
+    encoding = split.encoding
+
+    class PublicOnly:
+        encode_ordinary = staticmethod(encoding.encode_ordinary)
+
+    monkeypatch.setattr(_tokens, "load_cl100k", lambda data_path=None: PublicOnly())
+    plain = TiktokenCounter()
+    texts = ["hello world", "x = {'a': 1}\n\n  ", "", "naïve café"]
+    assert [plain.count_text(t) for t in texts] == [reference(t) for t in texts]
+    assert plain._pieces == {}  # nothing went through the split
+    assert split.count_text("hello world") == reference("hello world")
+    assert set(split._pieces) == {"hello", " world"}
