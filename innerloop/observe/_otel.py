@@ -250,6 +250,7 @@ class RunTrace:
         self._states: list[str] = []
         self._guards: list[str] = []
         self._start: str | None = None
+        self._finals = run.machine.finals
         """The turn so far and where turns start, for ``transitions="summary"``."""
         if tracing.capture_content and run.params.system:
             self.agent.set_attribute("gen_ai.system_instructions", _clean(run.params.system))
@@ -342,7 +343,7 @@ class RunTrace:
         self._guards.append(ev.guard or "")
         if self._start is None:
             self._start = ev.target
-        elif ev.target == self._start or ev.target in self.run.machine.finals:
+        elif ev.target == self._start or ev.target in self._finals:
             self._end_turn()
 
     def _end_turn(self) -> None:

@@ -224,11 +224,13 @@ class ToolRunner:
         spec = run.params.tool(call.name)
         timeout = run.params.timeout_for(spec) if spec is not None else None
         handles = [o.tool_started(call, spec, timeout) for o in self.observers]
-        observers, result = self.observers, aborted_result(call)
+        observers, result = self.observers, None
         try:
             result = await self._guarded(run, call, alone)
             return result
         finally:
+            if result is None:  # cancelled (an abort) or failed past _guarded
+                result = aborted_result(call)
             for observer, handle in zip(reversed(observers), reversed(handles), strict=True):
                 observer.tool_finished(handle, result)
 
