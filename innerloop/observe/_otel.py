@@ -250,8 +250,8 @@ class RunTrace:
         self._states: list[str] = []
         self._guards: list[str] = []
         self._start: str | None = None
-        self._finals = run.machine.finals
         """The turn so far and where turns start, for ``transitions="summary"``."""
+        self._finals = run.machine.finals
         if tracing.capture_content and run.params.system:
             self.agent.set_attribute("gen_ai.system_instructions", _clean(run.params.system))
         notes = {"events": self._transition_event, "summary": self._summarize}

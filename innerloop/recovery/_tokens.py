@@ -231,12 +231,13 @@ class TiktokenCounter:
         # every text goes to encode_ordinary, as non-ASCII text does
         ranks = getattr(self.encoding, "_mergeable_ranks", None)
         encode_piece = getattr(self.encoding, "_encode_single_piece", None)
-        self._ascii = isinstance(ranks, dict) and callable(encode_piece)
-        self._pieces = _PieceTokens(ranks or {}, encode_piece or self._encode_bytes)
-        self._piece_tokens = self._pieces.__getitem__  # a C call per piece seen before
-
-    def _encode_bytes(self, piece: bytes) -> list[int]:
-        return self._encode(piece.decode("ascii"))
+        self._pieces = (
+            _PieceTokens(ranks, encode_piece)
+            if isinstance(ranks, dict) and callable(encode_piece)
+            else None
+        )
+        # a C call per piece seen before
+        self._piece_tokens = None if self._pieces is None else self._pieces.__getitem__
 
     def count_text(self, text: str) -> int:
         """``len(encoding.encode_ordinary(text))``; for ASCII text (most of what an agent
@@ -253,8 +254,9 @@ class TiktokenCounter:
         exactly tiktoken's (``tests/recovery/test_tokens_ascii.py`` checks them against it on
         generated ASCII text, the recorded provider traffic and the fixtures); non-ASCII
         text goes to tiktoken (``str.isascii`` is a flag read)."""
-        if self._ascii and text.isascii():
-            return sum(map(self._piece_tokens, _CL100K_ASCII.findall(text)))
+        piece_tokens = self._piece_tokens
+        if piece_tokens is not None and text.isascii():
+            return sum(map(piece_tokens, _CL100K_ASCII.findall(text)))
         return len(self._encode(text))
 
     def count_text_remembered(self, text: str) -> int:

@@ -144,6 +144,7 @@ class TestAsciiSplit:
         stay exact."""
         mine = TiktokenCounter()
         table = mine._pieces
+        assert table is not None
         words = [f"w{i}x" for i in range(REMEMBERED_PIECES + 10)]
         for word in words:
             mine.count_text(word)
@@ -175,6 +176,7 @@ def test_without_tiktokens_tables_every_text_goes_to_tiktoken(
     plain = TiktokenCounter()
     texts = ["hello world", "x = {'a': 1}\n\n  ", "", "naïve café"]
     assert [plain.count_text(t) for t in texts] == [reference(t) for t in texts]
-    assert plain._pieces == {}  # nothing went through the split
+    assert plain._pieces is None  # nothing goes through the split
     assert split.count_text("hello world") == reference("hello world")
+    assert split._pieces is not None
     assert set(split._pieces) == {"hello", " world"}
