@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 
 from innerloop._errors import InnerloopError
-from innerloop._json import parse_json
+from innerloop._json import MAX_JSON_DEPTH, parse_json
 from innerloop.evals._checks import (
     Check,
     CheckContext,
@@ -107,6 +107,7 @@ class Dataset:
     ) -> Dataset:
         """A dataset from the plain data of a file (a mapping with ``cases``); its
         ``Predicate: NAME`` checks are the functions of ``predicates`` by name."""
+        _plain_tree(data, source)
         if not isinstance(data, Mapping) or not isinstance(data.get("cases"), list):
             raise DatasetError(f"{source}: expected a mapping with a list of `cases`")
         unknown = sorted(set(data) - {"name", "cases", "evaluators", "checks", "$schema"})
@@ -133,6 +134,45 @@ def _yaml(text: str, path: Path) -> Any:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise DatasetError(f"{path}: not YAML: {exc}") from None
+    except RecursionError:
+        raise DatasetError(
+            f"{path}: nested too deep to read (a dataset nests at most {MAX_JSON_DEPTH} levels)"
+        ) from None
+
+
+def _plain_tree(data: Any, source: str) -> None:
+    """Refuse data nested deeper than MAX_JSON_DEPTH levels of lists and mappings, or that
+    holds itself (a YAML alias inside its own anchor): what reads it later (schemas,
+    comparisons, reports) would recurse without end. Each value shared by aliases is
+    walked once."""
+    height: dict[int, int] = {}
+    stack: list[tuple[Any, bool]] = [(data, False)]
+    open_ids: set[int] = set()
+    while stack:
+        node, done = stack.pop()
+        if not isinstance(node, list | dict):
+            continue
+        key = id(node)
+        children = node.values() if isinstance(node, dict) else node
+        if done:
+            open_ids.discard(key)
+            below = [height.get(id(c), 0) for c in children if isinstance(c, list | dict)]
+            height[key] = 1 + max(below, default=0)
+            if height[key] > MAX_JSON_DEPTH:
+                raise DatasetError(
+                    f"{source}: nested deeper than {MAX_JSON_DEPTH} levels of lists and mappings"
+                )
+            continue
+        if key in height:
+            continue
+        if key in open_ids:
+            raise DatasetError(
+                f"{source}: a value holds itself (a YAML alias inside its own anchor); a "
+                "dataset is a tree of plain values"
+            )
+        open_ids.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in children)
 
 
 _CASE_KEYS = {"name", "inputs", "prompt", "expected_output", "metadata", "evaluators", "checks"}
