@@ -57,9 +57,11 @@ PREDICATES = {}
 """
 
 MODULE = "evil_marker"
-TARGETS = ["evil_marker:SPEC", "os:abort", "sys:exit", "faulthandler:dump_traceback"]
-"""What a file may name: a function of the module beside it, and stdlib callables that
-end the process (``os:abort``, ``sys:exit``) or write to stderr when called."""
+TARGETS = ["evil_marker:SPEC", "sys:exit", "faulthandler:dump_traceback"]
+"""What a file may name, for the tests run in this process: a function of the module beside
+it, and stdlib callables that end the process (``sys:exit``) or write to stderr when called.
+``os:abort`` (which would take the test process down with it) is tried in a real process
+(:class:`TestInARealProcess`)."""
 
 
 MACHINE = DEFAULT_SPEC.renamed("house")
