@@ -167,7 +167,7 @@ def _where(exc: SyntaxError) -> str:
 
 
 def import_target(
-    target: str, what: str, option: str, example: str, kinds: tuple[type, ...] | None
+    target: str, what: str, option: str, example: str, kinds: tuple[type, ...]
 ) -> Any:
     """The object ``module:attr`` names (attr may be dotted; the module may sit in the
     current directory, which is searched last). Only for a target the user named (in code
@@ -175,7 +175,7 @@ def import_target(
 
     When the object is none of ``kinds``, it is called only if it is a Python function
     (``def`` or ``lambda``) that takes no argument, and what it returns must be one of
-    ``kinds`` (``kinds`` None: nothing is called or checked). Every failure is a
+    ``kinds`` (a builtin or a class is never called). Every failure is a
     ``ValueError`` in one line naming ``target``, the ``what`` wanted, ``option`` and
     ``example``: a bad spelling, a module that cannot be imported or raises (its syntax
     error's file and line), a missing attribute, an object of another type, a function
@@ -187,9 +187,11 @@ def import_target(
     try:
         for part in attr.split("."):
             obj = getattr(obj, part)
-    except AttributeError as exc:
-        raise ValueError(f"cannot load the {what} {target}: {_one_line(exc)}") from None
-    if kinds is None or isinstance(obj, kinds):
+    except Exception as exc:  # no such attribute, or a module __getattr__ that raised
+        said = _one_line(exc)
+        said = said.partition(": ")[2] or said if isinstance(exc, AttributeError) else said
+        raise ValueError(f"cannot load the {what} {target}: {said}") from None
+    if isinstance(obj, kinds):
         return obj
     return _made_by(obj, target, kinds)
 
