@@ -24,7 +24,7 @@ import pytest
 from innerloop import DEFAULT_SPEC, EventLog, Harness, ResumeError
 from innerloop.cli import main
 from innerloop.evals import Dataset, DatasetError
-from innerloop.fsm import MachineNotFound
+from innerloop.fsm import MachineNotFound, load_spec
 from innerloop.testing import ReplayError, ScriptedProvider, replay
 from innerloop.ui import Catalog
 from tests.test_cli import ROOT
@@ -466,3 +466,22 @@ def test_a_dataset_too_deep_or_holding_itself_is_one_line_and_exit_2(
     harness = "tests.test_files_are_data:default_harness"
     assert main(["eval", "deep.yaml", "--harness", harness]) == 2
     assert capsys.readouterr().err == f"innerloop eval: error: deep.yaml: {problem}\n"
+
+
+def test_a_module_named_on_the_command_line_is_found_in_the_current_folder_last(
+    modules: Path,
+) -> None:
+    """The current folder is searched after every other entry of the path while the
+    module the user named is imported (a file beside a log never shadows an installed
+    module), and taken off the path afterwards."""
+    (modules / "where_am_i.py").write_text(
+        "import os, sys\n"
+        "from innerloop.fsm import DEFAULT_SPEC as SPEC\n"
+        "LAST = sys.path[-1] == os.getcwd()\n"
+    )
+    try:
+        assert load_spec("where_am_i:SPEC") is DEFAULT_SPEC
+        assert sys.modules["where_am_i"].LAST is True
+        assert str(modules) not in sys.path
+    finally:
+        sys.modules.pop("where_am_i", None)
