@@ -36,7 +36,7 @@ from innerloop.fsm._context import Deps, request_settings
 from innerloop.fsm._default import DEFAULT_SPEC
 from innerloop.fsm._driver import Engine, Run, RunObserver, TransitionObserver
 from innerloop.fsm._interrupts import check_answer
-from innerloop.fsm._locate import MachineRecord
+from innerloop.fsm._locate import MachineRecord, recorded_hint
 from innerloop.fsm._output import OUTPUT_TOOL, OutputT
 from innerloop.fsm._params import HarnessParams, SpendBudget
 from innerloop.fsm._spec import MachineSpec
@@ -382,10 +382,11 @@ class Harness(Generic[OutputT]):
 
     def _check_record(self, run_id: str | None, record: MachineRecord) -> None:
         mine = self.record
+        hint = recorded_hint(record.import_path)
         fix = (
-            f"build the Harness with machine={record.import_path} (it names that spec)"
-            if record.import_path
-            else f"build the Harness with machine= the spec named {record.name!r}"
+            f"build the Harness with machine={hint} (it names that spec)"
+            if hint != "MODULE:ATTR"
+            else f"build the Harness with machine= the spec named {record.name[:200]!r}"
         )
         if record.name != mine.name:
             raise ResumeError(run_id, f"it ran on {record}, and this harness runs {mine}; {fix}")

@@ -4,13 +4,17 @@
                      [--harness MODULE:ATTR]
     innerloop replay --db URL RUN_ID|last --harness MODULE:ATTR [--spec MODULE:ATTR]...
 
-A log's run is rebuilt from what it recorded (its params, its machine); a stored run
-(``--db``: a checkpoint store keeps no params) needs ``--harness``, the Harness (or a
-function of no argument returning one) it ran on: its params and machine. Given with a
-log, ``--harness`` replaces the recorded params. Prints ``OK`` with the run replayed and
-exits 0; at the first difference prints it (the state, the request that differs, the
-response recorded for it) and exits 1; exits 2 when the run cannot be replayed (an older
-log, no such run, its machine or params not at hand).
+A log is data: nothing it names is imported or evaluated. Its run is rebuilt from what it
+recorded (its params as data: the output type as its JSON Schema, tools that return their
+recorded results) on the default machine or one named by ``--spec``; a machine recorded
+by import path is named in the error, never imported. A stored run (``--db``: a checkpoint
+store keeps no params) needs ``--harness``, the Harness (or a function of no argument
+returning one) it ran on: its params and machine. Given with a log, ``--harness`` replaces
+the recorded params; ``--real-tools`` runs its tools (the log's are only records).
+Prints ``OK`` with the run replayed and exits 0; at the first difference prints it (the
+state, the request that differs, the response recorded for it) and exits 1; exits 2 when
+the run cannot be replayed (an older log, no such run, its machine or params not at hand,
+a log that cannot be read), in one line.
 """
 
 from __future__ import annotations
@@ -52,12 +56,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     add_spec_option(
         p,
-        "a machine the run may have recorded (repeatable; default: its import path)",
+        "a machine the run may have recorded (repeatable; a recorded import path is never "
+        "imported: name it here)",
     )
     p.add_argument(
         "--real-tools",
         action="store_true",
-        help="run the tools (imported from their recorded paths) instead of their recorded results",
+        help="run the tools of --harness instead of returning their recorded results",
     )
     return p
 
@@ -75,6 +80,12 @@ def run(args: argparse.Namespace) -> int:
 
             harness = _load_harness(args.harness, ReplayError)
             params, specs = harness.params, [*specs, harness.machine.spec]
+        elif args.real_tools:
+            raise ReplayError(
+                "--real-tools runs the tools you give, and a log keeps no code (its recorded "
+                "function paths are never imported); pass --harness MODULE:ATTR naming the "
+                "Harness whose tools to run"
+            )
         elif args.db:
             raise ReplayError(
                 f"cannot replay run {which} of {args.db}: a checkpoint store keeps no params; "

@@ -133,8 +133,8 @@ def add_run_options(run: argparse.ArgumentParser) -> None:
     run.add_argument("--tools", default="", help="built-in tool sets, comma separated")
     add_spec_option(
         run,
-        "the machine to run (default: the default machine); runs resume and fork "
-        "find the one the run recorded, here or at its import path",
+        "the machine to run (default: the default machine); runs resume takes the one "
+        "the run recorded from here (a recorded import path is never imported)",
     )
     run.add_argument("--workspace", type=Path, default=Path.cwd(), help="tools' root directory")
     run.add_argument("--max-turns", type=_positive_int, default=20)
@@ -343,7 +343,7 @@ def drive_run(run: Any, providers: Mapping[str, Any], args: argparse.Namespace) 
     exit code."""
     if getattr(args, "ui", False) and args.log is None:  # the web view tails the run's log
         args.log = Path(tempfile.mkdtemp(prefix="innerloop-ui-")) / "run.jsonl"
-    with _serving(args, args.log):
+    with _serving(args, args.log, [run.machine]):
         log = _open_log(args.log, {"command": args.command, "model": str(run.params.model)})
         return _drive(run, providers, args, log)
 
@@ -367,17 +367,18 @@ def _drive(run: Any, providers: Mapping[str, Any], args: argparse.Namespace, log
     return exit_code(run.state.exit_reason)
 
 
-def _serving(args: argparse.Namespace, log: Path | None) -> Any:
-    """With ``--ui``, the live web view served while the block runs; else nothing."""
+def _serving(args: argparse.Namespace, log: Path | None, machines: Sequence[Any]) -> Any:
+    """With ``--ui``, the live web view (drawing runs on ``machines``) served while the
+    block runs; else nothing."""
     if not getattr(args, "ui", False):
         return contextlib.nullcontext()
-    return _ui_cli().serving(args, log, Interrupted, UsageError)
+    return _ui_cli().serving(args, log, Interrupted, UsageError, machines)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from innerloop._demo import run_demo
+    from innerloop._demo import NESTED_SPEC, run_demo
 
-    with _serving(args, args.out / "events.jsonl"):
+    with _serving(args, args.out / "events.jsonl", [NESTED_SPEC]):
         state = run_demo(args.out, live=not args.no_live and sys.stdout.isatty())
     return exit_code(state.exit_reason)
 
@@ -460,7 +461,7 @@ def _add_ui_parser(subparsers: Any) -> None:
     add_spec_option(
         ui,
         "a machine the runs may have recorded (repeatable); each run is drawn on its "
-        "own machine, found among these or at the import path it recorded",
+        "own machine, found among these (a recorded import path is never imported)",
     )
     ui.add_argument("--open", action="store_true", help="open the page in a browser")
 
@@ -514,7 +515,8 @@ def _add_runs_parser(subparsers: Any) -> None:
     show.add_argument("--diagram", metavar="FILE", help="write the run's trace diagram here")
     add_spec_option(
         show,
-        "a machine the run may have recorded (repeatable); else found at its import path",
+        "a machine the run may have recorded (repeatable; a recorded import path is never "
+        "imported: name it here)",
     )
     resume = sub.add_parser("resume", help="continue a suspended or interrupted run")
     resume.add_argument("run_id")
@@ -626,8 +628,9 @@ def _show(store: Any, args: argparse.Namespace) -> None:
 
 
 def _recorded_machine(record: Any, args: argparse.Namespace, what: str) -> Any:
-    """The machine a stored run recorded, found among ``--spec`` or at its import path;
-    a usage error (one line) when it cannot be found."""
+    """The machine a stored run recorded, found among ``--spec`` (a store is data: its
+    recorded import path is never imported); a usage error (one line) naming the
+    ``--spec`` to pass when it cannot be found."""
     from innerloop.fsm import MachineNotFound, find_machine
 
     try:

@@ -5,9 +5,10 @@
     innerloop diagram --write-all DIR
 
 With --trace, the run is drawn on the machine it recorded (its run_started line): one of
-the --spec given (matched by name and fingerprint), else the spec at the import path it
-recorded, else the default machine when that is the one; when none fits, one line says
-so and what to pass. A log holding several runs needs --run.
+the --spec given (matched by name and fingerprint), else the default machine when that is
+the one; when none fits, one line says so and what to pass. A log is data: the import
+path it recorded is named in that line, never imported. A log holding several runs needs
+--run.
 
 ``--write-all`` writes the default machine (``DIR/innerloop.{svg,dot,mmd}``) and the worked
 examples (``DIR/examples/``); ``make diagrams`` runs it for the repository's ``diagrams/``.
@@ -93,7 +94,10 @@ def write_repository_diagrams(directory: str | Path) -> list[Path]:
 
 
 def _diagram(args: argparse.Namespace) -> Diagram:
-    specs = [load_spec(target) for target in args.spec]
+    try:
+        specs = [load_spec(target) for target in args.spec]
+    except ValueError as exc:
+        raise ValueError(f"--spec: {exc}") from None
     if args.trace:
         events, label = pick_run(log_runs(args.trace), args.run, args.trace)
         recorded = find_machine(MachineRecord.from_events(events), specs, what=label)

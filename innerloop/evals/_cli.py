@@ -1,13 +1,17 @@
 """``innerloop eval`` and ``innerloop runs rerun``.
 
-    innerloop eval DATASET --harness MODULE:ATTR [--concurrency N] [--json OUT]
-                   [--judge-model PROVIDER:MODEL] [--no-progress]
+    innerloop eval DATASET --harness MODULE:ATTR [--predicates MODULE:ATTR]
+                   [--concurrency N] [--json OUT] [--judge-model PROVIDER:MODEL]
+                   [--no-progress]
     innerloop runs rerun RUN_ID --db URL --harness MODULE:ATTR [--at N] [--message TEXT]
                    [--json OUT]
 
 ``--harness`` names a ``Harness`` (or a function of no argument returning one), as
-``--spec`` names a machine. ``eval`` exits 0 when every case passed, 1 when one failed or
-errored, 2 on bad usage.
+``--spec`` names a machine. A dataset file is data: a ``Predicate: NAME`` in it names one of
+the functions of ``--predicates`` (a mapping of names to functions, or a function of no
+argument returning one), never a module to import. ``eval`` exits 0 when every case
+passed, 1 when one failed or errored, 2 on bad usage (one line: the dataset, the harness or
+the predicates cannot be read).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +58,12 @@ def add_eval_parser(subparsers: Any) -> None:
     )
     p.add_argument("dataset", help="a YAML or JSON dataset file (pydantic-evals' layout)")
     _harness_option(p)
+    p.add_argument(
+        "--predicates",
+        metavar="MODULE:ATTR",
+        help="the functions the dataset's Predicate checks name: a mapping of names to "
+        "functions (or a function of no argument returning one)",
+    )
     p.add_argument("--concurrency", type=_positive, default=8, help="runs at a time (8)")
     p.add_argument("--json", metavar="OUT", help="also write the report as JSON here")
     p.add_argument("--judge-model", metavar="PROVIDER:MODEL", help="the judges' default model")
@@ -84,12 +95,31 @@ def _harness_option(p: argparse.ArgumentParser) -> None:
 
 def _load_harness(target: str, usage: type[Exception]) -> Harness[Any]:
     try:
-        harness = import_target(target, "harness", "--harness", "mypkg.evals:harness", (Harness,))
+        harness: Harness[Any] = import_target(
+            target, "harness", "--harness", "mypkg.evals:harness", (Harness,)
+        )
     except ValueError as exc:
         raise usage(f"--harness: {exc}") from None
-    if not isinstance(harness, Harness):
-        raise usage(f"--harness {target}: expected a Harness, got {type(harness).__name__}")
     return harness
+
+
+def _load_predicates(target: str | None, usage: type[Exception]) -> Mapping[str, Any]:
+    """The mapping ``--predicates`` names (the user's own code), its values checked."""
+    if target is None:
+        return {}
+    try:
+        found: Mapping[Any, Any] = import_target(
+            target, "predicates", "--predicates", "mypkg.evals:PREDICATES", (Mapping,)
+        )
+    except ValueError as exc:
+        raise usage(f"--predicates: {exc}") from None
+    for name, fn in found.items():
+        if not isinstance(name, str) or not callable(fn):
+            raise usage(
+                f"--predicates {target}: {name!r} maps to a {type(fn).__name__}; the mapping "
+                "holds names (str) and functions of the check context"
+            )
+    return found
 
 
 def _writable(path: str | None, usage: type[Exception]) -> None:
@@ -110,8 +140,9 @@ def _write_json(path: str, data: Any, usage: type[Exception]) -> None:
 
 def eval_command(args: argparse.Namespace, usage: type[Exception]) -> int:
     """``innerloop eval``: its exit code."""
+    predicates = _load_predicates(args.predicates, usage)
     try:
-        dataset = Dataset.load(args.dataset)
+        dataset = Dataset.load(args.dataset, predicates=predicates)
     except DatasetError as exc:
         raise usage(str(exc)) from None
     harness = _load_harness(args.harness, usage)

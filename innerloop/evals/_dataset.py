@@ -2,10 +2,16 @@
 from a YAML or JSON file laid out as pydantic-evals lays out its dataset files (``cases``
 with ``name``, ``inputs``, ``expected_output``, ``metadata``, ``evaluators``; dataset-wide
 ``evaluators``), each evaluator written ``Name``, ``{Name: argument}`` or ``{Name:
-{keyword: value}}``. docs/guides/evals.md maps its evaluator names to these checks."""
+{keyword: value}}``. docs/guides/evals.md maps its evaluator names to these checks.
+
+A dataset file is data: nothing it names is imported, called or evaluated. A ``Predicate``
+in a file names a function the reader's code registers (``predicates=`` of
+:meth:`Dataset.load`, ``--predicates`` of ``innerloop eval``); a name not registered is
+refused in one line saying what to pass."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -13,9 +19,10 @@ from typing import Any
 import attrs
 
 from innerloop._errors import InnerloopError
-from innerloop._json import parse_json
+from innerloop._json import MAX_JSON_DEPTH, parse_json
 from innerloop.evals._checks import (
     Check,
+    CheckContext,
     Contains,
     Equals,
     ExitReason,
@@ -24,9 +31,12 @@ from innerloop.evals._checks import (
     MaxSeconds,
     Predicate,
 )
-from innerloop.fsm._locate import import_target
 
 __all__ = ["Case", "Dataset", "DatasetError"]
+
+Predicates = Mapping[str, Callable[[CheckContext], bool | str]]
+"""The functions a dataset file's ``Predicate: NAME`` may name, by name: the reader's own
+code registers them; the file only picks among them."""
 
 
 class DatasetError(InnerloopError, ValueError):
@@ -71,9 +81,10 @@ class Dataset:
             seen.add(case.name)
 
     @classmethod
-    def load(cls, path: str | Path) -> Dataset:
+    def load(cls, path: str | Path, *, predicates: Predicates | None = None) -> Dataset:
         """Read a ``.yaml``/``.yml`` (needs PyYAML: ``pip install 'innerloop[evals]'``) or
-        ``.json`` dataset file."""
+        ``.json`` dataset file. Its ``Predicate: NAME`` checks are the functions of
+        ``predicates`` by name (nothing named in a file is imported)."""
         path = Path(path)
         try:
             text = path.read_text(encoding="utf-8")
@@ -88,11 +99,15 @@ class Dataset:
                 raise DatasetError(f"{path}: not JSON: {exc}") from None
         else:
             raise DatasetError(f"{path}: a dataset file ends in .yaml, .yml or .json")
-        return cls.from_data(data, source=str(path))
+        return cls.from_data(data, source=str(path), predicates=predicates)
 
     @classmethod
-    def from_data(cls, data: Any, *, source: str = "dataset") -> Dataset:
-        """A dataset from the plain data of a file (a mapping with ``cases``)."""
+    def from_data(
+        cls, data: Any, *, source: str = "dataset", predicates: Predicates | None = None
+    ) -> Dataset:
+        """A dataset from the plain data of a file (a mapping with ``cases``); its
+        ``Predicate: NAME`` checks are the functions of ``predicates`` by name."""
+        _plain_tree(data, source)
         if not isinstance(data, Mapping) or not isinstance(data.get("cases"), list):
             raise DatasetError(f"{source}: expected a mapping with a list of `cases`")
         unknown = sorted(set(data) - {"name", "cases", "evaluators", "checks", "$schema"})
@@ -100,8 +115,10 @@ class Dataset:
             raise DatasetError(
                 f"{source}: unknown key {unknown[0]!r}; the keys are name, cases, evaluators"
             )
-        cases = [_case(c, i, source) for i, c in enumerate(data["cases"], start=1)]
-        checks = _checks(data.get("evaluators", data.get("checks")), f"{source}: evaluators")
+        named = dict(predicates or {})
+        cases = [_case(c, i, source, named) for i, c in enumerate(data["cases"], start=1)]
+        evaluators = data.get("evaluators", data.get("checks"))
+        checks = _checks(evaluators, f"{source}: evaluators", named)
         return cls(cases, checks, data.get("name"))
 
 
@@ -117,12 +134,51 @@ def _yaml(text: str, path: Path) -> Any:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise DatasetError(f"{path}: not YAML: {exc}") from None
+    except RecursionError:
+        raise DatasetError(
+            f"{path}: nested too deep to read (a dataset nests at most {MAX_JSON_DEPTH} levels)"
+        ) from None
+
+
+def _plain_tree(data: Any, source: str) -> None:
+    """Refuse data nested deeper than MAX_JSON_DEPTH levels of lists and mappings, or that
+    holds itself (a YAML alias inside its own anchor): what reads it later (schemas,
+    comparisons, reports) would recurse without end. Each value shared by aliases is
+    walked once."""
+    height: dict[int, int] = {}
+    stack: list[tuple[Any, bool]] = [(data, False)]
+    open_ids: set[int] = set()
+    while stack:
+        node, done = stack.pop()
+        if not isinstance(node, list | dict):
+            continue
+        key = id(node)
+        children = node.values() if isinstance(node, dict) else node
+        if done:
+            open_ids.discard(key)
+            below = [height.get(id(c), 0) for c in children if isinstance(c, list | dict)]
+            height[key] = 1 + max(below, default=0)
+            if height[key] > MAX_JSON_DEPTH:
+                raise DatasetError(
+                    f"{source}: nested deeper than {MAX_JSON_DEPTH} levels of lists and mappings"
+                )
+            continue
+        if key in height:
+            continue
+        if key in open_ids:
+            raise DatasetError(
+                f"{source}: a value holds itself (a YAML alias inside its own anchor); a "
+                "dataset is a tree of plain values"
+            )
+        open_ids.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in children)
 
 
 _CASE_KEYS = {"name", "inputs", "prompt", "expected_output", "metadata", "evaluators", "checks"}
 
 
-def _case(data: Any, index: int, source: str) -> Case:
+def _case(data: Any, index: int, source: str, predicates: Predicates) -> Case:
     where = f"{source}: case {index}"
     if not isinstance(data, Mapping):
         raise DatasetError(f"{where}: expected a mapping with `inputs` (the prompt)")
@@ -142,26 +198,34 @@ def _case(data: Any, index: int, source: str) -> Case:
             f"{where}: `inputs` must be the prompt, a non-empty string (or a mapping with a "
             f"`prompt` string), got {type(prompt).__name__}"
         )
-    checks = _checks(data.get("evaluators", data.get("checks")), f"{where}: evaluators")
+    checks = _checks(data.get("evaluators", data.get("checks")), f"{where}: evaluators", predicates)
     metadata = data.get("metadata") or {}
     if not isinstance(metadata, Mapping):
         raise DatasetError(f"{where}: `metadata` must be a mapping")
     return Case(name, prompt, data.get("expected_output"), checks, metadata)
 
 
-def _checks(data: Any, where: str) -> list[Check]:
+def _checks(data: Any, where: str, predicates: Predicates) -> list[Check]:
     if data is None:
         return []
     if not isinstance(data, list):
         raise DatasetError(f"{where}: expected a list of evaluators")
-    return [_check(item, f"{where}[{i}]") for i, item in enumerate(data)]
+    return [_check(item, f"{where}[{i}]", predicates) for i, item in enumerate(data)]
 
 
-def _predicate(target: str) -> Predicate:
-    fn = import_target(target, "predicate", "Predicate", "mypkg.evals:is_polite", None)
-    if not callable(fn):
-        raise ValueError(f"{target} is not a function")
-    return Predicate(fn, target.rpartition(":")[2])
+def _predicate(where: str, predicates: Predicates, name: Any, label: str | None = None) -> Check:
+    """The registered function a file's ``Predicate: NAME`` names (never imported)."""
+    fn = predicates.get(name) if isinstance(name, str) else None
+    if fn is None:
+        shown = repr(name)[:120]
+        known = f" (registered: {', '.join(sorted(predicates))[:200]})" if predicates else ""
+        raise DatasetError(
+            f"{where}: Predicate {shown} is not registered{known}; a dataset file is data and "
+            "names only the predicates your code registers: pass predicates={"
+            f"{shown}: fn}} to Dataset.load, or --predicates MODULE:ATTR (a mapping of names "
+            "to functions) to innerloop eval"
+        )
+    return Predicate(fn, label or name.rpartition(":")[2])
 
 
 def _reasons(*reasons: str | Sequence[str]) -> ExitReason:
@@ -189,16 +253,15 @@ _BUILDERS: dict[str, Callable[..., Check]] = {
     "MatchesSchema": MatchesSchema,
     "MaxDuration": MaxSeconds,
     "MaxSeconds": MaxSeconds,
-    "Predicate": _predicate,
 }
 _UNSUPPORTED = {
     "IsInstance": "the output is JSON data or text here; use MatchesSchema",
     "HasMatchingSpan": "innerloop checks the run's transitions; use Predicate on ctx.run.path",
-    "Python": "an expression is not evaluated from a file; use Predicate: 'module:function'",
+    "Python": "an expression is not evaluated from a file; use Predicate: NAME (registered)",
 }
 
 
-def _check(item: Any, where: str) -> Check:
+def _check(item: Any, where: str, predicates: Predicates) -> Check:
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = {}
     if isinstance(item, str):
@@ -214,12 +277,16 @@ def _check(item: Any, where: str) -> Check:
         )
     if name in _UNSUPPORTED:
         raise DatasetError(f"{where}: {name} is not supported: {_UNSUPPORTED[name]}")
-    builder = _BUILDERS.get(str(name))
+    if name == "Predicate":
+        builder: Callable[..., Check] | None = functools.partial(_predicate, where, predicates)
+    else:
+        builder = _BUILDERS.get(str(name))
     if builder is None:
-        raise DatasetError(
-            f"{where}: unknown evaluator {name!r}; known: {', '.join(sorted(_BUILDERS))}"
-        )
+        known = ", ".join(sorted([*_BUILDERS, "Predicate"]))
+        raise DatasetError(f"{where}: unknown evaluator {name!r}; known: {known}")
     try:
         return builder(*args, **kwargs)
+    except DatasetError:
+        raise
     except (TypeError, ValueError) as exc:
         raise DatasetError(f"{where}: {name}: {exc}") from None

@@ -13,8 +13,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import inspect
 import json
 import os
+import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -25,7 +27,14 @@ from innerloop.fsm._compile import CompiledMachine
 from innerloop.fsm._default import DEFAULT_SPEC
 from innerloop.fsm._spec import MachineSpec, fingerprint_of
 
-__all__ = ["MachineNotFound", "MachineRecord", "find_machine", "import_target", "load_spec"]
+__all__ = [
+    "MachineNotFound",
+    "MachineRecord",
+    "find_machine",
+    "import_target",
+    "load_spec",
+    "recorded_hint",
+]
 
 
 class MachineNotFound(ValueError):
@@ -77,9 +86,19 @@ class MachineRecord:
             return None
         return cls(name, fingerprint, path if isinstance(path, str) else None)
 
+    def described(self) -> str:
+        """``machine 'name' (fingerprint f)``, in one line whatever the record holds."""
+        fingerprint = self.fingerprint
+        if not fingerprint.isalnum() or len(fingerprint) > 64:
+            fingerprint = repr(fingerprint[:64])
+        return f"machine {self.name[:200]!r} (fingerprint {fingerprint})"
+
     def __str__(self) -> str:
-        where = f", import path {self.import_path}" if self.import_path else ""
-        return f"machine {self.name!r} (fingerprint {self.fingerprint}{where})"
+        path = self.import_path
+        if path:
+            shown = path if _TARGET.match(path) else repr(path[:200])
+            return f"{self.described()[:-1]}, import path {shown})"
+        return self.described()
 
     def matches(self, machine: MachineSpec | CompiledMachine) -> bool:
         """The machine has this record's name and fingerprint."""
@@ -117,14 +136,15 @@ class MachineRecord:
 
 
 @contextlib.contextmanager
-def _cwd_on_path() -> Iterator[None]:
-    """The current directory on ``sys.path`` for the block, as ``python -m`` would have it
-    (the ``innerloop`` script's own directory is there instead)."""
+def _cwd_searched_last() -> Iterator[None]:
+    """The current directory on ``sys.path`` for the block, searched after every other
+    entry: a module named on the command line may sit there (as with ``python -m``), but a
+    file beside it never shadows an installed module."""
     cwd = os.getcwd()
     if any(os.path.abspath(entry or os.curdir) == cwd for entry in sys.path):
         yield
         return
-    sys.path.insert(0, cwd)
+    sys.path.append(cwd)
     try:
         yield
     finally:
@@ -132,49 +152,97 @@ def _cwd_on_path() -> Iterator[None]:
             sys.path.remove(cwd)
 
 
+_TARGET = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*\Z")
+"""``module:attr`` as Python names spell it (attr may be dotted)."""
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception as ``Type: first line``."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+def _where(exc: SyntaxError) -> str:
+    return f" ({exc.filename}, line {exc.lineno})" if exc.filename else ""
+
+
 def import_target(
-    target: str, what: str, option: str, example: str, kinds: tuple[type, ...] | None
+    target: str, what: str, option: str, example: str, kinds: tuple[type, ...]
 ) -> Any:
     """The object ``module:attr`` names (attr may be dotted; the module may sit in the
-    current directory), called when it is a function of no argument that is none of
-    ``kinds`` (never called when ``kinds`` is None). ``ValueError`` names ``what`` was
-    wanted, ``option`` and ``example``."""
-    module_name, sep, attr = target.partition(":")
-    if not sep or not module_name or not attr:
+    current directory, which is searched last). Only for a target the user named (in code
+    or on the command line): a file's text never reaches here.
+
+    When the object is none of ``kinds``, it is called only if it is a Python function
+    (``def`` or ``lambda``) that takes no argument, and what it returns must be one of
+    ``kinds`` (a builtin or a class is never called). Every failure is a
+    ``ValueError`` in one line naming ``target``, the ``what`` wanted, ``option`` and
+    ``example``: a bad spelling, a module that cannot be imported or raises (its syntax
+    error's file and line), a missing attribute, an object of another type, a function
+    that needs arguments or raises."""
+    if not _TARGET.match(target):
         raise ValueError(f"{option} expects MODULE:ATTR (e.g. {example}), got {target!r}")
+    module_name, _, attr = target.partition(":")
+    obj = _module(module_name, f"cannot load the {what} {target}")
     try:
-        with _cwd_on_path():
-            obj: Any = importlib.import_module(module_name)
         for part in attr.split("."):
             obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"cannot load the {what} {target}: {exc}") from None
-    if kinds is not None and callable(obj) and not isinstance(obj, kinds):
-        try:
-            obj = obj()
-        except TypeError as exc:
-            raise ValueError(
-                f"{target} is a function that needs arguments ({exc}); name a {what}, or a "
-                "function that takes none"
-            ) from None
-    return obj
+    except Exception as exc:  # no such attribute, or a module __getattr__ that raised
+        said = _one_line(exc)
+        said = said.partition(": ")[2] or said if isinstance(exc, AttributeError) else said
+        raise ValueError(f"cannot load the {what} {target}: {said}") from None
+    if isinstance(obj, kinds):
+        return obj
+    return _made_by(obj, target, kinds)
+
+
+def _module(name: str, problem: str) -> Any:
+    """The module ``name`` imported; a one-line ``ValueError`` starting with ``problem``
+    when it cannot be (not found, a syntax error, an exception raised while it ran)."""
+    try:
+        with _cwd_searched_last():
+            return importlib.import_module(name)
+    except ImportError as exc:  # not found (or an import inside it failed): its own words
+        raise ValueError(f"{problem}: {_one_line(exc).partition(': ')[2] or exc}") from None
+    except SyntaxError as exc:
+        raise ValueError(
+            f"{problem}: module {name} has a syntax error{_where(exc)}: {exc.msg}"
+        ) from None
+    except Exception as exc:  # the user's module raised while imported: say it in a line
+        raise ValueError(f"{problem}: importing {name} raised {_one_line(exc)}") from None
+
+
+def _made_by(obj: Any, target: str, kinds: tuple[type, ...]) -> Any:
+    """What ``obj`` makes when it is a Python function of no argument (nothing else is
+    called: not a builtin, nor a class), checked to be one of ``kinds``."""
+    wanted = " or ".join(k.__name__ for k in kinds)
+    fix = f"name a {wanted}, or a function of no argument that returns one"
+    if not inspect.isfunction(obj):
+        raise ValueError(f"{target}: expected a {wanted}, got {type(obj).__name__}; {fix}")
+    try:
+        inspect.signature(obj).bind()
+    except TypeError as exc:
+        raise ValueError(f"{target} is a function that needs arguments ({exc}); {fix}") from None
+    try:
+        made = obj()
+    except Exception as exc:
+        raise ValueError(f"{target}() raised {_one_line(exc)}") from None
+    if not isinstance(made, kinds):
+        raise ValueError(f"{target}() returned a {type(made).__name__}, not a {wanted}; {fix}")
+    return made
 
 
 def load_spec(target: str) -> MachineSpec:
-    """The spec named by ``module:attr`` (attr may be dotted): a MachineSpec, a
-    CompiledMachine, or a function taking no argument that returns one. The module may
-    also sit in the current directory. The spec comes back with ``target`` as its
-    import path unless it names one itself. ``ValueError`` says what is wrong."""
+    """The spec named by ``module:attr`` (attr may be dotted), a target the user names:
+    a MachineSpec, a CompiledMachine, or a function taking no argument that returns one.
+    The module may also sit in the current directory. The spec comes back with
+    ``target`` as its import path unless it names one itself. ``ValueError`` says what
+    is wrong, in one line."""
     obj = import_target(
         target, "machine", "--spec", "mypkg.machines:SPEC", (MachineSpec, CompiledMachine)
     )
-    if isinstance(obj, CompiledMachine):
-        obj = obj.spec
-    if not isinstance(obj, MachineSpec):
-        raise ValueError(
-            f"--spec {target}: expected a MachineSpec or CompiledMachine, got {type(obj).__name__}"
-        )
-    return obj if obj.import_path else obj.with_import_path(target)
+    spec: MachineSpec = obj.spec if isinstance(obj, CompiledMachine) else obj
+    return spec if spec.import_path else spec.with_import_path(target)
 
 
 def _unrecorded(specs: tuple[MachineSpec, ...], what: str) -> MachineSpec:
@@ -186,40 +254,42 @@ def _unrecorded(specs: tuple[MachineSpec, ...], what: str) -> MachineSpec:
     return specs[0] if specs else DEFAULT_SPEC
 
 
+def recorded_hint(import_path: str | None) -> str:
+    """The ``--spec`` to pass for a recorded import path, as text to show (never to
+    import): the path when it is spelled ``module:attr``, else ``MODULE:ATTR``."""
+    if import_path and _TARGET.match(import_path):
+        return import_path
+    return "MODULE:ATTR"
+
+
 def find_machine(
     record: MachineRecord | None, specs: Iterable[MachineSpec] = (), *, what: str = "the run"
 ) -> MachineSpec:
-    """The machine ``record`` names: among ``specs`` (by name and fingerprint), else
-    imported from the record's import path (and checked), else the default machine when
-    the record is the default machine's. :class:`MachineNotFound` says in one line why
-    not, and what to pass. A run that recorded nothing (written before runs recorded
-    their machine) gets the one spec given, else the default machine."""
+    """The machine ``record`` names, among ``specs`` (by name and fingerprint), else the
+    default machine when the record is the default machine's. A record is data: its
+    import path is never imported, only shown in the error as the ``--spec`` to pass.
+    :class:`MachineNotFound` says in one line why not, and what to pass. A run that
+    recorded nothing (written before runs recorded their machine) gets the one spec
+    given, else the default machine."""
     specs = tuple(specs)
     if record is None:
         return _unrecorded(specs, what)
     for spec in specs:
         if record.matches(spec):
             return spec
-    problem = ""
-    if record.import_path:
-        try:
-            spec = load_spec(record.import_path)
-        except ValueError as exc:
-            problem = f"; {exc}"
-        else:
-            if record.matches(spec):
-                return spec
-            problem = (
-                f"; {record.import_path} is now machine {spec.name!r} (fingerprint "
-                f"{spec.fingerprint}): the spec changed since the run"
-            )
     if record.matches(DEFAULT_SPEC):
         return DEFAULT_SPEC
     given = ", ".join(f"{s.name!r} ({s.fingerprint})" for s in specs)
     tried = f"; the --spec given: {given}" if given else ""
+    hint = recorded_hint(record.import_path)
+    made = (
+        f"; it was made by the spec at {hint} (a file is data: that path is not imported)"
+        if hint != "MODULE:ATTR"
+        else ""
+    )
     raise MachineNotFound(
-        f"{what} ran on {record}, which is not at hand{problem}{tried}; pass "
-        "--spec MODULE:ATTR naming that spec"
+        f"{what} ran on {record.described()}, which is not at hand{made}{tried}; pass "
+        f"--spec {hint} naming that spec"
     )
 
 

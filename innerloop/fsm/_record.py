@@ -1,18 +1,19 @@
 """A run's params as JSON data, and back: what the event log's ``run_started`` keeps so a
 replay (``innerloop.testing.replay``) can run the run again.
 
-Code does not cross JSON: a tool is kept as its definition (name, description, schema,
-category, timeout) and the import path of its function; ``output_type`` as its import
-path and JSON schema. Reading back gives tools that refuse to run unless their function
-is imported again (``real_tools``), and the output type imported again (else its schema).
+Code does not cross JSON, and a file is data: a tool is kept as its definition (name,
+description, schema, category, timeout) and the import path of its function, ``output_type``
+as its import path and JSON schema; the import paths are there for a person to read.
+Reading back imports and evaluates nothing: the tools refuse to run (a replay serves their
+recorded results) and the output type is the recorded JSON Schema dict. The real tools and
+the output class come only from the reader's own code (``replay(params=...)``).
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 import typing
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -22,7 +23,14 @@ from innerloop.fsm._params import HarnessParams
 from innerloop.recovery._pricing import DEFAULT_PRICES
 from innerloop.tools._spec import ToolContext, ToolOutput, ToolSpec
 
-__all__ = ["ParamsRecord", "RecordError", "import_path_of", "params_from_record", "params_record"]
+__all__ = [
+    "ParamsRecord",
+    "RecordError",
+    "import_path_of",
+    "params_from_record",
+    "params_record",
+    "recorded_only",
+]
 
 _CODE = ("tools", "output_type", "prices")
 """Fields written by hand: code (tools, the output type) and the prices (left out when
@@ -103,72 +111,63 @@ class ParamsRecord(Mapping[str, Any]):
         return f"ParamsRecord({self._params!r})"
 
 
-def _not_recorded(name: str) -> Callable[..., Any]:
-    async def refuse(args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+@attrs.frozen
+class _RecordedOnly:
+    """The handler of a tool read back from a log: the log keeps no code, so it refuses
+    to run (a replay serves the tool's recorded results instead)."""
+
+    name: str
+
+    async def __call__(self, args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
         raise RuntimeError(
-            f"tool {name!r} was rebuilt from a log without its function; a replay serves "
-            "its recorded results (or pass real_tools=True where its function can be imported)"
+            f"tool {self.name!r} was read back from a log, which keeps no code; a replay "
+            "serves its recorded results (to run it, pass params= holding the real tool)"
         )
 
-    return refuse
+
+def recorded_only(spec: ToolSpec) -> bool:
+    """The tool was read back from a log (:func:`params_from_record`) and has no function."""
+    return isinstance(spec.handler, _RecordedOnly)
 
 
-def _import(path: str) -> Any:
-    module, _, attr = path.partition(":")
-    obj: Any = importlib.import_module(module)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-def _tool(data: Mapping[str, Any], real: bool) -> ToolSpec:
+def _tool(data: Mapping[str, Any]) -> ToolSpec:
     name = data["name"]
-    handler: Any = _not_recorded(name)
-    path = data.get("function")
-    if real:
-        if not path:
-            raise RecordError(
-                f"tool {name!r} has no importable function recorded (a local function); "
-                "pass params= with the real tools to run it"
-            )
-        try:
-            found = _import(path)
-        except (ImportError, AttributeError) as exc:
-            raise RecordError(
-                f"tool {name!r}: cannot import its function {path} ({exc}); pass params= "
-                "with the real tools to run it"
-            ) from None
-        if isinstance(found, ToolSpec):
-            return found
-        handler = found
     return ToolSpec(
         name,
         data.get("description", ""),
         data.get("input_schema", {"type": "object"}),
-        handler,
+        _RecordedOnly(name),
         data.get("category", "code"),
         data.get("timeout"),
         bool(data.get("isolated", False)),
     )
 
 
-def _output_type(data: Mapping[str, Any] | None) -> Any:
+def _output_type(data: Any) -> Any:
+    """The recorded output type as the JSON Schema dict it recorded: the only form read
+    back. A type is never rebuilt from text (pydantic evaluates a string type as a
+    forward reference), nor imported from the recorded path."""
     if data is None:
         return None
-    path = data.get("import_path")
-    if path:
-        try:
-            return _import(path)
-        except (ImportError, AttributeError):
-            pass  # its schema stands in: the answer is then checked as a dict
-    return data["schema"]
+    schema = data.get("schema") if isinstance(data, Mapping) else None
+    if not isinstance(schema, Mapping):
+        got = type(data if not isinstance(data, Mapping) else schema).__name__
+        raise RecordError(
+            f"output_type.schema is a {got}, not a JSON Schema object; a recorded type is read "
+            "back only as a JSON Schema dict (pass params= with the output_type to use your "
+            "own class)"
+        )
+    return dict(schema)
 
 
-def params_from_record(data: Mapping[str, Any], *, real_tools: bool = False) -> HarnessParams[Any]:
-    """The params ``data`` (a :func:`params_record`) describes; :class:`RecordError` when
-    it cannot be read (a tool's function is not importable for ``real_tools``...)."""
+def params_from_record(data: Mapping[str, Any]) -> HarnessParams[Any]:
+    """The params ``data`` (a :func:`params_record`) describes, as data: nothing it names is
+    imported, called or evaluated. Its tools refuse to run (:func:`recorded_only`: a replay
+    serves their recorded results); its ``output_type`` is the recorded JSON Schema dict (the
+    answer is then checked as a dict). Whoever needs the real tools or the output class
+    passes them (``replay(params=...)``). :class:`RecordError` when it cannot be read."""
     try:
-        tools = [_tool(t, real_tools) for t in data.get("tools", ())]
+        tools = [_tool(t) for t in data.get("tools", ())]
         hints, fields = _hints(), attrs.fields_dict(HarnessParams)
         kwargs = {
             k: structure(v, hints[k])
@@ -180,5 +179,5 @@ def params_from_record(data: Mapping[str, Any], *, real_tools: bool = False) -> 
         return params
     except RecordError:
         raise
-    except (ValueError, TypeError, KeyError) as exc:
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise RecordError(f"the recorded params cannot be read back: {exc}") from None

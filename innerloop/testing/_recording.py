@@ -188,7 +188,14 @@ def load_recording(source: Source, run: int | str) -> Recording:
         raise ReplayError(f"cannot read {where}: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise ReplayError(str(exc)) from None
-    return _record(picked, label)
+    try:
+        return _record(picked, label)
+    except ReplayError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # a log is data
+        lines_of = str(exc).strip().splitlines()
+        line = lines_of[0] if lines_of else type(exc).__name__
+        raise ReplayError(f"cannot replay {label}: its events cannot be read: {line}") from None
 
 
 def _joined(runs: list[list[Mapping[str, Any]]]) -> list[list[Mapping[str, Any]]]:

@@ -39,7 +39,7 @@ from innerloop.fsm._context import Deps
 from innerloop.fsm._driver import Run
 from innerloop.fsm._locate import MachineNotFound, MachineRecord, find_machine, load_spec
 from innerloop.fsm._params import HarnessParams
-from innerloop.fsm._record import RecordError, params_from_record
+from innerloop.fsm._record import RecordError, params_from_record, recorded_only
 from innerloop.fsm._spec import MachineSpec
 from innerloop.fsm._state import HarnessState
 from innerloop.providers._fingerprint import history_fingerprint, request_digests
@@ -194,17 +194,26 @@ def _params(
     rec: Recording, override: ParamsOverride | None, real_tools: bool
 ) -> HarnessParams[Any]:
     if isinstance(override, HarnessParams):
-        return override
-    if rec.started.params is None:
+        params = override
+    elif rec.started.params is None:
         raise ReplayError(
             f"cannot replay {rec.where}: a checkpoint store keeps no params; pass "
             "params=HarnessParams(...), the params the run ran with"
         )
-    try:
-        recorded = params_from_record(rec.started.params, real_tools=real_tools)
-    except RecordError as exc:
-        raise ReplayError(f"cannot replay {rec.where}: {exc}") from None
-    return recorded if override is None else override(recorded)
+    else:
+        try:
+            recorded = params_from_record(rec.started.params)
+        except RecordError as exc:
+            raise ReplayError(f"cannot replay {rec.where}: {exc}") from None
+        params = recorded if override is None else override(recorded)
+    unreal = [t.name for t in params.tools if recorded_only(t)] if real_tools else []
+    if unreal:
+        raise ReplayError(
+            f"cannot replay {rec.where} with real tools: the log keeps no code, and tool "
+            f"{unreal[0]!r} is only its record (a recorded function path is never imported); "
+            "pass params= holding the real tools (e.g. params=lambda p: p.evolve(tools=[...]))"
+        )
+    return params
 
 
 # -- the replay ---------------------------------------------------------------------------
@@ -856,11 +865,15 @@ def replay(
     compare it with its record.
 
     ``run`` picks the run: its number (1 for the first), ``"last"`` or its ``run_id``.
-    The machine is the one the run recorded, found among ``specs`` (``MachineSpec``s or
-    ``"module:ATTR"``) or at its recorded import path. ``params`` replaces the recorded
-    params (a ``HarnessParams``, or a function of the recorded ones: to see what a new
-    prompt or model changes). Tools return their recorded results, or run for real with
-    ``real_tools=True`` (their functions imported from the recorded paths).
+    A log is data: nothing it names is imported, called or evaluated. The machine is the
+    one the run recorded, found among ``specs`` (``MachineSpec``s or ``"module:ATTR"``
+    you name) or the default machine; its recorded import path is only shown as the
+    ``--spec`` to pass. The params are the recorded ones, with the output type as its
+    recorded JSON Schema dict and tools that only return their recorded results.
+    ``params`` replaces them (a ``HarnessParams``, or a function of the recorded ones: to
+    see what a new prompt or model changes, or to give your output class back with
+    ``lambda p: p.evolve(output_type=Weather)``). With ``real_tools=True`` the tools run
+    for real: they must be yours, given in ``params`` (``lambda p: p.evolve(tools=[...])``).
 
     One line makes a recorded run a test::
 

@@ -112,8 +112,9 @@ class Catalog:
     """Runs from ``runs_dir`` (every ``*.jsonl`` below it, read as they grow), from the
     log ``files`` named (by their file name) and from ``store``. Each run is drawn on the
     machine it recorded: one of ``machines`` (matched by name and fingerprint), else the
-    spec at the import path it recorded, else the default machine when it is that one;
-    a run whose machine cannot be found says so (``machine_error``) and is not drawn.
+    default machine when it is that one. Logs and stores are data: the import path a run
+    recorded is never imported, only named in the ``machine_error`` of a run whose machine
+    is not at hand (the page says which ``--spec`` to pass), and that run is not drawn.
     Safe to use from several threads."""
 
     def __init__(

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from innerloop.checkpoint import Checkpointer, open_checkpointer, store_errors
+from innerloop.fsm._compile import CompiledMachine
 from innerloop.fsm._locate import load_spec
 from innerloop.fsm._spec import MachineSpec
 from innerloop.ui._catalog import Catalog
@@ -103,14 +104,21 @@ def run(args: argparse.Namespace, interrupts: type[BaseException], usage: Usage)
 
 @contextlib.contextmanager
 def serving(
-    args: argparse.Namespace, log: Path | None, interrupts: type[BaseException], usage: Usage
+    args: argparse.Namespace,
+    log: Path | None,
+    interrupts: type[BaseException],
+    usage: Usage,
+    machines: Sequence[MachineSpec | CompiledMachine] = (),
 ) -> Iterator[UIServer | None]:
-    """With ``--ui``: the page for the run logged to ``log``, served for the block (and
-    after it until Ctrl-C with ``--ui-wait``); its URL printed. Without: nothing."""
+    """With ``--ui``: the page for the run logged to ``log`` (drawn on ``machines``, the
+    command's own: the log's recorded import paths are never imported), served for the
+    block (and after it until Ctrl-C with ``--ui-wait``); its URL printed. Without:
+    nothing."""
     if not getattr(args, "ui", False) or log is None:
         yield None
         return
-    server = _start(UIServer(Catalog(files=(log,)), args.ui_host, _port(args.ui_port)), usage)
+    catalog = Catalog(files=(log,), machines=machines)
+    server = _start(UIServer(catalog, args.ui_host, _port(args.ui_port)), usage)
     try:
         url = server.run_url(f"log:{log.name}:last")
         print(f"live view: {url}", flush=True)

@@ -204,8 +204,18 @@ def test_cost_cap_run_on_the_approval_machine(db_url: str, make_harness: Any) ->
 class TestFindMachine:
     """Finding a run's machine from its record, for the tools that draw runs."""
 
-    def test_by_import_path(self) -> None:
-        assert find_machine(MachineRecord.of(with_approval())) == with_approval()
+    def test_an_import_path_is_named_never_followed(self) -> None:
+        """A record is data: the spec at its import path is named as the one to pass."""
+        spec = with_approval()
+        with pytest.raises(MachineNotFound) as err:
+            find_machine(MachineRecord.of(spec), what="run 1")
+        assert str(err.value) == (
+            f"run 1 ran on machine 'approval' (fingerprint {spec.fingerprint}), which is not "
+            "at hand; it was made by the spec at innerloop.examples:with_approval (a file is "
+            "data: that path is not imported); pass --spec innerloop.examples:with_approval "
+            "naming that spec"
+        )
+        assert find_machine(MachineRecord.of(spec), [spec]) is spec
 
     def test_by_spec_given(self) -> None:
         spec = cost_cap()
@@ -224,10 +234,17 @@ class TestFindMachine:
             "pass --spec MODULE:ATTR naming that spec"
         )
 
-    def test_changed_since(self) -> None:
-        record = MachineRecord("approval", "0" * 16, "innerloop.examples:with_approval")
-        with pytest.raises(MachineNotFound, match="the spec changed since the run"):
+    def test_a_hint_that_is_not_an_import_path_is_not_shown(self) -> None:
+        """A recorded import path that is not ``module:attr`` (a newline, a shell line) is
+        shown quoted in the record, and the error says MODULE:ATTR: one line."""
+        record = MachineRecord("x", "0" * 16, "os:system\nrm -rf /")
+        with pytest.raises(MachineNotFound) as err:
             find_machine(record)
+        assert "\n" not in str(err.value)
+        assert str(err.value).endswith("; pass --spec MODULE:ATTR naming that spec")
+        assert str(record) == (
+            "machine 'x' (fingerprint 0000000000000000, import path 'os:system\\nrm -rf /')"
+        )
 
     def test_unrecorded(self) -> None:
         assert find_machine(None) is DEFAULT_SPEC
@@ -241,5 +258,7 @@ class TestFindMachine:
         assert load_spec("innerloop.fsm:DEFAULT_SPEC") is DEFAULT_SPEC
         with pytest.raises(ValueError, match="is a function that needs arguments"):
             load_spec("innerloop.examples:with_cost_cap")
+        with pytest.raises(ValueError, match=r"^builtins:input: expected a MachineSpec or "):
+            load_spec("builtins:input")  # a builtin is never called
         with pytest.raises(ValueError, match=r"^cannot load the machine nosuch:X: No module"):
             load_spec("nosuch:X")

@@ -47,8 +47,9 @@ class TestCommand:
         """A --spec that is not a spec fails with a message saying what it got."""
         assert main(["diagram", "--spec", "innerloop.examples:DENIED"]) == 1
         assert capsys.readouterr().err == (
-            "innerloop diagram: --spec innerloop.examples:DENIED: expected a MachineSpec or "
-            "CompiledMachine, got str\n"
+            "innerloop diagram: --spec: innerloop.examples:DENIED: expected a MachineSpec or "
+            "CompiledMachine, got str; name a MachineSpec or CompiledMachine, or a function of "
+            "no argument that returns one\n"
         )
 
     def test_spec_attribute(self, tmp_path: Path) -> None:

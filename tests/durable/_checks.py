@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from innerloop.examples import with_approval
 from innerloop.testing import replay
 from tests.durable.conftest import lines
 
@@ -55,7 +56,12 @@ def assert_only_call_1_reran(log_dir: Path, killed: int, successor: int) -> None
 def assert_each_run_replays(events: list[dict[str, Any]]) -> list[str]:
     """Replay every run of a workflow's events (a suspended run and its resume are two;
     a run continued as new is one) and fail at the first divergence; each run's exit
-    reason."""
+    reason. The app's machines are given (events are data: a recorded import path is
+    never imported)."""
     runs = sum(e["type"] == "finished" for e in events)
     assert runs > 0
-    return [replay(events, n).assert_same().state.exit_reason or "" for n in range(1, runs + 1)]
+    specs = [with_approval()]
+    return [
+        replay(events, n, specs=specs).assert_same().state.exit_reason or ""
+        for n in range(1, runs + 1)
+    ]

@@ -93,7 +93,7 @@ def test_eval_passes_with_exit_0(project: str, tmp_path: Path) -> None:
         (["cases.yaml", "--harness", "nomodule_here:h"], "--harness: cannot load the harness "
          "nomodule_here:h: No module named 'nomodule_here'"),
         (["cases.yaml", "--harness", "{project}:not_a_harness"],
-         "--harness {project}:not_a_harness: expected a Harness, got int"),
+         "--harness: {project}:not_a_harness: expected a Harness, got int; name a Harness"),
         (["cases.yaml", "--harness", "{project}"], "--harness: --harness expects MODULE:ATTR"),
         (["cases.yaml", "--harness", "{project}:harness", "--judge-model", "x:y"],
          "--judge-model: no provider given for x; pass providers={'x': ...}"),

@@ -403,7 +403,7 @@ cases:
       - Predicate: "json:dumps"
 """,
         )
-        dataset = Dataset.load(path)
+        dataset = Dataset.load(path, predicates={"json:dumps": json.dumps})
         assert dataset.name == "capitals"
         assert dataset.checks == (MaxSeconds(30),)
         france, second = dataset.cases
@@ -454,8 +454,10 @@ cases:
             ),
             (
                 "cases: [{inputs: hi, evaluators: [Predicate: 'nosuchmodule:f']}]",
-                "cases.yaml: case 'case 1': evaluators[0]: Predicate: cannot load the predicate "
-                "nosuchmodule:f: No module named 'nosuchmodule'",
+                "cases.yaml: case 'case 1': evaluators[0]: Predicate 'nosuchmodule:f' is not "
+                "registered; a dataset file is data and names only the predicates your code "
+                "registers: pass predicates={'nosuchmodule:f': fn} to Dataset.load, or "
+                "--predicates MODULE:ATTR (a mapping of names to functions) to innerloop eval",
             ),
             (
                 "cases: [{inputs: hi, evaluators: [Contains: {needle: x}]}]",

@@ -16,6 +16,17 @@ from tests.test_cli import cli
 
 KEY = {"ANTHROPIC_API_KEY": "sk-ant-cli-test", "NO_COLOR": "1"}
 COSTCAP_PATH = "tests.surfaces.machines:COSTCAP"
+APPROVAL_PATH = "innerloop.examples:with_approval"
+
+
+def approval_named(what: str) -> str:
+    """The one line of a surface given no --spec for an approval run: the recorded import
+    path is named as the --spec to pass, never imported (a file is data)."""
+    return (
+        f"{what} ran on machine 'approval' (fingerprint {with_approval().fingerprint}), which "
+        f"is not at hand; it was made by the spec at {APPROVAL_PATH} (a file is data: that "
+        f"path is not imported); pass --spec {APPROVAL_PATH} naming that spec"
+    )
 
 
 def costcap_missing(what: str) -> str:
@@ -27,9 +38,16 @@ def costcap_missing(what: str) -> str:
 
 class TestRunsShow:
     def test_approval_run_drawn_on_its_machine(self, recorded: dict[str, Any]) -> None:
-        """The approval run is drawn on the approval machine, found at its import path."""
+        """The approval run is drawn on the approval machine when --spec names it; without,
+        the import path it recorded is named, not imported."""
         db, out = f"sqlite:///{recorded['db']}", recorded["db"].parent / "appr.mmd"
         shown = cli("runs", "show", "appr", "--db", db, "--diagram", str(out))
+        assert shown.returncode == 2
+        assert shown.stderr == f"innerloop runs: error: {approval_named('run appr')}\n"
+        assert not out.exists()
+        shown = cli(
+            "runs", "show", "appr", "--db", db, "--diagram", str(out), "--spec", APPROVAL_PATH
+        )
         assert shown.returncode == 0, shown.stderr
         assert shown.stdout.splitlines()[1] == (
             f"machine: machine 'approval' (fingerprint {with_approval().fingerprint}, "
@@ -55,15 +73,17 @@ class TestRunsShow:
 
 
 def test_runs_resume_finds_the_recorded_machine(recorded: dict[str, Any]) -> None:
-    """The command line resumes a suspended approval run on the approval machine (found
-    at its import path): the approved call runs, then the model finishes."""
+    """The command line resumes a suspended approval run on the approval machine (named by
+    --spec: the import path the store recorded is never imported): the approved call runs,
+    then the model finishes."""
     db = f"sqlite:///{recorded['db']}"
     workspace = recorded["db"].parent
     (workspace / "a.txt").write_text("alpha")
     with AnthropicServer([reply("read it")]) as server:
         done = cli(
             "runs", "resume", "appr", "--db", db, "--answer", "true", "--tools", "files",
-            "--workspace", str(workspace), "--base-url", server.base_url, "--no-live", env=KEY,
+            "--workspace", str(workspace), "--base-url", server.base_url, "--no-live",
+            "--spec", APPROVAL_PATH, env=KEY,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
         (sent,) = [m for m in server.requests[0].body["messages"] if m["role"] == "user"][-1:]
@@ -76,6 +96,11 @@ class TestDiagramTrace:
         """--run picks one run of a log; each is drawn on the machine it recorded."""
         log = str(recorded["log"])
         first = cli("diagram", "--trace", log, "--run", "1", "--format", "mermaid")
+        assert first.returncode == 1
+        assert first.stderr == f"innerloop diagram: {approval_named(f'run 1 of {log}')}\n"
+        first = cli(
+            "diagram", "--trace", log, "--run", "1", "--format", "mermaid", "--spec", APPROVAL_PATH
+        )
         assert first.returncode == 0, first.stderr
         assert "%% machine: approval" in first.stdout
         assert "stream --> approve" in first.stdout
@@ -108,7 +133,7 @@ class TestLiveView:
         from innerloop.checkpoint import open_checkpointer
 
         store = open_checkpointer(f"sqlite:///{recorded['db']}")
-        server = serve(Catalog(recorded["runs"], store, [DEFAULT_SPEC]))
+        server = serve(Catalog(recorded["runs"], store, [DEFAULT_SPEC, with_approval()]))
         import httpx
 
         with httpx.Client(base_url=server.url) as http:
@@ -127,7 +152,7 @@ class TestLiveView:
                 assert detail["machine_error"] == costcap_missing(f"run {run_id}").replace(
                     "which is not at hand;",
                     f"which is not at hand; the --spec given: 'innerloop' "
-                    f"({DEFAULT_SPEC.fingerprint});",
+                    f"({DEFAULT_SPEC.fingerprint}), 'approval' ({with_approval().fingerprint});",
                 )
                 refused = http.get(f"/api/diagram/{run_id}")
                 assert refused.status_code == 409

@@ -14,7 +14,7 @@ import attrs
 import pytest
 
 from innerloop import EventLog, Harness, HarnessParams, ToolSpec, read_event_log
-from innerloop._demo import run_demo
+from innerloop._demo import NESTED_SPEC, Report, run_demo
 from innerloop.checkpoint import MemoryCheckpointer
 from innerloop.cli import main
 from innerloop.examples import with_guardrail
@@ -77,16 +77,19 @@ class TestDemoRuns:
         """The demo's nested run (a research agent fanning out to two scouts, one asking
         for approval, a writer taking over) replays in both halves: to the scout's
         approval, and from the answer to the writer's Brief, every child on its record."""
-        result = replay(demo_log.parent / "nested.jsonl", run).assert_same()
+        result = replay(demo_log.parent / "nested.jsonl", run, specs=[NESTED_SPEC]).assert_same()
         assert result.state.exit_reason == exit_reason
 
     def test_last_is_the_default_run(self, demo_log: Path) -> None:
         """Without ``run``, the log's last run is replayed (the typed one: its answer is
-        read back as the demo's own Report class)."""
+        checked against the recorded JSON Schema and read back as a dict, a log being
+        data; the demo's own Report class comes back when the caller gives it)."""
         result = replay(demo_log)
         assert result.where == f"run 3 of {demo_log}"
-        assert type(result.state.output).__name__ == "Report"
+        assert isinstance(result.state.output, dict)
         assert repr(result) == f"<ReplayResult run 3 of {demo_log}: same, 12 transitions>"
+        typed = replay(demo_log, params=lambda p: p.evolve(output_type=Report)).assert_same()
+        assert type(typed.state.output) is Report
 
     async def test_areplay_runs_on_the_running_loop(self, demo_log: Path) -> None:
         result = await areplay(demo_log, 2)
@@ -153,7 +156,7 @@ class TestDivergence:
             for line in lines
         ]
         log.write_text("\n".join(edited) + "\n")
-        d = replay(log).divergence
+        d = replay(log, specs=[with_guardrail()]).divergence
         assert d is not None
         assert (d.kind, d.state, d.step) == ("request", "call", 2)
         assert d.request == (
@@ -185,6 +188,11 @@ HOUSE = with_guardrail().renamed("house-guardrail")
 """A custom machine with no import path: a replay needs it passed in."""
 
 
+def house_harness() -> Harness:
+    """The harness HOUSE's runs ran on (for ``--harness``): its params hold the real tool."""
+    return Harness(PARAMS, [ScriptedProvider(SCRIPT)], machine=HOUSE)
+
+
 def record(path: Path, machine: MachineSpec | None = None) -> Path:
     harness = Harness(PARAMS, [ScriptedProvider(SCRIPT)], machine=machine or with_guardrail())
     run = harness.start("What is 2 + 2?")
@@ -200,17 +208,28 @@ def lines_of(path: Path) -> Iterator[dict[str, Any]]:
 
 
 class TestMachines:
-    def test_a_custom_machine_is_found_at_its_import_path(self, tmp_path: Path) -> None:
+    def test_a_custom_machine_is_named_not_imported(self, tmp_path: Path) -> None:
         """The guardrail example's run replays on the guardrail machine, its redact state
-        included, found at the import path the run recorded."""
-        result = replay(record(tmp_path / "run.jsonl")).assert_same()
+        included, when the caller names it; without, the import path the run recorded is
+        named as the spec to pass, not imported."""
+        log = record(tmp_path / "run.jsonl")
+        with pytest.raises(ReplayError) as raised:
+            replay(log)
+        assert str(raised.value) == (
+            f"run 1 of {log} ran on machine 'guardrail' (fingerprint "
+            f"{with_guardrail().fingerprint}), which is not at hand; it was made by the spec "
+            "at innerloop.examples:with_guardrail (a file is data: that path is not "
+            "imported); pass --spec innerloop.examples:with_guardrail naming that spec"
+        )
+        result = replay(log, specs=["innerloop.examples:with_guardrail"]).assert_same()
         assert result.transitions == recorded_transitions(tmp_path / "run.jsonl", 1)
         assert ("execute", "redact") in [(a, b) for a, b, *_ in _path(tmp_path / "run.jsonl")]
 
-    def test_real_tools_run_the_recorded_functions(self, tmp_path: Path) -> None:
-        """``real_tools=True`` imports the tool's function from the path the log recorded
-        (this module's ``_add``) and runs it: it adds as it did."""
-        log = record(tmp_path / "run.jsonl")
+    def test_real_tools_run_the_tools_given(self, tmp_path: Path) -> None:
+        """``real_tools=True`` runs the tools the caller gives in ``params``: it adds as it
+        did. The function path the log recorded (this module's ``_add``) is only shown:
+        without the tools given, the replay is refused naming what to pass."""
+        log = record(tmp_path / "run.jsonl", HOUSE)
         tools = [
             t
             for line in lines_of(log)
@@ -218,7 +237,15 @@ class TestMachines:
             for t in line["params"]["tools"]
         ]
         assert [t["function"] for t in tools] == ["tests.testing.test_replay:_add"]
-        replay(log, real_tools=True).assert_same()
+        with pytest.raises(ReplayError) as raised:
+            replay(log, specs=[HOUSE], real_tools=True)
+        assert str(raised.value) == (
+            f"cannot replay run 1 of {log} with real tools: the log keeps no code, and tool "
+            "'add' is only its record (a recorded function path is never imported); pass "
+            "params= holding the real tools (e.g. params=lambda p: p.evolve(tools=[...]))"
+        )
+        given = replay(log, specs=[HOUSE], params=lambda p: p.evolve(tools=[ADD]), real_tools=True)
+        given.assert_same()
 
     def test_a_machine_without_import_path_needs_specs(self, tmp_path: Path) -> None:
         log = record(tmp_path / "run.jsonl", HOUSE)
@@ -280,7 +307,7 @@ class TestMachines:
     def test_the_events_of_a_log_replay_as_its_file_does(self, tmp_path: Path) -> None:
         """A log's events as dicts (what a durable engine streams) replay too."""
         events = read_event_log(record(tmp_path / "run.jsonl"))
-        result = replay(events)
+        result = replay(events, specs=[with_guardrail()])
         assert isinstance(result, ReplayResult)
         assert result.ok
         assert result.where == "run 1 of the events given"
@@ -323,7 +350,7 @@ class TestCommandLine:
         """A log whose recorded prompt was edited no longer matches its own requests."""
         log = record(tmp_path / "run.jsonl")
         log.write_text(log.read_text().replace('"system":"Add."', '"system":"Subtract."'))
-        assert main(["replay", str(log)]) == 1
+        assert main(["replay", str(log), "--spec", "innerloop.examples:with_guardrail"]) == 1
         out = capsys.readouterr().out
         assert out.startswith(f"DIVERGED run 1 of {log}: model call 1 in state 'call'\n")
         assert '  request system: recorded "Subtract.", replayed "Subtract."' not in out
@@ -337,10 +364,25 @@ class TestCommandLine:
         assert main(["replay", str(log)]) == 2
         assert "pass --spec MODULE:ATTR naming that spec\n" in capsys.readouterr().err
         spec = "tests.testing.test_replay:HOUSE"
-        assert main(["replay", str(log), "--spec", spec, "--real-tools"]) == 0
+        assert main(["replay", str(log), "--spec", spec]) == 0
         assert capsys.readouterr().out == (
             f"OK run 1 of {log}: 13 transitions, 2 model calls, exit_reason=model_complete\n"
         )
+
+    def test_real_tools_needs_the_harness_that_holds_them(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """``--real-tools`` runs the tools of ``--harness``: a log keeps no code."""
+        log = record(tmp_path / "run.jsonl", HOUSE)
+        spec = "tests.testing.test_replay:HOUSE"
+        assert main(["replay", str(log), "--spec", spec, "--real-tools"]) == 2
+        assert capsys.readouterr().err == (
+            "innerloop replay: --real-tools runs the tools you give, and a log keeps no code "
+            "(its recorded function paths are never imported); pass --harness MODULE:ATTR "
+            "naming the Harness whose tools to run\n"
+        )
+        harness = "tests.testing.test_replay:house_harness"
+        assert main(["replay", str(log), "--harness", harness, "--real-tools"]) == 0
 
     def test_an_unreplayable_log_exits_2(
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
