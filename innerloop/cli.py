@@ -5,7 +5,8 @@ Exit codes (also in docs/reference/cli.md):
 ====  ==========================================================
 0     the model finished (model_complete or tasks_complete)
 1     the run failed (an unrecoverable provider error, see the log)
-2     bad usage: unknown option, bad value, missing API key
+2     bad usage: unknown option, bad value, missing API key (an OpenAI-compatible
+      server given by --base-url needs none)
 3     a limit was reached (max_turns_exceeded or budget_exceeded)
 4     aborted (Ctrl-C / SIGINT, or the host aborted)
 5     suspended: the run waits for an answer (``innerloop runs resume``)
@@ -223,9 +224,11 @@ def _open_log(path: Path | None, header: Mapping[str, Any]) -> Any:
 
 
 def _build_provider(provider: str, base_url: str | None) -> Any:
+    """The provider for ``provider``, with its key from the environment; an OpenAI-compatible
+    server at ``base_url`` (a local one) needs none, as OpenAIProvider does not."""
     var = KEY_VARS[provider]
-    key = os.environ.get(var)
-    if not key:
+    key = os.environ.get(var) or None
+    if key is None and not (provider == "openai" and base_url):
         raise UsageError(f"{var} is not set: export {var}=... to use the {provider} provider")
     from innerloop.providers import AnthropicProvider, OpenAIProvider
 
