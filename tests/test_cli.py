@@ -145,6 +145,16 @@ def test_a_local_openai_compatible_server_needs_no_key() -> None:
     assert "ANTHROPIC_API_KEY is not set" in anthropic.stderr
 
 
+def test_local_and_base_url_exclude_each_other() -> None:
+    """`run --local` serves its own model: with --base-url too it is a usage error."""
+    proc = cli("run", "x", "--local", "--base-url", "http://127.0.0.1:9/v1")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "innerloop run: error: --local serves its own model: drop --base-url, or drop "
+        "--local to use the server at --base-url"
+    )
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
