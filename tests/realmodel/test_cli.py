@@ -14,6 +14,10 @@ from innerloop.local import LocalModelServer
 
 ROOT = Path(__file__).resolve().parents[2]
 SHORT = "Reply with one word: hello."
+# the command line samples at the server's temperature: the answer may run past the cap
+# and continue, so a run is held to two turns and may end complete (0) or at that limit (3)
+BOUNDED = ("--max-output-tokens", "32", "--max-turns", "2", "--no-live")
+ANSWERED = re.compile(r"model turn 1 \(openai:(\S+)\): stop_reason=\w+ '.+'")
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -32,24 +36,25 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_run_against_a_local_server_needs_no_key(llama_server: LocalModelServer) -> None:
     """`run --provider openai --base-url` the real server, without OPENAI_API_KEY: the
-    model answers and the run completes (exit 0)."""
+    model answers and the run ends (no usage error)."""
     proc = cli("run", SHORT, "--provider", "openai", "--base-url", llama_server.base_url,
-               "--max-output-tokens", "32", "--no-live")  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    assert "exit_reason=model_complete turns=1" in proc.stdout
+               *BOUNDED)  # fmt: skip
+    assert proc.returncode in (0, 3), proc.stderr
+    assert ANSWERED.search(proc.stdout), proc.stdout
 
 
 def test_run_local_serves_the_bundled_model_and_stops_it() -> None:
     """`run --local` starts llama.cpp with the bundled SmolLM2 itself, streams its answer,
     prices it at zero, and stops the server (by its pid) when the run ends."""
-    proc = cli("run", "--local", SHORT, "--max-output-tokens", "32", "--no-live")
+    proc = cli("run", "--local", SHORT, *BOUNDED)
     found = re.search(r"server pid (\d+)", proc.stderr)
     assert found, proc.stderr
     pid = int(found.group(1))
     try:
-        assert proc.returncode == 0, proc.stderr
-        assert "model call openai:SmolLM2-135M-Instruct.Q4_1:" in proc.stdout
-        assert "exit_reason=model_complete turns=1" in proc.stdout
+        assert proc.returncode in (0, 3), proc.stderr
+        answered = ANSWERED.search(proc.stdout)
+        assert answered, proc.stdout
+        assert answered.group(1) == "SmolLM2-135M-Instruct.Q4_1"
         assert "cost=$0.000000" in proc.stdout
         assert not _running(pid), "the server outlived the run"
     finally:
