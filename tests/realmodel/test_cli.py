@@ -17,7 +17,8 @@ SHORT = "Reply with one word: hello."
 # the command line samples at the server's temperature: the answer may run past the cap
 # and continue, so a run is held to two turns and may end complete (0) or at that limit (3)
 BOUNDED = ("--max-output-tokens", "32", "--max-turns", "2", "--no-live")
-ANSWERED = re.compile(r"model turn 1 \(openai:(\S+)\): stop_reason=\w+ '.+'")
+ANSWERED = re.compile(r"model turn 1 \(openai:(\S+)\): stop_reason=\w+ (['\"]).*\2")
+"""The console's line for the model's first turn: its model id and its text's repr."""
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
