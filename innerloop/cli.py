@@ -5,7 +5,8 @@ Exit codes (also in docs/reference/cli.md):
 ====  ==========================================================
 0     the model finished (model_complete or tasks_complete)
 1     the run failed (an unrecoverable provider error, see the log)
-2     bad usage: unknown option, bad value, missing API key
+2     bad usage: unknown option, bad value, missing API key (an OpenAI-compatible
+      server given by --base-url needs none)
 3     a limit was reached (max_turns_exceeded or budget_exceeded)
 4     aborted (Ctrl-C / SIGINT, or the host aborted)
 5     suspended: the run waits for an answer (``innerloop runs resume``)
@@ -29,6 +30,12 @@ from typing import Any
 
 from innerloop._boot import ABORTED_EXIT
 from innerloop._console import Interrupted, drive, format_cost, signals_interrupt, view_for
+from innerloop._local_cli import (
+    LOCAL_MAX_OUTPUT_TOKENS,
+    add_local_option,
+    local_prices,
+    serving_locally,
+)
 from innerloop.fsm._locate import add_spec_option
 
 __all__ = ["EXIT_CODES", "main"]
@@ -44,6 +51,7 @@ EXIT_CODES = {
 }
 USAGE_ERROR = 2
 KEY_VARS = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
+MAX_OUTPUT_TOKENS = 4096
 DEFAULT_MODELS = {"anthropic": "claude-sonnet-4-5-20250929", "openai": "gpt-4o-mini-2024-07-18"}
 
 
@@ -99,6 +107,7 @@ def _parser() -> argparse.ArgumentParser:
     add_run_options(run)
     run.add_argument("--db", metavar="URL", help="checkpoint the run into this store")
     run.add_argument("--run-id", help="the run's id in the store (default: a new one)")
+    add_local_option(run)
 
     demo = sub.add_parser("demo", help="offline demo of every recovery branch (no API key)")
     demo.add_argument("--out", type=Path, default=Path("runs/demo"), help="output directory")
@@ -138,7 +147,11 @@ def add_run_options(run: argparse.ArgumentParser) -> None:
     )
     run.add_argument("--workspace", type=Path, default=Path.cwd(), help="tools' root directory")
     run.add_argument("--max-turns", type=_positive_int, default=20)
-    run.add_argument("--max-output-tokens", type=_positive_int, default=4096)
+    run.add_argument(
+        "--max-output-tokens",
+        type=_positive_int,
+        help=f"per turn (default {MAX_OUTPUT_TOKENS}; {LOCAL_MAX_OUTPUT_TOKENS} with --local)",
+    )
     run.add_argument("--context-budget", type=_positive_int, help="tokens per request")
     run.add_argument("--max-spend-tokens", type=_positive_int, help="tokens for the whole run")
     run.add_argument("--max-cost", type=_positive_float, help="US dollars for the whole run")
@@ -223,9 +236,11 @@ def _open_log(path: Path | None, header: Mapping[str, Any]) -> Any:
 
 
 def _build_provider(provider: str, base_url: str | None) -> Any:
+    """The provider for ``provider``, with its key from the environment; an OpenAI-compatible
+    server at ``base_url`` (a local one) needs none, as OpenAIProvider does not."""
     var = KEY_VARS[provider]
-    key = os.environ.get(var)
-    if not key:
+    key = os.environ.get(var) or None
+    if key is None and not (provider == "openai" and base_url):
         raise UsageError(f"{var} is not set: export {var}=... to use the {provider} provider")
     from innerloop.providers import AnthropicProvider, OpenAIProvider
 
@@ -256,7 +271,7 @@ def _run_params(args: argparse.Namespace) -> Any:
     if args.max_spend_tokens or args.max_cost:
         spend = SpendBudget(max_tokens=args.max_spend_tokens, max_cost_usd=args.max_cost)
     kwargs: dict[str, Any] = {}
-    prices = _load_prices(args.prices)
+    prices = local_prices(args, _load_prices(args.prices))
     if prices is not None:
         kwargs["prices"] = prices
     try:
@@ -266,7 +281,8 @@ def _run_params(args: argparse.Namespace) -> Any:
             system=system,
             tools=tools,
             max_turns=args.max_turns,
-            max_output_tokens=args.max_output_tokens,
+            max_output_tokens=args.max_output_tokens
+            or (LOCAL_MAX_OUTPUT_TOKENS if getattr(args, "local", False) else MAX_OUTPUT_TOKENS),
             context_budget=args.context_budget,
             spend_budget=spend,
             **kwargs,
@@ -326,6 +342,11 @@ def _first_line(exc: BaseException) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    with serving_locally(args, UsageError):  # --local: the model server, for the run
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from innerloop.checkpoint import CheckpointError, driver_errors
 
     harness, providers = build_harness(args, args.db)

@@ -75,7 +75,8 @@ class LocalModelServer:
 
     ``gguf`` defaults to ``bundled_gguf()``; ``port`` 0 picks a free one. ``n_threads``
     is 1 (on two shared cores two threads ran 3-10x slower); ``chat_format`` is
-    ``chatml-function-calling``, which gives tool calls; ``n_ctx`` and ``args`` (more
+    ``chatml-function-calling``, which gives tool calls; ``n_ctx``, ``model_alias`` (the
+    model id the server reports; by default the GGUF file's path) and ``args`` (more
     command-line options of ``llama_cpp.server``) are passed when given, else the server's
     defaults hold. ``startup_timeout`` bounds the wait for its first answer (seconds).
     """
@@ -88,6 +89,7 @@ class LocalModelServer:
         n_threads: int = 1,
         chat_format: str = "chatml-function-calling",
         n_ctx: int | None = None,
+        model_alias: str | None = None,
         args: Sequence[str] = (),
         startup_timeout: float = 120.0,
     ) -> None:
@@ -97,6 +99,8 @@ class LocalModelServer:
         options = ["--n_threads", str(n_threads), "--chat_format", chat_format]
         if n_ctx is not None:
             options += ["--n_ctx", str(n_ctx)]
+        if model_alias is not None:
+            options += ["--model_alias", model_alias]
         self.command: tuple[str, ...] = (
             sys.executable,
             "-m",

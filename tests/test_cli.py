@@ -129,6 +129,32 @@ def test_missing_key_names_the_variable(provider: str, var: str) -> None:
     assert "Traceback" not in proc.stderr
 
 
+def test_a_local_openai_compatible_server_needs_no_key() -> None:
+    """`run --provider openai --base-url URL` without OPENAI_API_KEY runs (a local server
+    needs no key, as OpenAIProvider(base_url=...) does not); Anthropic still asks for one."""
+    from innerloop.testing import OpenAIServer, reply
+
+    with OpenAIServer([reply("Hello from a keyless server.")]) as server:
+        proc = cli("run", "Say hello", "--provider", "openai", "--base-url", server.base_url,
+                   "--no-live")  # fmt: skip
+        assert len(server.requests) == 1
+    assert proc.returncode == 0, proc.stderr
+    assert "exit_reason=model_complete turns=1" in proc.stdout
+    anthropic = cli("run", "Say hello", "--base-url", server.base_url)
+    assert anthropic.returncode == 2
+    assert "ANTHROPIC_API_KEY is not set" in anthropic.stderr
+
+
+def test_local_and_base_url_exclude_each_other() -> None:
+    """`run --local` serves its own model: with --base-url too it is a usage error."""
+    proc = cli("run", "x", "--local", "--base-url", "http://127.0.0.1:9/v1")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "innerloop run: error: --local serves its own model: drop --base-url, or drop "
+        "--local to use the server at --base-url"
+    )
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

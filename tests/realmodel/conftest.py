@@ -6,6 +6,8 @@ port, with the server's default settings except ``--n_threads 1`` and
 ``--chat_format chatml-function-calling`` (innerloop.local.LocalModelServer). It has
 ``.base_url`` (ending in /v1), ``.model`` (the id the server reports), ``.port``,
 ``.gguf`` and ``.pid``; it is stopped by its pid when the session ends.
+``start_llama_server(**options)`` starts a server of a test's own (to kill, or with other
+settings: LocalModelServer's options), stopped by its pid when the test ends.
 
 ``make test`` installs the server first (scripts/setup-llama.sh); without it these tests
 fail, they do not skip.
@@ -13,7 +15,7 @@ fail, they do not skip.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -41,3 +43,21 @@ def llama_server() -> Iterator[LocalModelServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def start_llama_server() -> Iterator[Callable[..., LocalModelServer]]:
+    """Starts servers of the test's own (LocalModelServer's options); each is stopped by
+    its pid when the test ends."""
+    started: list[LocalModelServer] = []
+
+    def start(**options: object) -> LocalModelServer:
+        server = start_server(**options)
+        started.append(server)
+        return server
+
+    try:
+        yield start
+    finally:
+        for server in started:
+            server.stop()
