@@ -354,7 +354,11 @@ def _openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
             ]
             if not text and not calls:
                 continue  # thinking-only turns cannot be sent to OpenAI
-            wire: dict[str, Any] = {"role": "assistant", "content": text or None}
+            # a message of calls only carries no content key: OpenAI takes it so, and
+            # compatible servers (llama.cpp's) refuse ``"content": null``
+            wire: dict[str, Any] = {"role": "assistant"}
+            if text:
+                wire["content"] = text
             if calls:
                 wire["tool_calls"] = calls
             out.append(wire)

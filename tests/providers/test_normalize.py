@@ -119,9 +119,9 @@ def check_openai(messages: list[dict[str, Any]]) -> None:
         assert role in ("system", "user", "assistant")
         if role == "assistant":
             assert set(m) <= {"role", "content", "tool_calls"}
-            assert m["content"] is None or isinstance(m["content"], str)
+            assert "content" not in m or (isinstance(m["content"], str) and m["content"])
             calls = m.get("tool_calls") or []
-            assert m["content"] or calls
+            assert m.get("content") or calls
             for c in calls:
                 assert c["type"] == "function"
                 assert isinstance(json.loads(c["function"]["arguments"]), dict)
@@ -337,3 +337,24 @@ def test_openai_gets_the_strict_form_of_decorated_tools_only() -> None:
     assert [set(t) for t in anthropic.payload["tools"]] == [
         {"name", "description", "input_schema"}
     ] * 2
+
+
+def test_openai_calls_only_assistant_has_no_content_key() -> None:
+    """An assistant turn of calls alone goes out without ``content`` (OpenAI takes it so;
+    llama.cpp's server refuses ``"content": null`` with a 500)."""
+    history = [
+        Message.user("weather?"),
+        Message.assistant((ToolUseBlock("c1", "weather", {"city": "Oslo"}),)),
+        Message.user((ToolResultBlock("c1", "sunny"),)),
+    ]
+    wire = normalize(history, "openai")
+    assert wire[1] == {
+        "role": "assistant",
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "weather", "arguments": '{"city":"Oslo"}'},
+            }
+        ],
+    }
