@@ -538,6 +538,8 @@ class HarnessParams(Generic[OutputT]):
             return
         if choice.startswith("tool:"):
             name = choice[len("tool:") :]
+            if name == OUTPUT_TOOL and self.output_type is not None:
+                return  # the final-result tool's call is the answer: _check_output's
             if name not in names:
                 raise ParamsError(
                     "tool_choice",
@@ -557,11 +559,13 @@ class HarnessParams(Generic[OutputT]):
                     "set output_type or leave output_mode='auto'",
                 )
             return
-        if self.tool_choice == "any" or self.tool_choice.startswith("tool:"):
+        forced = self.tool_choice == "any" or self.tool_choice.startswith("tool:")
+        if forced and not self._forces_final_result():
             raise ParamsError(
                 "tool_choice",
                 f"{self.tool_choice!r} forces a tool call on every turn, so the model can never "
-                "give the typed final answer output_type asks for; use 'auto'",
+                "give the typed final answer output_type asks for; use 'auto', or "
+                f"'tool:{OUTPUT_TOOL}' with output_mode='tool' (that call is the answer)",
             )
         for i, choice in enumerate(self.model_chain):
             if self.output_mode == "native" and not native_output(choice.model):
@@ -573,6 +577,13 @@ class HarnessParams(Generic[OutputT]):
                     choice,
                 )
             self._check_output_tool(choice)
+
+    def _forces_final_result(self) -> bool:
+        """Whether ``tool_choice`` forces the final-result tool and every model of the
+        chain is asked for the answer through it: then the forced call is the answer."""
+        return self.tool_choice == f"tool:{OUTPUT_TOOL}" and all(
+            self.output_tool(c.model) for c in self.model_chain
+        )
 
     def _check_output_tool(self, choice: ModelChoice) -> None:
         """The final-result tool for ``choice``: its name free, tool calls allowed."""
