@@ -19,7 +19,7 @@ import attrs
 import httpx2
 
 from innerloop._errors import ErrorCategory, ProviderError
-from innerloop._events import MessageComplete, StreamEvent
+from innerloop._events import Alert, MessageComplete, StreamEvent
 from innerloop._json import (
     MAX_JSON_DEPTH,
     WRAPPED_JSON_DEPTH,
@@ -41,6 +41,7 @@ __all__ = [
     "Assembler",
     "HTTPModelStream",
     "HTTPProvider",
+    "Posted",
     "SSESplitter",
     "Splitter",
     "WireRoute",
@@ -49,6 +50,7 @@ __all__ = [
     "missing_key",
     "parse_tool_input",
     "sdk_options",
+    "stream_failure",
 ]
 
 
@@ -246,6 +248,18 @@ _SHAPE_ERRORS = (LookupError, TypeError, AttributeError, ValueError)
 delta without ``index``, a string for a number)."""
 
 
+def stream_failure(provider: str, exc: Exception, data: bytes = b"") -> ProviderError:
+    """What a failure reading a response body is: a malformed response (``data`` the
+    payload being read) or the transport's error."""
+    if isinstance(exc, _SHAPE_ERRORS):
+        what = f"an event of the wrong shape ({type(exc).__name__}: {exc})"
+        return malformed(provider, what, data)
+    if isinstance(exc, httpx2.DecodingError):
+        what = f"its content-encoding cannot be undone (DecodingError: {exc})"
+        return malformed(provider, what)
+    return error_from_exception(provider, exc, "mid-stream")
+
+
 class HTTPModelStream:
     """An open response: iterating parses its bytes into stream events."""
 
@@ -259,8 +273,14 @@ class HTTPModelStream:
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         deadline: float | None = None,
         splitter: Callable[[int, str], Splitter] = SSESplitter,
+        first: bytes = b"",
     ) -> None:
         self._provider = provider
+        self._first = first
+        """The body's first bytes, already read off ``chunks`` (by a look at the start)."""
+        self.notices: tuple[Alert, ...] = ()
+        """What the provider did differently to get this answer (the call phase passes
+        them on as alerts)."""
         self._splitter = splitter
         self._deadline = deadline
         """Event-loop time by which the whole response must have arrived."""
@@ -281,7 +301,7 @@ class HTTPModelStream:
                 body = loads(self._provider, data, self._depth) if data.strip() else None
                 assembler.feed_json(body, out)
             else:
-                splitter = self._splitter(self._max, self._provider)
+                splitter = self._start(out)
                 feed, deadline = assembler.feed, self._deadline
                 now = asyncio.get_running_loop().time
                 async for chunk in self._chunks:
@@ -303,15 +323,15 @@ class HTTPModelStream:
             yield event
         yield MessageComplete(response)
 
+    def _start(self, out: list[StreamEvent]) -> Splitter:
+        """The splitter of the events, the first bytes (when read already) fed."""
+        splitter = self._splitter(self._max, self._provider)
+        for data in splitter.feed(self._first) if self._first else ():
+            self._assembler.feed(data, out)
+        return splitter
+
     def _failure(self, exc: Exception, data: bytes) -> ProviderError:
-        """What a failure mid-stream is: a malformed response or the transport's error."""
-        if isinstance(exc, _SHAPE_ERRORS):
-            what = f"an event of the wrong shape ({type(exc).__name__}: {exc})"
-            return malformed(self._provider, what, data)
-        if isinstance(exc, httpx2.DecodingError):
-            what = f"its content-encoding cannot be undone (DecodingError: {exc})"
-            return malformed(self._provider, what)
-        return error_from_exception(self._provider, exc, "mid-stream")
+        return stream_failure(self._provider, exc, data)
 
     def _past_deadline(self) -> ProviderError:
         return ProviderError(
@@ -323,7 +343,7 @@ class HTTPModelStream:
 
     async def _body(self) -> bytes:
         """A whole non-streaming body, up to the event limit."""
-        parts, size = [], 0
+        parts, size = [self._first], len(self._first)
         deadline, now = self._deadline, asyncio.get_running_loop().time
         async for chunk in self._chunks:
             if deadline is not None and now() > deadline:
@@ -436,6 +456,34 @@ def sdk_options(
     return options
 
 
+class Posted:
+    """A response whose status is known: its body's chunks (``first`` already read off
+    them, when a provider looked), its content type, how to close it, and what the
+    provider did differently to get it (``notice``)."""
+
+    __slots__ = ("chunks", "close", "content_type", "first", "notice")
+
+    def __init__(
+        self,
+        chunks: AsyncIterator[bytes],
+        content_type: str,
+        close: Callable[[], Awaitable[object]],
+    ) -> None:
+        self.chunks = chunks
+        self.content_type = content_type
+        self.close = close
+        self.first = b""
+        self.notice: Alert | None = None
+
+    async def empty(self) -> bool:
+        """Whether the body ends before its first byte (read into ``first`` otherwise)."""
+        async for chunk in self.chunks:
+            if chunk:
+                self.first = chunk
+                return False
+        return True
+
+
 class HTTPProvider:
     """The skeleton of an SDK-backed provider; subclasses say how to send and parse."""
 
@@ -494,25 +542,38 @@ class HTTPProvider:
 
     async def open(self, request: WireRequest) -> HTTPModelStream:
         """Send ``request``; returns once the response status is known."""
-        assembler = self._assembler(request)
-        loop = asyncio.get_running_loop()
+        return self._stream(request, await self._post(request.payload))
+
+    def _stream(
+        self, request: WireRequest, posted: Posted, notices: tuple[Alert, ...] = ()
+    ) -> HTTPModelStream:
+        """The model stream that reads ``posted``, the response to ``request``."""
         limit = request.time_limit
-        deadline = None if limit is None else loop.time() + limit
+        deadline = None if limit is None else asyncio.get_running_loop().time() + limit
+        stream = HTTPModelStream(
+            self.name,
+            posted.chunks,
+            posted.content_type,
+            posted.close,
+            self._assembler(request),
+            self.max_event_bytes,
+            deadline,
+            self.splitter,
+            posted.first,
+        )
+        stream.notices = notices if posted.notice is None else (*notices, posted.notice)
+        return stream
+
+    async def _post(self, payload: dict[str, Any]) -> Posted:
+        """POST ``payload``; the response once its status is known (a failed one raises
+        its ``ProviderError``)."""
         if self.route is not None:
-            raw = await self.route.send(self.name, request.payload)
-            content_type = raw.header("content-type") or ""
-            return HTTPModelStream(
-                self.name,
-                raw.decoded(),
-                content_type,
-                raw.aclose,
-                assembler,
-                self.max_event_bytes,
-                deadline,
-            )
+            raw = await self.route.send(self.name, payload)
+            return Posted(raw.decoded(), raw.header("content-type") or "", raw.aclose)
+        loop = asyncio.get_running_loop()
         if loop is not self._loop:
             await self._adopt(loop)
-        manager = self._send(request.payload)
+        manager = self._send(payload)
         try:
             response = await manager.__aenter__()
         except Exception as exc:
@@ -522,17 +583,7 @@ class HTTPProvider:
         async def close() -> None:
             await manager.__aexit__(None, None, None)
 
-        content_type = http.headers.get("content-type", "")
-        return HTTPModelStream(
-            self.name,
-            http.aiter_bytes(),
-            content_type,
-            close,
-            assembler,
-            self.max_event_bytes,
-            deadline,
-            self.splitter,
-        )
+        return Posted(http.aiter_bytes(), http.headers.get("content-type", ""), close)
 
     async def complete(self, request: WireRequest) -> ModelResponse:
         """One call, the assembled response (no machine, no retries)."""

@@ -312,8 +312,9 @@ class TestThroughTheSDKs:
         retry_after: float | None,
         route: str,
     ) -> None:
-        """Each scripted fault, through the real SDK client, lands in its category."""
-        with server_cls([step]) as server:
+        """Each scripted fault, through the real SDK client, lands in its category (the
+        script holds it twice: an empty OpenAI stream is asked again unstreamed)."""
+        with server_cls([step, step]) as server:
             error = _open(server, route)
         assert error.category == category
         assert error.retry_after == retry_after
