@@ -171,7 +171,12 @@ class TestParams:
     @pytest.mark.parametrize(
         ("kw", "message"),
         [
-            ({"output_mode": "json"}, "output_mode: expected one of 'auto', 'native', 'tool', "),
+            ({"output_mode": "yaml"}, "output_mode: expected one of 'auto', 'native', 'tool', "),
+            (
+                {"output_mode": "json", "fallbacks": [OLD_CLAUDE]},
+                "fallbacks[0]: claude-3-5-haiku-20241022 has no native structured output, "
+                "which output_mode='json' needs: use output_mode='auto'",
+            ),
             (
                 {"output_mode": "tool", "output_type": None},
                 "output_mode: 'tool' asks for a typed answer but output_type is None; set "
