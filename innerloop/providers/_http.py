@@ -70,11 +70,13 @@ def loads(provider: str, data: bytes | str, max_depth: int = WRAPPED_JSON_DEPTH)
 
 
 def parse_tool_input(
-    provider: str, name: str, raw: str, max_depth: int = MAX_JSON_DEPTH
+    provider: str, name: str, raw: str, max_depth: int = MAX_JSON_DEPTH, *, whole: bool = True
 ) -> dict[str, Any]:
-    """A complete tool input: empty means ``{}``; anything but a JSON object is malformed;
-    one nested deeper than ``max_depth`` stands as
-    :func:`~innerloop._json.unreadable_input`."""
+    """A tool input: empty means ``{}``. One that is no JSON object (broken JSON, a list)
+    or nested deeper than ``max_depth`` is the model's mistake, not the server's: it
+    stands as :func:`~innerloop._json.unreadable_input` naming the problem (the call is
+    answered with an ``is_error`` result, its tool never run). With ``whole=False`` (the
+    input may still be arriving) a non-object raises ``ProviderError`` instead."""
     raw = raw.strip()
     if not raw:
         return {}
@@ -84,13 +86,14 @@ def parse_tool_input(
         return unreadable_input(exc.msg)
     except ValueError as exc:
         value = exc
-    if not isinstance(value, dict):
-        raise ProviderError(
-            ErrorCategory.TRANSIENT,
-            f"tool {name!r} input is not a JSON object: {raw[:200]!r}",
-            provider=provider,
-        )
-    return value
+    if isinstance(value, dict):
+        return value
+    what = f"not valid JSON ({value})" if isinstance(value, ValueError) else "not a JSON object"
+    if whole:
+        return unreadable_input(f"{what}: {raw[:200]!r}")
+    raise ProviderError(
+        ErrorCategory.TRANSIENT, f"tool {name!r} input is {what}: {raw[:200]!r}", provider=provider
+    )
 
 
 DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024

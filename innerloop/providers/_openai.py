@@ -167,15 +167,16 @@ class OpenAIAssembler:
             out.append(ToolInputDelta(call.index, call.id, arguments))
 
     def _try_complete(self, call: _Call, out: list[StreamEvent], strict: bool = False) -> bool:
+        """Complete ``call`` when its arguments parse; ``strict`` when they are whole (the
+        message ended, not cut off): then arguments that do not parse stand as an
+        unreadable input, answered with an error result."""
         if call.done:
             return True
         try:
             arguments = parse_tool_input(
-                self.provider, call.name, "".join(call.arguments), self.max_depth
+                self.provider, call.name, "".join(call.arguments), self.max_depth, whole=strict
             )
-        except ProviderError:
-            if strict:
-                raise
+        except ProviderError:  # still arriving, or cut off
             return False
         call.done = True
         block = ToolUseBlock(call.id, call.name, arguments)
