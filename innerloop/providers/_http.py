@@ -251,9 +251,15 @@ _SHAPE_ERRORS = (LookupError, TypeError, AttributeError, ValueError)
 delta without ``index``, a string for a number)."""
 
 
+async def _nothing() -> None:
+    return None
+
+
 def stream_failure(provider: str, exc: Exception, data: bytes = b"") -> ProviderError:
     """What a failure reading a response body is: a malformed response (``data`` the
-    payload being read) or the transport's error."""
+    payload being read) or the transport's error (a ``ProviderError`` stays itself)."""
+    if isinstance(exc, ProviderError):
+        return exc
     if isinstance(exc, _SHAPE_ERRORS):
         what = f"an event of the wrong shape ({type(exc).__name__}: {exc})"
         return malformed(provider, what, data)
@@ -284,6 +290,9 @@ class HTTPModelStream:
         self.notices: tuple[Alert, ...] = ()
         """What the provider did differently to get this answer (the call phase passes
         them on as alerts)."""
+        self.after_failure: Callable[[], Awaitable[object]] = _nothing
+        """Run when reading the response fails, before the error is raised (the provider
+        drops its idle pooled connections then)."""
         self._splitter = splitter
         self._deadline = deadline
         """Event-loop time by which the whole response must have arrived."""
@@ -318,10 +327,12 @@ class HTTPModelStream:
                 for data in splitter.finish():
                     feed(data, out)
             response = assembler.finish(out)
-        except ProviderError:
-            raise
         except Exception as exc:
-            raise self._failure(exc, data) from exc
+            error = stream_failure(self._provider, exc, data)
+            await self.after_failure()  # the retry goes out on a fresh connection
+            if error is exc:
+                raise
+            raise error from exc
         for event in out:
             yield event
         yield MessageComplete(response)
@@ -332,9 +343,6 @@ class HTTPModelStream:
         for data in splitter.feed(self._first) if self._first else ():
             self._assembler.feed(data, out)
         return splitter
-
-    def _failure(self, exc: Exception, data: bytes) -> ProviderError:
-        return stream_failure(self._provider, exc, data)
 
     def _past_deadline(self) -> ProviderError:
         return ProviderError(
@@ -565,13 +573,19 @@ class HTTPProvider:
             posted.first,
         )
         stream.notices = notices if posted.notice is None else (*notices, posted.notice)
+        stream.after_failure = self.drop_idle_connections
         return stream
 
     async def _post(self, payload: dict[str, Any]) -> Posted:
         """POST ``payload``; the response once its status is known (a failed one raises
-        its ``ProviderError``)."""
+        its ``ProviderError``, the idle pooled connections dropped first: the retry goes
+        out on a fresh one)."""
         if self.route is not None:
-            raw = await self.route.send(self.name, payload)
+            try:
+                raw = await self.route.send(self.name, payload)
+            except ProviderError:
+                await self.drop_idle_connections()
+                raise
             return Posted(raw.decoded(), raw.header("content-type") or "", raw.aclose)
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
@@ -580,6 +594,7 @@ class HTTPProvider:
         try:
             response = await manager.__aenter__()
         except Exception as exc:
+            await self.drop_idle_connections()
             raise error_from_exception(self.name, exc) from exc
         http = response.http_response
 
@@ -617,6 +632,26 @@ class HTTPProvider:
         self._loop_end = close_at_loop_end(
             self.client.close if self._owns_pool else self._drop_connections, self._watchers
         )
+
+    async def drop_idle_connections(self) -> None:
+        """Close the connections idle in the pool (the SDK client's, or the
+        ``AsyncioTransport``'s), leaving those that carry a response: after a failed
+        call the server may have dropped them (a dropped stream, a server that closes the
+        connection after an error while its head said keep-alive), and a retry sent on
+        one is wasted. The next request opens a fresh connection. Reads the SDK's and
+        httpx2's private attributes, as :meth:`_drop_connections` does."""
+        if self.route is not None:
+            self.route.transport._close_idle()
+            return
+        http = getattr(self.client, "_client", None)
+        if not isinstance(http, httpx2.AsyncClient):
+            return
+        mounts: dict[Any, Any] = getattr(http, "_mounts", {})
+        for transport in (getattr(http, "_transport", None), *mounts.values()):
+            pool = getattr(transport, "_pool", None)
+            for connection in getattr(pool, "connections", ()):
+                if connection.is_idle():  # closed at once: no request can take it now
+                    await connection.aclose()
 
     async def _drop_connections(self) -> None:
         """Close the connections pooled in the SDK client's ``httpx2`` transports (its own

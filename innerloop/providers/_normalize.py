@@ -362,11 +362,10 @@ def _openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
             ]
             if not text and not calls:
                 continue  # thinking-only turns cannot be sent to OpenAI
-            # a message of calls only carries no content key: OpenAI takes it so, and
-            # compatible servers (llama.cpp's) refuse ``"content": null``
-            wire: dict[str, Any] = {"role": "assistant"}
-            if text:
-                wire["content"] = text
+            # a message of calls alone carries "" as content: OpenAI's schema takes any
+            # string there; llama.cpp's server refuses null (a 500) and its chat templates
+            # read the key (a 500 without it)
+            wire: dict[str, Any] = {"role": "assistant", "content": text}
             if calls:
                 wire["tool_calls"] = calls
             out.append(wire)

@@ -353,12 +353,17 @@ class OpenAIProvider(HTTPProvider):
             empty = await posted.empty()
         except BaseException as exc:
             await posted.close()
-            if isinstance(exc, Exception) and not isinstance(exc, ProviderError):
-                raise stream_failure(self.name, exc) from exc
-            raise
+            if not isinstance(exc, Exception):
+                raise
+            await self.drop_idle_connections()
+            error = stream_failure(self.name, exc)
+            if error is exc:
+                raise
+            raise error from exc
         if not empty:
             return self._stream(request, posted, notices)
         await posted.close()
+        await self.drop_idle_connections()  # llama.cpp's closes it after an empty body
         return self._stream(request, await self._unstreamed_again(payload, model), notices)
 
     def _wire_payload(self, request: WireRequest) -> dict[str, Any]:

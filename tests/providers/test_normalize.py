@@ -119,9 +119,9 @@ def check_openai(messages: list[dict[str, Any]]) -> None:
         assert role in ("system", "user", "assistant")
         if role == "assistant":
             assert set(m) <= {"role", "content", "tool_calls"}
-            assert "content" not in m or (isinstance(m["content"], str) and m["content"])
+            assert isinstance(m["content"], str)
             calls = m.get("tool_calls") or []
-            assert m.get("content") or calls
+            assert m["content"] or calls
             for c in calls:
                 assert c["type"] == "function"
                 assert isinstance(json.loads(c["function"]["arguments"]), dict)
@@ -339,9 +339,10 @@ def test_openai_gets_the_strict_form_of_decorated_tools_only() -> None:
     ] * 2
 
 
-def test_openai_calls_only_assistant_has_no_content_key() -> None:
-    """An assistant turn of calls alone goes out without ``content`` (OpenAI takes it so;
-    llama.cpp's server refuses ``"content": null`` with a 500)."""
+def test_openai_calls_only_assistant_has_empty_content() -> None:
+    """An assistant turn of calls alone goes out with ``"content": ""`` (a string, as
+    OpenAI's schema takes; llama.cpp's server refuses null and its chat templates read
+    the key, each with a 500)."""
     history = [
         Message.user("weather?"),
         Message.assistant((ToolUseBlock("c1", "weather", {"city": "Oslo"}),)),
@@ -350,6 +351,7 @@ def test_openai_calls_only_assistant_has_no_content_key() -> None:
     wire = normalize(history, "openai")
     assert wire[1] == {
         "role": "assistant",
+        "content": "",
         "tool_calls": [
             {
                 "id": "c1",
