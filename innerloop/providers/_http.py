@@ -495,6 +495,25 @@ class Posted:
         return True
 
 
+def _sdk_transports(client: Any) -> list[Any]:
+    """The ``httpx2`` transports of an SDK client (its own pool, and mounted proxies).
+    Neither SDK exposes its pool, so this reads their private attributes; tests/providers/
+    test_sync_clients.py fails when they move."""
+    http = getattr(client, "_client", None)  # the SDK's httpx2.AsyncClient
+    if not isinstance(http, httpx2.AsyncClient):
+        return []
+    mounts: dict[Any, Any] = getattr(http, "_mounts", {})
+    return [getattr(http, "_transport", None), *mounts.values()]
+
+
+async def _drop_pool(client: Any) -> None:
+    """Close the connections pooled in ``client``'s ``httpx2`` transports, leaving the
+    client open (see :meth:`HTTPProvider._drop_connections`)."""
+    for transport in _sdk_transports(client):
+        if isinstance(transport, httpx2.AsyncHTTPTransport):
+            await transport.aclose()  # closes the pool's connections, not the pool
+
+
 class HTTPProvider:
     """The skeleton of an SDK-backed provider; subclasses say how to send and parse."""
 
@@ -508,7 +527,6 @@ class HTTPProvider:
     _owns_pool = False  # the provider built the client and its connection pool: it closes them
     _loop: asyncio.AbstractEventLoop | None = None  # the loop the client's pool belongs to
     _loop_end: asyncio.Task[None] | None = None
-    _watchers: set[asyncio.Task[None]] | None = None  # every loop's, until it ends
     _unscrub: Callable[[], object] = staticmethod(lambda: None)  # releases the log scrubber
 
     def _connect(
@@ -627,11 +645,8 @@ class HTTPProvider:
             elif not self._owns_pool:
                 await self._drop_connections()
         self._loop = loop
-        if self._watchers is None:
-            self._watchers = set()
-        self._loop_end = close_at_loop_end(
-            self.client.close if self._owns_pool else self._drop_connections, self._watchers
-        )
+        close = self.client.close if self._owns_pool else functools.partial(_drop_pool, self.client)
+        self._loop_end = close_at_loop_end(self, close)  # holds the client, not the provider
 
     async def drop_idle_connections(self) -> None:
         """Close the connections idle in the pool (the SDK client's, or the
@@ -643,11 +658,7 @@ class HTTPProvider:
         if self.route is not None:
             self.route.transport._close_idle()
             return
-        http = getattr(self.client, "_client", None)
-        if not isinstance(http, httpx2.AsyncClient):
-            return
-        mounts: dict[Any, Any] = getattr(http, "_mounts", {})
-        for transport in (getattr(http, "_transport", None), *mounts.values()):
+        for transport in _sdk_transports(self.client):
             pool = getattr(transport, "_pool", None)
             for connection in getattr(pool, "connections", ()):
                 if connection.is_idle():  # closed at once: no request can take it now
@@ -657,16 +668,8 @@ class HTTPProvider:
         """Close the connections pooled in the SDK client's ``httpx2`` transports (its own
         pool, and mounted proxies) and leave the client open: the pool opens new ones on
         the client's next event loop. Other transports are left alone (an
-        ``AsyncioTransport`` drops its own connections at the loop's end). Neither SDK
-        exposes its pool, so this reads their private attributes; tests/providers/
-        test_sync_clients.py fails when they move."""
-        http = getattr(self.client, "_client", None)  # the SDK's httpx2.AsyncClient
-        if not isinstance(http, httpx2.AsyncClient):
-            return
-        mounts: dict[Any, Any] = getattr(http, "_mounts", {})
-        for transport in (getattr(http, "_transport", None), *mounts.values()):
-            if isinstance(transport, httpx2.AsyncHTTPTransport):
-                await transport.aclose()  # closes the pool's connections, not the pool
+        ``AsyncioTransport`` drops its own connections at the loop's end)."""
+        await _drop_pool(self.client)
 
     async def aclose(self) -> None:
         watcher, self._loop_end = self._loop_end, None
