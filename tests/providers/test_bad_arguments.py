@@ -38,7 +38,7 @@ def _sse(*events: dict[str, Any] | str) -> bytes:
 
 
 def _openai_body() -> bytes:
-    call = {"index": 0, "id": "call_1", "type": "function"}
+    call: dict[str, Any] = {"index": 0, "id": "call_1", "type": "function"}
     call["function"] = {"name": "weather", "arguments": BROKEN}
     return _sse(
         {"id": "c", "model": "m", "choices": [{"index": 0, "delta": {"tool_calls": [call]}}]},
@@ -48,7 +48,8 @@ def _openai_body() -> bytes:
 
 
 def _anthropic_body() -> bytes:
-    message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m"}
+    message: dict[str, Any] = {"id": "msg_1", "type": "message", "role": "assistant"}
+    message["model"] = "m"
     message.update(content=[], usage={"input_tokens": 3, "output_tokens": 1})
     block = {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}}
     delta = {"type": "input_json_delta", "partial_json": BROKEN}
