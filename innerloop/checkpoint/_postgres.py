@@ -107,7 +107,6 @@ class PostgresCheckpointer(SQLStore):
         """Each event loop's asynchronous connection (the task that opens it) and the task
         that closes it at the loop's end."""
         self._loops_lock = threading.Lock()
-        self._watchers: set[asyncio.Task[None]] = set()
         self._conn = psycopg.connect(url, autocommit=True, connect_timeout=self._timeout)
         try:
             self._migrate()
@@ -170,7 +169,7 @@ class PostgresCheckpointer(SQLStore):
             # the loop keeps only a weak reference to a task: the store keeps both, until
             # the loop's end
             ends = (
-                close_at_loop_end(functools.partial(self._loop_ended, loop), self._watchers)
+                close_at_loop_end(self, functools.partial(self._loop_ended, loop))
                 if entry is None
                 else entry[1]
             )

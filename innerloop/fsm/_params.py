@@ -360,12 +360,16 @@ class HarnessParams(Generic[OutputT]):
     answer is free text. A type checker reads the type off it: ``output_type=Weather``
     makes a ``HarnessParams[Weather]``, whose harness's ``state.output`` is
     ``Weather | None``."""
-    output_mode: Literal["auto", "native", "tool"] = attrs.field(
+    output_mode: Literal["auto", "native", "tool", "json"] = attrs.field(
         default="auto", metadata=checked(_output_mode)
     )
     """How the answer of ``output_type`` is asked for: ``native`` structured output,
-    the final-result ``tool`` (``final_result``, its input the answer), or ``auto``: native
-    where the model has it, else the tool (decided per model of the chain)."""
+    the final-result ``tool`` (``final_result``, its input the answer), ``json``
+    (``json_object`` with the schema in the system prompt, for OpenAI-compatible servers
+    that refuse ``json_schema``; native for the other dialects), or ``auto``: native
+    where the model has it, else the tool (decided per model of the chain). An
+    ``OpenAIProvider`` whose server refuses ``json_schema`` falls back to ``json`` by
+    itself, with an ``output_format_fallback`` alert."""
     max_output_repairs: int = attrs.field(default=2, metadata=checked(integer(ge=0)))
     """How many times an answer that does not match ``output_type`` is sent back to the
     model with the validation errors (the ``repair`` state) before the run fails."""
@@ -538,6 +542,8 @@ class HarnessParams(Generic[OutputT]):
             return
         if choice.startswith("tool:"):
             name = choice[len("tool:") :]
+            if name == OUTPUT_TOOL and self.output_type is not None:
+                return  # the final-result tool's call is the answer: _check_output's
             if name not in names:
                 raise ParamsError(
                     "tool_choice",
@@ -557,22 +563,32 @@ class HarnessParams(Generic[OutputT]):
                     "set output_type or leave output_mode='auto'",
                 )
             return
-        if self.tool_choice == "any" or self.tool_choice.startswith("tool:"):
+        forced = self.tool_choice == "any" or self.tool_choice.startswith("tool:")
+        if forced and not self._forces_final_result():
             raise ParamsError(
                 "tool_choice",
                 f"{self.tool_choice!r} forces a tool call on every turn, so the model can never "
-                "give the typed final answer output_type asks for; use 'auto'",
+                "give the typed final answer output_type asks for; use 'auto', or "
+                f"'tool:{OUTPUT_TOOL}' with output_mode='tool' (that call is the answer)",
             )
         for i, choice in enumerate(self.model_chain):
-            if self.output_mode == "native" and not native_output(choice.model):
+            if self.output_mode in ("native", "json") and not native_output(choice.model):
                 raise ParamsError(
                     "model" if i == 0 else f"fallbacks[{i - 1}]",
                     f"{choice.model} has no native structured output, which "
-                    "output_mode='native' needs: use output_mode='auto' (the final-result tool "
-                    "for this model) or pick Claude Sonnet 4.5, Opus 4.1, Haiku 4.5 or later",
+                    f"output_mode={self.output_mode!r} needs: use output_mode='auto' (the "
+                    "final-result tool for this model) or pick Claude Sonnet 4.5, Opus 4.1, "
+                    "Haiku 4.5 or later",
                     choice,
                 )
             self._check_output_tool(choice)
+
+    def _forces_final_result(self) -> bool:
+        """Whether ``tool_choice`` forces the final-result tool and every model of the
+        chain is asked for the answer through it: then the forced call is the answer."""
+        return self.tool_choice == f"tool:{OUTPUT_TOOL}" and all(
+            self.output_tool(c.model) for c in self.model_chain
+        )
 
     def _check_output_tool(self, choice: ModelChoice) -> None:
         """The final-result tool for ``choice``: its name free, tool calls allowed."""

@@ -410,25 +410,31 @@ async def _calling(ctx: PhaseContext, gate: RateLimitGate, admission: Admission)
     if not scope.quiet:  # what a replay checks; a quiet run() is never logged
         assert scope.request is not None
         yield _model_call(ctx, scope.request)
-    failed = await _open(ctx, gate)
-    if failed is not None:
-        async with contextlib.aclosing(failed):
-            async for event in failed:
+    opened = await _open(ctx, gate)
+    if isinstance(opened, Sequence):
+        for event in opened:
+            yield event
+    elif opened is not None:
+        async with contextlib.aclosing(opened):
+            async for event in opened:
                 yield event
 
 
-async def _open(ctx: PhaseContext, gate: RateLimitGate) -> Events | None:
-    """Open the request the gate let go, the stream kept in ``scope``: None, or the
-    generator reporting the failure (both ways of ``call`` end here)."""
+async def _open(ctx: PhaseContext, gate: RateLimitGate) -> Steps:
+    """Open the request the gate let go, the stream kept in ``scope``: None, the alerts
+    the provider gave with the stream (what it did differently to get it, as
+    ``OpenAIProvider``'s unstreamed re-ask), or the generator reporting the failure (both
+    ways of ``call`` end here)."""
     scope = ctx.scope
     assert scope.request is not None
     try:
-        scope.stream = await ctx.provider.open(scope.request)
+        scope.stream = stream = await ctx.provider.open(scope.request)
     except Exception as exc:
         return _open_failed(ctx, ProviderError.wrap(exc, ctx.choice.provider))
     gate.success()
     ctx.state.outcome = Outcome.OPENED
-    return None
+    notices: tuple[Alert, ...] = getattr(stream, "notices", ())
+    return list(notices) if notices else None
 
 
 async def _open_failed(ctx: PhaseContext, error: ProviderError) -> Events:

@@ -4,6 +4,9 @@
     HTTP 529, overloaded_error                 -> overloaded
     HTTP 5xx, 408, timeouts, dropped, bad JSON -> transient
     "prompt is too long", context_length_exceeded -> context_overflow
+    HTTP 422, or a 4xx/5xx whose body says the request's shape is invalid
+      ("Input should be ...", "validation error", "Field required") -> fatal: the same
+      request meets it again (a compatible server's 500 for a field it cannot take)
     HTTP 401, 403, 404, any other 4xx          -> fatal
     no status (an error event inside a 200 stream): by the error's type, else its code
       (insufficient_quota, invalid_request_error, ... -> fatal: account and request
@@ -54,6 +57,13 @@ _OVERFLOW_MARKERS = (
     "context window",
     "input is too long",  # Bedrock's ValidationException
 )
+_SHAPE_MARKERS = (
+    "input should be",  # pydantic 2's messages (llama.cpp's and vLLM's servers)
+    "validation error",
+    "field required",
+    "extra inputs are not permitted",
+)
+"""Words of a body that refuses the request's shape: never retried unchanged."""
 _TYPE_CATEGORIES = {
     "rate_limit_error": ErrorCategory.RATE_LIMITED,
     "rate_limit_exceeded": ErrorCategory.RATE_LIMITED,
@@ -205,8 +215,11 @@ def parse_retry_after(
 
 
 def _error_fields(body: Any) -> tuple[str, str, str]:
-    """(type, code, message) of an Anthropic or OpenAI error body."""
+    """(type, code, message) of an Anthropic or OpenAI error body (or a FastAPI one:
+    ``{"detail": ...}``, as compatible servers answer a request they cannot read)."""
     if isinstance(body, Mapping):
+        if "error" not in body and "detail" in body:
+            return "", "", str(body["detail"])
         error = body.get("error", body)
         if isinstance(error, Mapping):
             return (
@@ -235,6 +248,8 @@ def _category(status: int | None, kind: str, code: str, message: str) -> ErrorCa
         return ErrorCategory.RATE_LIMITED
     if status == 529:
         return ErrorCategory.OVERLOADED
+    if status is not None and (status == 422 or any(m in lowered for m in _SHAPE_MARKERS)):
+        return ErrorCategory.FATAL  # the request's shape: the same request fails again
     by_type = _TYPE_CATEGORIES.get(kind.lower()) or _TYPE_CATEGORIES.get(code.lower())
     if by_type is not None:
         return by_type

@@ -19,7 +19,7 @@ import attrs
 import httpx2
 
 from innerloop._errors import ErrorCategory, ProviderError
-from innerloop._events import MessageComplete, StreamEvent
+from innerloop._events import Alert, MessageComplete, StreamEvent
 from innerloop._json import (
     MAX_JSON_DEPTH,
     WRAPPED_JSON_DEPTH,
@@ -41,6 +41,7 @@ __all__ = [
     "Assembler",
     "HTTPModelStream",
     "HTTPProvider",
+    "Posted",
     "SSESplitter",
     "Splitter",
     "WireRoute",
@@ -49,6 +50,7 @@ __all__ = [
     "missing_key",
     "parse_tool_input",
     "sdk_options",
+    "stream_failure",
 ]
 
 
@@ -68,11 +70,13 @@ def loads(provider: str, data: bytes | str, max_depth: int = WRAPPED_JSON_DEPTH)
 
 
 def parse_tool_input(
-    provider: str, name: str, raw: str, max_depth: int = MAX_JSON_DEPTH
+    provider: str, name: str, raw: str, max_depth: int = MAX_JSON_DEPTH, *, whole: bool = True
 ) -> dict[str, Any]:
-    """A complete tool input: empty means ``{}``; anything but a JSON object is malformed;
-    one nested deeper than ``max_depth`` stands as
-    :func:`~innerloop._json.unreadable_input`."""
+    """A tool input: empty means ``{}``. One that is no JSON object (broken JSON, a list)
+    or nested deeper than ``max_depth`` is the model's mistake, not the server's: it
+    stands as :func:`~innerloop._json.unreadable_input` naming the problem (the call is
+    answered with an ``is_error`` result, its tool never run). With ``whole=False`` (the
+    input may still be arriving) a non-object raises ``ProviderError`` instead."""
     raw = raw.strip()
     if not raw:
         return {}
@@ -82,13 +86,14 @@ def parse_tool_input(
         return unreadable_input(exc.msg)
     except ValueError as exc:
         value = exc
-    if not isinstance(value, dict):
-        raise ProviderError(
-            ErrorCategory.TRANSIENT,
-            f"tool {name!r} input is not a JSON object: {raw[:200]!r}",
-            provider=provider,
-        )
-    return value
+    if isinstance(value, dict):
+        return value
+    what = f"not valid JSON ({value})" if isinstance(value, ValueError) else "not a JSON object"
+    if whole:
+        return unreadable_input(f"{what}: {raw[:200]!r}")
+    raise ProviderError(
+        ErrorCategory.TRANSIENT, f"tool {name!r} input is {what}: {raw[:200]!r}", provider=provider
+    )
 
 
 DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
@@ -246,6 +251,24 @@ _SHAPE_ERRORS = (LookupError, TypeError, AttributeError, ValueError)
 delta without ``index``, a string for a number)."""
 
 
+async def _nothing() -> None:
+    return None
+
+
+def stream_failure(provider: str, exc: Exception, data: bytes = b"") -> ProviderError:
+    """What a failure reading a response body is: a malformed response (``data`` the
+    payload being read) or the transport's error (a ``ProviderError`` stays itself)."""
+    if isinstance(exc, ProviderError):
+        return exc
+    if isinstance(exc, _SHAPE_ERRORS):
+        what = f"an event of the wrong shape ({type(exc).__name__}: {exc})"
+        return malformed(provider, what, data)
+    if isinstance(exc, httpx2.DecodingError):
+        what = f"its content-encoding cannot be undone (DecodingError: {exc})"
+        return malformed(provider, what)
+    return error_from_exception(provider, exc, "mid-stream")
+
+
 class HTTPModelStream:
     """An open response: iterating parses its bytes into stream events."""
 
@@ -259,8 +282,17 @@ class HTTPModelStream:
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         deadline: float | None = None,
         splitter: Callable[[int, str], Splitter] = SSESplitter,
+        first: bytes = b"",
     ) -> None:
         self._provider = provider
+        self._first = first
+        """The body's first bytes, already read off ``chunks`` (by a look at the start)."""
+        self.notices: tuple[Alert, ...] = ()
+        """What the provider did differently to get this answer (the call phase passes
+        them on as alerts)."""
+        self.after_failure: Callable[[], Awaitable[object]] = _nothing
+        """Run when reading the response fails, before the error is raised (the provider
+        drops its idle pooled connections then)."""
         self._splitter = splitter
         self._deadline = deadline
         """Event-loop time by which the whole response must have arrived."""
@@ -281,7 +313,7 @@ class HTTPModelStream:
                 body = loads(self._provider, data, self._depth) if data.strip() else None
                 assembler.feed_json(body, out)
             else:
-                splitter = self._splitter(self._max, self._provider)
+                splitter = self._start(out)
                 feed, deadline = assembler.feed, self._deadline
                 now = asyncio.get_running_loop().time
                 async for chunk in self._chunks:
@@ -295,23 +327,22 @@ class HTTPModelStream:
                 for data in splitter.finish():
                     feed(data, out)
             response = assembler.finish(out)
-        except ProviderError:
-            raise
         except Exception as exc:
-            raise self._failure(exc, data) from exc
+            error = stream_failure(self._provider, exc, data)
+            await self.after_failure()  # the retry goes out on a fresh connection
+            if error is exc:
+                raise
+            raise error from exc
         for event in out:
             yield event
         yield MessageComplete(response)
 
-    def _failure(self, exc: Exception, data: bytes) -> ProviderError:
-        """What a failure mid-stream is: a malformed response or the transport's error."""
-        if isinstance(exc, _SHAPE_ERRORS):
-            what = f"an event of the wrong shape ({type(exc).__name__}: {exc})"
-            return malformed(self._provider, what, data)
-        if isinstance(exc, httpx2.DecodingError):
-            what = f"its content-encoding cannot be undone (DecodingError: {exc})"
-            return malformed(self._provider, what)
-        return error_from_exception(self._provider, exc, "mid-stream")
+    def _start(self, out: list[StreamEvent]) -> Splitter:
+        """The splitter of the events, the first bytes (when read already) fed."""
+        splitter = self._splitter(self._max, self._provider)
+        for data in splitter.feed(self._first) if self._first else ():
+            self._assembler.feed(data, out)
+        return splitter
 
     def _past_deadline(self) -> ProviderError:
         return ProviderError(
@@ -323,7 +354,7 @@ class HTTPModelStream:
 
     async def _body(self) -> bytes:
         """A whole non-streaming body, up to the event limit."""
-        parts, size = [], 0
+        parts, size = [self._first], len(self._first)
         deadline, now = self._deadline, asyncio.get_running_loop().time
         async for chunk in self._chunks:
             if deadline is not None and now() > deadline:
@@ -436,6 +467,53 @@ def sdk_options(
     return options
 
 
+class Posted:
+    """A response whose status is known: its body's chunks (``first`` already read off
+    them, when a provider looked), its content type, how to close it, and what the
+    provider did differently to get it (``notice``)."""
+
+    __slots__ = ("chunks", "close", "content_type", "first", "notice")
+
+    def __init__(
+        self,
+        chunks: AsyncIterator[bytes],
+        content_type: str,
+        close: Callable[[], Awaitable[object]],
+    ) -> None:
+        self.chunks = chunks
+        self.content_type = content_type
+        self.close = close
+        self.first = b""
+        self.notice: Alert | None = None
+
+    async def empty(self) -> bool:
+        """Whether the body ends before its first byte (read into ``first`` otherwise)."""
+        async for chunk in self.chunks:
+            if chunk:
+                self.first = chunk
+                return False
+        return True
+
+
+def _sdk_transports(client: Any) -> list[Any]:
+    """The ``httpx2`` transports of an SDK client (its own pool, and mounted proxies).
+    Neither SDK exposes its pool, so this reads their private attributes; tests/providers/
+    test_sync_clients.py fails when they move."""
+    http = getattr(client, "_client", None)  # the SDK's httpx2.AsyncClient
+    if not isinstance(http, httpx2.AsyncClient):
+        return []
+    mounts: dict[Any, Any] = getattr(http, "_mounts", {})
+    return [getattr(http, "_transport", None), *mounts.values()]
+
+
+async def _drop_pool(client: Any) -> None:
+    """Close the connections pooled in ``client``'s ``httpx2`` transports, leaving the
+    client open (see :meth:`HTTPProvider._drop_connections`)."""
+    for transport in _sdk_transports(client):
+        if isinstance(transport, httpx2.AsyncHTTPTransport):
+            await transport.aclose()  # closes the pool's connections, not the pool
+
+
 class HTTPProvider:
     """The skeleton of an SDK-backed provider; subclasses say how to send and parse."""
 
@@ -449,7 +527,6 @@ class HTTPProvider:
     _owns_pool = False  # the provider built the client and its connection pool: it closes them
     _loop: asyncio.AbstractEventLoop | None = None  # the loop the client's pool belongs to
     _loop_end: asyncio.Task[None] | None = None
-    _watchers: set[asyncio.Task[None]] | None = None  # every loop's, until it ends
     _unscrub: Callable[[], object] = staticmethod(lambda: None)  # releases the log scrubber
 
     def _connect(
@@ -494,45 +571,55 @@ class HTTPProvider:
 
     async def open(self, request: WireRequest) -> HTTPModelStream:
         """Send ``request``; returns once the response status is known."""
-        assembler = self._assembler(request)
-        loop = asyncio.get_running_loop()
+        return self._stream(request, await self._post(request.payload))
+
+    def _stream(
+        self, request: WireRequest, posted: Posted, notices: tuple[Alert, ...] = ()
+    ) -> HTTPModelStream:
+        """The model stream that reads ``posted``, the response to ``request``."""
         limit = request.time_limit
-        deadline = None if limit is None else loop.time() + limit
+        deadline = None if limit is None else asyncio.get_running_loop().time() + limit
+        stream = HTTPModelStream(
+            self.name,
+            posted.chunks,
+            posted.content_type,
+            posted.close,
+            self._assembler(request),
+            self.max_event_bytes,
+            deadline,
+            self.splitter,
+            posted.first,
+        )
+        stream.notices = notices if posted.notice is None else (*notices, posted.notice)
+        stream.after_failure = self.drop_idle_connections
+        return stream
+
+    async def _post(self, payload: dict[str, Any]) -> Posted:
+        """POST ``payload``; the response once its status is known (a failed one raises
+        its ``ProviderError``, the idle pooled connections dropped first: the retry goes
+        out on a fresh one)."""
         if self.route is not None:
-            raw = await self.route.send(self.name, request.payload)
-            content_type = raw.header("content-type") or ""
-            return HTTPModelStream(
-                self.name,
-                raw.decoded(),
-                content_type,
-                raw.aclose,
-                assembler,
-                self.max_event_bytes,
-                deadline,
-            )
+            try:
+                raw = await self.route.send(self.name, payload)
+            except ProviderError:
+                await self.drop_idle_connections()
+                raise
+            return Posted(raw.decoded(), raw.header("content-type") or "", raw.aclose)
+        loop = asyncio.get_running_loop()
         if loop is not self._loop:
             await self._adopt(loop)
-        manager = self._send(request.payload)
+        manager = self._send(payload)
         try:
             response = await manager.__aenter__()
         except Exception as exc:
+            await self.drop_idle_connections()
             raise error_from_exception(self.name, exc) from exc
         http = response.http_response
 
         async def close() -> None:
             await manager.__aexit__(None, None, None)
 
-        content_type = http.headers.get("content-type", "")
-        return HTTPModelStream(
-            self.name,
-            http.aiter_bytes(),
-            content_type,
-            close,
-            assembler,
-            self.max_event_bytes,
-            deadline,
-            self.splitter,
-        )
+        return Posted(http.aiter_bytes(), http.headers.get("content-type", ""), close)
 
     async def complete(self, request: WireRequest) -> ModelResponse:
         """One call, the assembled response (no machine, no retries)."""
@@ -558,26 +645,31 @@ class HTTPProvider:
             elif not self._owns_pool:
                 await self._drop_connections()
         self._loop = loop
-        if self._watchers is None:
-            self._watchers = set()
-        self._loop_end = close_at_loop_end(
-            self.client.close if self._owns_pool else self._drop_connections, self._watchers
-        )
+        close = self.client.close if self._owns_pool else functools.partial(_drop_pool, self.client)
+        self._loop_end = close_at_loop_end(self, close)  # holds the client, not the provider
+
+    async def drop_idle_connections(self) -> None:
+        """Close the connections idle in the pool (the SDK client's, or the
+        ``AsyncioTransport``'s), leaving those that carry a response: after a failed
+        call the server may have dropped them (a dropped stream, a server that closes the
+        connection after an error while its head said keep-alive), and a retry sent on
+        one is wasted. The next request opens a fresh connection. Reads the SDK's and
+        httpx2's private attributes, as :meth:`_drop_connections` does."""
+        if self.route is not None:
+            self.route.transport._close_idle()
+            return
+        for transport in _sdk_transports(self.client):
+            pool = getattr(transport, "_pool", None)
+            for connection in getattr(pool, "connections", ()):
+                if connection.is_idle():  # closed at once: no request can take it now
+                    await connection.aclose()
 
     async def _drop_connections(self) -> None:
         """Close the connections pooled in the SDK client's ``httpx2`` transports (its own
         pool, and mounted proxies) and leave the client open: the pool opens new ones on
         the client's next event loop. Other transports are left alone (an
-        ``AsyncioTransport`` drops its own connections at the loop's end). Neither SDK
-        exposes its pool, so this reads their private attributes; tests/providers/
-        test_sync_clients.py fails when they move."""
-        http = getattr(self.client, "_client", None)  # the SDK's httpx2.AsyncClient
-        if not isinstance(http, httpx2.AsyncClient):
-            return
-        mounts: dict[Any, Any] = getattr(http, "_mounts", {})
-        for transport in (getattr(http, "_transport", None), *mounts.values()):
-            if isinstance(transport, httpx2.AsyncHTTPTransport):
-                await transport.aclose()  # closes the pool's connections, not the pool
+        ``AsyncioTransport`` drops its own connections at the loop's end)."""
+        await _drop_pool(self.client)
 
     async def aclose(self) -> None:
         watcher, self._loop_end = self._loop_end, None

@@ -39,6 +39,7 @@ from innerloop.providers._servertools import ServerTool, server_tool_definition,
 
 __all__ = [
     "DIALECTS",
+    "JSON_OBJECT_SYSTEM",
     "OUTPUT_MODES",
     "OUTPUT_TOOL",
     "RESPONSES_SIGNATURE",
@@ -47,6 +48,7 @@ __all__ = [
     "WireRequest",
     "build_request",
     "check_sendable",
+    "json_object_output",
     "native_output",
     "normalize",
     "output_tool_used",
@@ -61,9 +63,15 @@ RESPONSES_SIGNATURE = "openai-responses:"
 ERROR_PREFIX = "[tool error] "
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9_-]")
 
-OUTPUT_MODES = ("auto", "native", "tool")
+OUTPUT_MODES = ("auto", "native", "tool", "json")
 """How a typed final answer is asked for: ``native`` structured output, the final-result
-``tool``, or ``auto`` (native where the model has it, else the tool)."""
+``tool``, ``json`` (Chat Completions' ``json_object`` format with the schema in the system
+prompt, for compatible servers that refuse ``json_schema``; native for the other
+dialects), or ``auto`` (native where the model has it, else the tool)."""
+JSON_OBJECT_SYSTEM = (
+    "Answer with one JSON object, and nothing else, that matches this JSON schema: {schema}"
+)
+"""The system line that names the schema of a ``json_object`` answer."""
 OUTPUT_TOOL = "final_result"
 """The name of the final-result tool (reserved: no tool of the run may take it)."""
 OUTPUT_TOOL_DESCRIPTION = (
@@ -354,7 +362,10 @@ def _openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
             ]
             if not text and not calls:
                 continue  # thinking-only turns cannot be sent to OpenAI
-            wire: dict[str, Any] = {"role": "assistant", "content": text or None}
+            # a message of calls alone carries "" as content: OpenAI's schema takes any
+            # string there; llama.cpp's server refuses null (a 500) and its chat templates
+            # read the key (a 500 without it)
+            wire: dict[str, Any] = {"role": "assistant", "content": text}
             if calls:
                 wire["tool_calls"] = calls
             out.append(wire)
@@ -597,6 +608,8 @@ def build_request(
     if settings.output_schema is not None and not tool_mode:
         _output_format(settings, str(dialect), payload)
     payload["input" if dialect == "responses" else "messages"] = messages
+    if dialect == "openai" and settings.output_mode == "json" and "response_format" in payload:
+        payload = json_object_output(payload)
     return WireRequest(
         str(dialect), model, payload, settings.call_deadline, settings.max_json_depth
     )
@@ -642,6 +655,23 @@ def _output_format(settings: RequestSettings, dialect: str, payload: dict[str, A
         payload["response_format"] = {"type": "json_schema", "json_schema": named}
     else:
         payload["text"] = {"format": {"type": "json_schema", **named}}
+
+
+def json_object_output(payload: dict[str, Any]) -> dict[str, Any]:
+    """A Chat Completions ``payload`` that asks for a ``json_schema`` answer, asking for a
+    ``json_object`` instead: the schema goes to the system prompt (a line of
+    :data:`JSON_OBJECT_SYSTEM`) and beside the type as ``schema``, which llama.cpp's server
+    turns into a grammar (others ignore it). The answer is validated as any typed answer."""
+    schema = payload["response_format"]["json_schema"]["schema"]
+    line = JSON_OBJECT_SYSTEM.format(schema=json.dumps(schema, separators=(",", ":")))
+    messages = list(payload["messages"])
+    first = messages[0] if messages else {}
+    if first.get("role") == "system" and isinstance(first.get("content"), str):
+        messages[0] = {**first, "content": f"{first['content']}\n\n{line}"}
+    else:
+        messages.insert(0, {"role": "system", "content": line})
+    fmt = {"type": "json_object", "schema": schema}
+    return {**payload, "response_format": fmt, "messages": messages}
 
 
 def _reasoning(settings: RequestSettings, dialect: str, model: str) -> dict[str, Any]:

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx2
 
 from innerloop._errors import ErrorCategory, ProviderError
 from innerloop._events import (
+    Alert,
     StreamEvent,
     TextDelta,
     ThinkingDelta,
@@ -37,15 +39,18 @@ from innerloop.providers._cache import openai_usage
 from innerloop.providers._errors import error_from_body
 from innerloop.providers._http import (
     DEFAULT_MAX_EVENT_BYTES,
+    HTTPModelStream,
     HTTPProvider,
+    Posted,
     loads,
     malformed,
     missing_key,
     parse_tool_input,
+    stream_failure,
 )
-from innerloop.providers._normalize import WireRequest
+from innerloop.providers._normalize import WireRequest, json_object_output
 
-__all__ = ["FINISH_REASONS", "OpenAIAssembler", "OpenAIProvider"]
+__all__ = ["FINISH_REASONS", "OUTPUT_CAP_FIELDS", "OpenAIAssembler", "OpenAIProvider"]
 
 FINISH_REASONS = {
     "stop": "end_turn",
@@ -162,15 +167,16 @@ class OpenAIAssembler:
             out.append(ToolInputDelta(call.index, call.id, arguments))
 
     def _try_complete(self, call: _Call, out: list[StreamEvent], strict: bool = False) -> bool:
+        """Complete ``call`` when its arguments parse; ``strict`` when they are whole (the
+        message ended, not cut off): then arguments that do not parse stand as an
+        unreadable input, answered with an error result."""
         if call.done:
             return True
         try:
             arguments = parse_tool_input(
-                self.provider, call.name, "".join(call.arguments), self.max_depth
+                self.provider, call.name, "".join(call.arguments), self.max_depth, whole=strict
             )
-        except ProviderError:
-            if strict:
-                raise
+        except ProviderError:  # still arriving, or cut off
             return False
         call.done = True
         block = ToolUseBlock(call.id, call.name, arguments)
@@ -256,7 +262,27 @@ class OpenAIProvider(HTTPProvider):
     one process. Any other httpx transport goes to the SDK client as its transport.
 
     ``max_event_bytes`` (16 MiB) bounds one streamed event, and a non-streaming body: a
-    longer one is a malformed response (transient: retried once), not unbounded memory."""
+    longer one is a malformed response (transient: retried once), not unbounded memory.
+
+    Compatible servers (llama.cpp, vLLM, Ollama, LM Studio, gateways) differ from
+    OpenAI's own endpoint in a few ways, each handled here:
+
+    - ``output_cap_field``: the field that carries ``max_output_tokens``. OpenAI's endpoint
+      reads ``max_completion_tokens`` (and refuses ``max_tokens`` for reasoning models);
+      compatible servers read ``max_tokens``. None (the default) decides by the base URL:
+      ``max_completion_tokens`` for OpenAI's and Azure's hosts, ``max_tokens`` for any
+      other.
+    - ``unstreamed``: models asked without streaming (one JSON answer per turn). A server
+      that answers a streamed request with an empty body (llama.cpp's, for tools with
+      ``tool_choice="auto"`` or a prompt past its context) is asked once more without
+      streaming: its real answer, or its real error (a context overflow is then a proper
+      400), is what the machine sees. When that answer came, the provider remembers that
+      this model cannot stream such requests (with tools, or without) and asks it so
+      directly from then on; either way an ``Alert("stream_unsupported")`` says so.
+    - A ``json_schema`` response format the server refuses (llama.cpp's 500: ``Input
+      should be 'text' or 'json_object'``) is asked again as ``json_object`` with the
+      schema in the system prompt (``output_mode="json"``'s form), remembered per model,
+      with an ``Alert("output_format_fallback")``."""
 
     dialect = "openai"
 
@@ -271,8 +297,20 @@ class OpenAIProvider(HTTPProvider):
         client: openai.AsyncOpenAI | None = None,
         transport: httpx2.AsyncBaseTransport | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        output_cap_field: Literal["max_completion_tokens", "max_tokens"] | None = None,
+        unstreamed: Iterable[str] = (),
     ) -> None:
         self.name = name
+        if output_cap_field not in (None, *OUTPUT_CAP_FIELDS):
+            raise ValueError(
+                f"output_cap_field must be one of {', '.join(OUTPUT_CAP_FIELDS)} or None "
+                f"(decided by the base URL), got {output_cap_field!r}"
+            )
+        if isinstance(unstreamed, str):
+            raise TypeError(f"unstreamed takes model ids, got one string: use ({unstreamed!r},)")
+        self.unstreamed = frozenset(unstreamed)
+        self._unstreamable: set[tuple[str, bool]] = set()
+        self._json_object: set[str] = set()
         api_key = openai_key(
             api_key,
             client,
@@ -292,8 +330,125 @@ class OpenAIProvider(HTTPProvider):
             headers=default_headers,
         )
 
+        if output_cap_field is None:
+            host = self.client.base_url.host
+            native = host == "api.openai.com" or host.endswith(".openai.azure.com")
+            output_cap_field = "max_completion_tokens" if native else "max_tokens"
+        self.output_cap_field = output_cap_field
+
     def _send(self, payload: dict[str, Any]) -> AbstractAsyncContextManager[Any]:
         return self.client.chat.completions.with_streaming_response.create(**payload)  # type: ignore[no-any-return]
 
     def _assembler(self, request: WireRequest) -> OpenAIAssembler:
         return OpenAIAssembler(self.name, request.model, request.max_json_depth)
+
+    async def open(self, request: WireRequest) -> HTTPModelStream:
+        """Send ``request`` as this endpoint reads it (see the class's notes); returns once
+        the response status is known and, for a streamed one, its body has begun."""
+        payload, model = self._wire_payload(request), request.model
+        posted, payload, notices = await self._post_format(payload, model)
+        if not payload.get("stream") or "json" in posted.content_type:
+            return self._stream(request, posted, notices)
+        try:
+            empty = await posted.empty()
+        except BaseException as exc:
+            await posted.close()
+            if not isinstance(exc, Exception):
+                raise
+            await self.drop_idle_connections()
+            error = stream_failure(self.name, exc)
+            if error is exc:
+                raise
+            raise error from exc
+        if not empty:
+            return self._stream(request, posted, notices)
+        await posted.close()
+        await self.drop_idle_connections()  # llama.cpp's closes it after an empty body
+        return self._stream(request, await self._unstreamed_again(payload, model), notices)
+
+    def _wire_payload(self, request: WireRequest) -> dict[str, Any]:
+        """``request``'s payload as this endpoint reads it: the output cap's field, and
+        what was learnt (a format it refuses, requests it cannot stream)."""
+        payload, model = request.payload, request.model
+        if self.output_cap_field != "max_completion_tokens" and "max_completion_tokens" in payload:
+            payload = dict(payload)
+            payload[self.output_cap_field] = payload.pop("max_completion_tokens")
+        if model in self._json_object and _json_schema_asked(payload):
+            payload = json_object_output(payload)
+        kind = (model, bool(payload.get("tools")))
+        if payload.get("stream") and (model in self.unstreamed or kind in self._unstreamable):
+            payload = _unstreamed(payload)
+        return payload
+
+    async def _post_format(
+        self, payload: dict[str, Any], model: str
+    ) -> tuple[Posted, dict[str, Any], tuple[Alert, ...]]:
+        """POST ``payload``; a ``json_schema`` format the server refuses is asked again as
+        ``json_object`` (remembered for ``model``, and said in an alert). The response, the
+        payload that got it, and the alerts."""
+        try:
+            return await self._post(payload), payload, ()
+        except ProviderError as exc:
+            if not (_json_schema_asked(payload) and _json_schema_refused(exc)):
+                raise
+            self._json_object.add(model)
+            payload = json_object_output(payload)
+            return await self._post(payload), payload, (_format_alert(model, exc),)
+
+    async def _unstreamed_again(self, payload: dict[str, Any], model: str) -> Posted:
+        """The streamed ``payload`` got an empty body: asked again without streaming, its
+        real answer or its real error. An answer makes such requests to ``model`` go
+        unstreamed from now on; an alert goes with it."""
+        try:
+            posted = await self._post(_unstreamed(payload))
+        except ProviderError as exc:  # the real cause, said to come from the second ask
+            raise ProviderError(
+                exc.category,
+                f"{exc.message} ({_ASKED_AGAIN})",
+                provider=exc.provider,
+                status=exc.status,
+                retry_after=exc.retry_after,
+                raw=exc.raw,
+                retry_after_header=exc.retry_after_header,
+            ) from exc
+        tools = bool(payload.get("tools"))
+        if "json" in posted.content_type:
+            self._unstreamable.add((model, tools))
+        posted.notice = Alert(
+            "stream_unsupported",
+            f"{self.name} answered the streamed request for {model} "
+            f"({'with' if tools else 'without'} tools) with an empty body; asked again "
+            "without streaming, and requests of this kind to this model go unstreamed from "
+            f"now on (OpenAIProvider(unstreamed=[{model!r}]) asks so from the start)",
+        )
+        return posted
+
+
+OUTPUT_CAP_FIELDS = ("max_completion_tokens", "max_tokens")
+_ASKED_AGAIN = "asked again without streaming: the streamed answer was an empty body"
+
+
+def _unstreamed(payload: dict[str, Any]) -> dict[str, Any]:
+    """``payload`` asking for one JSON answer instead of a stream."""
+    return {**{k: v for k, v in payload.items() if k != "stream_options"}, "stream": False}
+
+
+def _json_schema_asked(payload: dict[str, Any]) -> bool:
+    fmt = payload.get("response_format")
+    return isinstance(fmt, dict) and fmt.get("type") == "json_schema"
+
+
+def _json_schema_refused(exc: ProviderError) -> bool:
+    """Whether the server refused a ``json_schema`` response format (and would take
+    ``json_object``)."""
+    text = exc.message.lower()
+    return exc.category is ErrorCategory.FATAL and "json_object" in text
+
+
+def _format_alert(model: str, exc: ProviderError) -> Alert:
+    return Alert(
+        "output_format_fallback",
+        f"{exc.provider} refused the json_schema response format for {model} "
+        f"({exc.message[:200]}); asked for json_object with the schema in the system prompt, "
+        "as output_mode='json' does, for this model from now on",
+    )

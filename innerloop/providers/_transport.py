@@ -20,9 +20,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import re
 import socket
 import ssl
+import weakref
 import zlib
 from collections.abc import AsyncIterator
 from typing import cast
@@ -426,7 +428,6 @@ class AsyncioTransport(httpx2.AsyncBaseTransport):
         self._sweep: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_end: asyncio.Task[None] | None = None
-        self._watchers: set[asyncio.Task[None]] = set()  # every loop's, until it ends
         self._closed = False
 
     @property
@@ -542,12 +543,8 @@ class AsyncioTransport(httpx2.AsyncBaseTransport):
         self._close_idle()
         self._slots = None
         self._loop = loop
-        self._loop_end = close_at_loop_end(self._loop_ending, self._watchers)
-
-    async def _loop_ending(self) -> None:
-        if self._loop is asyncio.get_running_loop():
-            self._close_idle()
-            self._loop, self._loop_end = None, None  # the next request adopts its own loop
+        ending = functools.partial(_loop_ending, weakref.ref(self), self._idle)
+        self._loop_end = close_at_loop_end(self, ending)
 
     async def _acquire(self, timeout: float | None, request: httpx2.Request | None) -> None:
         if self._slots is None:
@@ -681,6 +678,21 @@ def _origin(url: httpx2.URL, request: httpx2.Request | None) -> _Origin:
             f"AsyncioTransport speaks http and https, not {scheme!r}", request=request
         )
     return scheme, url.host, url.port or (443 if scheme == "https" else 80)
+
+
+async def _loop_ending(
+    ref: weakref.ref[AsyncioTransport], idle: dict[_Origin, collections.deque[_Connection]]
+) -> None:
+    """A transport's duty at its loop's end, or once it was dropped without ``aclose``
+    (it is held weakly, so it can be collected): its ``idle`` connections closed."""
+    transport = ref()
+    if transport is None:
+        for conn in (c for pool in idle.values() for c in pool):
+            conn.close()
+        idle.clear()
+    elif transport._loop is asyncio.get_running_loop():
+        transport._close_idle()
+        transport._loop, transport._loop_end = None, None  # the next request adopts its loop
 
 
 @attrs.frozen

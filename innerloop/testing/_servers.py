@@ -92,12 +92,16 @@ class StreamError(ScriptStep):
 
 @attrs.frozen
 class Raw(ScriptStep):
-    """A recorded response replayed as is (``gzip=True`` compresses ``body`` first)."""
+    """A recorded response replayed as is (``gzip=True`` compresses ``body`` first).
+    ``close=True``: the server closes the connection once the response is out, though
+    its head said keep-alive (as servers do after an error: a client that pools the
+    connection finds it dead on its next request)."""
 
     status: int = 200
     headers: tuple[tuple[str, str], ...] = ()
     body: bytes = b""
     gzip: bool = False
+    close: bool = False
 
 
 @attrs.frozen
@@ -146,6 +150,7 @@ class _Plan:
     hang: bool = False
     stream: bool = False
     trickle: Trickle | None = None
+    close: bool = False  # after the response, whatever its head said
 
 
 _SKIP_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive"})
@@ -357,7 +362,7 @@ class LoopbackServer:
             plan = self._error(500, "api_error", f"loopback server cannot play the step: {exc!r}")
         keep = not plan.drop and headers.get("connection", "").lower() != "close"
         await self._send(writer, plan, keep)
-        return keep
+        return keep and not plan.close
 
     def _output_refused(self, body: dict[str, Any]) -> str | None:
         """Why ``body`` does not ask for the answer in ``output_schema`` as expected."""
@@ -474,7 +479,7 @@ class LoopbackServer:
         if step.gzip:
             body = gzip.compress(body)
             headers.append(("content-encoding", "gzip"))
-        return _Plan(step.status, headers, [body])
+        return _Plan(step.status, headers, [body], close=step.close)
 
     @staticmethod
     def _retry_after(step: RateLimit) -> list[tuple[str, str]]:

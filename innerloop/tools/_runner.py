@@ -257,7 +257,8 @@ class ToolRunner:
             return self._failed(
                 call,
                 f"the arguments of tool {call.name!r} could not be read ({unreadable}), the "
-                "tool was not run; call it again with flatter arguments",
+                "tool was not run; call it again with "
+                + ("flatter arguments" if unreadable.startswith("nested") else "one JSON object"),
                 "invalid_arguments",
             )
         args, problems = checked(spec.input_schema, call.input)

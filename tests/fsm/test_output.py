@@ -136,6 +136,17 @@ class TestParams:
         with pytest.raises(ParamsError, match=r"^tool_choice: 'any' forces a tool call"):
             _params(tools=[look], tool_choice="any")
 
+    def test_forcing_final_result_outside_tool_mode_is_refused(self) -> None:
+        """Forcing the final-result tool where a model is asked natively is refused, the
+        way that works named."""
+        with pytest.raises(ParamsError) as err:
+            _params(tool_choice="tool:final_result")
+        assert err.value.reason == (
+            "'tool:final_result' forces a tool call on every turn, so the model can never "
+            "give the typed final answer output_type asks for; use 'auto', or "
+            "'tool:final_result' with output_mode='tool' (that call is the answer)"
+        )
+
     def test_native_mode_refuses_claude_without_native_output(self) -> None:
         """output_mode='native': a Claude model older than structured output, even as a
         fallback, is refused, the fix named."""
@@ -160,7 +171,12 @@ class TestParams:
     @pytest.mark.parametrize(
         ("kw", "message"),
         [
-            ({"output_mode": "json"}, "output_mode: expected one of 'auto', 'native', 'tool', "),
+            ({"output_mode": "yaml"}, "output_mode: expected one of 'auto', 'native', 'tool', "),
+            (
+                {"output_mode": "json", "fallbacks": [OLD_CLAUDE]},
+                "fallbacks[0]: claude-3-5-haiku-20241022 has no native structured output, "
+                "which output_mode='json' needs: use output_mode='auto'",
+            ),
             (
                 {"output_mode": "tool", "output_type": None},
                 "output_mode: 'tool' asks for a typed answer but output_type is None; set "
@@ -411,6 +427,19 @@ class TestToolMode:
             Message("user", (ToolResultBlock("f1", "accepted"),)),
         ]
         assert _transitions(events)[-2:] == [("stream", "check"), ("check", "model_complete")]
+        assert_valid_history(state.history)
+
+    def test_forced_final_result_is_the_answer(self, make_harness: Any) -> None:
+        """In tool mode, tool_choice='tool:final_result' is taken (not a ParamsError): the
+        request forces the call, and that call ends the run with the typed value."""
+        params = _params(output_mode="tool", tools=[look], tool_choice="tool:final_result")
+        provider = ScriptedProvider([_final(GOOD_INPUT, "f1")])
+        state, _ = _run(make_harness(params, provider))
+        payload = provider.requests[0].payload
+        assert [t["name"] for t in payload["tools"]] == ["look", "final_result"]
+        assert payload["tool_choice"] == {"type": "tool", "name": "final_result"}
+        assert state.exit_reason == "model_complete"
+        assert state.output == Weather(city="Lisbon", celsius=21.5)
         assert_valid_history(state.history)
 
     @pytest.mark.parametrize("engine", ["table", "statemachine"])

@@ -64,6 +64,17 @@ def _openai(kind: str, message: str, code: str | None = None) -> str:
     return json.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}})
 
 
+_LLAMA_500 = json.dumps(  # llama.cpp's server, for an assistant message with content null
+    {
+        "error": {
+            "message": "[{'type': 'string_type', 'loc': ('body', 'messages', 1, 'typed-dict',"
+            " 'content'), 'msg': 'Input should be a valid string', 'input': None}]",
+            "type": "internal_server_error",
+        }
+    }
+)
+
+
 class TestStatusMapping:
     @pytest.mark.parametrize(
         ("status", "body", "category"),
@@ -85,6 +96,11 @@ class TestStatusMapping:
             (401, _anthropic("authentication_error", "invalid x-api-key"), "fatal"),
             (403, _anthropic("permission_error", "no access"), "fatal"),
             (404, _openai("invalid_request_error", "no model `x`", "model_not_found"), "fatal"),
+            # the request's shape refused, even as a 500: the same request fails again
+            (500, _LLAMA_500, "fatal"),
+            (500, '{"detail": "1 validation error for ChatCompletionRequest"}', "fatal"),
+            (422, '{"detail": [{"msg": "Field required"}]}', "fatal"),
+            (422, "", "fatal"),
         ],
     )
     def test_category(self, status: int, body: str, category: str) -> None:
@@ -273,6 +289,7 @@ class TestThroughTheSDKs:
             (Fault.context_overflow(), "context_overflow", None),
             (Fault.fatal(401), "fatal", None),
             (Fault.fatal(403, "forbidden"), "fatal", None),
+            (Raw(500, JSON, _LLAMA_500.encode()), "fatal", None),  # refused for its shape
             (Raw(404, (("content-type", "text/plain"),), b"no such route"), "fatal", None),
             (Fault.empty(), "transient", None),
             (Fault.dropped(), "transient", None),
@@ -295,8 +312,9 @@ class TestThroughTheSDKs:
         retry_after: float | None,
         route: str,
     ) -> None:
-        """Each scripted fault, through the real SDK client, lands in its category."""
-        with server_cls([step]) as server:
+        """Each scripted fault, through the real SDK client, lands in its category (the
+        script holds it twice: an empty OpenAI stream is asked again unstreamed)."""
+        with server_cls([step, step]) as server:
             error = _open(server, route)
         assert error.category == category
         assert error.retry_after == retry_after

@@ -119,7 +119,7 @@ def check_openai(messages: list[dict[str, Any]]) -> None:
         assert role in ("system", "user", "assistant")
         if role == "assistant":
             assert set(m) <= {"role", "content", "tool_calls"}
-            assert m["content"] is None or isinstance(m["content"], str)
+            assert isinstance(m["content"], str)
             calls = m.get("tool_calls") or []
             assert m["content"] or calls
             for c in calls:
@@ -337,3 +337,26 @@ def test_openai_gets_the_strict_form_of_decorated_tools_only() -> None:
     assert [set(t) for t in anthropic.payload["tools"]] == [
         {"name", "description", "input_schema"}
     ] * 2
+
+
+def test_openai_calls_only_assistant_has_empty_content() -> None:
+    """An assistant turn of calls alone goes out with ``"content": ""`` (a string, as
+    OpenAI's schema takes; llama.cpp's server refuses null and its chat templates read
+    the key, each with a 500)."""
+    history = [
+        Message.user("weather?"),
+        Message.assistant((ToolUseBlock("c1", "weather", {"city": "Oslo"}),)),
+        Message.user((ToolResultBlock("c1", "sunny"),)),
+    ]
+    wire = normalize(history, "openai")
+    assert wire[1] == {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "weather", "arguments": '{"city":"Oslo"}'},
+            }
+        ],
+    }
