@@ -286,10 +286,7 @@ def _summary(state: Any, log_path: Path | None, run_id: str | None = None) -> No
         print(f"diagnostic: {json.dumps(state.diagnostic)[:500]}")
     if state.interrupt is not None and state.final_state == "suspended":
         asked = state.interrupt
-        print(
-            f"waiting for an answer to interrupt {asked.id!r}: "
-            f"{json.dumps(asked.payload)[:500]}"
-        )
+        print(f"waiting for an answer to interrupt {asked.id!r}: {json.dumps(asked.payload)[:500]}")
     if run_id is not None:
         print(f"run id: {run_id}")
     if log_path is not None:

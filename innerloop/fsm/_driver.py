@@ -318,6 +318,11 @@ class Run(Generic[OutputT]):
         stale answer given to this ``Run`` again is refused."""
         self._abort_safe = machine.abort_safe
 
+    def __repr__(self) -> str:
+        # bounded, as the state's: never the history
+        named = f" {self.run_id!r}" if self.run_id is not None else ""
+        return f"<Run{named} state={self.current!r} turns={self.state.turns}>"
+
     @property
     def sm(self) -> StateMachine:
         """The python-statemachine instance, in the run's current state.
