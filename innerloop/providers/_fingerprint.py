@@ -62,6 +62,18 @@ def request_digests(request: WireRequest) -> tuple[str, dict[str, str]]:
     return whole.hexdigest(), parts
 
 
+def _message_text(message: Message) -> bytes:
+    """``message``'s JSON text in the event log's form, made once per message."""
+    memo = message._memo
+    text: bytes | None = memo.get("fingerprint")
+    if text is None:
+        text = memo["fingerprint"] = _text(unstructure(message, Message)).encode()
+    return text
+
+
 def history_fingerprint(history: Iterable[Message]) -> str:
-    """The sha256 (hex) of a canonical history, in the event log's JSON form."""
-    return _digest(unstructure(tuple(history), tuple[Message, ...]))
+    """The sha256 (hex) of a canonical history, in the event log's JSON form: the text
+    of a list is its items' texts joined, so each message is serialized once, whatever
+    the number of times a conversation's history is fingerprinted."""
+    texts = [_message_text(m) for m in history]
+    return hashlib.sha256(b"[" + b",".join(texts) + b"]").hexdigest()

@@ -102,7 +102,7 @@ def pay(url: str, run_id: str, workdir: str, who: str) -> None:
             time.sleep(0.005)
         return claim(run, interrupt_id)
 
-    store.claim = at_the_barrier  # type: ignore[method-assign]
+    store.claim = at_the_barrier  # type: ignore[method-assign,assignment]
     params = HarnessParams(model="scripted:m", tools=pay_tools(work))
     harness = Harness(
         params, [ScriptedProvider([reply("Paid.")])], machine=with_approval(), checkpointer=store
