@@ -5,6 +5,7 @@ bounded number of requests."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -72,3 +73,48 @@ def test_checkpoint_bytes_per_message_stay_flat(tmp_path: Path) -> None:
     1.2x (the 10,000-message measure is ``bench/longchat.py``'s)."""
     first, last = (_bytes_per_message(tmp_path, n) for n in (100, 1_000))
     assert last / first <= 1.2, (first, last)
+
+
+def _fresh(history: list[Message]) -> list[Message]:
+    """The same messages as new objects (nothing derived from them kept yet)."""
+    return [Message(m.role, m.content) for m in history]
+
+
+def test_a_conversations_call_hashes_only_its_new_messages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Fingerprints and wire requests made as a conversation grows (a cache breakpoint
+    on its last messages, consecutive user messages merged, a shortened history) are the
+    ones made afresh; and a call after 300 messages serializes only what is new."""
+    from innerloop.fsm import PromptCache
+    from innerloop.fsm._context import request_settings
+    from innerloop.providers import _fingerprint
+    from innerloop.providers._fingerprint import history_fingerprint, request_digests
+    from innerloop.providers._normalize import build_request
+
+    settings = request_settings(
+        HarnessParams(model="scripted:m", system="s", prompt_cache=PromptCache(last_messages=2))
+    )
+    history: list[Message] = []
+
+    def both(messages: list[Message]) -> tuple[str, tuple[str, dict[str, str]], Any]:
+        request = build_request(settings, messages, "anthropic", "m")
+        return history_fingerprint(messages), request_digests(request), request.payload
+
+    for i in range(100):
+        history += [Message.user(f"q{i}"), Message.assistant(f"a{i}")]
+        if i % 7 == 0:
+            history.append(Message.user("and"))  # merged with the next user message
+        for messages in (history, history[:1] + history[5:]):
+            assert both(messages) == both(_fresh(messages)), i
+    texts: list[Any] = []
+    real = _fingerprint._text
+
+    def counted(data: Any) -> str:
+        texts.append(data)
+        return real(data)
+
+    monkeypatch.setattr(_fingerprint, "_text", counted)
+    history.append(Message.user("one more"))
+    both(history)
+    assert len(texts) < 20, texts  # the new message, the breakpoints' copies, the keys
