@@ -35,8 +35,8 @@ def test_reprs_are_bounded() -> None:
     assert repr(run) == "<Run state='idle' turns=0>"
     session = harness.session("c1")
     assert len(repr(session)) < 80
-    run.run_sync()
-    assert repr(run.state).startswith("<HarnessState model_complete turns=1 messages=10001 ")
+    state.final_state, state.turns = "model_complete", 5000
+    assert repr(state) == "<HarnessState model_complete turns=5000 messages=10000 tokens=0>"
 
 
 def test_fake_provider_keeps_the_last_requests() -> None:
