@@ -80,6 +80,22 @@ class TestDemoRuns:
         result = replay(demo_log.parent / "nested.jsonl", run).assert_same()
         assert result.state.exit_reason == exit_reason
 
+    def test_a_log_from_before_interrupt_ids_replays_the_same(
+        self, demo_log: Path, tmp_path: Path
+    ) -> None:
+        """A suspended run logged before interrupts had ids (its ``finished.interrupt``
+        has no ``id``) replays the same: the rest of the interrupt is compared."""
+        lines = (demo_log.parent / "nested.jsonl").read_text().splitlines()
+        old = []
+        for line in lines:
+            data = json.loads(line)
+            if data.get("type") == "finished" and data.get("interrupt"):
+                assert data["interrupt"].pop("id") == "survey:1"
+            old.append(json.dumps(data))
+        log = tmp_path / "old.jsonl"
+        log.write_text("\n".join(old) + "\n")
+        assert replay(log, 1).assert_same().state.interrupt.id == "survey:1"
+
     def test_last_is_the_default_run(self, demo_log: Path) -> None:
         """Without ``run``, the log's last run is replayed (the typed one: its answer is
         read back as the demo's own Report class)."""
