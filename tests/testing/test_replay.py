@@ -94,7 +94,9 @@ class TestDemoRuns:
             old.append(json.dumps(data))
         log = tmp_path / "old.jsonl"
         log.write_text("\n".join(old) + "\n")
-        assert replay(log, 1).assert_same().state.interrupt.id == "survey:1"
+        asked = replay(log, 1).assert_same().state.interrupt
+        assert asked is not None
+        assert asked.id == "survey:1"
 
     def test_last_is_the_default_run(self, demo_log: Path) -> None:
         """Without ``run``, the log's last run is replayed (the typed one: its answer is
