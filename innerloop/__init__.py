@@ -42,6 +42,7 @@ from innerloop._messages import (
 from innerloop._session import Session, SessionTotals
 from innerloop.fsm import (
     DEFAULT_SPEC,
+    Answer,
     Child,
     HarnessParams,
     HarnessState,
@@ -68,6 +69,7 @@ __getattr__ = lazy_names(__name__, {"builtin_tools": "innerloop.tools._builtins"
 
 __all__ = [
     "DEFAULT_SPEC",
+    "Answer",
     "Child",
     "ContentError",
     "DocumentBlock",

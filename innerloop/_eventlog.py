@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -17,7 +17,15 @@ from typing import IO, Any
 from innerloop._events import Event
 from innerloop._json import STORED_JSON_DEPTH, parse_json
 
-__all__ = ["SCHEMA", "EventLog", "header_problem", "pick_run", "read_event_log", "split_runs"]
+__all__ = [
+    "SCHEMA",
+    "EventLog",
+    "header_problem",
+    "iter_event_log",
+    "pick_run",
+    "read_event_log",
+    "split_runs",
+]
 
 SCHEMA = "innerloop.events/1"
 
@@ -75,11 +83,17 @@ def header_problem(line: Mapping[str, Any]) -> str | None:
 def read_event_log(path: str | Path) -> list[dict[str, Any]]:
     """The events of a log (without the header), as the dicts of its lines; raises
     ValueError for an unknown schema. ``Event.from_dict(line)`` makes a line its event."""
-    events = list(_lines(Path(path)))
-    problem = header_problem(events[0]) if events else header_problem({})
+    return list(iter_event_log(path))
+
+
+def iter_event_log(path: str | Path) -> Iterator[dict[str, Any]]:
+    """:func:`read_event_log` as a stream: one line read at a time, none kept."""
+    lines = _lines(Path(path))
+    problem = header_problem(next(lines, {}))
     if problem is not None:
+        lines.close()
         raise ValueError(f"{path}: {problem}")
-    return events[1:]
+    return lines
 
 
 def split_runs(events: Sequence[Mapping[str, Any]]) -> list[list[Mapping[str, Any]]]:
@@ -130,7 +144,7 @@ def pick_run(
     return runs[n - 1], f"run {n} of {where}"
 
 
-def _lines(path: Path) -> Iterator[dict[str, Any]]:
+def _lines(path: Path) -> Generator[dict[str, Any], None, None]:
     with path.open(encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():

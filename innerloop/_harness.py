@@ -40,7 +40,7 @@ from innerloop.fsm._locate import MachineRecord, recorded_hint
 from innerloop.fsm._output import OUTPUT_TOOL, OutputT
 from innerloop.fsm._params import HarnessParams, SpendBudget
 from innerloop.fsm._spec import MachineSpec
-from innerloop.fsm._state import HarnessState
+from innerloop.fsm._state import HarnessState, Interrupt
 from innerloop.providers._base import Provider
 from innerloop.providers._normalize import check_sendable
 from innerloop.providers._servertools import check_server_tools
@@ -343,14 +343,26 @@ class Harness(Generic[OutputT]):
         latest checkpoint), or a suspended ``Run`` or its state (in memory). A suspended
         run needs ``answer`` (see :class:`~innerloop.fsm.Interrupt`); a run that stopped
         mid-way takes none. :class:`~innerloop.ResumeError` says what does not fit, and
-        nothing is written then."""
+        nothing is written then.
+
+        An answer is for one interrupt: an :class:`~innerloop.Answer` names it by id; a
+        bare answer given with a ``Run`` is for the interrupt that run ended on, and one
+        given with a run id or a state for the one interrupt it waits on (refused when
+        more wait, as in a fan-out whose branches both asked). An answer for an
+        interrupt the run no longer waits on is refused, and so is a second answer to one
+        suspension of a stored run, whichever process comes second."""
+        bound = run.asked.id if isinstance(run, Run) and run.asked is not None else None
         if isinstance(run, Run) and run.run_id is not None and self.checkpointer is not None:
             run = run.run_id
         if isinstance(run, str):
-            self._check_machine(self._store("resume"), run)
+            store = self._store("resume")
+            self._check_machine(store, run)
             last = self.checkpoint(run)
             self._check_state(run, last.state, last.info.state)
-            at, state = self._continue(run, last.info.state, last.state, answer)
+            asked = last.state.interrupt if last.state.final_state == "suspended" else None
+            at, state = self._continue(run, last.info.state, last.state, answer, bound)
+            if asked is not None:
+                self._claim(store, run, asked, last.info.seq)
             return self._run(state, at, run, self._writer(run, last))
         if isinstance(run, Run) and not MachineRecord.of(run.machine).matches(self.machine):
             self._check_record(None, MachineRecord.of(run.machine))
@@ -358,8 +370,21 @@ class Harness(Generic[OutputT]):
             return self._go_on(run.stopped_at, run.state, answer)
         state = run.state if isinstance(run, Run) else run
         self._check_state(None, state, state.final_state)
-        at, state = self._continue(None, state.final_state, state, answer)
+        at, state = self._continue(None, state.final_state, state, answer, bound)
         return self._run(state, at, None, None)
+
+    @staticmethod
+    def _claim(store: Checkpointer, run_id: str, asked: Interrupt, seq: int) -> None:
+        """Take the suspension ``asked`` (checkpoint ``seq``) for this resume, once: the
+        store's claim is atomic, so of two processes answering it one goes on."""
+        key = asked.id or f"checkpoint {seq}"
+        if not store.claim(run_id, key):
+            raise ResumeError(
+                run_id,
+                f"its interrupt {key!r} was already answered by another resume (in this "
+                "process or another); nothing was answered again. harness.checkpoint(run_id) "
+                f"shows where the run is now; fork it (at={seq}) to answer that question anew",
+            )
 
     def _go_on(self, stopped_at: str, state: HarnessState, answer: Any) -> Run:
         """A new Run for one whose events stopped being read at ``stopped_at``."""
@@ -426,11 +451,16 @@ class Harness(Generic[OutputT]):
             )
 
     def _continue(
-        self, run_id: str | None, at: str | None, state: HarnessState[OutputT], answer: Any
+        self,
+        run_id: str | None,
+        at: str | None,
+        state: HarnessState[OutputT],
+        answer: Any,
+        bound: str | None = None,
     ) -> tuple[str, HarnessState[OutputT]]:
         """Where the run goes on and its state then (the answer recorded)."""
         if state.final_state == "suspended" or run_id is None or answer is not None:
-            state.interrupt = check_answer(state, answer, run_id, self.params.max_json_depth)
+            state.interrupt = check_answer(state, answer, run_id, self.params.max_json_depth, bound)
             at = state.interrupt.state
         elif state.final_state is not None:
             raise ResumeError(

@@ -388,6 +388,13 @@ class Message:
         return "".join(b.text for b in self.content if isinstance(b, TextBlock))
 
     @functools.cached_property
+    def _memo(self) -> dict[str, Any]:
+        """What is derived from this message once and kept with it (its fingerprint's
+        text): a message is frozen, so it stays right, and a long conversation pays for
+        each message once, not at every call."""
+        return {}
+
+    @functools.cached_property
     def tool_uses(self) -> tuple[ToolUseBlock, ...]:
         """The tool calls among the content, in order (made once per message)."""
         return tuple(b for b in self.content if isinstance(b, ToolUseBlock))

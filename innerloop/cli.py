@@ -301,7 +301,8 @@ def _summary(state: Any, log_path: Path | None, run_id: str | None = None) -> No
     if state.diagnostic:
         print(f"diagnostic: {json.dumps(state.diagnostic)[:500]}")
     if state.interrupt is not None and state.final_state == "suspended":
-        print(f"waiting for an answer to: {json.dumps(state.interrupt.payload)[:500]}")
+        asked = state.interrupt
+        print(f"waiting for an answer to interrupt {asked.id!r}: {json.dumps(asked.payload)[:500]}")
     if run_id is not None:
         print(f"run id: {run_id}")
     if log_path is not None:
@@ -511,8 +512,9 @@ RUNS_HELP = """innerloop runs: the runs of a checkpoint store.
 
     innerloop runs list --db URL
     innerloop runs show RUN_ID --db URL [--diagram FILE] [--spec MODULE:ATTR]...
-    innerloop runs resume RUN_ID --db URL [--answer JSON] [run options]
-    innerloop runs fork RUN_ID --db URL [--at N] [--message TEXT] [--answer JSON] [run options]
+    innerloop runs resume RUN_ID --db URL [--answer JSON [--interrupt ID]] [run options]
+    innerloop runs fork RUN_ID --db URL [--at N] [--message TEXT] [--answer JSON [--interrupt ID]]
+        [run options]
     innerloop runs rerun RUN_ID --db URL --harness MODULE:ATTR [--at N] [--message TEXT]
 
 resume and fork take the options of innerloop run (provider, model, tools, ...):
@@ -552,6 +554,12 @@ def _add_runs_parser(subparsers: Any) -> None:
         p.add_argument("--db", metavar="URL", required=True, help="the checkpoint store")
     for p in (resume, fork):
         p.add_argument("--answer", help="the answer to a suspended run (JSON, else text)")
+        p.add_argument(
+            "--interrupt",
+            metavar="ID",
+            help="the interrupt the answer is for (`runs show` prints its id); refused when "
+            "the run waits on another, or the interrupt was answered already",
+        )
         add_run_options(p)
 
 
@@ -633,7 +641,8 @@ def _show(store: Any, args: argparse.Namespace) -> None:
     print(f"machine: {record}" if record else "machine: not recorded (an older innerloop)")
     print("path: " + " -> ".join(path))
     if state.interrupt is not None:
-        print(f"waiting ({state.interrupt.kind}): {json.dumps(state.interrupt.payload)}")
+        asked = state.interrupt
+        print(f"waiting ({asked.kind}, interrupt {asked.id!r}): {json.dumps(asked.payload)}")
     if state.history:
         message = state.history[-1]
         print(f"last message ({message.role}): {message.text[:500]}")
@@ -674,6 +683,10 @@ def _continue(args: argparse.Namespace) -> int:
     from innerloop.checkpoint import open_checkpointer, store_errors
 
     answer = _answer(args.answer)
+    if args.interrupt is not None:
+        from innerloop.fsm import Answer
+
+        answer = Answer(args.interrupt, answer)
     try:
         store = open_checkpointer(args.db)
     except store_errors() as exc:

@@ -7,6 +7,8 @@ Tables (prefixed ``innerloop_`` so they can live in an application's database):
 - ``messages``: ``(run_id, idx) -> JSON``, append-only: each message is written once.
 - ``checkpoints``: ``(run_id, seq) -> state JSON`` without history, plus the range of
   messages (``history_start``, ``history_len``) that is its history. Append-only.
+- ``answers``: ``(run_id, interrupt_id)``, one row per suspension answered: the row is
+  the atomic claim that lets one resume, of any number racing, go on.
 
 A store opened on an older schema runs the missing :data:`MIGRATIONS` in one
 transaction; a newer one is refused and left alone.
@@ -54,7 +56,14 @@ _V2 = tuple(
 )
 """Version 2: what a run records of its machine (fingerprint, import path, signature)."""
 
-MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _V1), (2, _V2))
+_V3 = (
+    "CREATE TABLE innerloop_answers (run_id TEXT NOT NULL, interrupt_id TEXT NOT NULL, "
+    "created DOUBLE PRECISION NOT NULL, PRIMARY KEY (run_id, interrupt_id), "
+    "FOREIGN KEY (run_id) REFERENCES innerloop_runs (run_id))",
+)
+"""Version 3: the suspensions answered, one row each (a second answer is refused)."""
+
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _V1), (2, _V2), (3, _V3))
 """``(version, statements)`` in order: what takes a store from the version before to
 ``version``. A new schema adds an entry (and raises ``SCHEMA_VERSION``); never edit one."""
 
@@ -209,9 +218,7 @@ class SQLStore(abc.ABC):
             return
         try:
             with self._transaction() as cur:
-                messages = [
-                    (c.info.run_id, i, text) for c in checkpoints for i, text in c.messages
-                ]
+                messages = [(c.info.run_id, i, text) for c in checkpoints for i, text in c.messages]
                 if messages:
                     cur.executemany(
                         self._sql(
@@ -235,6 +242,24 @@ class SQLStore(abc.ABC):
                 f"checkpoint {info.seq} of run {info.run_id!r} is already in {self.where}: "
                 "another process is writing this run; nothing was overwritten"
             ) from exc
+
+    def claim(self, run_id: str, interrupt_id: str, *, now: float | None = None) -> bool:
+        try:
+            with self._transaction() as cur:
+                cur.execute(
+                    self._sql(
+                        "INSERT INTO innerloop_answers (run_id, interrupt_id, created) "
+                        "VALUES (?, ?, ?)"
+                    ),
+                    (run_id, interrupt_id, time.time() if now is None else now),
+                )
+        except Exception as exc:
+            if self._is_duplicate(exc):
+                return False
+            if self._is_missing_run(exc):
+                raise UnknownRunError(run_id) from exc
+            raise
+        return True
 
     def rows(self, run_id: str, seq: int | None = None) -> StoredRows:
         with self._read() as cur:

@@ -36,7 +36,7 @@ __all__ = [
     "UnknownRunError",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The schema this innerloop writes. A store with an older one is migrated when opened;
 a newer one is refused (:class:`CheckpointSchemaError`)."""
 
@@ -192,6 +192,11 @@ class Checkpointer(Protocol):
     def write(self, checkpoints: Sequence[CheckpointWrite]) -> None:
         """Add the checkpoints of one run (consecutive, in order) and the messages they
         add, in one transaction: all of them are there afterwards, or none."""
+
+    def claim(self, run_id: str, interrupt_id: str) -> bool:
+        """Record that the suspension ``interrupt_id`` of the run is being answered; False
+        when it already was (by this process or another). Atomic: of any number of
+        claims of one suspension, exactly one returns True."""
 
     def rows(self, run_id: str, seq: int | None = None) -> StoredRows:
         """The raw rows of checkpoint ``seq`` (the latest when None);

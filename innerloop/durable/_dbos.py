@@ -51,6 +51,8 @@ from innerloop.durable._codec import state_from_dict, state_to_dict
 from innerloop.durable._steps import COMPACTION, MODEL_CALL, TOOL_CALL
 from innerloop.durable._suspend import (
     aborted_run,
+    answer_from_wire,
+    answer_to_wire,
     interrupt_from_dict,
     interrupt_to_dict,
     refuse_answer,
@@ -225,7 +227,8 @@ def _resumed(harness: Harness, state: HarnessState, message: Any, n: int) -> Run
             f"a resume message is {{'n': {n}, 'answer': ...}} (send it with "
             f"DBOSLoopClient.resume), not {message!r:.200}",
         )
-    return resumed_run(harness, DBOS.workflow_id or "", state, message["answer"])
+    answer = answer_from_wire(message["answer"], str(message.get("interrupt") or ""))
+    return resumed_run(harness, DBOS.workflow_id or "", state, answer)
 
 
 @attrs.frozen
@@ -286,13 +289,18 @@ class DBOSLoopClient:
 
     async def resume(self, id: str, answer: Any) -> None:
         """Answer the suspended run; it goes on in its workflow. An answer that does not
-        fit (or a run that is not waiting) raises :class:`~innerloop.ResumeError`, and
-        nothing is sent."""
+        fit (or a run that is not waiting, or an :class:`~innerloop.Answer` for another
+        interrupt than the one it waits on) raises :class:`~innerloop.ResumeError`, and
+        nothing is sent. The message carries the interrupt's id: the workflow takes it
+        for that suspension only."""
         pending = await self._pending(id)
-        state = None
+        state, asked = None, ""
         if pending is not None:
             interrupt = interrupt_from_dict(pending["interrupt"])
             state = HarnessState(final_state="suspended", interrupt=interrupt)
+            asked = interrupt.id
         refuse_answer(id, state, answer)
         assert pending is not None
-        await self.client.send_async(id, {"n": pending["n"], "answer": answer}, RESUME)
+        value, bound = answer_to_wire(answer, asked)
+        message = {"n": pending["n"], "interrupt": bound, "answer": value}
+        await self.client.send_async(id, message, RESUME)

@@ -21,10 +21,12 @@ from innerloop._harness import Harness
 from innerloop.durable._codec import state_from_dict
 from innerloop.fsm._driver import Run
 from innerloop.fsm._interrupts import check_answer
-from innerloop.fsm._state import AbortRequest, HarnessState, Interrupt
+from innerloop.fsm._state import AbortRequest, Answer, HarnessState, Interrupt
 
 __all__ = [
     "aborted_run",
+    "answer_from_wire",
+    "answer_to_wire",
     "interrupt_from_dict",
     "interrupt_to_dict",
     "refuse_answer",
@@ -51,6 +53,20 @@ def interrupt_to_dict(interrupt: Interrupt) -> dict[str, Any]:
 
 def interrupt_from_dict(data: Mapping[str, Any]) -> Interrupt:
     return structure(data, Interrupt)
+
+
+def answer_to_wire(answer: Any, bound: str = "") -> tuple[Any, str]:
+    """``(value, interrupt id)`` of an answer, as the engines send it to a workflow: an
+    :class:`~innerloop.Answer`'s id, else ``bound`` (the interrupt the host read, or ""
+    when it read none)."""
+    if isinstance(answer, Answer):
+        return answer.value, answer.interrupt_id
+    return answer, bound
+
+
+def answer_from_wire(value: Any, interrupt_id: str) -> Any:
+    """The answer a workflow received: bound to its interrupt when an id came with it."""
+    return Answer(interrupt_id, value) if interrupt_id else value
 
 
 def refuse_answer(workflow_id: str, state: HarnessState | None, answer: Any) -> None:

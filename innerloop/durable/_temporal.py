@@ -47,6 +47,8 @@ from innerloop.durable._codec import state_from_dict, state_to_dict
 from innerloop.durable._steps import COMPACTION, MODEL_CALL, TOOL_CALL, StepCall, StepLost
 from innerloop.durable._suspend import (
     aborted_run,
+    answer_from_wire,
+    answer_to_wire,
     interrupt_from_dict,
     interrupt_to_dict,
     refuse_answer,
@@ -281,13 +283,15 @@ class LoopWorkflow:
         return interrupt_to_dict(self._run.state.interrupt)
 
     @workflow.update(name="resume")
-    def resume(self, answer: Any) -> None:
-        """Answer the suspended run's interrupt; the run goes on from where it stopped."""
+    def resume(self, answer: Any, interrupt_id: str = "") -> None:
+        """Answer the suspended run's interrupt (the one named ``interrupt_id``, when
+        given); the run goes on from where it stopped."""
         self._waiting = False  # a second answer before the run goes on is refused
-        self._answer = (answer,)
+        self._answer = (answer_from_wire(answer, interrupt_id),)
 
     @resume.validator
-    def _check_resume(self, answer: Any) -> None:
+    def _check_resume(self, answer: Any, interrupt_id: str = "") -> None:
+        answer = answer_from_wire(answer, interrupt_id)
         state = self._run.state if self._run is not None else None
         try:
             if state is not None and state.final_state == "suspended" and not self._waiting:
@@ -428,10 +432,12 @@ class TemporalLoopHandle:
 
     async def resume(self, answer: Any) -> None:
         """Answer the suspended run; it goes on in its workflow. An answer that does not
-        fit (or a run that is not waiting) raises :class:`~innerloop.ResumeError`, and
+        fit (or a run that is not waiting, or an :class:`~innerloop.Answer` for another
+        interrupt than the one it waits on) raises :class:`~innerloop.ResumeError`, and
         the workflow keeps waiting as it was."""
+        value, bound = answer_to_wire(answer)
         try:
-            await self.handle.execute_update(LoopWorkflow.resume, answer)
+            await self.handle.execute_update(LoopWorkflow.resume, args=[value, bound])
         except WorkflowUpdateFailedError as exc:
             cause = exc.cause
             reason = cause.message if isinstance(cause, ApplicationError) else str(cause)

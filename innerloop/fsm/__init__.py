@@ -26,6 +26,7 @@ from innerloop.fsm._params import HarnessParams, ModelChoice, PrepareTools, Spen
 from innerloop.fsm._spec import Guard, Handler, MachineSpec, StateSpec, TransitionSpec
 from innerloop.fsm._state import (
     AbortRequest,
+    Answer,
     HarnessState,
     Interrupt,
     Outcome,
@@ -39,6 +40,7 @@ __all__ = [
     "DEFAULT_GUARDS",
     "DEFAULT_SPEC",
     "AbortRequest",
+    "Answer",
     "Bound",
     "Child",
     "ChildOutcome",

@@ -324,10 +324,19 @@ class PhaseContext:
         ``Harness.resume(run, answer)`` this state's handler runs again and finds the
         answer in :attr:`resumed`. ``path`` names the child run that asked, when a child
         state or an agent tool passes a child's interrupt up."""
-        self.state.interrupt = Interrupt(
-            kind, payload, self.current_state, tuple(tool_use_ids), tuple(done), path=path
+        state = self.state
+        state.interrupts += 1
+        asked_in = self.current_state
+        state.interrupt = Interrupt(
+            kind,
+            payload,
+            asked_in,
+            tuple(tool_use_ids),
+            tuple(done),
+            path=path,
+            id=f"{asked_in}:{state.interrupts}",
         )
-        self.state.outcome = Outcome.INTERRUPTED
+        state.outcome = Outcome.INTERRUPTED
 
     @property
     def resumed(self) -> Interrupt | None:

@@ -312,7 +312,16 @@ class Run(Generic[OutputT]):
         """Where the run was left when its events stopped being read before a final state
         (the host left ``events()`` early, or a handler raised); None otherwise.
         ``Harness.resume(run)`` continues it from there."""
+        self.asked: Interrupt | None = None
+        """The interrupt the run ended suspended on (None otherwise): what a bare answer
+        to ``Harness.resume(run, answer)`` is for. Kept when the run is resumed, so a
+        stale answer given to this ``Run`` again is refused."""
         self._abort_safe = machine.abort_safe
+
+    def __repr__(self) -> str:
+        # bounded, as the state's: never the history
+        named = f" {self.run_id!r}" if self.run_id is not None else ""
+        return f"<Run{named} state={self.current!r} turns={self.state.turns}>"
 
     @property
     def sm(self) -> StateMachine:
@@ -578,6 +587,7 @@ class Run(Generic[OutputT]):
         """Record the final state the run reached and why it ended there (returned)."""
         state = self.state
         state.final_state = self.current
+        self.asked = state.interrupt
         reason = state.exit_reason = self.machine.exit_reason(self.current)
         return reason
 

@@ -18,7 +18,7 @@ from innerloop._errors import ResumeError
 from innerloop._json import MAX_JSON_DEPTH, json_depth
 from innerloop._messages import ToolResultBlock, ToolUseBlock
 from innerloop.fsm._context import PhaseContext
-from innerloop.fsm._state import HarnessState, Interrupt
+from innerloop.fsm._state import Answer, HarnessState, Interrupt
 from innerloop.tools._runner import ToolBatch
 from innerloop.tools._spec import ToolCallResult
 
@@ -29,6 +29,7 @@ __all__ = [
     "check_answer",
     "deliver_answer",
     "suspend_for_questions",
+    "waiting_elsewhere",
     "with_kept",
 ]
 
@@ -121,20 +122,73 @@ def _is_json(value: Any) -> bool:
     return True
 
 
+def _asked(interrupt: Interrupt) -> str:
+    where = f" by {interrupt.path}" if interrupt.path else ""
+    return f"{interrupt.id!r} ({interrupt.kind}{where}: {json.dumps(interrupt.payload)[:200]})"
+
+
+def waiting_elsewhere(notes: Mapping[str, Any], skip: str = "") -> list[str]:
+    """The paths of the saved child runs in ``notes`` (and theirs, and so on) that wait
+    for an answer too, but ``skip`` (the child asking now)."""
+    found = []
+    for path, saved in notes.get(CHILD_RUNS, {}).items():
+        child = saved.get("state", {})
+        if child.get("final_state") == "suspended" and path != skip:
+            found.append(path)
+        found += [f"{path}/{p}" for p in waiting_elsewhere(child.get("notes", {}))]
+    return found
+
+
+def _check_bound(
+    state: HarnessState, interrupt: Interrupt, answer: Any, bound: str | None, run: str | None
+) -> None:
+    """Refuse an answer meant for another interrupt than the one the run waits on, and a
+    bare one (``bound`` None) while more than one question waits."""
+    if bound is not None:
+        if interrupt.id and bound != interrupt.id:
+            raise ResumeError(
+                run,
+                f"the answer is for interrupt {bound!r}, which it no longer waits on; it "
+                f"waits on {_asked(interrupt)}; nothing was answered (answer that one "
+                f"with Answer({interrupt.id!r}, value))",
+                answer,
+            )
+        return
+    others = waiting_elsewhere(state.notes, interrupt.path.split("/", 1)[0])
+    if others:
+        raise ResumeError(
+            run,
+            f"it waits on {len(others) + 1} questions (first {_asked(interrupt)}; then "
+            f"{', '.join(map(repr, others))}): a bare answer could land on another than "
+            f"the one meant; give Answer({interrupt.id!r}, value)",
+            answer,
+        )
+
+
 def check_answer(
-    state: HarnessState, answer: Any, run: str | None = None, max_depth: int = MAX_JSON_DEPTH
+    state: HarnessState,
+    answer: Any,
+    run: str | None = None,
+    max_depth: int = MAX_JSON_DEPTH,
+    bound: str | None = None,
 ) -> Interrupt:
     """The suspended run's interrupt with ``answer`` set; :class:`ResumeError` naming the
-    problem when the run is not suspended or the answer does not fit."""
+    problem when the run is not suspended, waits on another interrupt than the one the
+    answer is for (an :class:`Answer`'s id, else ``bound``: the one a ``Run`` ended on),
+    or the answer does not fit."""
+    if isinstance(answer, Answer):
+        bound, answer = answer.interrupt_id, answer.value
     interrupt = state.interrupt
     if state.final_state != "suspended" or interrupt is None:
         where = state.final_state or "running (not finished)"
+        meant = f"the answer for interrupt {bound!r} comes too late: " if bound else ""
         raise ResumeError(
             run,
-            f"it is not suspended (it is {where}), so it takes no answer; resume it "
+            f"{meant}it is not suspended (it is {where}), so it takes no answer; resume it "
             "without one to continue a run that stopped mid-way",
             answer,
         )
+    _check_bound(state, interrupt, answer, bound, run)
     if answer is None:
         raise ResumeError(
             run,

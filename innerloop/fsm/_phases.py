@@ -449,7 +449,8 @@ def _accept(ctx: PhaseContext, response: ModelResponse) -> ModelResponse:
     state.turns += 1
     state.usage = state.usage + response.usage
     model = response.model or ctx.choice.model
-    state.resolved_models.append(model)
+    if model not in state.resolved_models:  # bounded: a long conversation stays linear
+        state.resolved_models.append(model)
     state.cost_usd = add_cost(
         state.cost_usd, response.usage, model, params.prices, ctx.choice.provider
     )

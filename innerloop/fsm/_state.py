@@ -18,7 +18,15 @@ from innerloop._messages import Message, ModelResponse, ToolResultBlock, Usage
 from innerloop._tasks import Task
 from innerloop.fsm._output import OutputT
 
-__all__ = ["AbortRequest", "HarnessState", "Interrupt", "Outcome", "OutcomeEnum", "Task"]
+__all__ = [
+    "AbortRequest",
+    "Answer",
+    "HarnessState",
+    "Interrupt",
+    "Outcome",
+    "OutcomeEnum",
+    "Task",
+]
 
 
 class OutcomeEnum(StrEnum):
@@ -90,9 +98,28 @@ class Interrupt:
     path: str = ""
     """The path of the child run that asked (``clean``, ``survey/web#2``,
     ``forecaster[toolu_01]``), empty when this run asked itself; the answer lands there."""
+    id: str = ""
+    """This suspension's id within its run (``"approve:1"``: the state that asked and the
+    run's count of interrupts): an answer given as ``Answer(id, value)`` is taken only
+    while the run waits on this interrupt, and only once. Empty in runs stored before
+    interrupts had ids."""
 
 
-@attrs.define(eq=False)
+@attrs.frozen
+class Answer:
+    """An answer bound to the interrupt it answers: ``harness.resume(run,
+    Answer(state.interrupt.id, True))``. The run takes it only while it waits on that
+    interrupt, and only once (a second resume of the same suspension is refused, in any
+    process sharing the checkpoint store). A bare answer (``resume(run, True)``) does too
+    when given a suspended ``Run``, or a run that waits on one question alone."""
+
+    interrupt_id: str
+    """The :attr:`Interrupt.id` answered."""
+    value: Any
+    """The answer itself, JSON data (as for a bare answer)."""
+
+
+@attrs.define(eq=False, repr=False)
 class HarnessState(Generic[OutputT]):
     """Mutable state of one run. Phase handlers write it; guards only read it.
 
@@ -132,6 +159,10 @@ class HarnessState(Generic[OutputT]):
     total_wait: float = 0.0
     cost_usd: float | None = 0.0
     resolved_models: list[str] = attrs.Factory(list)
+    """The model ids the providers reported for the answers so far, each once, in the
+    order first seen (bounded by the models used, not by the calls made)."""
+    interrupts: int = 0
+    """Interrupts raised so far; numbers the next one's :attr:`Interrupt.id`."""
     turns_at_start: int = 0
     """``turns`` when this run started: ``params.max_turns`` counts the turns from here, so
     a run continuing a conversation (``Harness.start(prompt, state=earlier)``, a
@@ -162,6 +193,16 @@ class HarnessState(Generic[OutputT]):
     """Answers sent back to the model for repair so far."""
     notes: dict[str, Any] = attrs.Factory(dict)
     """Free space for custom states and hosts (JSON values, so the state stays data)."""
+
+    def __repr__(self) -> str:
+        # bounded: asyncio formats the main task's repr while a run goes on, and a
+        # history of 10,000 messages must not be rendered then
+        where = self.final_state or "running"
+        waits = f" waits={self.interrupt.id or self.interrupt.kind!r}" if self.interrupt else ""
+        return (
+            f"<HarnessState {where} turns={self.turns} messages={len(self.history)} "
+            f"tokens={self.usage.total_tokens}{waits}>"
+        )
 
     @property
     def abort_requested(self) -> bool:

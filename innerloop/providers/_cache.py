@@ -114,11 +114,15 @@ def anthropic_cache_control(ttl: str | None) -> dict[str, str]:
 
 def mark_messages(messages: list[dict[str, Any]], count: int, ttl: str | None) -> None:
     """Put a breakpoint on each of the last ``count`` Anthropic wire messages, on the last
-    block of each that can take one (thinking blocks cannot)."""
-    for message in messages[max(len(messages) - count, 0) :] if count else ():
-        markable = [b for b in message["content"] if b.get("type") not in _UNMARKABLE]
-        if markable:
-            markable[-1]["cache_control"] = anthropic_cache_control(ttl)
+    block of each that can take one (thinking blocks cannot). A marked message is a copy
+    (with a copy of the block): the messages given may be kept from call to call."""
+    for i in range(max(len(messages) - count, 0), len(messages)) if count else ():
+        content = list(messages[i]["content"])
+        marks = [n for n, b in enumerate(content) if b.get("type") not in _UNMARKABLE]
+        if marks:
+            last = marks[-1]
+            content[last] = {**content[last], "cache_control": anthropic_cache_control(ttl)}
+            messages[i] = {**messages[i], "content": content}
 
 
 def openai_cache_fields(cache: PromptCache) -> dict[str, str]:

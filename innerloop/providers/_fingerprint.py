@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from innerloop._convert import unstructure
 from innerloop._messages import Message
-from innerloop.providers._normalize import WireRequest
+from innerloop.providers._normalize import WireMessage, WireRequest
 
 __all__ = ["history_fingerprint", "request_digests", "request_fingerprint", "request_parts"]
 
@@ -52,16 +52,91 @@ def request_digests(request: WireRequest) -> tuple[str, dict[str, str]]:
     whole.update(b',"payload":{')
     parts: dict[str, str] = {}
     for i, key in enumerate(sorted(request.payload)):
-        text = _text(request.payload[key]).encode()
-        parts[key] = hashlib.sha256(text).hexdigest()[:_PART]
+        value = request.payload[key]
         whole.update(b"," if i else b"")
         whole.update(_text(key).encode())
         whole.update(b":")
-        whole.update(text)
+        if key == "messages" and isinstance(value, list) and value:
+            whole, part = _hash_items(value, whole)
+        else:
+            text = _text(value).encode()
+            part = hashlib.sha256(text)
+            whole.update(text)
+        parts[key] = part.hexdigest()[:_PART]
     whole.update(b"}}")
     return whole.hexdigest(), parts
 
 
+def _item_text(item: Any) -> bytes:
+    if type(item) is not WireMessage:
+        return _text(item).encode()
+    if item.json is None:
+        item.json = _text(item).encode()
+    return item.json
+
+
+def _hash_items(items: list[Any], whole: Any) -> tuple[Any, Any]:
+    """``whole`` having read the JSON text of the list ``items`` (wire messages), and a
+    hasher of that text alone, going on from where the last request that began alike
+    left them: the first wire message keeps, with the digest of what ``whole`` had read
+    before, the messages read then and both hashers' states (up to its last kept wire
+    message: later calls send those as they are). So a conversation's call hashes only
+    its new messages."""
+    first = items[0]
+    before = whole.copy().digest()
+    kept = first.prefix if type(first) is WireMessage else None
+    start = 0
+    if (
+        kept is not None
+        and kept[0] == before
+        and len(kept[1]) <= len(items)
+        and items[: len(kept[1])] == kept[1]
+    ):
+        start = len(kept[1])
+        whole_state, part_state = kept[2].copy(), kept[3].copy()
+    else:
+        whole_state, part_state = whole.copy(), hashlib.sha256()
+    stable = len(items)
+    while stable > start and type(items[stable - 1]) is not WireMessage:
+        stable -= 1
+    for n in range(start, len(items)):
+        text = (b"," if n else b"[") + _item_text(items[n])
+        whole_state.update(text)
+        part_state.update(text)
+        if n + 1 == stable and type(first) is WireMessage:
+            first.prefix = (before, items[:stable], whole_state.copy(), part_state.copy())
+    whole_state.update(b"]")
+    part_state.update(b"]")
+    return whole_state, part_state
+
+
+def _message_text(message: Message) -> bytes:
+    """``message``'s JSON text in the event log's form, made once per message."""
+    memo = message._memo
+    text: bytes | None = memo.get("fingerprint")
+    if text is None:
+        text = memo["fingerprint"] = _text(unstructure(message, Message)).encode()
+    return text
+
+
 def history_fingerprint(history: Iterable[Message]) -> str:
-    """The sha256 (hex) of a canonical history, in the event log's JSON form."""
-    return _digest(unstructure(tuple(history), tuple[Message, ...]))
+    """The sha256 (hex) of a canonical history, in the event log's JSON form. The text of
+    a list is its items' texts joined, so each message is serialized once; and the first
+    message keeps the last history hashed (its messages and the hasher's state), so a
+    conversation's next fingerprint hashes only the messages added since."""
+    messages = history if isinstance(history, list | tuple) else list(history)
+    if not messages:
+        return hashlib.sha256(b"[]").hexdigest()
+    memo = messages[0]._memo
+    kept: Sequence[Message]
+    kept, state = memo.get("fingerprint.history", ((), None))
+    if state is not None and len(kept) <= len(messages) and list(messages[: len(kept)]) == kept:
+        hasher, start = state.copy(), len(kept)
+    else:
+        hasher, start = hashlib.sha256(), 0
+    for n in range(start, len(messages)):
+        hasher.update((b"," if n else b"[") + _message_text(messages[n]))
+    memo["fingerprint.history"] = (list(messages), hasher.copy())
+    hasher.update(b"]")
+    digest: str = hasher.hexdigest()
+    return digest

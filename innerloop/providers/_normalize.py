@@ -282,23 +282,63 @@ def _anthropic_document(block: DocumentBlock) -> dict[str, Any]:
     return out
 
 
-def _anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for message in messages:
+class WireMessage(dict[str, Any]):
+    """A wire message made from one canonical message, once, and kept with it (a long
+    conversation converts each message once, not at every call). Never changed: what
+    must differ (a cache breakpoint, a merge with its neighbour) is a copy. ``json``
+    keeps its fingerprint's text once it is made, and ``prefix`` what hashing a list of
+    wire messages that begins with it left (``innerloop.providers._fingerprint``)."""
+
+    __slots__ = ("json", "prefix")
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        super().__init__(data)
+        self.json: bytes | None = None
+        self.prefix: tuple[Any, ...] | None = None
+
+
+def _results_first(role: str, content: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tool results open the user turn that answers the tool calls."""
+    if role != "user" or not any(b["type"] == "tool_result" for b in content):
+        return content
+    results = [b for b in content if b["type"] == "tool_result"]
+    return results + [b for b in content if b["type"] != "tool_result"]
+
+
+def _anthropic_wire(message: Message) -> WireMessage | None:
+    """``message`` on Anthropic's wire (None when it has no block to send), made once."""
+    memo = message._memo
+    if "anthropic" not in memo:
         blocks = [b for b in (_anthropic_block(b) for b in message.content) if b is not None]
-        if not blocks:
+        wire = {"role": message.role, "content": _results_first(message.role, blocks)}
+        memo["anthropic"] = WireMessage(wire) if blocks else None
+    wire_message: WireMessage | None = memo["anthropic"]
+    return wire_message
+
+
+def _anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """The history on Anthropic's wire. A conversation's first message keeps the last
+    history converted (its messages and their wire messages): a history that starts with
+    those goes on from there, so a call converts only the messages added since (the
+    prefix is compared at C speed, by identity first)."""
+    memo = messages[0]._memo if messages else {}
+    kept, done = memo.get("anthropic.history", ((), ()))
+    if len(kept) <= len(messages) and list(messages[: len(kept)]) == kept:
+        out, rest = list(done), messages[len(kept) :]
+    else:
+        out, rest = [], messages
+    for message in rest:
+        wire = _anthropic_wire(message)
+        if wire is None:
             continue
-        if out and out[-1]["role"] == message.role:
-            out[-1]["content"].extend(blocks)
+        role = message.role
+        if out and out[-1]["role"] == role:  # a copy: the kept messages stay as they are
+            content = _results_first(role, [*out[-1]["content"], *wire["content"]])
+            out[-1] = {"role": role, "content": content}
         else:
-            out.append({"role": message.role, "content": blocks})
-    for wire in out:
-        if wire["role"] == "user":
-            # tool results must open the user turn that answers the tool calls
-            results = [b for b in wire["content"] if b["type"] == "tool_result"]
-            if results:
-                rest = [b for b in wire["content"] if b["type"] != "tool_result"]
-                wire["content"] = results + rest
+            out.append(wire)
+    if messages:
+        memo["anthropic.history"] = (list(messages), tuple(out))
     if out and out[0]["role"] != "user":
         out.insert(0, {"role": "user", "content": [{"type": "text", "text": "(continued)"}]})
     return out

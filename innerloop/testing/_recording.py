@@ -5,14 +5,14 @@ or from a checkpoint store."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
 from innerloop._errors import InnerloopError
-from innerloop._eventlog import pick_run, read_event_log, split_runs
+from innerloop._eventlog import iter_event_log, pick_run, split_runs
 from innerloop._events import (
     Abort,
     Event,
@@ -177,13 +177,13 @@ def load_recording(source: Source, run: int | str) -> Recording:
     if not isinstance(source, str | Path | Sequence):
         return _stored(source, run)
     where = "the events given" if not isinstance(source, str | Path) else str(source)
+    picked: Sequence[Mapping[str, Any]]
     try:
-        lines: Sequence[Mapping[str, Any]] = (
-            read_event_log(source)
-            if isinstance(source, str | Path)
-            else [e for e in source if e.get("type") != "log_header"]
-        )
-        picked, label = pick_run(_joined(split_runs(lines)), run, where)
+        if isinstance(source, str | Path):
+            picked, label = _streamed(iter_event_log(source), run, where)
+        else:
+            lines = [e for e in source if e.get("type") != "log_header"]
+            picked, label = pick_run(_joined(split_runs(lines)), run, where)
     except OSError as exc:
         raise ReplayError(f"cannot read {where}: {exc.strerror or exc}") from None
     except ValueError as exc:
@@ -198,6 +198,62 @@ def load_recording(source: Source, run: int | str) -> Recording:
         raise ReplayError(f"cannot replay {label}: its events cannot be read: {line}") from None
 
 
+def _continues(first: Mapping[str, Any], last_type: Any, entered: Any) -> bool:
+    """Does the run opening with ``first`` go on where the one before stopped unfinished
+    (its last event of type ``last_type``, ``"finished"`` when there is none before; its
+    last transition into ``entered``)?"""
+    return (
+        first.get("type") == "run_started"
+        and first.get("resumed") is not None
+        and last_type != "finished"
+        and entered is not None
+        and first.get("state") == entered
+    )
+
+
+def _wanted(run: int | str | None, number: int, run_id: Any, found: bool) -> bool:
+    """Is run ``number`` (its id ``run_id``) the one ``pick_run`` picks for ``run``?"""
+    if run is None or run == "last":
+        return True
+    if isinstance(run, int) or run.isdigit():
+        return int(run) == number
+    return not found and run_id == run
+
+
+def _streamed(
+    lines: Iterator[dict[str, Any]], run: int | str, where: str
+) -> tuple[list[Mapping[str, Any]], str]:
+    """``pick_run(_joined(split_runs(lines)), run, where)``, reading ``lines`` as a stream:
+    of the runs it passes it keeps their ids, and of the one picked the lines a replay
+    reads, so a replay's memory grows with that run, not with the log."""
+    stubs: list[list[Mapping[str, Any]]] = []
+    picked: list[Mapping[str, Any]] = []
+    keeping = found = open_run = False
+    last_type: Any = "finished"
+    entered: Any = None
+    for line in lines:
+        kind = line.get("type")
+        if not open_run or kind == "run_started":
+            open_run = True
+            if _continues(line, last_type, entered):
+                continue  # the same run, going on: its run_started is not kept
+            run_id = line.get("run_id") if kind == "run_started" else None
+            stubs.append([{"type": kind, "run_id": run_id}])
+            entered = None
+            keeping = _wanted(run, len(stubs), run_id, found)
+            if keeping:
+                found, picked = True, []
+        last_type = kind
+        if kind == "transition":
+            entered = line.get("target")
+        elif kind == "finished":
+            open_run = False
+        if keeping and (kind in _READ or kind == "child_event"):
+            picked.append(line)
+    _, label = pick_run(stubs, run, where)  # its errors, as for the whole log
+    return picked, label
+
+
 def _joined(runs: list[list[Mapping[str, Any]]]) -> list[list[Mapping[str, Any]]]:
     """``runs`` with each run that goes on where the one before stopped unfinished (a
     durable workflow continued as new: a ``run_started`` with ``resumed`` at the state
@@ -209,14 +265,7 @@ def _joined(runs: list[list[Mapping[str, Any]]]) -> list[list[Mapping[str, Any]]
         entered = next(
             (e.get("target") for e in reversed(before) if e.get("type") == "transition"), None
         )
-        if (
-            first.get("type") == "run_started"
-            and first.get("resumed") is not None
-            and before
-            and before[-1].get("type") != "finished"
-            and entered is not None
-            and first.get("state") == entered
-        ):
+        if _continues(first, before[-1].get("type") if before else "finished", entered):
             joined[-1] = [*before, *events[1:]]
         else:
             joined.append(list(events))

@@ -621,7 +621,7 @@ class _Player:
             ("turns", end.turns, ended.turns),
             ("usage", end.usage, ended.usage),
             ("cost_usd", end.cost_usd, ended.cost_usd),
-            ("interrupt", _json(end.interrupt), _json(ended.interrupt)),
+            ("interrupt", _json(end.interrupt), _json(_as_recorded(ended.interrupt, end))),
         ]
         if end.history is not None:
             pairs.append(("history", end.history, ended.history))
@@ -629,6 +629,15 @@ class _Player:
             if then != now:
                 self.diverge(Divergence("end", here, taken, f"{name}={then!r}", f"{name}={now!r}"))
                 return
+
+
+def _as_recorded(interrupt: Any, recorded: Finished) -> Any:
+    """The replayed interrupt without its ``id`` when the log's has none (a log written
+    before interrupts had ids): the rest is compared."""
+    if isinstance(interrupt, Mapping) and isinstance(recorded.interrupt, Mapping):
+        if "id" not in recorded.interrupt:
+            return {k: v for k, v in interrupt.items() if k != "id"}
+    return interrupt
 
 
 def _json(value: Any) -> str | None:

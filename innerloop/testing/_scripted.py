@@ -215,7 +215,11 @@ class _ScriptedStream:
 
 class FakeProvider:
     """A provider answering each request with ``handler(request)`` (sync or async), which
-    returns a :class:`Reply` or a :class:`Fault`."""
+    returns a :class:`Reply` or a :class:`Fault`.
+
+    ``requests`` holds the last ``keep_requests`` requests, oldest first (each holds its
+    whole history, so keeping every one of a long conversation grows memory with the
+    square of its length); ``keep_requests=None`` keeps them all."""
 
     def __init__(
         self,
@@ -225,7 +229,11 @@ class FakeProvider:
         dialect: str = "anthropic",
         model: str = "scripted-model-20250101",
         chunk_size: int = 16,
+        keep_requests: int | None = 100,
     ) -> None:
+        if keep_requests is not None and keep_requests < 0:
+            raise ValueError(f"keep_requests must be 0 or more, or None, not {keep_requests}")
+        self.keep_requests = keep_requests
         self.name = name
         self.dialect = dialect
         self.model = model
@@ -235,7 +243,10 @@ class FakeProvider:
         self._ids = itertools.count(1)
 
     async def open(self, request: WireRequest) -> _ScriptedStream:
-        self.requests.append(request)
+        kept = self.requests
+        kept.append(request)
+        if self.keep_requests is not None and len(kept) > self.keep_requests:
+            del kept[: len(kept) - self.keep_requests]
         step = self.handler(request)
         if inspect.isawaitable(step):
             step = await step
@@ -305,10 +316,18 @@ class ScriptedProvider(FakeProvider):
         dialect: str = "anthropic",
         model: str = "scripted-model-20250101",
         chunk_size: int = 16,
+        keep_requests: int | None = 100,
     ) -> None:
         self.script: list[Step] = script_steps(script, (Reply, Fault), type(self).__name__)
         self.played = 0
-        super().__init__(self._next, name=name, dialect=dialect, model=model, chunk_size=chunk_size)
+        super().__init__(
+            self._next,
+            name=name,
+            dialect=dialect,
+            model=model,
+            chunk_size=chunk_size,
+            keep_requests=keep_requests,
+        )
 
     def _next(self, request: WireRequest) -> Step:
         if self.played >= len(self.script):

@@ -185,8 +185,10 @@ def store_detail(store: Checkpointer, info: RunInfo) -> dict[str, Any]:
         for i in infos
         if i.source is not None
     ]
+    asked = state.interrupt if state.final_state == "suspended" else None
     return {
         **store_summary(info),
+        **({"interrupt": asked.id} if asked is not None else {}),
         "input_tokens": state.usage.input_tokens,
         "output_tokens": state.usage.output_tokens,
         "transitions": transitions,

@@ -279,10 +279,14 @@ class RunFold:
         return [dict(zip(names, row, strict=True)) for row in rows]
 
     def summary(self) -> dict[str, Any]:
-        """The run's line in the list: status, exit reason, turns, tokens, cost, state."""
+        """The run's line in the list: status, exit reason, turns, tokens, cost, state
+        (and ``interrupt``, the id of the one it waits on, when it ended suspended)."""
         end = self.end
         if end is not None:
+            asked = end.interrupt
+            waits = {"interrupt": str(asked.get("id", ""))} if isinstance(asked, Mapping) else {}
             return {
+                **waits,
                 "status": "finished",
                 "exit_reason": end.exit_reason,
                 "current": end.final_state,

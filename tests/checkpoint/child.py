@@ -6,6 +6,10 @@ python -m tests.checkpoint.child crash URL RUN_ID MODE WORKDIR COMMIT
     streams turn 2's answer slowly: the test kills it with -9.
 python -m tests.checkpoint.child many URL PREFIX THREADS TURNS
     THREADS runs at once, each on its own store connection; prints a JSON report.
+python -m tests.checkpoint.child pay URL RUN_ID WORKDIR WHO
+    resume the suspended RUN_ID approving its ``pay`` call; before claiming the
+    suspension it waits (a barrier of files in WORKDIR) until the other process has come
+    as far. Prints ``resumed`` or ``refused: <the error>``.
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from innerloop import Harness, HarnessParams
+from innerloop import Harness, HarnessParams, ResumeError
 from innerloop.checkpoint import open_checkpointer
+from innerloop.examples import with_approval
 from innerloop.providers import AnthropicProvider
 from innerloop.testing import AnthropicServer, ScriptedProvider, SlowReply, reply, tool_call
 from innerloop.tools import ToolContext, ToolOutput, ToolSpec
@@ -72,6 +77,45 @@ def crash(url: str, run_id: str, mode: str, workdir: str, commit: Any) -> None:
         run.run_sync()
 
 
+def pay_tools(workdir: Path) -> list[ToolSpec]:
+    """``pay`` appends a line to ``paid.log`` (fsynced) each time it runs."""
+
+    async def pay(args: Any, ctx: ToolContext) -> ToolOutput:
+        with open(workdir / "paid.log", "a") as log:  # noqa: ASYNC230 (a few bytes, fsynced)
+            log.write(f"paid {args['amount']}\n")
+            log.flush()
+            os.fsync(log.fileno())
+        return ToolOutput("paid")
+
+    return [ToolSpec("pay", "Pay an amount", OBJ, pay, category="network")]
+
+
+def pay(url: str, run_id: str, workdir: str, who: str) -> None:
+    work = Path(workdir)
+    store = open_checkpointer(url)
+    claim = store.claim
+
+    def at_the_barrier(run: str, interrupt_id: str) -> bool:
+        (work / f"ready-{who}").touch()
+        deadline = time.monotonic() + 60
+        while len(list(work.glob("ready-*"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return claim(run, interrupt_id)
+
+    store.claim = at_the_barrier  # type: ignore[method-assign,assignment]
+    params = HarnessParams(model="scripted:m", tools=pay_tools(work))
+    harness = Harness(
+        params, [ScriptedProvider([reply("Paid.")])], machine=with_approval(), checkpointer=store
+    )
+    try:
+        run = harness.resume(run_id, True)
+    except ResumeError as exc:
+        print(f"refused: {exc}")
+    else:
+        print(f"resumed: {run.run_sync().exit_reason}")
+    store.close()
+
+
 def many(url: str, prefix: str, threads: int, turns: int) -> None:
     errors: list[str] = []
     done: list[str] = []
@@ -113,5 +157,7 @@ if __name__ == "__main__":
     command, *rest = sys.argv[1:]
     if command == "crash":
         crash(*rest)
+    elif command == "pay":
+        pay(*rest)
     else:
         many(rest[0], rest[1], int(rest[2]), int(rest[3]))

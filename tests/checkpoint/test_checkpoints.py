@@ -574,7 +574,7 @@ class TestBadInput:
         with pytest.raises(CheckpointSchemaError) as err:
             SQLiteCheckpointer(path)
         assert str(err.value) == (
-            f"SQLite file {path} has checkpoint schema version 7, newer than the 2 this "
+            f"SQLite file {path} has checkpoint schema version 7, newer than the 3 this "
             "innerloop reads; upgrade innerloop (the store was left as it is)"
         )
         assert path.read_bytes() == before
@@ -587,21 +587,21 @@ class TestBadInput:
         harness.start("go", run_id="r1").run_sync()
         harness.checkpointer.close()
 
-        class V3(SQLiteCheckpointer):
-            version = 3
-            migrations = (*MIGRATIONS, (3, ("ALTER TABLE innerloop_runs ADD COLUMN tag TEXT",)))
+        class V4(SQLiteCheckpointer):
+            version = 4
+            migrations = (*MIGRATIONS, (4, ("ALTER TABLE innerloop_runs ADD COLUMN tag TEXT",)))
 
-        v3 = V3(path)
-        assert v3._conn.execute("SELECT value FROM innerloop_meta").fetchone() == ("3",)
-        assert v3._conn.execute("SELECT tag FROM innerloop_runs").fetchone() == (None,)
-        assert [r.run_id for r in v3.runs()] == ["r1"]
-        v3.close()
-        with pytest.raises(CheckpointSchemaError, match="version 3, newer than the 2"):
+        v4 = V4(path)
+        assert v4._conn.execute("SELECT value FROM innerloop_meta").fetchone() == ("4",)
+        assert v4._conn.execute("SELECT tag FROM innerloop_runs").fetchone() == (None,)
+        assert [r.run_id for r in v4.runs()] == ["r1"]
+        v4.close()
+        with pytest.raises(CheckpointSchemaError, match="version 4, newer than the 3"):
             SQLiteCheckpointer(path)
 
     def test_version_1_store_migrated(self, tmp_path: Path, make_harness: Any) -> None:
-        """A store written before runs recorded their machine is migrated to version 2;
-        its runs read back with no machine record, and resume without a check."""
+        """A store written before runs recorded their machine is migrated to the newest
+        version; its runs read back with no machine record, and resume without a check."""
         path = tmp_path / "runs.db"
 
         class V1(SQLiteCheckpointer):
@@ -617,7 +617,7 @@ class TestBadInput:
                 "VALUES ('r1', 'innerloop', 0)"
             )
         store = SQLiteCheckpointer(path)
-        assert store._conn.execute("SELECT value FROM innerloop_meta").fetchone() == ("2",)
+        assert store._conn.execute("SELECT value FROM innerloop_meta").fetchone() == ("3",)
         assert store.machine("r1") is None
         (info,) = store.runs()
         assert (info.run_id, info.fingerprint, info.import_path) == ("r1", None, None)

@@ -77,7 +77,8 @@ def test_resume_a_suspended_run(tmp_path: Path) -> None:
     suspend("s1", "ask")
     shown = cli("runs", "show", "s1", "--db", db)
     assert (
-        'waiting (question): {"questions": [{"tool_use_id": "a1", "tool": "ask", '
+        "waiting (question, interrupt 'execute:1'): "
+        '{"questions": [{"tool_use_id": "a1", "tool": "ask", '
         '"question": {"question": "which branch?"}}]}'
     ) in shown.stdout
     lacking = cli("runs", "resume", "s1", "--db", db, "--answer", "main", env=KEY)
@@ -92,11 +93,20 @@ def test_resume_a_suspended_run(tmp_path: Path) -> None:
     refused = cli("runs", "resume", "s2", "--db", db, "--tools", "files", env=KEY)
     assert refused.returncode == 2
     assert "run 's2': it is suspended on a 'question' interrupt; pass answer=" in refused.stderr
+    stale = cli(
+        "runs", "resume", "s2", "--db", db, "--answer", "main", "--interrupt", "execute:9",
+        "--tools", "files", env=KEY,
+    )  # fmt: skip
+    assert stale.returncode == 2
+    assert stale.stderr.startswith(
+        "innerloop runs: error: run 's2': the answer is for interrupt 'execute:9', which it "
+        "no longer waits on; it waits on 'execute:1' (question: "
+    )
 
     with AnthropicServer([reply("on main")]) as server:
         done = cli(
-            "runs", "resume", "s2", "--db", db, "--answer", "main", "--tools", "files",
-            "--base-url", server.base_url, "--no-live", env=KEY,
+            "runs", "resume", "s2", "--db", db, "--answer", "main", "--interrupt", "execute:1",
+            "--tools", "files", "--base-url", server.base_url, "--no-live", env=KEY,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
         sent = server.requests[0].body["messages"][-1]["content"][0]

@@ -16,8 +16,9 @@ import pytest
 
 from innerloop import Harness, HarnessParams
 from innerloop.checkpoint import decode, open_checkpointer
-from innerloop.testing import ScriptedProvider, assert_valid_history, reply
-from tests.checkpoint.child import MODEL, crash_tools
+from innerloop.examples import with_approval
+from innerloop.testing import ScriptedProvider, assert_valid_history, reply, tool_call
+from tests.checkpoint.child import MODEL, crash_tools, pay_tools
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -113,3 +114,37 @@ def test_100_concurrent_runs(db_url: str) -> None:
     assert {(r.status, r.exit_reason, r.turns) for r in runs} == {("finished", "model_complete", 4)}
     assert {r.checkpoints for r in runs} == {1 + 3 * 6 + 5 + 1}
     store.close()
+
+
+def test_two_processes_answering_one_suspension_pay_once(db_url: str, tmp_path: Path) -> None:
+    """Two processes resume one stored suspension with the same answer at once: each reads
+    the run and checks its answer, then both claim it after a barrier. In every trial one
+    goes on and pays; the other is refused, naming the interrupt; the run pays once."""
+    for trial in range(3):
+        work = tmp_path / f"trial{trial}"
+        work.mkdir()
+        run_id = f"pay-{trial}"
+        store = open_checkpointer(db_url)
+        script = ScriptedProvider([reply(tool_call("pay", {"amount": 100}, id="p1"))])
+        harness = Harness(
+            HarnessParams(model="scripted:m", tools=pay_tools(work)),
+            [script],
+            machine=with_approval(),
+            checkpointer=store,
+        )
+        assert harness.start("pay the bill", run_id=run_id).run_sync().exit_reason == "suspended"
+        store.close()
+        children = [
+            spawn("pay", db_url, run_id, str(work), who, stdout=subprocess.PIPE)
+            for who in ("a", "b")
+        ]
+        said = sorted(c.communicate(timeout=120)[0].decode().strip() for c in children)
+        assert [c.returncode for c in children] == [0, 0], said
+        assert said == [
+            f"refused: run '{run_id}': its interrupt 'approve:1' was already answered by "
+            "another resume (in this process or another); nothing was answered again. "
+            "harness.checkpoint(run_id) shows where the run is now; fork it (at=7) to "
+            "answer that question anew",
+            "resumed: model_complete",
+        ], trial
+        assert (work / "paid.log").read_text() == "paid 100\n"

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import pytest
 from dbos import DBOSClient
 
-from innerloop import ResumeError
+from innerloop import Answer, ResumeError
 from innerloop.durable.dbos import DBOSLoopClient
 from innerloop.fsm import Interrupt
 from innerloop.testing import assert_valid_history
@@ -179,18 +179,23 @@ def test_wrong_answer_is_refused_and_the_loop_keeps_waiting(
 ) -> None:
     """A wrong answer raises ResumeError with the in-process message and is not sent; a
     malformed message sent around the client is refused by the workflow, which keeps
-    waiting; a right answer then ends the run as in process; an ended run takes none."""
+    waiting; an answer for another interrupt is refused naming both; a right answer, by
+    the interrupt's id, then ends the run as in process; an ended run takes none."""
     expected = resumed_in_process("approval", True, tmp_path / "in-process")
 
     async def body(loops: DBOSLoopClient) -> tuple[Any, str, Any]:
         await loops.start("approval", "go", id="w")
-        await suspended(loops, "w")
+        asked = await suspended(loops, "w")
         with pytest.raises(ResumeError) as info:
             await loops.resume("w", "yes")
+        with pytest.raises(
+            ResumeError, match=r"interrupt 'approve:9', which it no longer waits on; it waits on "
+        ):
+            await loops.resume("w", Answer("approve:9", True))
         await loops.client.send_async("w", {"n": 1, "answer": "yes"}, "resume")
         refused = await loops.client.get_event_async("w", "resume_refused", 30)
         assert await loops.interrupt("w") is not None
-        await loops.resume("w", True)
+        await loops.resume("w", Answer(asked.id, True))
         state = await loops.result("w")
         with pytest.raises(ResumeError, match="it is not waiting for an answer"):
             await loops.resume("w", True)

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import pytest
 from temporalio.client import Client
 
-from innerloop import ResumeError
+from innerloop import Answer, ResumeError
 from innerloop.durable.temporal import (
     TemporalLoopHandle,
     TemporalLoops,
@@ -376,21 +376,22 @@ def test_suspended_loop_resumes_on_the_update(
 def test_wrong_answer_is_refused_and_the_loop_keeps_waiting(
     temporal_server: TemporalServer, log_dir: Path
 ) -> None:
-    """An answer of the wrong shape raises ResumeError with the in-process message; the
-    workflow keeps waiting and takes a right answer after it; once it has ended, an answer
-    is refused too."""
+    """An answer of the wrong shape, or for another interrupt, raises ResumeError with the
+    in-process message (the workflow checks the id); the workflow keeps waiting and takes
+    a right answer after it, by the interrupt's id; once it has ended, an answer is
+    refused too."""
     expected = resumed_in_process("approval", True, log_dir / "in-process")
 
     async def body(loops: TemporalLoops) -> tuple[Any, list[str]]:
         handle = await loops.start("approval", "go", id="wrong-answer")
-        await suspended(handle)
+        asked = await suspended(handle)
         errors = []
-        for wrong in ("yes", {"call_x": True}):
+        for wrong in ("yes", {"call_x": True}, Answer("approve:9", True)):
             with pytest.raises(ResumeError) as info:
                 await handle.resume(wrong)
             errors.append(str(info.value))
         assert await handle.interrupt() is not None
-        await handle.resume(True)
+        await handle.resume(Answer(asked.id, True))
         state = await handle.result()
         with pytest.raises(ResumeError, match="run 'wrong-answer': its workflow takes no answer"):
             await handle.resume(True)
@@ -402,6 +403,9 @@ def test_wrong_answer_is_refused_and_the_loop_keeps_waiting(
         "run 'wrong-answer': no verdict for 'call_c'; no pending call 'call_x'; an approval "
         "answer is True (run them all), False (deny them all) or {tool_use_id: bool} for "
         "'call_c'",
+        "run 'wrong-answer': the answer is for interrupt 'approve:9', which it no longer "
+        "waits on; it waits on 'approve:1' (approval: "
+        + errors[2].split("(approval: ", 1)[1],
     ]
     assert [m.to_dict() for m in state.history] == expected
 

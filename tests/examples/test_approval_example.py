@@ -141,6 +141,7 @@ class TestSuspendForApproval:
             },
             "approve",
             ("c1", "c2"),
+            id="approve:1",
         )
 
     @pytest.mark.parametrize(

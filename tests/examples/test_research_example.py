@@ -79,6 +79,7 @@ class TestScoutMachine:
                 },
                 "approve",
                 ("t1",),
+                id="approve:1",
             ),
         )
         state = harness.resume(run, True).run_sync()

@@ -8,7 +8,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from innerloop import Child, HarnessParams, agent_tool, tool
+import pytest
+
+from innerloop import Answer, Child, HarnessParams, ResumeError, agent_tool, tool
 from innerloop.events import Event, ToolExecuted, Transition
 from innerloop.examples import with_approval
 from innerloop.fsm import MachineSpec
@@ -359,3 +361,99 @@ def test_innerloop_runs_resume_lands_the_answer_in_the_suspended_branch(tmp_path
     assert parent_request[0]["content"][-1]["text"] == (
         "[web#1] Lisbon: fine\n[web#2] Porto: deleted porto.log"
     )
+
+
+# -- answers are bound to their questions ---------------------------------------------------
+
+
+def _two_asking(make_harness: Any, a: AnthropicServer, o: OpenAIServer, **kw: Any) -> Any:
+    """The survey of Lisbon, Porto and Faro where Lisbon's and Faro's branches ask to delete."""
+    return make_harness(
+        HarnessParams(model=CLAUDE),
+        [AnthropicProvider(ANTHROPIC_KEY, base_url=a.base_url)],
+        machine=_survey(_branches(o, asking={"Lisbon", "Faro"})),
+        **kw,
+    )
+
+
+def test_a_stale_approval_for_one_branch_never_approves_another(
+    make_harness: Any, tmp_path: Path
+) -> None:
+    """Branches a (Lisbon) and c (Faro) ask; the host refuses a's delete. A stale "approve"
+    meant for a's question, given to the first run again, is refused naming both
+    interrupts (in memory and with a store), and c's delete never runs; c's own answer,
+    given by its id, is taken."""
+    for store in (None, f"sqlite:///{tmp_path / 'runs.db'}"):
+        deleted.clear()
+        with AnthropicServer([reply("Done.")]) as a, OpenAIServer() as o:
+            harness = _two_asking(make_harness, a, o, checkpointer=store)
+            first = harness.start("Lisbon\nPorto\nFaro")
+            state = first.run_sync()
+            a_id = first.asked.id
+            assert (state.interrupt.path, a_id) == ("web#1", "survey:1")
+            second = harness.resume(first, False)
+            state = second.run_sync()
+            assert state.interrupt is not None
+            c_id = state.interrupt.id
+            assert (state.interrupt.path, c_id) == ("web#3", "survey:2")
+            with pytest.raises(ResumeError) as refused:
+                harness.resume(first, True)
+            assert (
+                "the answer is for interrupt 'survey:1', which it no longer waits on; it "
+                "waits on 'survey:2' (approval by web#3: "
+            ) in str(refused.value)
+            assert "nothing was answered (answer that one with Answer('survey:2', value))" in (
+                str(refused.value)
+            )
+            with pytest.raises(ResumeError, match="'survey:1', which it no longer waits on"):
+                harness.resume(first, Answer(a_id, True))
+            assert deleted == []
+            state = harness.resume(second, Answer(c_id, False)).run_sync()
+            assert (state.exit_reason, deleted) == ("model_complete", [])
+
+
+def test_a_bare_answer_is_refused_while_two_branches_wait(
+    make_harness: Any, tmp_path: Path
+) -> None:
+    """By run id (or by state), a bare answer while a's and c's questions both wait could
+    land on either: it is refused, naming both; ``Answer(id, value)`` is taken."""
+    deleted.clear()
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    with AnthropicServer([reply("Done.")]) as a, OpenAIServer() as o:
+        harness = _two_asking(make_harness, a, o, checkpointer=url)
+        state = harness.start("Lisbon\nPorto\nFaro", run_id="s").run_sync()
+        with pytest.raises(ResumeError) as refused:
+            harness.resume("s", True)
+        assert str(refused.value) == (
+            "run 's': it waits on 2 questions (first 'survey:1' (approval by web#1: "
+            '{"calls": [{"id": "k-Lisbon", "name": "delete_file", "input": {"path": '
+            "\"Lisbon.log\"}}]}); then 'web#3'): a bare answer could land on another than "
+            "the one meant; give Answer('survey:1', value)"
+        )
+        with pytest.raises(ResumeError, match="it waits on 2 questions"):
+            harness.resume(state, True)
+        state = harness.resume("s", Answer("survey:1", True)).run_sync()
+        assert (state.interrupt.path, deleted) == ("web#3", ["Lisbon.log"])
+        state = harness.resume("s", True).run_sync()  # one question waits: a bare answer
+        assert (state.exit_reason, deleted) == ("model_complete", ["Lisbon.log", "Faro.log"])
+
+
+def test_a_second_answer_to_one_suspension_is_refused(make_harness: Any, tmp_path: Path) -> None:
+    """Resuming a stored suspension claims it: the second resume of it (another harness
+    on the same store) is refused, naming the interrupt, and nothing runs twice."""
+    deleted.clear()
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    with AnthropicServer([reply("Done.")]) as a, OpenAIServer() as o:
+        one = _two_asking(make_harness, a, o, checkpointer=url)
+        one.start("Lisbon\nPorto", run_id="s").run_sync()
+        going = one.resume("s", True)
+        two = _two_asking(make_harness, a, o, checkpointer=url)
+        with pytest.raises(ResumeError) as refused:
+            two.resume("s", True)
+        going.run_sync()
+    assert str(refused.value) == (
+        "run 's': its interrupt 'survey:1' was already answered by another resume (in this "
+        "process or another); nothing was answered again. harness.checkpoint(run_id) shows "
+        "where the run is now; fork it (at=15) to answer that question anew"
+    )
+    assert deleted == ["Lisbon.log"]

@@ -55,6 +55,7 @@ def test_question_suspends_then_answer_is_the_tool_result(make_harness: Any) -> 
         "execute",
         ("a1",),
         (ToolResultBlock("e1", "echoed"),),
+        id="execute:1",
     )
     assert [m.role for m in state.history] == ["user", "assistant"]
     state = harness.resume(run, "main").run_sync()

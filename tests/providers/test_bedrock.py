@@ -464,7 +464,7 @@ class TestHarness:
             Message("user", (ToolResultBlock("toolu_01B", "echo:hi"),)),
             Message.assistant("It said echo:hi."),
         ]
-        assert state.resolved_models == ["claude-sonnet-4-5-20250929"] * 2  # one per answer
+        assert state.resolved_models == ["claude-sonnet-4-5-20250929"]  # each model once
         assert [r.path for r in requests] == [STREAM_PATH, STREAM_PATH]
         assert requests[1].body["messages"][-1] == {
             "role": "user",

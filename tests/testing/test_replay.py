@@ -80,6 +80,24 @@ class TestDemoRuns:
         result = replay(demo_log.parent / "nested.jsonl", run, specs=[NESTED_SPEC]).assert_same()
         assert result.state.exit_reason == exit_reason
 
+    def test_a_log_from_before_interrupt_ids_replays_the_same(
+        self, demo_log: Path, tmp_path: Path
+    ) -> None:
+        """A suspended run logged before interrupts had ids (its ``finished.interrupt``
+        has no ``id``) replays the same: the rest of the interrupt is compared."""
+        lines = (demo_log.parent / "nested.jsonl").read_text().splitlines()
+        old = []
+        for line in lines:
+            data = json.loads(line)
+            if data.get("type") == "finished" and data.get("interrupt"):
+                assert data["interrupt"].pop("id") == "survey:1"
+            old.append(json.dumps(data))
+        log = tmp_path / "old.jsonl"
+        log.write_text("\n".join(old) + "\n")
+        asked = replay(log, 1).assert_same().state.interrupt
+        assert asked is not None
+        assert asked.id == "survey:1"
+
     def test_last_is_the_default_run(self, demo_log: Path) -> None:
         """Without ``run``, the log's last run is replayed (the typed one: its answer is
         checked against the recorded JSON Schema and read back as a dict, a log being
@@ -584,3 +602,35 @@ class TestAbortMidBatch:
             "quick 2",
             ABORTED_TOOL,
         ]
+
+
+class TestLongLogs:
+    def test_a_log_is_read_as_a_stream(self, tmp_path: Path) -> None:
+        """A log of about 4 MB (sixty runs, each streaming a long answer): replaying its
+        last run, its first or one by number holds about one run's lines, not the log's
+        (tracemalloc's peak stays under a fifth of the file), and gives what reading the
+        whole log gives."""
+        import tracemalloc
+
+        one = tmp_path / "one.jsonl"
+        long = reply(" ".join(f"word{i}" for i in range(4000)))
+        params = HarnessParams(model="scripted:model-20250101")
+        with EventLog(one) as log:
+            for event in Harness(params, [ScriptedProvider([long])]).start("go").iter_sync():
+                log.write(event)
+        header, *body = one.read_text().splitlines(keepends=True)
+        big = tmp_path / "big.jsonl"
+        big.write_text(header + "".join(body) * 60)
+        size = big.stat().st_size
+        assert size > 3_000_000
+        for run in ("last", 1, 37):
+            tracemalloc.start()
+            try:
+                result = replay(big, run)
+                peak = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+            assert result.divergence is None
+            assert peak < size / 5, (run, peak, size)
+        with pytest.raises(ReplayError, match=r"has no run 61: its runs are 1 to 60, or last"):
+            replay(big, 61)

@@ -62,6 +62,9 @@ class TestLogs:
         assert runs[0]["turns"] == 7
         assert runs[0]["cost_usd"] > 0
         assert runs[0]["error"] is None
+        waiting = _get(server.url + "api/run/log:demo/nested.jsonl:1").json()
+        assert waiting["interrupt"] == "survey:1"  # the id an answer carries
+        assert "interrupt" not in _get(server.url + f"api/run/{DEMO}:1").json()
 
     def test_one_run_in_detail(self, demo_runs: Path, serve: Any) -> None:
         """The tour's transitions, its tool calls (two adds, three failed weathers, one

@@ -327,6 +327,7 @@ class TestStoreTree:
             (c["path"], c["status"], c["current"], c["turns"], c["input_tokens"])
             for c in detail["children"]
         ] == [("cleaner", "suspended", "approve", 1, 10)]
+        assert detail["interrupt"] == "clean:1"  # what `runs resume --interrupt` takes
         child = _get(server.url + "api/run/db:r1", child="cleaner").json()
         assert (child["child"], child["machine"], child["machine_error"]) == (
             "cleaner",

@@ -152,7 +152,8 @@ function show(run) {
     el("span", {}, "exit ", el("b", {}, run.exit_reason || "–")),
     el("span", {}, "turns ", el("b", { id: "turns" }, String(run.turns))),
     el("span", {}, "tokens ", el("b", {}, `${run.input_tokens ?? "–"} in / ${run.output_tokens ?? "–"} out`)),
-    el("span", {}, "cost ", el("b", {}, cost(run.cost_usd))));
+    el("span", {}, "cost ", el("b", {}, cost(run.cost_usd))),
+    ...(run.interrupt === undefined ? [] : [el("span", {}, "waits on ", el("b", { id: "interrupt" }, run.interrupt || "–"))]));
   const error = document.getElementById("run-error");
   const problems = [run.error, run.machine_error].filter(Boolean);
   error.textContent = problems.join(" · ");

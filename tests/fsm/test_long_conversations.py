@@ -1,0 +1,120 @@
+"""Long conversations stay linear: nothing a run carries from message to message grows
+per model call, no repr of run data renders the history, and a fake provider keeps a
+bounded number of requests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from innerloop import Harness, HarnessParams, Message
+from innerloop.checkpoint import open_checkpointer
+from innerloop.fsm import HarnessState
+from innerloop.testing import FakeProvider, ScriptedProvider, reply
+
+
+def test_resolved_models_keep_each_model_once() -> None:
+    """Fifty answers from one model record it once (not once per call)."""
+    script = ScriptedProvider([reply(f"a{i}") for i in range(50)])
+    harness = Harness(HarnessParams(model="scripted:m"), [script])
+    session = harness.session()
+    for i in range(50):
+        state = session.send_sync(f"q{i}")
+    assert state.resolved_models == ["m"]
+
+
+def test_reprs_are_bounded() -> None:
+    """The repr of a state, a run and a session of 10,000 messages is one short line."""
+    history = [Message.user("x" * 100) for _ in range(10_000)]
+    state = HarnessState(history=history)
+    assert repr(state) == "<HarnessState running turns=0 messages=10000 tokens=0>"
+    harness = Harness(HarnessParams(model="scripted:m"), [ScriptedProvider([reply("ok")])])
+    run = harness.start(state=state)
+    assert repr(run) == "<Run state='idle' turns=0>"
+    session = harness.session("c1")
+    assert len(repr(session)) < 80
+    state.final_state, state.turns = "model_complete", 5000
+    assert repr(state) == "<HarnessState model_complete turns=5000 messages=10000 tokens=0>"
+
+
+def test_fake_provider_keeps_the_last_requests() -> None:
+    """``requests`` keeps the last 100 by default, every one with ``keep_requests=None``,
+    and refuses a negative bound."""
+    for keep, expected in ((100, 100), (None, 150), (3, 3)):
+        script = ScriptedProvider([reply(f"a{i}") for i in range(150)], keep_requests=keep)
+        session = Harness(HarnessParams(model="scripted:m"), [script]).session()
+        for i in range(150):
+            session.send_sync(f"q{i}")
+        assert len(script.requests) == expected
+        assert len(script.requests[-1].payload["messages"]) == 299  # the latest kept
+    with pytest.raises(ValueError, match="keep_requests must be 0 or more, or None, not -1"):
+        FakeProvider(lambda r: reply("x"), keep_requests=-1)
+
+
+def _bytes_per_message(tmp_path: Path, messages: int) -> float:
+    store = open_checkpointer(f"sqlite:///{tmp_path / f'c{messages}.db'}")
+    script = ScriptedProvider([reply(f"answer {i:05d}") for i in range(messages)], keep_requests=1)
+    harness = Harness(
+        HarnessParams(model="scripted:m"), [script], checkpointer=store, checkpoint_every="turn"
+    )
+    session = harness.session("long")
+    with harness:
+        for i in range(messages):
+            session.send_sync(f"question {i:05d}")
+    stored = store.stored_bytes()
+    store.close()
+    return stored / messages
+
+
+def test_checkpoint_bytes_per_message_stay_flat(tmp_path: Path) -> None:
+    """A conversation's checkpoint bytes per message at 100 and 1,000 messages: within
+    1.2x (the 10,000-message measure is ``bench/longchat.py``'s)."""
+    first, last = (_bytes_per_message(tmp_path, n) for n in (100, 1_000))
+    assert last / first <= 1.2, (first, last)
+
+
+def _fresh(history: list[Message]) -> list[Message]:
+    """The same messages as new objects (nothing derived from them kept yet)."""
+    return [Message(m.role, m.content) for m in history]
+
+
+def test_a_conversations_call_hashes_only_its_new_messages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Fingerprints and wire requests made as a conversation grows (a cache breakpoint
+    on its last messages, consecutive user messages merged, a shortened history) are the
+    ones made afresh; and a call after 300 messages serializes only what is new."""
+    from innerloop.fsm import PromptCache
+    from innerloop.fsm._context import request_settings
+    from innerloop.providers import _fingerprint
+    from innerloop.providers._fingerprint import history_fingerprint, request_digests
+    from innerloop.providers._normalize import build_request
+
+    settings = request_settings(
+        HarnessParams(model="scripted:m", system="s", prompt_cache=PromptCache(last_messages=2))
+    )
+    history: list[Message] = []
+
+    def both(messages: list[Message]) -> tuple[str, tuple[str, dict[str, str]], Any]:
+        request = build_request(settings, messages, "anthropic", "m")
+        return history_fingerprint(messages), request_digests(request), request.payload
+
+    for i in range(100):
+        history += [Message.user(f"q{i}"), Message.assistant(f"a{i}")]
+        if i % 7 == 0:
+            history.append(Message.user("and"))  # merged with the next user message
+        for messages in (history, history[:1] + history[5:]):
+            assert both(messages) == both(_fresh(messages)), i
+    texts: list[Any] = []
+    real = _fingerprint._text
+
+    def counted(data: Any) -> str:
+        texts.append(data)
+        return real(data)
+
+    monkeypatch.setattr(_fingerprint, "_text", counted)
+    history.append(Message.user("one more"))
+    both(history)
+    assert len(texts) < 20, texts  # the new message, the breakpoints' copies, the keys
