@@ -114,9 +114,67 @@ def _yaml(text: str, path: Path) -> Any:
             "(or give a .json file)"
         ) from None
     try:
-        return yaml.safe_load(text)
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise DatasetError(f"{path}: not YAML: {exc}") from None
+    _within_alias_budget(data, path)
+    return data
+
+
+YAML_ALIAS_BUDGET = 100_000
+"""How many values a YAML dataset's aliases may add to it: with every alias expanded (a
+value counted each time it is used, a string one value per 100 characters), the file holds
+at most this many values more than it spells out."""
+
+
+def _within_alias_budget(data: Any, path: Path) -> None:
+    """Refuse a YAML document whose aliases expand it past :data:`YAML_ALIAS_BUDGET`, or
+    that holds itself. A shared value is measured once, so a bomb costs no more to measure
+    than to read."""
+    expanded: dict[int, int] = {}  # id of a list or mapping -> its values, aliases expanded
+    long_strings: set[int] = set()  # ids of the strings past 100 characters, counted once
+    written = 0
+    on_path: set[int] = set()
+    todo: list[tuple[Any, bool]] = [(data, False)]
+    while todo:
+        node, done = todo.pop()
+        key = id(node)
+        children = list(node.values()) if isinstance(node, dict) else node
+        if done:
+            on_path.discard(key)
+            size = 1 + (len(node) if isinstance(node, dict) else 0)
+            written += size
+            for child in children:
+                if isinstance(child, (list, dict)):
+                    size += expanded[id(child)]
+                    continue
+                weight = _weight(child)
+                size += weight
+                if weight == 1:
+                    written += 1
+                elif id(child) not in long_strings:
+                    long_strings.add(id(child))
+                    written += weight
+            expanded[key] = size
+            continue
+        if key in expanded:
+            continue
+        if key in on_path:
+            raise DatasetError(f"{path}: a YAML alias refers to a value that holds it")
+        on_path.add(key)
+        todo.append((node, True))
+        todo.extend((c, False) for c in children if isinstance(c, (list, dict)))
+    added = expanded.get(id(data), written) - written
+    if added > YAML_ALIAS_BUDGET:
+        raise DatasetError(
+            f"{path}: its YAML aliases expand it by {added:,} values, past the "
+            f"{YAML_ALIAS_BUDGET:,} a dataset may add through aliases (YAML_ALIAS_BUDGET); "
+            "write the values out, or share less"
+        )
+
+
+def _weight(value: Any) -> int:
+    return 1 + len(value) // 100 if isinstance(value, str) else 1
 
 
 _CASE_KEYS = {"name", "inputs", "prompt", "expected_output", "metadata", "evaluators", "checks"}

@@ -124,6 +124,19 @@ def _report_html(report: dict[str, Any]) -> str:
     )
 
 
+def _report_or_problem(report: dict[str, Any]) -> str:
+    """A report's section, or one line saying why the file cannot be shown (a report is a
+    file in the runs folder: data, whatever it holds)."""
+    try:
+        return _report_html(report)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        return (
+            f"<section><p class='error'>{_e(report['file'])}: not an eval report this page "
+            f"can show ({_e(why)})</p></section>"
+        )
+
+
 def _badge(status: str) -> str:
     return {"passed": "finished", "failed": "error", "error": "error"}.get(status, "")
 
@@ -204,7 +217,7 @@ def report_routes(catalog: Catalog) -> list[Route]:
 
     async def evals_page(request: Request) -> Response:
         reports = await run_in_threadpool(eval_reports, catalog)
-        body = "".join(map(_report_html, reports)) or (
+        body = "".join(map(_report_or_problem, reports)) or (
             "<p class='muted'>no eval report in the runs folder yet: "
             "innerloop eval DATASET --harness MODULE:ATTR --json runs/report.json</p>"
         )
