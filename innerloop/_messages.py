@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, TypeAlias
 
@@ -38,6 +39,8 @@ __all__ = [
     "ToolUseBlock",
     "Usage",
     "block_from_dict",
+    "encodable",
+    "encodable_json",
     "message_from_dict",
 ]
 
@@ -50,6 +53,39 @@ def _unstructure(obj: Any) -> dict[str, Any]:
     return data
 
 
+def _unencodable(text: str) -> bool:
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def encodable(text: str) -> str:
+    """``text`` as UTF-8 can encode it: each lone surrogate (bytes decoded with
+    ``surrogateescape``, a ``"\\ud800"`` JSON escape) is written as its escape, the six
+    characters ``\\udcff``; other text is returned as it is. Text enters a run's history
+    through it, so it is hashed, logged, sent and shown the same way everywhere."""
+    if _unencodable(text):
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def encodable_json(text: str) -> str:
+    """JSON text (``json.dumps(..., ensure_ascii=False)``) as UTF-8 can encode it: each
+    lone surrogate, which can only sit inside a string, becomes an escaped backslash and
+    its escape, so the string reads back as :func:`encodable` writes that text (what a
+    page shows is what the history holds)."""
+    if _unencodable(text):
+        return _SURROGATE.sub(lambda m: f"\\\\u{ord(m.group()):04x}", text)
+    return text
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _frozen_mapping(value: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise TypeError(f"tool input must be a JSON object (a mapping), got {type(value).__name__}")
@@ -58,7 +94,7 @@ def _frozen_mapping(value: Mapping[str, Any]) -> dict[str, Any]:
 
 @attrs.frozen
 class TextBlock:
-    text: str
+    text: str = attrs.field(converter=encodable)
     type: Literal["text"] = attrs.field(default="text", init=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -292,7 +328,7 @@ class ToolUseBlock:
 @attrs.frozen
 class ToolResultBlock:
     tool_use_id: str
-    content: str
+    content: str = attrs.field(converter=encodable)
     is_error: bool = False
     type: Literal["tool_result"] = attrs.field(default="tool_result", init=False)
 

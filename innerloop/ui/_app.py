@@ -44,6 +44,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from innerloop._messages import encodable_json
 from innerloop._secrets import scrub_secrets
 from innerloop.diagrams import GraphvizNotFound
 from innerloop.fsm import MachineNotFound
@@ -247,4 +248,5 @@ async def _changes(
 
 
 def _text(data: Any) -> str:
-    return scrub_secrets(json.dumps(data, ensure_ascii=False, separators=(",", ":")))
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return scrub_secrets(encodable_json(text))  # a log's lone surrogates shown escaped

@@ -25,6 +25,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from innerloop._json import parse_json
+from innerloop._messages import encodable, encodable_json
 from innerloop._secrets import scrub_secrets
 from innerloop.checkpoint import CheckpointError
 from innerloop.evals import RunComparison, compare_fork
@@ -70,11 +71,13 @@ def _page(title: str, body: str, status: int = 200) -> HTMLResponse:
     """A page, scrubbed of keys and tokens (outputs may hold them)."""
     return HTMLResponse(
         scrub_secrets(
-            "<!doctype html><html><head><meta charset='utf-8'>"
-            f"<title>innerloop · {_e(title)}</title>"
-            "<link rel='stylesheet' href='/static/style.css'></head><body>"
-            f"<header><h1>innerloop <span>{_e(title)}</span></h1></header>"
-            f"<main>{body}</main></body></html>"
+            encodable(
+                "<!doctype html><html><head><meta charset='utf-8'>"
+                f"<title>innerloop · {_e(title)}</title>"
+                "<link rel='stylesheet' href='/static/style.css'></head><body>"
+                f"<header><h1>innerloop <span>{_e(title)}</span></h1></header>"
+                f"<main>{body}</main></body></html>"
+            )
         ),
         status_code=status,
     )
@@ -82,7 +85,7 @@ def _page(title: str, body: str, status: int = 200) -> HTMLResponse:
 
 def _json(data: Any, status: int = 200) -> Response:
     """``data`` as JSON, scrubbed of keys and tokens."""
-    text = scrub_secrets(json.dumps(data, ensure_ascii=False))
+    text = scrub_secrets(encodable_json(json.dumps(data, ensure_ascii=False)))
     return Response(text, status_code=status, media_type="application/json")
 
 
