@@ -130,6 +130,33 @@ _PDF_MAGIC = b"%PDF-"
 """The first bytes of every PDF."""
 
 
+def _image_type(raw: bytes) -> str | None:
+    """The image type ``raw`` starts as (by its magic bytes), among :data:`IMAGE_TYPES`."""
+    if raw.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if raw.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if raw.startswith((b"GIF87a", b"GIF89a")):
+        return "image/gif"
+    if raw.startswith(b"RIFF") and raw[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+def _check_image(raw: bytes, media_type: str) -> None:
+    """``raw`` is an image of ``media_type``, by its magic bytes (as a PDF's are checked)."""
+    found = _image_type(raw)
+    if found == media_type:
+        return
+    if found is not None:
+        raise ContentError("image", f"data is {found}, not {media_type}; pass media_type={found!r}")
+    raise ContentError(
+        "image",
+        f"data is not {media_type} (its first bytes are {raw[:8]!r}, no image type the "
+        "providers take); convert it to PNG, JPEG, GIF or WebP first",
+    )
+
+
 def _check_base64(block: str, data: str) -> bytes:
     try:
         return base64.b64decode(data, validate=True)
@@ -192,7 +219,7 @@ class ImageBlock:
                 "for a PDF",
             )
         if self.data:
-            _check_base64("image", self.data)
+            _check_image(_check_base64("image", self.data), self.media_type)
 
     @classmethod
     def from_bytes(cls, data: bytes, media_type: str) -> ImageBlock:

@@ -110,6 +110,19 @@ class TestConstruction:
                 "image block: give data or url, not both; drop one "
                 "(ImageBlock.from_bytes or ImageBlock.from_url)",
             ),
+            (
+                lambda: ImageBlock.from_bytes(b"<html><script>", "image/png"),
+                "image block: data is not image/png (its first bytes are b'<html><s', no image "
+                "type the providers take); convert it to PNG, JPEG, GIF or WebP first",
+            ),
+            (
+                lambda: ImageBlock.from_bytes(b"\xff\xd8\xff\xe0 jfif", "image/png"),
+                "image block: data is image/jpeg, not image/png; pass media_type='image/jpeg'",
+            ),
+            (
+                lambda: ImageBlock("image/gif", "iVBORw0KGgo="),  # a PNG's first bytes
+                "image block: data is image/png, not image/gif; pass media_type='image/png'",
+            ),
         ],
     )
     def test_a_bad_block_is_refused_naming_the_fix(self, make: Any, message: str) -> None:
@@ -118,6 +131,22 @@ class TestConstruction:
             make()
         assert str(caught.value) == message
         assert isinstance(caught.value, ValueError)
+
+    @pytest.mark.parametrize(
+        ("data", "media_type"),
+        [
+            (b"\x89PNG\r\n\x1a\n....", "image/png"),
+            (b"\xff\xd8\xff\xdb....", "image/jpeg"),
+            (b"GIF87a....", "image/gif"),
+            (b"GIF89a....", "image/gif"),
+            (b"RIFF\x10\x00\x00\x00WEBPVP8 ", "image/webp"),
+        ],
+    )
+    def test_image_bytes_of_their_declared_type_are_taken(
+        self, data: bytes, media_type: str
+    ) -> None:
+        """Each image type is known by its magic bytes, as a PDF is by %PDF-."""
+        assert ImageBlock.from_bytes(data, media_type).media_type == media_type
 
     def test_text_and_name(self) -> None:
         """A text document reads back its text; file names default by type."""
