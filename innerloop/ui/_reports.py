@@ -177,7 +177,6 @@ def _comparison_html(c: RunComparison) -> str:
         f"<h2>rerun of {_e(c.run_id)} from checkpoint {c.at} "
         f"<span class='muted'>entering {_e(c.state)}, after {len(c.shared)} shared "
         f"transitions</span></h2><p><b>{_e(verdict)}</b></p>"
-        "<style>.differs{background:#fff3c4}</style>"
         f"<table><thead><tr><th></th><th>original</th><th>rerun</th></tr></thead>"
         f"<tbody>{body}<tr><th>path</th><td>{path(a.path)}</td><td>{path(b.path)}</td></tr>"
         "</tbody></table>"
