@@ -217,6 +217,9 @@ class ModelCall(Event):
     """A short hash per top-level key of the body, so a changed request names what changed."""
     messages: int
     """How many messages the request carries."""
+    tools: tuple[str, ...] | None = None
+    """The names of the tools offered on this call, when the run chooses them each turn
+    (``params.tool_sources`` or ``prepare_tools``); None when it offers ``params.tools``."""
 
 
 @attrs.frozen

@@ -255,7 +255,7 @@ class Harness(Generic[OutputT]):
         at = start_at or self.machine.initial
         writer = None
         if self.checkpointer is not None:
-            run_id = run_id or uuid.uuid4().hex
+            run_id = uuid.uuid4().hex if run_id is None else run_id
             self.checkpointer.create_run(run_id, self.machine.name, record=self.record)
             writer = self._writer(run_id)
             writer.save(state, at)
@@ -507,7 +507,7 @@ class Harness(Generic[OutputT]):
             state.final_state = state.exit_reason = None
             state.start_run()
             where = self.machine.initial
-        child = new_run_id or uuid.uuid4().hex
+        child = uuid.uuid4().hex if new_run_id is None else new_run_id
         store.create_run(
             child,
             self.machine.name,

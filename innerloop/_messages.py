@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, TypeAlias
 
@@ -38,6 +39,8 @@ __all__ = [
     "ToolUseBlock",
     "Usage",
     "block_from_dict",
+    "encodable",
+    "encodable_json",
     "message_from_dict",
 ]
 
@@ -50,6 +53,39 @@ def _unstructure(obj: Any) -> dict[str, Any]:
     return data
 
 
+def _unencodable(text: str) -> bool:
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def encodable(text: str) -> str:
+    """``text`` as UTF-8 can encode it: each lone surrogate (bytes decoded with
+    ``surrogateescape``, a ``"\\ud800"`` JSON escape) is written as its escape, the six
+    characters ``\\udcff``; other text is returned as it is. Text enters a run's history
+    through it, so it is hashed, logged, sent and shown the same way everywhere."""
+    if _unencodable(text):
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def encodable_json(text: str) -> str:
+    """JSON text (``json.dumps(..., ensure_ascii=False)``) as UTF-8 can encode it: each
+    lone surrogate, which can only sit inside a string, becomes an escaped backslash and
+    its escape, so the string reads back as :func:`encodable` writes that text (what a
+    page shows is what the history holds)."""
+    if _unencodable(text):
+        return _SURROGATE.sub(lambda m: f"\\\\u{ord(m.group()):04x}", text)
+    return text
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _frozen_mapping(value: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise TypeError(f"tool input must be a JSON object (a mapping), got {type(value).__name__}")
@@ -58,7 +94,7 @@ def _frozen_mapping(value: Mapping[str, Any]) -> dict[str, Any]:
 
 @attrs.frozen
 class TextBlock:
-    text: str
+    text: str = attrs.field(converter=encodable)
     type: Literal["text"] = attrs.field(default="text", init=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -92,6 +128,33 @@ DOCUMENT_TYPES = ("application/pdf", "text/plain")
 """The document media types: PDF, and plain text (UTF-8)."""
 _PDF_MAGIC = b"%PDF-"
 """The first bytes of every PDF."""
+
+
+def _image_type(raw: bytes) -> str | None:
+    """The image type ``raw`` starts as (by its magic bytes), among :data:`IMAGE_TYPES`."""
+    if raw.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if raw.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if raw.startswith((b"GIF87a", b"GIF89a")):
+        return "image/gif"
+    if raw.startswith(b"RIFF") and raw[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+def _check_image(raw: bytes, media_type: str) -> None:
+    """``raw`` is an image of ``media_type``, by its magic bytes (as a PDF's are checked)."""
+    found = _image_type(raw)
+    if found == media_type:
+        return
+    if found is not None:
+        raise ContentError("image", f"data is {found}, not {media_type}; pass media_type={found!r}")
+    raise ContentError(
+        "image",
+        f"data is not {media_type} (its first bytes are {raw[:8]!r}, no image type the "
+        "providers take); convert it to PNG, JPEG, GIF or WebP first",
+    )
 
 
 def _check_base64(block: str, data: str) -> bytes:
@@ -156,7 +219,7 @@ class ImageBlock:
                 "for a PDF",
             )
         if self.data:
-            _check_base64("image", self.data)
+            _check_image(_check_base64("image", self.data), self.media_type)
 
     @classmethod
     def from_bytes(cls, data: bytes, media_type: str) -> ImageBlock:
@@ -292,7 +355,7 @@ class ToolUseBlock:
 @attrs.frozen
 class ToolResultBlock:
     tool_use_id: str
-    content: str
+    content: str = attrs.field(converter=encodable)
     is_error: bool = False
     type: Literal["tool_result"] = attrs.field(default="tool_result", init=False)
 

@@ -33,6 +33,7 @@ from innerloop.checkpoint import (
     CheckpointWriter,
     UnknownRunError,
 )
+from innerloop.checkpoint._types import check_run_id
 from innerloop.fsm._compile import CompiledMachine
 from innerloop.fsm._driver import Run
 from innerloop.fsm._params import HarnessParams, SpendBudget
@@ -164,7 +165,11 @@ class Session:
         optional(integer(ge=1)).verify("max_turns_total", max_turns_total)
         optional(instance(SpendBudget)).verify("spend_budget_total", spend_budget_total)
         self.harness = harness
-        self.conversation_id = conversation_id or uuid.uuid4().hex
+        self.conversation_id = (
+            uuid.uuid4().hex
+            if conversation_id is None
+            else check_run_id(conversation_id, "conversation id", "; pass None for a new one")
+        )
         self.max_turns_total = max_turns_total
         self.spend_budget_total = spend_budget_total
         self._store = harness.checkpointer

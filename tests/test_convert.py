@@ -98,9 +98,18 @@ finite = st.floats(allow_nan=False, allow_infinity=False)
 
 urls = st.text(max_size=8).map(lambda t: "https://example.com/" + t)
 names = st.none() | st.text(max_size=8)
+MAGIC = {
+    "image/png": b"\x89PNG\r\n\x1a\n",
+    "image/jpeg": b"\xff\xd8\xff",
+    "image/gif": b"GIF89a",
+    "image/webp": b"RIFF\x00\x00\x00\x00WEBP",
+}
+"""The first bytes of each image type (ImageBlock checks them)."""
 CHECKED = {
     ImageBlock: st.builds(
-        ImageBlock.from_bytes, st.binary(min_size=1, max_size=8), st.sampled_from(IMAGE_TYPES)
+        lambda media_type, rest: ImageBlock.from_bytes(MAGIC[media_type] + rest, media_type),
+        st.sampled_from(IMAGE_TYPES),
+        st.binary(max_size=8),
     )
     | st.builds(ImageBlock.from_url, urls),
     DocumentBlock: st.builds(

@@ -710,7 +710,7 @@ def test_the_approximate_counter_takes_four_characters_a_token(text: str, tokens
 
 
 def test_a_message_costs_its_framing_its_images_and_its_text() -> None:
-    image = ImageBlock("image/png", "AAAA")
+    image = ImageBlock("image/png", "iVBORw0KGgo=")
     assert count_message(ApproxTokenCounter(), Message("user", (image,))) == 4 + 1600
     text = Message("user", (TextBlock("abcdefgh"), image, image))
     assert count_message(ApproxTokenCounter(), text) == 4 + 3200 + 2

@@ -33,6 +33,7 @@ from innerloop.checkpoint._types import (
     RunInfo,
     StoredRows,
     UnknownRunError,
+    check_run_id,
 )
 
 __all__ = ["MIGRATIONS", "SQLStore"]
@@ -194,6 +195,7 @@ class SQLStore(abc.ABC):
         record: MachineRecord | None = None,
         now: float | None = None,
     ) -> None:
+        check_run_id(run_id)
         at = time.time() if now is None else now
         known = record.columns() if record is not None else (None, None, None)
         try:
@@ -262,6 +264,7 @@ class SQLStore(abc.ABC):
         return True
 
     def rows(self, run_id: str, seq: int | None = None) -> StoredRows:
+        check_run_id(run_id)
         with self._read() as cur:
             if seq is None:
                 cur.execute(
@@ -312,6 +315,7 @@ class SQLStore(abc.ABC):
         raise UnknownRunError(run_id, seq, int(cur.fetchone()[0]))
 
     def checkpoints(self, run_id: str) -> list[CheckpointInfo]:
+        check_run_id(run_id)
         with self._read() as cur:
             cur.execute(
                 self._sql(
@@ -332,6 +336,7 @@ class SQLStore(abc.ABC):
             return [RunInfo(*r) for r in cur.fetchall()]
 
     def machine(self, run_id: str) -> MachineRecord | None:
+        check_run_id(run_id)
         with self._read() as cur:
             cur.execute(
                 self._sql(

@@ -34,6 +34,7 @@ __all__ = [
     "RunStatus",
     "StoredRows",
     "UnknownRunError",
+    "check_run_id",
 ]
 
 SCHEMA_VERSION = 3
@@ -45,6 +46,20 @@ RunStatus = Literal["running", "suspended", "finished"]
 
 class CheckpointError(InnerloopError):
     """A checkpoint store cannot do what was asked; nothing was written."""
+
+
+def check_run_id(run_id: object, what: str = "run id", fix: str = "") -> str:
+    """``run_id``, when every store can keep it: a non-empty string without NUL
+    characters (PostgreSQL's text cannot hold one); else :class:`CheckpointError` (its
+    message ends with ``fix``, when given)."""
+    if not isinstance(run_id, str) or not run_id:
+        raise CheckpointError(f"a {what} is a non-empty string, got {run_id!r}{fix}")
+    if "\x00" in run_id:
+        raise CheckpointError(
+            f"a {what} cannot hold a NUL character (\\x00), which PostgreSQL cannot store; "
+            f"got {run_id!r}{fix}"
+        )
+    return run_id
 
 
 class CheckpointSchemaError(CheckpointError):

@@ -8,12 +8,18 @@ the case does not give). Any object of that shape is a check too.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, Protocol, runtime_checkable
+import reprlib
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import attrs
 import jsonschema
+import regex
 from pydantic import BaseModel
 
 from innerloop._json import parse_json
@@ -35,13 +41,26 @@ __all__ = [
 ]
 
 
+REASON_CHARS = 2_000
+"""A check's reason and a case's error are cut to this many characters (a report renders
+every one of them)."""
+
+
+def bounded(text: str, limit: int = REASON_CHARS) -> str:
+    """``text``, cut to ``limit`` characters (saying how many more there were)."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit:,} more characters)"
+
+
 @attrs.frozen
 class CheckResult:
     """How one check went on one case."""
 
     name: str
     passed: bool
-    reason: str = ""
+    reason: str = attrs.field(default="", converter=bounded)
     cost_usd: float | None = 0.0
     """What the check itself cost (a judge's model calls; None when unpriced)."""
     tokens: int = 0
@@ -95,9 +114,48 @@ def _mapping(value: Mapping[str, Any]) -> dict[str, Any]:
     return dict(value)
 
 
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 3, 80, 80, 40
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 6
+
+
 def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
+    """A repr of ``value`` cut to ``limit`` characters, built without rendering the whole
+    value (a YAML alias can make a small file's value billions of items long)."""
+    text = _REPR.repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+T = TypeVar("T")
+
+
+async def off_the_loop(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in a thread of its own, awaited: a slow check leaves the event loop
+    (the other cases, the progress bar) running, and a caller's time limit can give up on
+    it. The thread is a daemon: one still running when the program ends does not hold it."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def work() -> None:
+        result: Any = None
+        error: BaseException | None = None
+        try:
+            result = fn(*args)
+        except BaseException as exc:  # handed to the awaiting task, which raises it
+            error = exc
+        with contextlib.suppress(RuntimeError):  # a loop closed meanwhile: nobody waits
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=work, name="innerloop-check", daemon=True).start()
+    return await future
 
 
 class _Unset:
@@ -151,12 +209,98 @@ class Contains:
         return CheckResult(self.name, False, f"{self.value!r} not in {_short(out)}")
 
 
+class _PatternTimeout(Exception):
+    def __init__(self, pattern: str) -> None:
+        super().__init__(pattern)
+        self.pattern = pattern
+
+
+class _Patterns:
+    """``pattern``, ``patternProperties`` and ``additionalProperties`` matched with the
+    ``regex`` module under one deadline, instead of ``re`` (which can backtrack for ever on
+    a pattern from data, holding the interpreter)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.deadline = time.monotonic() + seconds
+
+    def search(self, pattern: str, text: str) -> bool:
+        left = max(0.0, self.deadline - time.monotonic())
+        try:
+            return regex.search(pattern, text, timeout=left, concurrent=True) is not None
+        except TimeoutError:
+            raise _PatternTimeout(pattern) from None
+
+    def pattern(self, v: Any, pattern: str, instance: Any, schema: Any) -> Iterator[Any]:
+        if v.is_type(instance, "string") and not self.search(pattern, instance):
+            yield jsonschema.ValidationError(f"{_short(instance)} does not match {pattern!r}")
+
+    def pattern_properties(
+        self, v: Any, patterns: Mapping[str, Any], instance: Any, schema: Any
+    ) -> Iterator[Any]:
+        if not v.is_type(instance, "object"):
+            return
+        for pattern, subschema in patterns.items():
+            for key, value in instance.items():
+                if self.search(pattern, key):
+                    yield from v.descend(value, subschema, path=key, schema_path=pattern)
+
+    def additional_properties(
+        self, v: Any, allowed: Any, instance: Any, schema: Any
+    ) -> Iterator[Any]:
+        if not v.is_type(instance, "object"):
+            return
+        named, patterns = schema.get("properties", {}), list(schema.get("patternProperties", {}))
+        extras = sorted(
+            (
+                k
+                for k in instance
+                if k not in named and not any(self.search(p, k) for p in patterns)
+            ),
+            key=str,
+        )
+        if v.is_type(allowed, "object"):
+            for extra in extras:
+                yield from v.descend(instance[extra], allowed, path=extra)
+        elif not allowed and extras:
+            unexpected = ", ".join(_short(e) for e in extras[:6])
+            yield jsonschema.ValidationError(
+                f"additional properties are not allowed ({unexpected} unexpected)"
+            )
+
+    def validator(self, schema: Mapping[str, Any]) -> Any:
+        base = jsonschema.validators.validator_for(schema)
+        keywords = {
+            "pattern": self.pattern,
+            "patternProperties": self.pattern_properties,
+            "additionalProperties": self.additional_properties,
+        }
+        return jsonschema.validators.extend(base, keywords)(schema)
+
+
+def _keywords(schema: Any) -> Iterator[str]:
+    todo = [schema]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, Mapping):
+            yield from (k for k in node if isinstance(k, str))
+            todo.extend(node.values())
+        elif isinstance(node, list):
+            todo.extend(node)
+
+
+PATTERN_SECONDS = 1.0
+"""How long the patterns of one ``MatchesSchema`` may take over one output, in all."""
+
+
 @attrs.frozen
 class MatchesSchema:
     """The output is JSON matching ``schema`` (a typed output's data, or the text parsed
-    as JSON). The schema is checked when the check is built."""
+    as JSON). The schema is checked when the check is built. Its patterns are matched by
+    the ``regex`` module, within ``pattern_seconds`` in all (past that the check fails,
+    naming the pattern): a pattern from a data file cannot hold the eval."""
 
     schema: Mapping[str, Any] = attrs.field(converter=_mapping)
+    pattern_seconds: float = PATTERN_SECONDS
 
     @schema.validator
     def _valid(self, _: Any, schema: dict[str, Any]) -> None:
@@ -164,20 +308,38 @@ class MatchesSchema:
             jsonschema.validators.validator_for(schema).check_schema(schema)
         except jsonschema.SchemaError as exc:
             raise ValueError(f"MatchesSchema: the schema is not valid: {exc.message}") from None
+        used = set(_keywords(schema))
+        if "unevaluatedProperties" in used and "patternProperties" in used:
+            raise ValueError(
+                "MatchesSchema: unevaluatedProperties with patternProperties is not supported "
+                "(its patterns would be matched without a time limit); list the properties, "
+                "or use additionalProperties"
+            )
 
     @property
     def name(self) -> str:
         return "matches_schema"
 
     async def evaluate(self, ctx: CheckContext) -> CheckResult | None:
-        data = ctx.output
+        return await off_the_loop(self.check, ctx.output)
+
+    def check(self, data: Any) -> CheckResult:
+        """The check itself, on the output ``data`` (run off the event loop)."""
         if isinstance(data, str):
             try:
                 data = parse_json(data)
             except ValueError as exc:
                 return CheckResult(self.name, False, f"the output is not JSON: {exc}")
-        validator = jsonschema.validators.validator_for(self.schema)(self.schema)
-        problems = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+        validator = _Patterns(self.pattern_seconds).validator(self.schema)
+        try:
+            problems = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+        except _PatternTimeout as exc:
+            return CheckResult(
+                self.name,
+                False,
+                f"the pattern {_short(exc.pattern)} took over {self.pattern_seconds} s on the "
+                "output (MatchesSchema's pattern_seconds)",
+            )
         if not problems:
             return CheckResult(self.name, True)
         first = problems[0]
@@ -198,7 +360,7 @@ class Predicate:
         return self.label or str(getattr(self.fn, "__name__", "predicate"))
 
     async def evaluate(self, ctx: CheckContext) -> CheckResult | None:
-        verdict = self.fn(ctx)
+        verdict = await off_the_loop(self.fn, ctx)
         if isinstance(verdict, str):
             return CheckResult(self.name, not verdict, verdict)
         return CheckResult(self.name, bool(verdict), "" if verdict else "the predicate is false")

@@ -2,7 +2,7 @@
 
     innerloop eval DATASET --harness MODULE:ATTR [--predicates MODULE:ATTR]
                    [--concurrency N] [--json OUT] [--judge-model PROVIDER:MODEL]
-                   [--no-progress]
+                   [--check-seconds S] [--no-progress]
     innerloop runs rerun RUN_ID --db URL --harness MODULE:ATTR [--at N] [--message TEXT]
                    [--json OUT]
 
@@ -32,7 +32,7 @@ from innerloop._messages import Message
 from innerloop.evals._dataset import Dataset, DatasetError
 from innerloop.evals._report import CaseResult
 from innerloop.evals._rerun import rerun_sync
-from innerloop.evals._runner import Judges, run_eval_sync
+from innerloop.evals._runner import CHECK_SECONDS, Judges, run_eval_sync
 from innerloop.fsm._locate import import_target
 
 __all__ = ["add_eval_parser", "add_rerun_parser", "eval_command", "rerun_command"]
@@ -45,6 +45,16 @@ def _positive(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text!r}")
     return value
 
 
@@ -67,6 +77,13 @@ def add_eval_parser(subparsers: Any) -> None:
     p.add_argument("--concurrency", type=_positive, default=8, help="runs at a time (8)")
     p.add_argument("--json", metavar="OUT", help="also write the report as JSON here")
     p.add_argument("--judge-model", metavar="PROVIDER:MODEL", help="the judges' default model")
+    p.add_argument(
+        "--check-seconds",
+        type=_seconds,
+        default=CHECK_SECONDS,
+        metavar="S",
+        help=f"how long one check may take on a case; longer fails the case ({CHECK_SECONDS:g})",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -177,6 +194,7 @@ def eval_command(args: argparse.Namespace, usage: type[Exception]) -> int:
             concurrency=args.concurrency,
             judge_model=args.judge_model,
             on_result=advance,
+            check_seconds=args.check_seconds,
         )
     console.print(report)
     if args.json:

@@ -140,30 +140,51 @@ def _yaml(text: str, path: Path) -> Any:
         ) from None
 
 
+YAML_ALIAS_BUDGET = 100_000
+"""How many values a YAML dataset's aliases may add to it: with every alias expanded (a
+value counted each time it is used, a string one value per 100 characters), the file holds
+at most this many values more than it spells out."""
+
+
 def _plain_tree(data: Any, source: str) -> None:
-    """Refuse data nested deeper than MAX_JSON_DEPTH levels of lists and mappings, or that
-    holds itself (a YAML alias inside its own anchor): what reads it later (schemas,
-    comparisons, reports) would recurse without end. Each value shared by aliases is
-    walked once."""
+    """Refuse data nested deeper than MAX_JSON_DEPTH levels of lists and mappings, that
+    holds itself (a YAML alias inside its own anchor), or whose aliases expand it past
+    :data:`YAML_ALIAS_BUDGET`: what reads it later (schemas, comparisons, reports) would
+    recurse without end or render without bound. Each value shared by aliases is walked
+    and measured once, so a bomb costs no more to check than to read."""
     height: dict[int, int] = {}
-    stack: list[tuple[Any, bool]] = [(data, False)]
+    expanded: dict[int, int] = {}  # id of a list or mapping -> its values, aliases expanded
+    long_strings: set[int] = set()  # ids of the strings past 100 characters, counted once
+    written = 0
     open_ids: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(data, False)]
     while stack:
         node, done = stack.pop()
-        if not isinstance(node, list | dict):
-            continue
         key = id(node)
-        children = node.values() if isinstance(node, dict) else node
+        children = list(node.values()) if isinstance(node, dict) else node
         if done:
             open_ids.discard(key)
-            below = [height.get(id(c), 0) for c in children if isinstance(c, list | dict)]
-            height[key] = 1 + max(below, default=0)
+            size, below = 1 + (len(node) if isinstance(node, dict) else 0), 0
+            written += size
+            for child in children:
+                if isinstance(child, list | dict):
+                    size += expanded[id(child)]
+                    below = max(below, height[id(child)])
+                    continue
+                weight = _weight(child)
+                size += weight
+                if weight == 1:
+                    written += 1
+                elif id(child) not in long_strings:
+                    long_strings.add(id(child))
+                    written += weight
+            expanded[key], height[key] = size, 1 + below
             if height[key] > MAX_JSON_DEPTH:
                 raise DatasetError(
                     f"{source}: nested deeper than {MAX_JSON_DEPTH} levels of lists and mappings"
                 )
             continue
-        if key in height:
+        if key in expanded:
             continue
         if key in open_ids:
             raise DatasetError(
@@ -172,7 +193,18 @@ def _plain_tree(data: Any, source: str) -> None:
             )
         open_ids.add(key)
         stack.append((node, True))
-        stack.extend((c, False) for c in children)
+        stack.extend((c, False) for c in children if isinstance(c, list | dict))
+    added = expanded.get(id(data), written) - written
+    if added > YAML_ALIAS_BUDGET:
+        raise DatasetError(
+            f"{source}: its YAML aliases expand it by {added:,} values, past the "
+            f"{YAML_ALIAS_BUDGET:,} a dataset may add through aliases (YAML_ALIAS_BUDGET); "
+            "write the values out, or share less"
+        )
+
+
+def _weight(value: Any) -> int:
+    return 1 + len(value) // 100 if isinstance(value, str) else 1
 
 
 _CASE_KEYS = {"name", "inputs", "prompt", "expected_output", "metadata", "evaluators", "checks"}

@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from innerloop._messages import Usage
-from innerloop.evals._checks import CheckResult
+from innerloop.evals._checks import CheckResult, bounded
 from innerloop.evals._summary import RECOVERIES, RunSummary, percentile
 
 __all__ = ["CaseResult", "EvalReport", "render_text"]
@@ -30,7 +30,7 @@ class CaseResult:
     status: CaseStatus
     checks: tuple[CheckResult, ...] = ()
     run: RunSummary | None = None
-    error: str | None = None
+    error: str | None = attrs.field(default=None, converter=attrs.converters.optional(bounded))
 
     @property
     def failures(self) -> tuple[CheckResult, ...]:

@@ -12,6 +12,7 @@ from innerloop._harness import Harness
 from innerloop.evals._checks import (
     FINISHED,
     JUDGE_SYSTEM,
+    Check,
     CheckContext,
     CheckResult,
     ExitReason,
@@ -71,8 +72,27 @@ class Judges:
         return harness
 
 
+CHECK_SECONDS = 120.0
+"""How long one check may take on one case, by default (a judge's model call included)."""
+
+
+async def _check(check: Check, ctx: CheckContext, seconds: float | None) -> CheckResult | None:
+    """``check`` on ``ctx``; past ``seconds`` it fails, named (the wait is given up; a
+    check still running in its thread is left to end on its own)."""
+    limit = asyncio.timeout(seconds)
+    try:
+        async with limit:
+            return await check.evaluate(ctx)
+    except TimeoutError:
+        if not limit.expired():
+            raise  # the check's own TimeoutError: an error of the check, as any other
+        return CheckResult(
+            check.name, False, f"the check took over {seconds:g} s (the eval's check_seconds)"
+        )
+
+
 async def _run_case(
-    case: Case, dataset: Dataset, harness: Harness[Any], judges: Judges
+    case: Case, dataset: Dataset, harness: Harness[Any], judges: Judges, check_seconds: float | None
 ) -> CaseResult:
     started = time.perf_counter()
     try:
@@ -89,7 +109,7 @@ async def _run_case(
     results: list[CheckResult] = []
     for check in checks:
         try:
-            result = await check.evaluate(ctx)
+            result = await _check(check, ctx, check_seconds)
         except Exception as exc:
             error = f"check {check.name} raised {type(exc).__name__}: {exc}"
             return CaseResult(case.name, "error", tuple(results), summary, error)
@@ -108,14 +128,19 @@ async def run_eval(
     judge_model: str | None = None,
     judge_providers: Mapping[str, Provider] | Iterable[Provider] | None = None,
     on_result: Callable[[CaseResult], None] | None = None,
+    check_seconds: float | None = CHECK_SECONDS,
 ) -> EvalReport:
     """Run every case of ``dataset`` through ``harness``, at most ``concurrency`` at a time,
     and check each run. A ``Judge`` check asks ``judge_model`` (default: the harness's
     model) through ``judge_providers`` (default: the harness's providers); a judge model
     without a provider (or bad judge params) raises before any case runs. ``on_result``
-    sees each case's result as it is known (for progress)."""
+    sees each case's result as it is known (for progress). Each check gets at most
+    ``check_seconds`` on a case (None: no limit); one that takes longer fails its case,
+    named. Predicates and schema checks run in a thread of their own, off the loop."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+    if check_seconds is not None and not check_seconds > 0:
+        raise ValueError(f"check_seconds must be above 0 (or None), got {check_seconds}")
     judges = Judges(harness, judge_model, judge_providers)
     judges.prepare(dataset)
     gate = asyncio.Semaphore(concurrency)
@@ -123,7 +148,7 @@ async def run_eval(
 
     async def one(case: Case) -> CaseResult:
         async with gate:
-            result = await _run_case(case, dataset, harness, judges)
+            result = await _run_case(case, dataset, harness, judges, check_seconds)
         if on_result is not None:
             on_result(result)
         return result
@@ -140,6 +165,7 @@ def run_eval_sync(
     judge_model: str | None = None,
     judge_providers: Mapping[str, Provider] | Iterable[Provider] | None = None,
     on_result: Callable[[CaseResult], None] | None = None,
+    check_seconds: float | None = CHECK_SECONDS,
 ) -> EvalReport:
     """:func:`run_eval` for code without an event loop (it raises inside one: there,
     ``await run_eval(...)``)."""
@@ -151,6 +177,7 @@ def run_eval_sync(
             judge_model=judge_model,
             judge_providers=judge_providers,
             on_result=on_result,
+            check_seconds=check_seconds,
         ),
         "run_eval",
     )

@@ -616,7 +616,7 @@ def fan_out_handler(
 
     async def fan_out(ctx: PhaseContext) -> AsyncIterator[Event]:
         _answered(ctx)
-        inputs = list(items(ctx.state))
+        inputs = _fan_out_inputs(child.name, items(ctx.state))
         started: dict[int, ChildRun[Any]] = {}
         async with contextlib.aclosing(_branches(ctx, child, inputs, limit, started)) as events:
             async for event in events:
@@ -630,6 +630,25 @@ def fan_out_handler(
     fan_out.child = child  # type: ignore[attr-defined]  # drawn inside its state
     fan_out.suspends = True  # type: ignore[attr-defined]
     return fan_out
+
+
+def _fan_out_inputs(name: str, got: object) -> list[str | Message]:
+    """What a fan-out's ``items(state)`` returned, checked: a sequence of inputs, each a
+    ``str`` or a ``Message`` (a TypeError naming the first that is not)."""
+    expected = "a list of inputs, each a str (the task) or a Message"
+    if isinstance(got, str | bytes | Mapping) or not isinstance(got, Iterable):
+        raise TypeError(
+            f"fan_out_handler({name!r}): items(state) must return {expected}; got "
+            f"{type(got).__name__} {got!r:.60}"
+        )
+    inputs = list(got)
+    for i, item in enumerate(inputs, start=1):
+        if not isinstance(item, str | Message):
+            raise TypeError(
+                f"fan_out_handler({name!r}): items(state) must return {expected}; input {i} "
+                f"is {type(item).__name__} {item!r:.60}"
+            )
+    return inputs
 
 
 HANDOFF_NOTE = "You take this conversation over from here; answer the user."

@@ -109,6 +109,8 @@ async def offer_tools(ctx: PhaseContext) -> bool:
         return False
     scope.offered = offered
     scope.settings = attrs.evolve(scope.settings, tools=tuple(map(tool_definition, offered)))
+    if not scope.emits:  # a source's agent tool: ``execute`` forwards its child's events
+        scope.emits = any(t.emits_events for t in offered)
     return True
 
 

@@ -369,8 +369,10 @@ def _model_call(ctx: PhaseContext, request: WireRequest) -> ModelCall:
     messages = request.payload.get("messages")
     count = len(messages) if isinstance(messages, list | tuple) else 0
     fingerprint, parts = request_digests(request)
+    offered = ctx.scope.offered
+    tools = None if offered is None else tuple(t.name for t in offered)
     return ModelCall(
-        ctx.choice.provider, request.dialect, ctx.choice.model, fingerprint, parts, count
+        ctx.choice.provider, request.dialect, ctx.choice.model, fingerprint, parts, count, tools
     )
 
 

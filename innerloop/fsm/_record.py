@@ -19,6 +19,7 @@ from typing import Any
 import attrs
 
 from innerloop._convert import structure, unstructure
+from innerloop.fsm._live import LIVE, import_path_of, live_record
 from innerloop.fsm._params import HarnessParams
 from innerloop.recovery._pricing import DEFAULT_PRICES
 from innerloop.tools._spec import ToolContext, ToolOutput, ToolSpec
@@ -32,21 +33,13 @@ __all__ = [
     "recorded_only",
 ]
 
-_CODE = ("tools", "output_type", "prices")
+_CODE = ("tools", "output_type", "prices", *LIVE)
 """Fields written by hand: code (tools, the output type) and the prices (left out when
 they are the default table)."""
 
 
 class RecordError(ValueError):
     """Recorded params cannot be read back into :class:`HarnessParams`."""
-
-
-def import_path_of(obj: Any) -> str | None:
-    """``module:qualname`` of a module-level function or class; None for a local one."""
-    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
-    if not module or not qualname or "<locals>" in qualname:
-        return None
-    return f"{module}:{qualname}"
 
 
 @functools.cache
@@ -72,6 +65,7 @@ def params_record(params: HarnessParams[Any]) -> dict[str, Any]:
         }
         for t in params.tools
     ]
+    data.update(live_record(params))
     if params.prices is not DEFAULT_PRICES:
         data["prices"] = unstructure(params.prices, hints["prices"])
     spec = params.output_spec
@@ -172,7 +166,7 @@ def params_from_record(data: Mapping[str, Any]) -> HarnessParams[Any]:
         kwargs = {
             k: structure(v, hints[k])
             for k, v in data.items()
-            if k not in ("tools", "output_type") and k in fields and fields[k].init
+            if k not in ("tools", "output_type", *LIVE) and k in fields and fields[k].init
         }
         output = _output_type(data.get("output_type"))
         params: HarnessParams[Any] = HarnessParams(**kwargs, tools=tools, output_type=output)

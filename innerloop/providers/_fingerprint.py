@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from innerloop._convert import unstructure
-from innerloop._messages import Message
+from innerloop._messages import Message, encodable
 from innerloop.providers._normalize import WireMessage, WireRequest
 
 __all__ = ["history_fingerprint", "request_digests", "request_fingerprint", "request_parts"]
@@ -24,7 +24,8 @@ _PART = 12
 
 
 def _text(data: Any) -> str:
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return encodable(text)  # a lone surrogate (a model's "\\ud800") hashed as its escape
 
 
 def _digest(data: Any) -> str:

@@ -7,6 +7,7 @@ the other dialect.
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 import re
 from collections.abc import Sequence
@@ -353,10 +354,12 @@ def _data_url(block: ImageBlock | DocumentBlock) -> str:
 
 def _document_text(block: DocumentBlock) -> str:
     """A plain-text document as the text part it becomes on Chat Completions (which takes
-    files as PDFs only): its text between ``<document>`` tags naming its title."""
+    files as PDFs only): its text between ``<document>`` tags naming its title, both
+    escaped as XML text (``&``, ``<``, ``>``; quotes in the title), so neither can close
+    the frame or add to it."""
     name = block.title or block.filename
-    head = f'<document title="{name}">' if name else "<document>"
-    return f"{head}\n{block.text}\n</document>"
+    head = f'<document title="{html.escape(name)}">' if name else "<document>"
+    return f"{head}\n{html.escape(block.text, quote=False)}\n</document>"
 
 
 def _openai_document(block: DocumentBlock) -> dict[str, Any]:

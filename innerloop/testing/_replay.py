@@ -37,6 +37,7 @@ from innerloop._messages import Message, ModelResponse, ToolUseBlock, Usage
 from innerloop.fsm._compile import CompiledMachine, compile_spec
 from innerloop.fsm._context import Deps
 from innerloop.fsm._driver import Run
+from innerloop.fsm._live import LIVE, live_named
 from innerloop.fsm._locate import MachineNotFound, MachineRecord, find_machine, load_spec
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._record import RecordError, params_from_record, recorded_only
@@ -206,6 +207,17 @@ def _params(
         except RecordError as exc:
             raise ReplayError(f"cannot replay {rec.where}: {exc}") from None
         params = recorded if override is None else override(recorded)
+        missing = {
+            k: v for k, v in rec.started.params.items() if k in LIVE and not getattr(params, k)
+        }
+        live = live_named(missing)
+        if live is not None:
+            raise ReplayError(
+                f"cannot replay {rec.where}: its tools were chosen each turn by {live}, which "
+                "a log names but cannot carry; give them again: --harness MODULE:ATTR (the "
+                "Harness it ran on), or replay(LOG, params=lambda p: attrs.evolve(p, "
+                "tool_sources=[...], prepare_tools=...))"
+            )
     unreal = [t.name for t in params.tools if recorded_only(t)] if real_tools else []
     if unreal:
         raise ReplayError(

@@ -23,15 +23,18 @@ How a server's connection lives:
   ``is_error`` results naming the server (with the end of its stderr), and the next call
   starts it again. Calls are never retried by the client: a tool may have done its work.
 - ``notifications/tools/list_changed``: the server's tool list is read again (one
-  re-read at a time, each within ``connect_timeout``), and ``on_tools_changed(server)`` is
+  re-read at a time and at most one waiting, each within ``connect_timeout`` and at least
+  ``reread_seconds``, 1 s, after the last: a server that notifies after every listing
+  costs one listing a second, not a busy loop), and ``on_tools_changed(server)`` is
   called. A run given the server in ``HarnessParams(tool_sources=[server])`` reads
   ``server.tools()`` before each turn and so offers the new list at its next turn (a
   re-read under way is waited for: over stdio, a change notified during a tool call
-  arrives before the call's answer and is seen by the very next turn; over streamable
-  HTTP the notification may travel on the session's own stream, and is seen at the first
-  turn after it arrived); tools given in ``HarnessParams(tools=...)`` stay as they were, and the
-  next run built from ``await server.tools()`` sees the new ones. A re-read that fails
-  keeps the list as it was and logs a warning.
+  arrives before the call's answer and is seen by the very next turn, unless the list was
+  read less than ``reread_seconds`` before; over streamable HTTP the notification may
+  travel on the session's own stream, and is seen at the first turn after it arrived);
+  tools given in ``HarnessParams(tools=...)`` stay as they were, and the next run built
+  from ``await server.tools()`` sees the new ones. A re-read that fails keeps the list as
+  it was and logs a warning.
 - A hostile or broken server is bounded: a listing reads at most ``max_pages`` pages and
   ``max_tools`` tools, a tool's input schema may take at most ``max_schema_bytes`` of
   JSON, and the schemas are checked in a worker thread (never on the event loop); the
@@ -52,6 +55,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
 import re
 import shlex
@@ -82,6 +86,11 @@ _STDERR_TAIL = 2_000
 
 MAX_PAGES = 100
 """Default ``MCPServer(max_pages=...)``: pages one listing of a server's tools may take."""
+
+REREAD_SECONDS = 1.0
+"""Default ``MCPServer(reread_seconds=...)``: the least time from one re-read of the tool
+list (after ``tools/list_changed``) to the next: at most one re-read a second, and at most
+one waiting, however often the server notifies."""
 
 MAX_TOOLS = 1_000
 """Default ``MCPServer(max_tools=...)``: tools one server may offer."""
@@ -229,6 +238,8 @@ class _Connection:
         self.settled = asyncio.Event()
         """Set while no re-read of the tool list is under way."""
         self.settled.set()
+        self.last_reread = -math.inf
+        """When the last re-read of the tool list started (the loop's clock)."""
 
     def mark_lost(self) -> None:
         self.lost = True
@@ -303,7 +314,10 @@ class MCPServer:
     ``connect_timeout`` (seconds for start-up, handshake and listing the tools, and for
     each re-read of the list); ``on_tools_changed``, called with the server after its tool
     list changed (``notifications/tools/list_changed``, or different tools after a
-    restart); ``max_pages`` (default :data:`MAX_PAGES`), ``max_tools`` (default
+    restart); ``reread_seconds`` (default :data:`REREAD_SECONDS`), the least time between
+    two re-reads of the list after ``tools/list_changed`` (notices meanwhile wait as one
+    re-read, so a server that notifies after every listing costs one listing a second);
+    ``max_pages`` (default :data:`MAX_PAGES`), ``max_tools`` (default
     :data:`MAX_TOOLS`) and ``max_schema_bytes`` (default :data:`MAX_SCHEMA_BYTES`), the
     bounds of a listing; ``max_message_bytes`` (default :data:`MAX_MESSAGE_BYTES`), the
     bytes one message from the server may take, counted before it is parsed: a longer one
@@ -327,10 +341,12 @@ class MCPServer:
         max_tools: int = MAX_TOOLS,
         max_schema_bytes: int = MAX_SCHEMA_BYTES,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
+        reread_seconds: float = REREAD_SECONDS,
     ) -> None:
         _import_mcp()
         _positive("timeout", timeout)
         _positive("connect_timeout", connect_timeout)
+        _positive("reread_seconds", reread_seconds)
         for field, count in (
             ("max_pages", max_pages),
             ("max_tools", max_tools),
@@ -356,6 +372,7 @@ class MCPServer:
         self.max_tools = max_tools
         self.max_schema_bytes = max_schema_bytes
         self.max_message_bytes = max_message_bytes
+        self.reread_seconds = reread_seconds
         self._conn: _Connection | None = None
         self._lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
         self._listing: _Listing | None = None
@@ -664,19 +681,31 @@ class MCPServer:
                 conn.refresh_again = True  # one re-read at a time; one more after it
             else:
                 conn.refreshing = True
-                conn.settled.clear()
+                if self._reread_wait(conn) <= 0:  # read at once: the next turn waits for it
+                    conn.settled.clear()
                 conn.group.start_soon(self._refresh, conn)
 
+    def _reread_wait(self, conn: _Connection) -> float:
+        return conn.last_reread + self.reread_seconds - conn.loop.time()
+
     async def _refresh(self, conn: _Connection) -> None:
-        """Re-read the list after ``tools/list_changed`` (again if another came meanwhile);
-        a failed re-read keeps the list as it was and must not end the connection."""
+        """Re-read the list after ``tools/list_changed`` (again if another came meanwhile),
+        each at least ``reread_seconds`` after the last (meanwhile :meth:`tools` gives the
+        list as last read); a failed re-read keeps the list as it was and must not end the
+        connection."""
         try:
             while True:
+                wait = self._reread_wait(conn)
+                if wait > 0:
+                    await asyncio.sleep(wait)
                 conn.refresh_again = False
+                conn.settled.clear()
+                conn.last_reread = conn.loop.time()
                 try:
                     await self._reread(conn)
                 except Exception as exc:
                     _log.warning("%s", exc)
+                conn.settled.set()
                 if not conn.refresh_again:
                     return
         finally:

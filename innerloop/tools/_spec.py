@@ -8,7 +8,7 @@ from typing import Any, NoReturn, Protocol, runtime_checkable
 
 import attrs
 
-from innerloop._messages import Message
+from innerloop._messages import Message, encodable
 from innerloop._tasks import Task
 from innerloop.tools._validate import tool_schema
 
@@ -180,12 +180,12 @@ class ToolCallResult:
 
     tool_use_id: str
     name: str
-    output: str
+    output: str = attrs.field(converter=encodable)
     is_error: bool = False
     timed_out: bool = False
     duration: float = 0.0
-    stdout: str | None = None
-    stderr: str | None = None
+    stdout: str | None = attrs.field(default=None, converter=attrs.converters.optional(encodable))
+    stderr: str | None = attrs.field(default=None, converter=attrs.converters.optional(encodable))
     exit_code: int | None = None
     value: Any = attrs.field(default=None, eq=False, repr=False)
     error: str | None = None

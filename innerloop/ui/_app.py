@@ -20,6 +20,10 @@ its name to this server: DNS rebinding); with a ``token``, the page and the API 
 ``?token=...`` (the static files, which hold no data, do not). Anything else is a 403
 whose body is the one line saying why.
 
+Every answer carries ``X-Content-Type-Options: nosniff``, ``X-Frame-Options: DENY`` and a
+``Content-Security-Policy`` (:data:`SECURITY_HEADERS`) allowing the page's own scripts,
+styles and connections only: no inline script or style, no other origin, no framing.
+
 A run id is ``log:FILE:N`` (``log:FILE:last`` follows a log's latest run) or ``db:RUN_ID``;
 an unknown one is a 404 whose JSON ``error`` says what ids look like.
 """
@@ -42,8 +46,9 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from innerloop._messages import encodable_json
 from innerloop._secrets import scrub_secrets
 from innerloop.diagrams import GraphvizNotFound
 from innerloop.fsm import MachineNotFound
@@ -130,9 +135,35 @@ def _host_name(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host.lower()
 
 
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+"""The page's own scripts, styles and API only (nothing inline, nothing from elsewhere)."""
+
+SECURITY_HEADERS = (
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
+)
+"""Sent with every answer of the live view (a 403 too)."""
+
+
+def _secured(send: Send) -> Send:
+    """``send`` adding :data:`SECURITY_HEADERS` to the start of each response."""
+
+    async def with_headers(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), *SECURITY_HEADERS]}
+        await send(message)
+
+    return with_headers
+
+
 class _Guard:
     """Answers only requests whose ``Host`` is one of ``hosts`` (with or without the
-    server's port) and, with a ``token``, that carry it (``?token=``), but for ``/static``."""
+    server's port) and, with a ``token``, that carry it (``?token=``), but for ``/static``;
+    every answer with :data:`SECURITY_HEADERS`."""
 
     def __init__(self, app: ASGIApp, hosts: frozenset[str], token: str | None) -> None:
         self.app = app
@@ -159,6 +190,8 @@ class _Guard:
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            send = _secured(send)
         refusal = self._refusal(scope) if scope["type"] in ("http", "websocket") else None
         if refusal is None:
             await self.app(scope, receive, send)
@@ -247,4 +280,5 @@ async def _changes(
 
 
 def _text(data: Any) -> str:
-    return scrub_secrets(json.dumps(data, ensure_ascii=False, separators=(",", ":")))
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return scrub_secrets(encodable_json(text))  # a log's lone surrogates shown escaped

@@ -25,6 +25,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from innerloop._json import parse_json
+from innerloop._messages import encodable, encodable_json
 from innerloop._secrets import scrub_secrets
 from innerloop.checkpoint import CheckpointError
 from innerloop.evals import RunComparison, compare_fork
@@ -70,11 +71,13 @@ def _page(title: str, body: str, status: int = 200) -> HTMLResponse:
     """A page, scrubbed of keys and tokens (outputs may hold them)."""
     return HTMLResponse(
         scrub_secrets(
-            "<!doctype html><html><head><meta charset='utf-8'>"
-            f"<title>innerloop · {_e(title)}</title>"
-            "<link rel='stylesheet' href='/static/style.css'></head><body>"
-            f"<header><h1>innerloop <span>{_e(title)}</span></h1></header>"
-            f"<main>{body}</main></body></html>"
+            encodable(
+                "<!doctype html><html><head><meta charset='utf-8'>"
+                f"<title>innerloop · {_e(title)}</title>"
+                "<link rel='stylesheet' href='/static/style.css'></head><body>"
+                f"<header><h1>innerloop <span>{_e(title)}</span></h1></header>"
+                f"<main>{body}</main></body></html>"
+            )
         ),
         status_code=status,
     )
@@ -82,7 +85,7 @@ def _page(title: str, body: str, status: int = 200) -> HTMLResponse:
 
 def _json(data: Any, status: int = 200) -> Response:
     """``data`` as JSON, scrubbed of keys and tokens."""
-    text = scrub_secrets(json.dumps(data, ensure_ascii=False))
+    text = scrub_secrets(encodable_json(json.dumps(data, ensure_ascii=False)))
     return Response(text, status_code=status, media_type="application/json")
 
 
@@ -124,6 +127,19 @@ def _report_html(report: dict[str, Any]) -> str:
     )
 
 
+def _report_or_problem(report: dict[str, Any]) -> str:
+    """A report's section, or one line saying why the file cannot be shown (a report is a
+    file in the runs folder: data, whatever it holds)."""
+    try:
+        return _report_html(report)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        return (
+            f"<section><p class='error'>{_e(report['file'])}: not an eval report this page "
+            f"can show ({_e(why)})</p></section>"
+        )
+
+
 def _badge(status: str) -> str:
     return {"passed": "finished", "failed": "error", "error": "error"}.get(status, "")
 
@@ -161,7 +177,6 @@ def _comparison_html(c: RunComparison) -> str:
         f"<h2>rerun of {_e(c.run_id)} from checkpoint {c.at} "
         f"<span class='muted'>entering {_e(c.state)}, after {len(c.shared)} shared "
         f"transitions</span></h2><p><b>{_e(verdict)}</b></p>"
-        "<style>.differs{background:#fff3c4}</style>"
         f"<table><thead><tr><th></th><th>original</th><th>rerun</th></tr></thead>"
         f"<tbody>{body}<tr><th>path</th><td>{path(a.path)}</td><td>{path(b.path)}</td></tr>"
         "</tbody></table>"
@@ -204,7 +219,7 @@ def report_routes(catalog: Catalog) -> list[Route]:
 
     async def evals_page(request: Request) -> Response:
         reports = await run_in_threadpool(eval_reports, catalog)
-        body = "".join(map(_report_html, reports)) or (
+        body = "".join(map(_report_or_problem, reports)) or (
             "<p class='muted'>no eval report in the runs folder yet: "
             "innerloop eval DATASET --harness MODULE:ATTR --json runs/report.json</p>"
         )

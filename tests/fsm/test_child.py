@@ -753,3 +753,35 @@ def test_an_agent_tool_runs_on_a_run_that_chooses_its_tools_per_turn(make_harnes
     assert _paths(events) == ["north[c1]"]
     [result] = run.state.history[2].tool_results
     assert (result.tool_use_id, result.content, result.is_error) == ("c1", "answer: rain?", False)
+
+
+@pytest.mark.parametrize(
+    ("items", "wrong"),
+    [
+        (lambda s: [{"task": "x"}], "input 1 is dict {'task': 'x'}"),
+        (lambda s: ["fine", 7], "input 2 is int 7"),
+        (lambda s: ["fine", None], "input 2 is NoneType None"),
+        (lambda s: "abc", "got str 'abc'"),
+        (lambda s: None, "got NoneType None"),
+    ],
+)
+def test_fan_out_items_of_the_wrong_type_are_named(
+    make_harness: Any, items: Any, wrong: str
+) -> None:
+    """items(state) returning something else than a list of str or Message inputs raises a
+    TypeError naming the expected type and the first wrong input (was AttributeError:
+    'str' object has no attribute 'tool_use_id'), before any branch starts."""
+    model = ScriptedProvider([reply("never")])
+    child = Child("web", HarnessParams(model="kid:m"), providers={"kid": model})
+    harness = make_harness(
+        HarnessParams(model="scripted:m"),
+        ScriptedProvider([reply("x")]),
+        machine=_nested("survey", fan_out_handler(child, items)),
+    )
+    with pytest.raises(TypeError) as caught:
+        harness.run_sync("go")
+    assert str(caught.value) == (
+        "fan_out_handler('web'): items(state) must return a list of inputs, each a str (the "
+        f"task) or a Message; {wrong}"
+    )
+    assert model.played == 0

@@ -178,3 +178,32 @@ def test_a_source_tool_named_like_a_declared_one_is_refused() -> None:
         "tool_sources: 'demo' offers a tool named 'echo', which params.tools declares too; "
         "rename one (an MCPServer takes prefix= or names=)"
     )
+
+
+def test_a_run_with_an_mcp_server_is_logged(tmp_path: Any) -> None:
+    """The documented MCP set-up (``tool_sources=[MCPServer...]``) writes its whole log:
+    run_started names the server, each model_call the tools it offered (the server's
+    list, changed after the first call)."""
+    from innerloop import EventLog, read_event_log
+
+    script = [reply(tool_call("add_tool", {"name": "late_tool"}, id="t1")), reply("done")]
+    path = tmp_path / "mcp.jsonl"
+
+    async def main() -> None:
+        async with demo_stdio() as mcp:
+            params = HarnessParams(model=CLAUDE, tool_sources=[mcp])
+            with AnthropicServer(script) as server, EventLog(path) as log:
+                provider = AnthropicProvider(KEY, base_url=server.base_url)
+                async for event in Harness(params, [provider]).start("go").events():
+                    log.write(event)
+
+    asyncio.run(main())
+    lines = read_event_log(path)
+    started = next(line for line in lines if line["type"] == "run_started")
+    assert started["params"]["tool_sources"] == [
+        {"name": "demo", "class": "innerloop.tools._mcp:MCPServer"}
+    ]
+    first, second = (line["tools"] for line in lines if line["type"] == "model_call")
+    assert "add_tool" in first
+    assert second == [*first, "late_tool"]
+    assert lines[-1]["exit_reason"] == "model_complete"

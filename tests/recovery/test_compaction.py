@@ -81,7 +81,7 @@ class TestTranscript:
         """Tool calls and results are named, images noted, thinking left out, long results
         cut."""
         history = [
-            Message.user([TextBlock("look"), ImageBlock("image/png", "AA==")]),
+            Message.user([TextBlock("look"), ImageBlock("image/png", "iVBORw0KGgo=")]),
             Message.assistant(
                 [ThinkingBlock("secret", "s"), ToolUseBlock("t1", "grep", {"q": "é"})]
             ),

@@ -121,7 +121,9 @@ class TestMessageTokenCache:
         message = Message.assistant([ToolUseBlock("t1", "grep", {"q": "x"})])
         assert count_message(spy, message) == 4 + 4
         assert spy.texts == ['grep\n{"q":"x"}']
-        result = Message.user([ToolResultBlock("t1", "abcd"), ImageBlock("image/png", "AA==")])
+        result = Message.user(
+            [ToolResultBlock("t1", "abcd"), ImageBlock("image/png", "iVBORw0KGgo=")]
+        )
         assert count_message(spy, result) == 4 + 1600 + 1
 
     def test_appending_counts_only_the_new_message(self) -> None:

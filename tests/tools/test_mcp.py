@@ -545,6 +545,33 @@ class TestHostileServer:
         assert (after_notice, after_refresh) == (1 + 5, 1 + 5 + 5)
         assert [r.getMessage() for r in caplog.records] == [message]
 
+    def test_a_server_that_always_notifies_is_reread_at_the_documented_rate(self) -> None:
+        """A server that answers every listing with another tools/list_changed gets one
+        re-read at once, then waits reread_seconds for the next (one pending re-read, the
+        notices meanwhile coalesced): here an hour, so no other listing follows while the
+        connection idles (it made thousands a second); tools() meanwhile gives the list as
+        read, without waiting."""
+
+        async def main() -> tuple[int, int, list[str]]:
+            async with hostile("chatty", reread_seconds=3600) as server:
+                await server.tools()
+                await server.call("announce", {})  # its notice comes before its answer
+                names = [t.name for t in await server.tools()]  # waits for that re-read
+                first = await pages_listed(server)
+                for _ in range(30):  # idle; each call a round trip the notices go before
+                    await asyncio.sleep(0.01)
+                    await server.call("pages", {})
+                assert [t.name for t in await server.tools()] == names
+                return first, await pages_listed(server), names
+
+        first, later, names = asyncio.run(main())
+        assert (first, later) == (2, 2)
+        assert names == ["pages", "announce", "deep"]
+
+    def test_reread_seconds_must_be_positive(self) -> None:
+        with pytest.raises(ToolDefinitionError, match="reread_seconds"):
+            hostile("chatty", reread_seconds=0)
+
     def test_too_many_tools(self) -> None:
         """More tools than max_tools is refused, naming the setting."""
         server = hostile("many", "11", max_tools=10)

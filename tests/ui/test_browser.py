@@ -69,6 +69,19 @@ def _until(what: Callable[[], Any], seconds: float = 20.0, message: str = "") ->
     raise AssertionError(f"timed out after {seconds} s waiting for {message or what}")
 
 
+def _watch_policy(driver: WebDriver) -> None:
+    """Record what the page's Content-Security-Policy refuses (``window.refused``), from the
+    first byte of every page (a script the browser adds is not subject to the policy)."""
+    driver.execute_cdp_cmd(
+        "Page.addScriptToEvaluateOnNewDocument",
+        {
+            "source": "window.refused = []; document.addEventListener("
+            "'securitypolicyviolation', (e) => window.refused.push("
+            "`${e.violatedDirective} ${e.blockedURI} ${e.sourceFile}:${e.lineNumber}`));"
+        },
+    )
+
+
 def _highlighted(driver: WebDriver) -> tuple[str, list[str]]:
     """The state the page says is current, and the titles of the diagram nodes lit."""
     current, lit = driver.execute_script(
@@ -121,6 +134,7 @@ def test_the_demo_run_is_listed_and_shown(
     first draws its machine with the trace, its tools, its timeline and a chart of its
     seven turns. Takes the screenshot."""
     server = serve(Catalog(demo_runs))
+    _watch_policy(browser)
     browser.get(server.url)
     row = _until(
         lambda: browser.find_elements(
@@ -147,6 +161,7 @@ def test_the_demo_run_is_listed_and_shown(
     timeline = browser.find_elements(By.CSS_SELECTOR, "#timeline li")
     assert timeline[-1].text.endswith("check → model_complete [model_finished]")
     assert f"{TIMES}5" in browser.find_element(By.ID, "diagram").text
+    assert browser.execute_script("return window.refused") == []  # the policy holds the page
     browser.execute_script("window.scrollTo(0, 0)")
     folder = ROOT / "docs" if os.environ.get("INNERLOOP_SCREENSHOT") == "1" else tmp_path
     assert browser.save_screenshot(str(folder / "ui.png"))
@@ -158,12 +173,18 @@ def test_a_child_run_opens_from_the_tree(browser: WebDriver, tmp_path: Path, ser
     (its path holding ``#``, ``/``, ``[`` and ``<b>``) opens its page, the path shown as
     text; its own child opens from there with the way back up."""
     server = serve(Catalog(tmp_path, machines=[write_nested_log(tmp_path)]))
+    _watch_policy(browser)
     browser.get(server.run_url(RUN))
     row = _until(
         lambda: browser.find_elements(By.CSS_SELECTOR, "#children tbody tr"), message="the tree"
     )
     paths = [r.find_elements(By.TAG_NAME, "td")[0].text for r in row]
     assert paths == ["web#1", "web#2", HELPER, "leaf"]  # a grandchild named from its parent
+    indents = [
+        r.find_elements(By.TAG_NAME, "td")[0].value_of_css_property("padding-left") for r in row
+    ]
+    assert indents == ["6px", "6px", "6px", "20px"]  # set through the CSSOM, under the policy
+    assert browser.execute_script("return window.refused") == []
     next(r for r in row if r.get_attribute("data-path") == HELPER).click()
     title = browser.find_element(By.ID, "run-title")
     _until(lambda: title.text == HELPER, message="the child's page")

@@ -209,3 +209,39 @@ class TestIncremental:
             400,
             "?limit= wants a whole number from 0 up, not '-1'",
         )
+
+
+class TestSecurityHeaders:
+    @pytest.mark.parametrize(
+        "path", ["", "static/app.js", "static/style.css", "api/runs", "evals", "api/run/zzz"]
+    )
+    def test_every_answer_carries_them(self, tmp_path: Path, serve: Any, path: str) -> None:
+        """The page, its files, its JSON, the report pages and a 404 each say nosniff, no
+        framing, and a policy allowing the page's own scripts, styles and API only."""
+        server = serve(Catalog(tmp_path))
+        answer = httpx.get(server.url + path, timeout=10)
+        assert answer.headers["x-content-type-options"] == "nosniff"
+        assert answer.headers["x-frame-options"] == "DENY"
+        assert answer.headers["content-security-policy"] == (
+            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+            "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+        )
+
+    def test_a_refusal_carries_them_too(self, tmp_path: Path, serve: Any) -> None:
+        server = serve(Catalog(tmp_path))
+        answer = httpx.get(server.url, headers={"host": "evil.example"}, timeout=10)
+        assert answer.status_code == 403
+        assert answer.headers["x-content-type-options"] == "nosniff"
+        assert "frame-ancestors 'none'" in answer.headers["content-security-policy"]
+
+    def test_the_pages_hold_no_inline_script_or_style(self) -> None:
+        """What the policy refuses is not in the page: its script and style sheet are
+        files, and no page of the server writes a style or script element inline."""
+        from innerloop.ui import _reports
+        from innerloop.ui._app import STATIC
+
+        page = (STATIC / "index.html").read_text()
+        assert "<style" not in page
+        assert page.count("<script") == page.count('<script src="/static/') == 1
+        assert " style=" not in page
+        assert "<style" not in Path(_reports.__file__).read_text()

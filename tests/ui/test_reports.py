@@ -47,6 +47,28 @@ def test_eval_reports_of_the_runs_folder(tmp_path: Path, serve: Any) -> None:
     assert "contains: &#x27;Rome&#x27; not in &#x27;Milan&#x27;" in page.text
 
 
+def test_a_malformed_report_is_one_line_of_its_own(tmp_path: Path, serve: Any) -> None:
+    """A report whose figures are not figures (``"pass_rate": "lots"``) is shown as one
+    line naming its file and the problem; the page is no 500 and the other reports show."""
+    model = ScriptedProvider([reply("Paris")])
+    harness = Harness(HarnessParams(model="scripted:m"), [model])
+    dataset = Dataset([Case("fr", "France?", checks=[Contains("Paris")])], name="capitals")
+    good = run_eval_sync(dataset, harness, concurrency=1).to_dict()
+    (tmp_path / "good.json").write_text(json.dumps(good))
+    (tmp_path / "bad.json").write_text(json.dumps({**good, "pass_rate": "lots"}))
+    (tmp_path / "worse.json").write_text(json.dumps({**good, "results": [1], "recoveries": []}))
+    page = _get(serve(Catalog(runs_dir=tmp_path)).url + "evals")
+    assert page.status_code == 200
+    assert "1/1 (100%), 0 failed, 0 errors" in page.text
+    lines = [line for line in page.text.split("<p class='error'>")[1:]]
+    assert sorted(line.split("</p>")[0] for line in lines) == [
+        "bad.json: not an eval report this page can show (ValueError: Unknown format code "
+        "&#x27;%&#x27; for object of type &#x27;str&#x27;)",
+        "worse.json: not an eval report this page can show (AttributeError: &#x27;list&#x27; "
+        "object has no attribute &#x27;items&#x27;)",
+    ]
+
+
 def test_no_reports_says_how_to_make_one(tmp_path: Path, serve: Any) -> None:
     page = _get(serve(Catalog(runs_dir=tmp_path)).url + "evals")
     assert "no eval report in the runs folder yet" in page.text

@@ -29,7 +29,10 @@ function api(path, id, query) {
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
-    if (v !== null && v !== undefined) node.setAttribute(k, v);
+    if (v === null || v === undefined) continue;
+    // a style through the CSSOM: the page's Content-Security-Policy refuses style attributes
+    if (k === "style") node.style.cssText = v;
+    else node.setAttribute(k, v);
   }
   for (const c of children) node.append(c === null || c === undefined ? "" : c);
   return node;

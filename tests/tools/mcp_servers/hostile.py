@@ -16,6 +16,8 @@ listing pages forever). Modes:
 - ``stall``: answers the first page with a next cursor, then never answers ``tools/list``.
 - ``stall-after-announce``: never answers ``tools/list`` once ``announce`` was called.
 - ``deep N``: ``deep`` returns structured content nested N levels deep, and no text.
+- ``chatty``: once ``announce`` was called, every ``tools/list`` answer is followed by
+  another ``notifications/tools/list_changed``.
 """
 
 from __future__ import annotations
@@ -106,6 +108,8 @@ class Hostile:
             page = self.listing((message.get("params") or {}).get("cursor"))
             if page is not None:
                 send({"id": ident, "result": page})
+                if self.mode == "chatty" and self.announced:
+                    send({"method": "notifications/tools/list_changed"})
         elif method == "tools/call":
             self.call(ident, message["params"]["name"])
         else:
