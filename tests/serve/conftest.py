@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import uvicorn
+
+from innerloop import Harness, HarnessParams, tool
+from innerloop.serve import app
+from innerloop.testing import ScriptedProvider, reply, tool_call
+
+
+@tool
+async def weather(city: str) -> str:
+    """Current weather for a city."""
+    return f"sunny in {city}"
+
+
+def harness(*script: Any, **options: Any) -> Harness[Any]:
+    """A harness on a scripted model with the ``weather`` tool."""
+    params = HarnessParams(model="scripted:m", tools=[weather])
+    return Harness(params, [ScriptedProvider(list(script))], **options)
+
+
+def weather_script() -> list[Any]:
+    return [reply(tool_call("weather", {"city": "Lisbon"})), reply("Sunny in Lisbon.")]
+
+
+def sent(h: Harness[Any]) -> list[str]:
+    """The texts of the messages the scripted model was last sent."""
+    provider: Any = h.providers["scripted"]
+    texts = []
+    for message in provider.requests[-1].payload["messages"]:
+        content = message["content"]
+        if isinstance(content, str):
+            texts.append(content)
+        else:
+            texts.append("".join(b.get("text", "") for b in content))
+    return texts
+
+
+class Server:
+    """``application`` served by uvicorn on a free loopback port, from a thread."""
+
+    def __init__(self, application: Any) -> None:
+        self.socket = socket.socket()
+        self.socket.bind(("127.0.0.1", 0))
+        self.port = int(self.socket.getsockname()[1])
+        config = uvicorn.Config(
+            application,
+            loop="asyncio",
+            log_level="warning",
+            lifespan="on",
+            timeout_graceful_shutdown=2,
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True
+        )
+        self.base_url = f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> Server:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert self.thread.is_alive(), "the server stopped"
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join()
+        self.socket.close()
+
+
+@pytest.fixture
+def serve() -> Iterator[Any]:
+    """``serve(harness, **app_options)``: a started server (stopped after the test)."""
+    servers: list[Server] = []
+
+    def start(h: Harness[Any], **options: Any) -> Server:
+        server = Server(app(h, **options)).__enter__()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.__exit__()
