@@ -66,13 +66,18 @@ def _can_elicit(ctx: Context) -> bool:
 
 
 def _result(run: Run[Any], fields: dict[str, Any]) -> mcp_types.CallToolResult:
+    """The run's answer as text; as structured content its typed output (an object as
+    it is, anything else under ``output``), or with a conversation ``{"output": ...,
+    "conversation_id": ..., "conversation_token": ...}``."""
     state = run.state
     text = mcp_types.TextContent(type="text", text=answer_of(state))
-    structured = None
-    if state.output_data is not None or fields:
-        structured = {"output": state.output_data} | fields if fields else state.output_data
-        if not isinstance(structured, dict):
-            structured = {"output": structured}
+    structured: dict[str, Any] | None = None
+    if fields:
+        structured = {"output": state.output_data} | fields
+    elif isinstance(state.output_data, dict):
+        structured = state.output_data
+    elif state.output_data is not None:
+        structured = {"output": state.output_data}
     failed = state.exit_reason != "model_complete" and state.output_data is None
     return mcp_types.CallToolResult(content=[text], structured_content=structured, is_error=failed)
 
