@@ -8,7 +8,7 @@ OpenAI-compatible chat completions at ``/v1/chat/completions`` and MCP (streamab
 at ``/mcp``; MCP over stdio with ``innerloop serve --stdio``. See docs/guides/serve.md.
 """
 
-from innerloop.serve._app import MAX_BODY_BYTES, app
+from innerloop.serve._app import MAX_BODY_BYTES, ServedApp, app
 from innerloop.serve._cli import load_harness
 
-__all__ = ["MAX_BODY_BYTES", "app", "load_harness"]
+__all__ = ["MAX_BODY_BYTES", "ServedApp", "app", "load_harness"]

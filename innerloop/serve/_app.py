@@ -31,7 +31,7 @@ from innerloop.serve._openai import chat_completions
 from innerloop.serve._runs import Refused, Served
 from innerloop.ui._app import LOOPBACK_HOSTS, Guard, host_name
 
-__all__ = ["MAX_BODY_BYTES", "app"]
+__all__ = ["MAX_BODY_BYTES", "ServedApp", "app"]
 
 MAX_BODY_BYTES = 1 << 20
 """The largest request body read (1 MiB)."""
@@ -113,7 +113,7 @@ def app(
     secret: bytes | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
     body_seconds: float = BODY_SECONDS,
-) -> ASGIApp:
+) -> ServedApp:
     """An ASGI application serving ``harness`` (mount it in your own, or run it with
     ``innerloop serve``). It answers requests naming a loopback host or ``host``; with a
     ``token``, only those with ``Authorization: Bearer TOKEN``. ``secret`` keys the
@@ -133,7 +133,7 @@ def app(
         )
 
     @contextlib.asynccontextmanager
-    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+    async def lifespan(_: Any) -> AsyncIterator[None]:
         async with mcp.router.lifespan_context(mcp):
             yield
         await served.wait()
@@ -149,4 +149,22 @@ def app(
     ]
     hosts = LOOPBACK_HOSTS | ({host_name(host)} if host else set())
     inner = Starlette(routes=routes, lifespan=lifespan)
-    return Guard(inner, hosts, token, bearer=True, name=f"the served harness {name!r}")
+    return ServedApp(inner, hosts, token, f"the served harness {name!r}", lifespan)
+
+
+class ServedApp(Guard):
+    """The served harness (what :func:`app` returns). Mounted in an application of your
+    own, give that one its ``lifespan`` (MCP's sessions live in it; a mounted app gets no
+    lifespan events of its own): ``Starlette(routes=[Mount("/agent", served)],
+    lifespan=served.lifespan)``."""
+
+    def __init__(
+        self,
+        inner: ASGIApp,
+        hosts: frozenset[str],
+        token: str | None,
+        name: str,
+        lifespan: Callable[[Any], contextlib.AbstractAsyncContextManager[None]],
+    ) -> None:
+        super().__init__(inner, hosts, token, bearer=True, name=name)
+        self.lifespan = lifespan

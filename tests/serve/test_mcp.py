@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import openai
 import mcp_types as types
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -173,3 +174,26 @@ async def test_stdio_serves_the_same_tool() -> None:
         await session.initialize()
         result = await session.call_tool("innerloop", {"prompt": "Weather?"})
     assert text(result) == "Sunny in Lisbon."
+
+
+async def test_the_app_mounted_in_another_serves_both_routes(serve: Any) -> None:
+    """Mounted under /agent with its lifespan: chat completions and MCP both answer."""
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    from innerloop.serve import app
+    from tests.serve.conftest import Server
+
+    served = app(harness(reply("From OpenAI."), reply("From MCP.")))
+    outer = Starlette(routes=[Mount("/agent", served)], lifespan=served.lifespan)
+    with Server(outer) as server:
+        async with openai.AsyncOpenAI(
+            api_key="x", base_url=f"{server.base_url}/agent/v1", max_retries=0
+        ) as client:
+            done = await client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "Hi"}]
+            )
+        server.base_url += "/agent"
+        async with connect(server) as session:
+            result = await session.call_tool("innerloop", {"prompt": "Hi"})
+    assert (done.choices[0].message.content, text(result)) == ("From OpenAI.", "From MCP.")
