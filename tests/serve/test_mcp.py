@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import openai
 import mcp_types as types
+import openai
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
