@@ -3,6 +3,7 @@
     POST /v1/chat/completions   OpenAI-compatible chat completions (``_openai.py``)
     GET  /v1/models             the one model served (the harness's name)
     /mcp                        MCP, streamable HTTP: the agent as a tool (``_mcp.py``)
+    POST /ag-ui                 AG-UI: a thread's run as AG-UI events (``_agui.py``)
 
 Requests are answered only when they name a loopback host or the host the server was
 given (the live view's check: no DNS rebinding), and with a ``token``, only when they carry
@@ -119,6 +120,7 @@ def app(
     ``token``, only those with ``Authorization: Bearer TOKEN``. ``secret`` keys the
     conversations' tokens (random per app by default: give one to keep them valid across
     restarts). ``name`` is the model name ``/v1/models`` lists."""
+    from innerloop.serve._agui import ag_ui_run
     from innerloop.serve._mcp import mcp_app
 
     served = Served(harness, secret)
@@ -145,6 +147,7 @@ def app(
             methods=["POST"],
         ),
         Route("/v1/models", models),
+        Route("/ag-ui", _route(served, ag_ui_run, max_body_bytes, body_seconds), methods=["POST"]),
         Mount("/", mcp),
     ]
     hosts = LOOPBACK_HOSTS | ({host_name(host)} if host else set())

@@ -1,15 +1,18 @@
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import uvicorn
 
 from innerloop import Harness, HarnessParams, tool
+from innerloop.fsm import HarnessState
 from innerloop.serve import app
 from innerloop.testing import ScriptedProvider, reply, tool_call
 
@@ -28,6 +31,30 @@ def harness(*script: Any, **options: Any) -> Harness[Any]:
 
 def weather_script() -> list[Any]:
     return [reply(tool_call("weather", {"city": "Lisbon"})), reply("Sunny in Lisbon.")]
+
+
+@tool
+async def wait_forever(reason: str) -> str:
+    """Waits until cancelled."""
+    await asyncio.Event().wait()
+    return "never"
+
+
+def waiting_harness(store: Path) -> Harness[Any]:
+    """A harness (checkpointed into ``store``) whose one tool call waits until cancelled."""
+    params = HarnessParams(model="scripted:m", tools=[wait_forever])
+    script = [reply("Waiting.", tool_call("wait_forever", {"reason": "test"}))]
+    return Harness(params, [ScriptedProvider(script)], checkpointer=f"sqlite:///{store}")
+
+
+def ended(h: Harness[Any], run_id: str) -> HarnessState[Any]:
+    """The stored state of ``run_id`` once it reached a final state (its run goes on in
+    the server's task after the client left: waited for, at most 10 s)."""
+    deadline = time.monotonic() + 10
+    while h.checkpoint(run_id).state.final_state is None:
+        assert time.monotonic() < deadline, f"run {run_id!r} did not end"
+        time.sleep(0.02)
+    return h.checkpoint(run_id).state
 
 
 def sent(h: Harness[Any]) -> list[str]:

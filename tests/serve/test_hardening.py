@@ -3,8 +3,6 @@ away aborts its run, which stays valid and stored."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +10,9 @@ import httpx
 import openai
 import pytest
 
-from innerloop import Harness, HarnessParams, tool
 from innerloop.examples.approval import with_approval
-from innerloop.testing import ScriptedProvider, assert_valid_history, reply, tool_call
-from tests.serve.conftest import harness, weather_script
+from innerloop.testing import assert_valid_history, reply, tool_call
+from tests.serve.conftest import ended, harness, waiting_harness, weather_script
 
 URL = "/v1/chat/completions"
 ASK: Any = {"model": "m", "messages": [{"role": "user", "content": "Weather?"}]}
@@ -149,31 +146,15 @@ def test_an_approval_is_answered_through_innerloop_resume(serve: Any) -> None:
 
 def test_a_client_going_away_aborts_its_run_which_stays_stored(serve: Any, tmp_path: Path) -> None:
     """The stream's reader leaves while a tool runs: the run is aborted, its history valid."""
-    entered: list[str] = []
-
-    @tool
-    async def wait_forever(reason: str) -> str:
-        """Waits until cancelled."""
-        entered.append(reason)
-        await asyncio.Event().wait()
-        return "never"
-
-    params = HarnessParams(model="scripted:m", tools=[wait_forever])
-    script = [reply("Waiting.", tool_call("wait_forever", {"reason": "test"}))]
-    h = Harness(params, [ScriptedProvider(script)], checkpointer=f"sqlite:///{tmp_path}/s.db")
+    h = waiting_harness(tmp_path / "s.db")
     server = serve(h)
     body = ASK | {"stream": True, "conversation_id": "gone", "innerloop_events": True}
     with httpx.Client(base_url=server.base_url) as c, c.stream("POST", URL, json=body) as r:
         for line in r.iter_lines():
             if line.startswith("data: {") and '"tool_use_complete"' in line:
                 break
-    deadline = time.monotonic() + 10
-    while h.checkpoint("gone").state.final_state is None:
-        assert time.monotonic() < deadline, "the run was not aborted"
-        time.sleep(0.02)
-    state = h.checkpoint("gone").state
+    state = ended(h, "gone")
     assert state.final_state == "aborted"
     assert state.abort is not None
     assert state.abort.reason == "the client went away"
     assert_valid_history(state.history)
-    assert entered == ["test"]

@@ -3,11 +3,9 @@ and stdio, progress, elicitation for approvals, cancellation."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import sys
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,10 +17,10 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from innerloop import Harness, HarnessParams, tool
+from innerloop import Harness, HarnessParams
 from innerloop.examples.approval import with_approval
-from innerloop.testing import ScriptedProvider, assert_valid_history, reply, tool_call
-from tests.serve.conftest import harness, weather_script
+from innerloop.testing import ScriptedProvider, assert_valid_history, reply
+from tests.serve.conftest import ended, harness, waiting_harness, weather_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -128,15 +126,7 @@ async def test_a_conversation_goes_on_through_the_tool(serve: Any) -> None:
 async def test_cancelling_the_call_aborts_the_run(serve: Any, tmp_path: Path) -> None:
     """The client cancels while a tool runs: the run is aborted, its history valid, stored."""
 
-    @tool
-    async def wait_forever(reason: str) -> str:
-        """Waits until cancelled."""
-        await asyncio.Event().wait()
-        return "never"
-
-    params = HarnessParams(model="scripted:m", tools=[wait_forever])
-    script = [reply(tool_call("wait_forever", {"reason": "test"}))]
-    h = Harness(params, [ScriptedProvider(script)], checkpointer=f"sqlite:///{tmp_path}/s.db")
+    h = waiting_harness(tmp_path / "s.db")
     executing = anyio.Event()
 
     async def progress(progress: float, total: float | None, message: str | None) -> None:
@@ -153,11 +143,7 @@ async def test_cancelling_the_call_aborts_the_run(serve: Any, tmp_path: Path) ->
         group.start_soon(call)
         await executing.wait()
         group.cancel_scope.cancel()
-    deadline = time.monotonic() + 10
-    while h.checkpoint("w").state.final_state is None:
-        assert time.monotonic() < deadline, "the run was not aborted"
-        await asyncio.sleep(0.02)
-    state = h.checkpoint("w").state
+    state = ended(h, "w")
     assert state.final_state == "aborted"
     assert_valid_history(state.history)
 
