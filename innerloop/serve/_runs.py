@@ -30,6 +30,8 @@ __all__ = ["Conversation", "Refused", "Served", "answer_of", "event_json"]
 
 ID_CHARS = 200
 """The longest conversation id taken."""
+IN_MEMORY = 1000
+"""The conversations a server without a checkpoint store keeps (the oldest go first)."""
 
 
 class Refused(Exception):
@@ -113,8 +115,14 @@ class Served:
         if session is None:
             session = self.harness.session(conversation_id)
             if self.harness.checkpointer is None:
-                self._sessions[conversation_id] = session
+                self._keep(conversation_id, session)
         return Conversation(session, expected, not known)
+
+    def _keep(self, conversation_id: str, session: Session) -> None:
+        """Hold ``session`` in memory, dropping the oldest beyond :data:`IN_MEMORY`."""
+        self._sessions[conversation_id] = session
+        while len(self._sessions) > IN_MEMORY:
+            del self._sessions[next(iter(self._sessions))]
 
     async def events(self, run: Run[Any]) -> AsyncIterator[RunEvent]:
         """``run``'s events, read by a task of its own: when the reader stops before the

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -14,6 +13,7 @@ import uvicorn
 from innerloop import Harness, HarnessParams, tool
 from innerloop.fsm import HarnessState
 from innerloop.serve import app
+from innerloop.serve._cli import listen
 from innerloop.testing import ScriptedProvider, reply, tool_call
 
 
@@ -74,8 +74,7 @@ class Server:
     """``application`` served by uvicorn on a free loopback port, from a thread."""
 
     def __init__(self, application: Any) -> None:
-        self.socket = socket.socket()
-        self.socket.bind(("127.0.0.1", 0))
+        self.socket = listen("127.0.0.1", 0)
         self.port = int(self.socket.getsockname()[1])
         config = uvicorn.Config(
             application,

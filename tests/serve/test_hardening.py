@@ -158,3 +158,18 @@ def test_a_client_going_away_aborts_its_run_which_stays_stored(serve: Any, tmp_p
     assert state.abort is not None
     assert state.abort.reason == "the client went away"
     assert_valid_history(state.history)
+
+
+def test_a_server_without_a_store_keeps_the_latest_conversations(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In memory, the oldest conversation goes when more than IN_MEMORY are held."""
+    from innerloop.serve import _runs
+
+    monkeypatch.setattr(_runs, "IN_MEMORY", 2)
+    served = _runs.Served(harness())
+    tokens = {cid: served.conversation(cid, None).token for cid in ("a", "b", "c")}
+    with pytest.raises(_runs.Refused, match="unknown conversation 'a'") as refused:
+        served.conversation("a", tokens["a"])
+    assert refused.value.status == 404
+    assert served.conversation("c", tokens["c"]).new is False
