@@ -4,6 +4,7 @@
     GET  /v1/models             the one model served (the harness's name)
     /mcp                        MCP, streamable HTTP: the agent as a tool (``_mcp.py``)
     POST /ag-ui                 AG-UI: a thread's run as AG-UI events (``_agui.py``)
+    POST /ai-sdk                the Vercel AI SDK's UI message stream (``_aisdk.py``)
 
 Requests are answered only when they name a loopback host or the host the server was
 given (the live view's check: no DNS rebinding), and with a ``token``, only when they carry
@@ -121,6 +122,7 @@ def app(
     conversations' tokens (random per app by default: give one to keep them valid across
     restarts). ``name`` is the model name ``/v1/models`` lists."""
     from innerloop.serve._agui import ag_ui_run
+    from innerloop.serve._aisdk import ai_sdk_chat
     from innerloop.serve._mcp import mcp_app
 
     served = Served(harness, secret)
@@ -147,6 +149,9 @@ def app(
             methods=["POST"],
         ),
         Route("/v1/models", models),
+        Route(
+            "/ai-sdk", _route(served, ai_sdk_chat, max_body_bytes, body_seconds), methods=["POST"]
+        ),
         Route("/ag-ui", _route(served, ag_ui_run, max_body_bytes, body_seconds), methods=["POST"]),
         Mount("/", mcp),
     ]

@@ -35,7 +35,7 @@ from innerloop.events import Finished, TextDelta
 from innerloop.fsm import HarnessState, Run
 from innerloop.serve._runs import Refused, Served, answer_of, event_json
 
-__all__ = ["chat_completions"]
+__all__ = ["PING_SECONDS", "chat_completions", "summary"]
 
 PING_SECONDS = 15
 """How often a stream with nothing to say sends a comment (a closed connection shows)."""
@@ -113,7 +113,8 @@ def _usage(state: HarnessState[Any]) -> dict[str, int]:
     }
 
 
-def _summary(state: HarnessState[Any]) -> dict[str, Any]:
+def summary(state: HarnessState[Any]) -> dict[str, Any]:
+    """How the run ended: exit reason, final state, typed output, pending interrupt."""
     interrupt = state.interrupt
     return {
         "exit_reason": state.exit_reason,
@@ -146,7 +147,7 @@ async def chat_completions(served: Served, request: Request, body: dict[str, Any
     asked = bool(body.get("innerloop_events"))
     events = [event_json(event) async for event in served.events(run) if asked]
     state = run.state
-    extension = _summary(state) | ({"events": events} if asked else {})
+    extension = summary(state) | ({"events": events} if asked else {})
     message = {"role": "assistant", "content": answer_of(state)}
     choice = {"index": 0, "message": message, "finish_reason": _finish_reason(state)}
     return JSONResponse(
@@ -187,6 +188,6 @@ async def _chunks(
             yield chunk({"content": answer_of(run.state)})
     state = run.state
     yield chunk(
-        {}, finish_reason=_finish_reason(state), usage=_usage(state), innerloop=_summary(state)
+        {}, finish_reason=_finish_reason(state), usage=_usage(state), innerloop=summary(state)
     )
     yield {"data": "[DONE]"}

@@ -1,12 +1,15 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import uvicorn
 
@@ -55,6 +58,16 @@ def ended(h: Harness[Any], run_id: str) -> HarnessState[Any]:
         assert time.monotonic() < deadline, f"run {run_id!r} did not end"
         time.sleep(0.02)
     return h.checkpoint(run_id).state
+
+
+def leave_at(server: Any, path: str, body: Any, marker: str, run_id: str, h: Harness[Any]) -> Any:
+    """Post ``body`` to ``path``, read the stream up to a line holding ``marker``, close the
+    connection (a client going away) and return the run's stored state once it ended."""
+    with httpx.Client(base_url=server.base_url) as c, c.stream("POST", path, json=body) as r:
+        for line in r.iter_lines():
+            if marker in line:
+                break
+    return ended(h, run_id)
 
 
 def sent(h: Harness[Any]) -> list[str]:
@@ -117,3 +130,27 @@ def serve() -> Iterator[Any]:
     yield start
     for server in servers:
         server.__exit__()
+
+
+NODE_CLIENTS = Path(__file__).resolve().parent / "node"
+
+
+@pytest.fixture(scope="session")
+def node_clients(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding tests/serve/node/ with its npm packages installed (the official
+    JavaScript clients; npm and node 20 must be on PATH)."""
+    folder = tmp_path_factory.mktemp("node-clients")
+    for name in ("package.json", "ai_sdk_chat.mjs"):
+        shutil.copy(NODE_CLIENTS / name, folder / name)
+    npm = shutil.which("npm")
+    assert npm is not None, "the serve tests need npm (and node 20) on PATH"
+    done = subprocess.run(
+        [npm, "install", "--no-audit", "--no-fund", "--silent"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, f"npm install failed: {done.stderr[-2000:]}"
+    return folder

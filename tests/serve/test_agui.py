@@ -12,7 +12,7 @@ from ag_ui import core as agui
 
 from innerloop.examples.approval import with_approval
 from innerloop.testing import assert_valid_history, reply
-from tests.serve.conftest import ended, harness, waiting_harness, weather_script
+from tests.serve.conftest import harness, leave_at, waiting_harness, weather_script
 
 EVENTS: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(agui.Event)
 
@@ -112,13 +112,6 @@ def test_closing_the_stream_aborts_the_run(serve: Any, tmp_path: Path) -> None:
     """AG-UI's abort (the client closes the stream) aborts the run; it stays valid, stored."""
     h = waiting_harness(tmp_path / "s.db")
     server = serve(h)
-    with (
-        httpx.Client(base_url=server.base_url) as c,
-        c.stream("POST", "/ag-ui", json=run_input("t4", "Wait.")) as r,
-    ):
-        for line in r.iter_lines():
-            if '"TOOL_CALL_END"' in line:
-                break
-    state = ended(h, "t4")
+    state = leave_at(server, "/ag-ui", run_input("t4", "Wait."), '"TOOL_CALL_END"', "t4", h)
     assert state.final_state == "aborted"
     assert_valid_history(state.history)

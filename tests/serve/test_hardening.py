@@ -12,7 +12,7 @@ import pytest
 
 from innerloop.examples.approval import with_approval
 from innerloop.testing import assert_valid_history, reply, tool_call
-from tests.serve.conftest import ended, harness, waiting_harness, weather_script
+from tests.serve.conftest import harness, leave_at, waiting_harness, weather_script
 
 URL = "/v1/chat/completions"
 ASK: Any = {"model": "m", "messages": [{"role": "user", "content": "Weather?"}]}
@@ -149,11 +149,7 @@ def test_a_client_going_away_aborts_its_run_which_stays_stored(serve: Any, tmp_p
     h = waiting_harness(tmp_path / "s.db")
     server = serve(h)
     body = ASK | {"stream": True, "conversation_id": "gone", "innerloop_events": True}
-    with httpx.Client(base_url=server.base_url) as c, c.stream("POST", URL, json=body) as r:
-        for line in r.iter_lines():
-            if line.startswith("data: {") and '"tool_use_complete"' in line:
-                break
-    state = ended(h, "gone")
+    state = leave_at(server, URL, body, '"type": "tool_use_complete"', "gone", h)
     assert state.final_state == "aborted"
     assert state.abort is not None
     assert state.abort.reason == "the client went away"
