@@ -32,7 +32,6 @@ from typing import Any
 
 from ag_ui import core as agui
 from pydantic import ValidationError
-from sse_starlette import EventSourceResponse
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -49,8 +48,7 @@ from innerloop.events import (
     Transition,
 )
 from innerloop.fsm import HarnessState, Interrupt, Run
-from innerloop.serve._openai import PING_SECONDS
-from innerloop.serve._runs import Refused, Served, answer_of
+from innerloop.serve._runs import Refused, Served, answer_of, event_stream, question
 
 __all__ = ["ag_ui_run"]
 
@@ -130,7 +128,7 @@ def _finished(thread: str, run_id: str, state: HarnessState[Any]) -> agui.RunFin
                 agui.Interrupt(
                     id=_interrupt_id(thread, interrupt),
                     reason=interrupt.kind,
-                    message=answer_of(state),
+                    message=question(interrupt),
                     metadata={"payload": interrupt.payload},
                     tool_call_id=interrupt.tool_use_ids[0] if interrupt.tool_use_ids else None,
                 )
@@ -237,4 +235,4 @@ async def ag_ui_run(served: Served, request: Request, body: dict[str, Any]) -> R
     """Run the thread's next message (or resume its interrupt); AG-UI events back."""
     run_input = _input(body)
     run, token = _start(served, request, run_input)
-    return EventSourceResponse(_events(served, run, run_input, token), ping=PING_SECONDS)
+    return event_stream(_events(served, run, run_input, token))

@@ -32,7 +32,6 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from sse_starlette import EventSourceResponse
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -51,8 +50,8 @@ from innerloop.events import (
     Transition,
 )
 from innerloop.fsm import Run
-from innerloop.serve._openai import PING_SECONDS, summary
-from innerloop.serve._runs import Refused, Served
+from innerloop.serve._openai import summary
+from innerloop.serve._runs import Refused, Served, event_stream
 
 __all__ = ["ai_sdk_chat"]
 
@@ -202,4 +201,4 @@ async def _chunks(served: Served, run: Run[Any], token: str) -> AsyncIterator[di
 async def ai_sdk_chat(served: Served, request: Request, body: dict[str, Any]) -> Response:
     """The chat's next message (or its interrupt's answer) as a UI message stream."""
     run, token = _start(served, request, body)
-    return EventSourceResponse(_chunks(served, run, token), ping=PING_SECONDS, headers=HEADERS)
+    return event_stream(_chunks(served, run, token), HEADERS)

@@ -14,7 +14,6 @@ answered through the OpenAI route's ``innerloop_resume``).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import mcp_types
@@ -25,7 +24,7 @@ from starlette.applications import Starlette
 
 from innerloop.events import Transition
 from innerloop.fsm import Interrupt, Run
-from innerloop.serve._runs import Refused, Served, answer_of
+from innerloop.serve._runs import Refused, Served, answer_of, question
 
 __all__ = ["mcp_app", "mcp_server"]
 
@@ -42,21 +41,13 @@ class Answer(BaseModel):
     answer: str
 
 
-def _question(interrupt: Interrupt) -> str:
-    if interrupt.kind == "approval":
-        calls = interrupt.payload.get("calls", []) if isinstance(interrupt.payload, dict) else []
-        listed = "; ".join(f"{c.get('name')}({json.dumps(c.get('input'))})" for c in calls)
-        return f"The agent asks to run: {listed or interrupt.payload}. Approve?"
-    return f"The agent asks ({interrupt.kind}): {json.dumps(interrupt.payload)}"
-
-
 async def _elicit(ctx: Context, interrupt: Interrupt) -> Any:
     """The client's answer to ``interrupt`` (declined or cancelled: a denial, or
     None for a question)."""
     if interrupt.kind == "approval":
-        approved = await ctx.elicit(_question(interrupt), Approval)
+        approved = await ctx.elicit(question(interrupt), Approval)
         return approved.action == "accept" and approved.data.approve
-    answered = await ctx.elicit(_question(interrupt), Answer)
+    answered = await ctx.elicit(question(interrupt), Answer)
     return answered.data.answer if answered.action == "accept" else None
 
 
@@ -84,7 +75,7 @@ def _result(run: Run[Any], fields: dict[str, Any]) -> mcp_types.CallToolResult:
 
 def _refusal(interrupt: Interrupt) -> mcp_types.CallToolResult:
     text = (
-        f"refused: {_question(interrupt)} This MCP client cannot answer (it declares no "
+        f"refused: {question(interrupt)} This MCP client cannot answer (it declares no "
         "elicitation capability), so the run is left suspended, waiting for the answer"
     )
     return mcp_types.CallToolResult(

@@ -25,7 +25,6 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from sse_starlette import EventSourceResponse
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -33,12 +32,10 @@ from innerloop._messages import Message
 from innerloop._session import Session
 from innerloop.events import Finished, TextDelta
 from innerloop.fsm import HarnessState, Run
-from innerloop.serve._runs import Refused, Served, answer_of, event_json
+from innerloop.serve._runs import Refused, Served, answer_of, event_json, event_stream
 
-__all__ = ["PING_SECONDS", "chat_completions", "summary"]
+__all__ = ["chat_completions", "summary"]
 
-PING_SECONDS = 15
-"""How often a stream with nothing to say sends a comment (a closed connection shows)."""
 ROLES = {"user": Message.user, "assistant": Message.assistant}
 
 
@@ -143,7 +140,7 @@ async def chat_completions(served: Served, request: Request, body: dict[str, Any
     head.update(fields)
     if body.get("stream"):
         chunks = _chunks(served, run, head, bool(body.get("innerloop_events")))
-        return EventSourceResponse(chunks, ping=PING_SECONDS)
+        return event_stream(chunks)
     asked = bool(body.get("innerloop_events"))
     events = [event_json(event) async for event in served.events(run) if asked]
     state = run.state

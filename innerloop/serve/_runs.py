@@ -18,16 +18,27 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import attrs
+from sse_starlette import EventSourceResponse
 
 from innerloop._harness import Harness
 from innerloop._secrets import scrub_secrets
 from innerloop._session import Session
 from innerloop.checkpoint import UnknownRunError
 from innerloop.events import RunEvent
-from innerloop.fsm import HarnessState, Run
+from innerloop.fsm import HarnessState, Interrupt, Run
 
-__all__ = ["Conversation", "Refused", "Served", "answer_of", "event_json"]
+__all__ = [
+    "Conversation",
+    "Refused",
+    "Served",
+    "answer_of",
+    "event_json",
+    "event_stream",
+    "question",
+]
 
+PING_SECONDS = 15
+"""How often a stream with nothing to say sends a comment (a closed connection shows)."""
 ID_CHARS = 200
 """The longest conversation id taken."""
 IN_MEMORY = 1000
@@ -173,3 +184,20 @@ def event_json(event: RunEvent) -> dict[str, Any]:
     text = json.dumps(event.to_dict(), ensure_ascii=False, default=str)
     data: dict[str, Any] = json.loads(scrub_secrets(text))
     return data
+
+
+def event_stream(
+    chunks: AsyncIterator[dict[str, str]], headers: dict[str, str] | None = None
+) -> EventSourceResponse:
+    """Server-sent events (lines ending in a bare LF, as every client's parser splits
+    them), a comment every :data:`PING_SECONDS`; the client going away is seen."""
+    return EventSourceResponse(chunks, ping=PING_SECONDS, sep="\n", headers=headers)
+
+
+def question(interrupt: Interrupt) -> str:
+    """What an interrupt asks, in one line for a person."""
+    if interrupt.kind == "approval":
+        calls = interrupt.payload.get("calls", []) if isinstance(interrupt.payload, dict) else []
+        listed = "; ".join(f"{c.get('name')}({json.dumps(c.get('input'))})" for c in calls)
+        return f"The agent asks to run: {listed or interrupt.payload}. Approve?"
+    return f"The agent asks ({interrupt.kind}): {json.dumps(interrupt.payload)}"

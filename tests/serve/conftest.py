@@ -140,7 +140,7 @@ def node_clients(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder holding tests/serve/node/ with its npm packages installed (the official
     JavaScript clients; npm and node 20 must be on PATH)."""
     folder = tmp_path_factory.mktemp("node-clients")
-    for name in ("package.json", "ai_sdk_chat.mjs"):
+    for name in ("package.json", "ai_sdk_chat.mjs", "ag_ui_chat.mjs"):
         shutil.copy(NODE_CLIENTS / name, folder / name)
     npm = shutil.which("npm")
     assert npm is not None, "the serve tests need npm (and node 20) on PATH"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,7 @@ from ag_ui import core as agui
 
 from innerloop.examples.approval import with_approval
 from innerloop.testing import assert_valid_history, reply
-from tests.serve.conftest import harness, leave_at, waiting_harness, weather_script
+from tests.serve.conftest import ended, harness, leave_at, waiting_harness, weather_script
 
 EVENTS: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(agui.Event)
 
@@ -113,5 +115,45 @@ def test_closing_the_stream_aborts_the_run(serve: Any, tmp_path: Path) -> None:
     h = waiting_harness(tmp_path / "s.db")
     server = serve(h)
     state = leave_at(server, "/ag-ui", run_input("t4", "Wait."), '"TOOL_CALL_END"', "t4", h)
+    assert state.final_state == "aborted"
+    assert_valid_history(state.history)
+
+
+def node_run(folder: Path, server: Any, mode: str) -> list[dict[str, Any]]:
+    """The runs @ag-ui/client's HttpAgent made (one JSON line each)."""
+    node = shutil.which("node")
+    assert node is not None, "the AG-UI client test needs node on PATH"
+    done = subprocess.run(
+        [node, "ag_ui_chat.mjs", f"{server.base_url}/ag-ui", mode],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def test_the_ag_ui_client_answers_an_approval_with_resume(serve: Any, node_clients: Path) -> None:
+    """HttpAgent runs the thread, sees the tool call, resumes the interrupt, gets the answer."""
+    server = serve(harness(*weather_script(), machine=with_approval()))
+    first, second = node_run(node_clients, server, "approve")
+    assert "error" not in first
+    assert first["outcome"] == "interrupt"
+    assert first["interrupts"][0]["reason"] == "approval"
+    assert "TOOL_CALL_START" in first["types"]
+    assert (second["outcome"], second["result"]) == ("success", "Sunny in Lisbon.")
+    assert "TOOL_CALL_RESULT" in second["types"]
+    assert "TEXT_MESSAGE_CONTENT" in second["types"]
+
+
+def test_the_ag_ui_client_aborts_a_run(serve: Any, node_clients: Path, tmp_path: Path) -> None:
+    """HttpAgent.abortRun() mid-run: the server aborts the run, valid and stored."""
+    h = waiting_harness(tmp_path / "s.db")
+    [seen] = node_run(node_clients, serve(h), "abort")
+    assert "TOOL_CALL_END" in seen["types"]
+    assert seen["outcome"] is None
+    state = ended(h, "thread-abort")
     assert state.final_state == "aborted"
     assert_valid_history(state.history)
