@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import subprocess
 import threading
@@ -154,3 +155,20 @@ def node_clients(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     assert done.returncode == 0, f"npm install failed: {done.stderr[-2000:]}"
     return folder
+
+
+def run_node(folder: Path, script: str, *args: str) -> list[Any]:
+    """Run ``script`` of tests/serve/node/ (installed in ``folder``) under node; the JSON
+    lines it printed."""
+    node = shutil.which("node")
+    assert node is not None, "the serve tests need node (20) on PATH"
+    done = subprocess.run(
+        [node, script, *args],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines()]

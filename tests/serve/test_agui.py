@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +12,7 @@ from ag_ui import core as agui
 
 from innerloop.examples.approval import with_approval
 from innerloop.testing import assert_valid_history, reply
-from tests.serve.conftest import ended, harness, leave_at, waiting_harness, weather_script
+from tests.serve.conftest import ended, harness, leave_at, run_node, waiting_harness, weather_script
 
 EVENTS: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(agui.Event)
 
@@ -121,18 +119,7 @@ def test_closing_the_stream_aborts_the_run(serve: Any, tmp_path: Path) -> None:
 
 def node_run(folder: Path, server: Any, mode: str) -> list[dict[str, Any]]:
     """The runs @ag-ui/client's HttpAgent made (one JSON line each)."""
-    node = shutil.which("node")
-    assert node is not None, "the AG-UI client test needs node on PATH"
-    done = subprocess.run(
-        [node, "ag_ui_chat.mjs", f"{server.base_url}/ag-ui", mode],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return [json.loads(line) for line in done.stdout.splitlines()]
+    return run_node(folder, "ag_ui_chat.mjs", f"{server.base_url}/ag-ui", mode)
 
 
 def test_the_ag_ui_client_answers_an_approval_with_resume(serve: Any, node_clients: Path) -> None:

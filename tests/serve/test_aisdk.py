@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -13,26 +11,17 @@ import httpx
 
 from innerloop.examples.approval import with_approval
 from innerloop.testing import assert_valid_history, reply
-from tests.serve.conftest import harness, leave_at, waiting_harness, weather_script
+from tests.serve.conftest import harness, leave_at, run_node, waiting_harness, weather_script
 
 
 def chat(folder: Path, server: Any, chat_id: str, text: str, **body: Any) -> dict[str, Any]:
     """The assistant's UI message, as useChat would hold it after the request."""
     messages = [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": text}]}]
     request = {"chatId": chat_id, "messages": messages, "body": body}
-    node = shutil.which("node")
-    assert node is not None, "the AI SDK test needs node on PATH"
-    done = subprocess.run(
-        [node, "ai_sdk_chat.mjs", f"{server.base_url}/ai-sdk", json.dumps(request)],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    [message] = run_node(
+        folder, "ai_sdk_chat.mjs", f"{server.base_url}/ai-sdk", json.dumps(request)
     )
-    assert done.returncode == 0, done.stderr
-    message: dict[str, Any] = json.loads(done.stdout)
-    return message
+    return dict(message)
 
 
 def parts(message: dict[str, Any], kind: str) -> list[dict[str, Any]]:
