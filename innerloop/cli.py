@@ -507,6 +507,7 @@ def _add_serve_parser(subparsers: Any) -> None:
     serve.add_argument("--token", help="the bearer token wanted (off loopback: one is generated)")
     serve.add_argument("--name", default="innerloop", help="the model and tool name served")
     serve.add_argument("--stdio", action="store_true", help="MCP over stdin and stdout instead")
+    serve.add_argument("--runs", type=Path, metavar="DIR", help="log each run's events here")
 
 
 def _serve_cli() -> Any:

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
@@ -115,17 +116,20 @@ def app(
     secret: bytes | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
     body_seconds: float = BODY_SECONDS,
+    runs_dir: str | Path | None = None,
 ) -> ServedApp:
     """An ASGI application serving ``harness`` (mount it in your own, or run it with
     ``innerloop serve``). It answers requests naming a loopback host or ``host``; with a
     ``token``, only those with ``Authorization: Bearer TOKEN``. ``secret`` keys the
     conversations' tokens (random per app by default: give one to keep them valid across
-    restarts). ``name`` is the model name ``/v1/models`` lists."""
+    restarts). ``name`` is the model name ``/v1/models`` lists. With ``runs_dir``, each
+    run's events are logged there (one JSONL event log a run: ``innerloop ui --runs DIR``
+    shows them live)."""
     from innerloop.serve._agui import ag_ui_run
     from innerloop.serve._aisdk import ai_sdk_chat
     from innerloop.serve._mcp import mcp_app
 
-    served = Served(harness, secret)
+    served = Served(harness, secret, None if runs_dir is None else Path(runs_dir))
     mcp = mcp_app(served, name, max_body_bytes)
 
     async def models(request: Request) -> Response:

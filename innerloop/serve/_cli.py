@@ -65,7 +65,8 @@ def run(args: argparse.Namespace, interrupts: type[BaseException], usage: Usage)
         from innerloop.serve._runs import Served
 
         with contextlib.suppress(interrupts):
-            anyio.run(mcp_server(Served(harness), args.name).run_stdio_async)
+            served = Served(harness, runs_dir=args.runs)
+            anyio.run(mcp_server(served, args.name).run_stdio_async)
         return 0
     import uvicorn
 
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace, interrupts: type[BaseException], usage: Usage)
     )
     if token is not None:
         print(f"bearer token: {token} (send 'Authorization: Bearer {token}')", flush=True)
-    application = app(harness, name=args.name, host=args.host, token=token)
+    application = app(harness, name=args.name, host=args.host, token=token, runs_dir=args.runs)
     config = uvicorn.Config(application, log_level="warning", timeout_graceful_shutdown=5)
     with sock, contextlib.suppress(interrupts):
         uvicorn.Server(config).run(sockets=[sock])

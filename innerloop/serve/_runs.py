@@ -10,16 +10,22 @@ restart when the secret is given); every later request on that id must carry the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
+import itertools
 import json
+import os
 import secrets
+import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import attrs
 from sse_starlette import EventSourceResponse
 
+from innerloop._eventlog import EventLog
 from innerloop._harness import Harness
 from innerloop._secrets import scrub_secrets
 from innerloop._session import Session
@@ -67,9 +73,14 @@ class Served:
     """A harness as served: its conversations (in memory without a checkpoint store) and
     the tasks reading its runs."""
 
-    def __init__(self, harness: Harness[Any], secret: bytes | None = None) -> None:
+    def __init__(
+        self, harness: Harness[Any], secret: bytes | None = None, runs_dir: Path | None = None
+    ) -> None:
         self.harness = harness
         self.secret = secret if secret is not None else secrets.token_bytes(32)
+        self.runs_dir = runs_dir
+        """Where each run's event log goes (``DIR/served-<time>-<n>.jsonl``), if anywhere."""
+        self._logged = itertools.count(1)
         self._sessions: dict[str, Session] = {}
         """Conversations held in memory (a harness without a checkpoint store)."""
         self._tasks: set[asyncio.Task[None]] = set()
@@ -142,11 +153,15 @@ class Served:
         queue: asyncio.Queue[RunEvent | None] = asyncio.Queue()
 
         async def pump() -> None:
-            try:
-                async for event in run.events():
-                    queue.put_nowait(event)
-            finally:
-                queue.put_nowait(None)
+            with contextlib.ExitStack() as stack:
+                log = None if self.runs_dir is None else stack.enter_context(self._log(run))
+                try:
+                    async for event in run.events():
+                        if log is not None:
+                            log.write(event)
+                        queue.put_nowait(event)
+                finally:
+                    queue.put_nowait(None)
 
         task = asyncio.get_running_loop().create_task(pump())
         self._tasks.add(task)
@@ -160,6 +175,14 @@ class Served:
             if not ended:
                 run.abort("the client went away")
         await task  # its error, if it raised
+
+    def _log(self, run: Run[Any]) -> EventLog:
+        """A new event log in :attr:`runs_dir` for ``run`` (its name never taken from a
+        client's conversation id: the header holds that)."""
+        assert self.runs_dir is not None
+        name = f"served-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{next(self._logged)}"
+        header = {"command": "serve", "run_id": run.run_id}
+        return EventLog(self.runs_dir / f"{name}.jsonl", header)
 
     async def wait(self) -> None:
         """Until every run being read has ended (aborted runs included)."""

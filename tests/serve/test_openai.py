@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -108,3 +109,19 @@ def test_a_conversation_goes_on_on_the_server(serve: Any) -> None:
     session = h.session("chat-1")  # in memory: the served session is another object
     assert session.history == []
     assert sent(h) == ["I am Ana.", "Hello Ana.", "Who am I?"]
+
+
+def test_served_runs_are_logged_for_the_live_view(serve: Any, tmp_path: Path) -> None:
+    """runs_dir: each run's event log, listed by the live view's catalog like any run."""
+    from innerloop.ui import Catalog
+
+    with client(serve(harness(*weather_script()), runs_dir=tmp_path)) as c:
+        c.chat.completions.create(
+            model="m",
+            messages=[{"role": "user", "content": "Weather?"}],
+            extra_body={"conversation_id": "../../etc/passwd"},
+        )
+    [log] = tmp_path.iterdir()
+    assert log.name.startswith("served-")
+    [run] = Catalog(runs_dir=tmp_path).runs()
+    assert (run["status"], run["exit_reason"], run["turns"]) == ("finished", "model_complete", 2)
