@@ -165,7 +165,7 @@ class Served:
 
         task = asyncio.get_running_loop().create_task(pump())
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._done)
         ended = False
         try:
             while (event := await queue.get()) is not None:
@@ -175,6 +175,11 @@ class Served:
             if not ended:
                 run.abort("the client went away")
         await task  # its error, if it raised
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: a reader that left does not await it
 
     def _log(self, run: Run[Any]) -> EventLog:
         """A new event log in :attr:`runs_dir` for ``run`` (its name never taken from a

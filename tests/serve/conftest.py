@@ -157,13 +157,12 @@ def node_clients(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def run_node(folder: Path, script: str, *args: str) -> list[Any]:
-    """Run ``script`` of tests/serve/node/ (installed in ``folder``) under node; the JSON
-    lines it printed."""
-    node = shutil.which("node")
-    assert node is not None, "the serve tests need node (20) on PATH"
+def node(folder: Path, *args: str) -> str:
+    """What ``node ARGS`` printed, run in ``folder`` (tests/serve/node/ installed)."""
+    executable = shutil.which("node")
+    assert executable is not None, "the serve tests need node (20) on PATH"
     done = subprocess.run(
-        [node, script, *args],
+        [executable, *args],
         cwd=folder,
         capture_output=True,
         text=True,
@@ -171,4 +170,10 @@ def run_node(folder: Path, script: str, *args: str) -> list[Any]:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    return [json.loads(line) for line in done.stdout.splitlines()]
+    return done.stdout
+
+
+def run_node(folder: Path, script: str, *args: str) -> list[Any]:
+    """Run ``script`` of tests/serve/node/ (installed in ``folder``) under node; the JSON
+    lines it printed."""
+    return [json.loads(line) for line in node(folder, script, *args).splitlines()]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,7 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 from innerloop import Harness, HarnessParams
 from innerloop.examples.approval import with_approval
 from innerloop.testing import ScriptedProvider, assert_valid_history, reply
-from tests.serve.conftest import ended, harness, waiting_harness, weather_script
+from tests.serve.conftest import ended, harness, node, waiting_harness, weather_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -183,3 +184,33 @@ async def test_the_app_mounted_in_another_serves_both_routes(serve: Any) -> None
         async with connect(server) as session:
             result = await session.call_tool("innerloop", {"prompt": "Hi"})
     assert (done.choices[0].message.content, text(result)) == ("From OpenAI.", "From MCP.")
+
+
+INSPECTOR = "node_modules/@modelcontextprotocol/inspector-cli/build/index.js"
+
+
+def test_the_mcp_inspector_lists_and_calls_the_tool(serve: Any, node_clients: Path) -> None:
+    """The MCP Inspector's command line (under node) sees the tool and gets the answer."""
+    url = f"{serve(harness(*weather_script())).base_url}/mcp"
+    listed = json.loads(
+        node(node_clients, INSPECTOR, url, "--transport", "http", "--method", "tools/list")
+    )
+    [described] = listed["tools"]
+    assert described["name"] == "innerloop"
+    assert described["inputSchema"]["required"] == ["prompt"]
+    called = json.loads(
+        node(
+            node_clients,
+            INSPECTOR,
+            url,
+            "--transport",
+            "http",
+            "--method",
+            "tools/call",
+            "--tool-name",
+            "innerloop",
+            "--tool-arg",
+            "prompt=Weather in Lisbon?",
+        )
+    )
+    assert called == {"content": [{"type": "text", "text": "Sunny in Lisbon."}], "isError": False}
