@@ -169,3 +169,31 @@ def test_a_server_without_a_store_keeps_the_latest_conversations(
         served.conversation("a", tokens["a"])
     assert refused.value.status == 404
     assert served.conversation("c", tokens["c"]).new is False
+
+
+def test_a_body_that_never_finishes_arriving_is_a_408(serve: Any) -> None:
+    """Slow-loris: a body still short of its Content-Length after body_seconds."""
+    import socket
+
+    server = serve(harness(), body_seconds=0.2)
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"mod'
+        )
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 408")
+    assert b"request body not received within 0.2 s" in answer
+
+
+def test_the_models_list_names_the_served_harness(serve: Any) -> None:
+    """GET /v1/models: the one model served, by its name."""
+    with openai.OpenAI(
+        api_key="x", base_url=f"{serve(harness(), name='weather').base_url}/v1", max_retries=0
+    ) as c:
+        assert [m.id for m in c.models.list()] == ["weather"]
