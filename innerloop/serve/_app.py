@@ -5,6 +5,7 @@
     /mcp                        MCP, streamable HTTP: the agent as a tool (``_mcp.py``)
     POST /ag-ui                 AG-UI: a thread's run as AG-UI events (``_agui.py``)
     POST /ai-sdk                the Vercel AI SDK's UI message stream (``_aisdk.py``)
+    /a2a                        A2A: JSON-RPC and the agent card (``_a2a.py``)
 
 Requests are answered only when they name a loopback host or the host the server was
 given (the live view's check: no DNS rebinding), and with a ``token``, only when they carry
@@ -117,6 +118,7 @@ def app(
     max_body_bytes: int = MAX_BODY_BYTES,
     body_seconds: float = BODY_SECONDS,
     runs_dir: str | Path | None = None,
+    public_url: str = "http://127.0.0.1:8000",
 ) -> ServedApp:
     """An ASGI application serving ``harness`` (mount it in your own, or run it with
     ``innerloop serve``). It answers requests naming a loopback host or ``host``; with a
@@ -124,7 +126,9 @@ def app(
     conversations' tokens (random per app by default: give one to keep them valid across
     restarts). ``name`` is the model name ``/v1/models`` lists. With ``runs_dir``, each
     run's events are logged there (one JSONL event log a run: ``innerloop ui --runs DIR``
-    shows them live)."""
+    shows them live). ``public_url`` is where clients reach the app (the A2A agent card
+    names it)."""
+    from innerloop.serve._a2a import a2a_routes
     from innerloop.serve._agui import ag_ui_run
     from innerloop.serve._aisdk import ai_sdk_chat
     from innerloop.serve._mcp import mcp_app
@@ -157,6 +161,7 @@ def app(
             "/ai-sdk", _route(served, ai_sdk_chat, max_body_bytes, body_seconds), methods=["POST"]
         ),
         Route("/ag-ui", _route(served, ag_ui_run, max_body_bytes, body_seconds), methods=["POST"]),
+        *a2a_routes(served, name, f"{public_url.rstrip('/')}/a2a"),
         Mount("/", mcp),
     ]
     hosts = LOOPBACK_HOSTS | ({host_name(host)} if host else set())

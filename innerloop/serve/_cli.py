@@ -84,14 +84,17 @@ def run(args: argparse.Namespace, interrupts: type[BaseException], usage: Usage)
         ) from None
     port = sock.getsockname()[1]
     host = f"[{args.host}]" if ":" in args.host else args.host
+    base = f"http://{host}:{port}"
     print(
-        f"innerloop serve: http://{host}:{port}/v1 (OpenAI chat completions), "
-        f"http://{host}:{port}/mcp (MCP); Ctrl-C stops it",
+        f"innerloop serve: {base}/v1 (OpenAI chat completions), /mcp (MCP), /ag-ui (AG-UI), "
+        "/ai-sdk (the AI SDK's UI message stream), /a2a (A2A); Ctrl-C stops it",
         flush=True,
     )
     if token is not None:
         print(f"bearer token: {token} (send 'Authorization: Bearer {token}')", flush=True)
-    application = app(harness, name=args.name, host=args.host, token=token, runs_dir=args.runs)
+    application = app(
+        harness, name=args.name, host=args.host, token=token, runs_dir=args.runs, public_url=base
+    )
     config = uvicorn.Config(application, log_level="warning", timeout_graceful_shutdown=5)
     with sock, contextlib.suppress(interrupts):
         uvicorn.Server(config).run(sockets=[sock])

@@ -133,12 +133,16 @@ class Served:
                 f"conversation {conversation_id!r} exists: continuing it "
                 "wants its conversation_token (its first answer carried it)",
             )
+        return Conversation(self.session(conversation_id), expected, not known)
+
+    def session(self, conversation_id: str) -> Session:
+        """The session of ``conversation_id`` (unchecked: :meth:`conversation` checks)."""
         session = self._sessions.get(conversation_id)
         if session is None:
             session = self.harness.session(conversation_id)
             if self.harness.checkpointer is None:
                 self._keep(conversation_id, session)
-        return Conversation(session, expected, not known)
+        return session
 
     def _keep(self, conversation_id: str, session: Session) -> None:
         """Hold ``session`` in memory, dropping the oldest beyond :data:`IN_MEMORY`."""

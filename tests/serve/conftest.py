@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import FunctionType
 from typing import Any
 
 import httpx
@@ -88,8 +89,11 @@ class Server:
     """``application`` served by uvicorn on a free loopback port, from a thread."""
 
     def __init__(self, application: Any) -> None:
+        """``application``, or a function of the server's URL making it."""
         self.socket = listen("127.0.0.1", 0)
         self.port = int(self.socket.getsockname()[1])
+        if isinstance(application, FunctionType):
+            application = application(f"http://127.0.0.1:{self.port}")
         config = uvicorn.Config(
             application,
             loop="asyncio",
@@ -124,7 +128,7 @@ def serve() -> Iterator[Any]:
     servers: list[Server] = []
 
     def start(h: Harness[Any], **options: Any) -> Server:
-        server = Server(app(h, **options)).__enter__()
+        server = Server(lambda url: app(h, **({"public_url": url} | options))).__enter__()
         servers.append(server)
         return server
 
