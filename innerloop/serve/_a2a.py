@@ -1,9 +1,9 @@
 """A2A (the ``a2a-sdk`` server): the served harness as an agent other agents call, at
 ``/a2a`` (JSON-RPC) with its agent card at ``/a2a/.well-known/agent-card.json``.
 
-A message is a task; its ``contextId`` is a conversation of the harness (the server keeps
-its history; a new context is a new conversation). The task works while the run goes on
-(the model's text as status messages), completes with the answer as an artifact, fails
+A message is a task; its ``contextId`` is a conversation of the harness (``a2a:CONTEXT``:
+the server keeps its history; a new context is a new conversation). The task works while
+the run goes on (the model's text as status messages), completes with the answer as an artifact, fails
 when the run ends without one, and asks for input (``input-required``) when the run waits
 for an approval: the next message on that task answers it (``yes`` or ``no``, or a data
 part ``{"approve": bool}`` or ``{call_id: bool}``). Cancelling the task aborts the run.
@@ -34,6 +34,9 @@ from innerloop.serve._runs import Served, answer_of, question
 
 __all__ = ["a2a_routes"]
 
+CONTEXT_PREFIX = "a2a:"
+"""A context's conversation id is its contextId under this prefix: no A2A message can go
+on with a conversation another protocol's client holds (that one wants its token)."""
 YES = frozenset({"yes", "y", "true", "approve", "approved", "ok"})
 
 
@@ -55,7 +58,7 @@ class _Executor(AgentExecutor):
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         task_id, context_id = context.task_id or "", context.context_id or ""
         updater = TaskUpdater(event_queue, task_id, context_id)
-        session = self.served.session(context_id)
+        session = self.served.session(f"{CONTEXT_PREFIX}{context_id}")
         if context.current_task is None:
             assert context.message is not None
             await event_queue.enqueue_event(new_task_from_user_message(context.message))

@@ -12,8 +12,8 @@ from a2a.helpers.proto_helpers import get_artifact_text, get_message_text, new_t
 from a2a.types import CancelTaskRequest, GetTaskRequest, Role, SendMessageRequest, TaskState
 
 from innerloop.examples.approval import with_approval
-from innerloop.testing import assert_valid_history
-from tests.serve.conftest import ended, harness, waiting_harness, weather_script
+from innerloop.testing import assert_valid_history, reply
+from tests.serve.conftest import ended, harness, sent, waiting_harness, weather_script
 
 
 async def send(url: str, text: str, **ids: str) -> list[Any]:
@@ -69,7 +69,7 @@ async def test_an_approval_is_input_required(serve: Any) -> None:
 
 
 async def test_cancelling_the_task_aborts_the_run(serve: Any, tmp_path: Path) -> None:
-    """tasks/cancel aborts the run: valid history, stored under the context's id."""
+    """tasks/cancel aborts the run: valid history, stored as conversation a2a:CONTEXT."""
     h = waiting_harness(tmp_path / "s.db")
     url = f"{serve(h).base_url}/a2a"
     client = await create_client(url, ClientConfig(streaming=True))
@@ -85,6 +85,27 @@ async def test_cancelling_the_task_aborts_the_run(serve: Any, tmp_path: Path) ->
     finally:
         await client.close()
     assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
-    state = await asyncio.to_thread(ended, h, context_id)
+    state = await asyncio.to_thread(ended, h, f"a2a:{context_id}")
     assert state.final_state == "aborted"
     assert_valid_history(state.history)
+
+
+async def test_a_context_never_continues_another_protocols_conversation(serve: Any) -> None:
+    """contextId 'chat-1' is conversation a2a:chat-1, not the OpenAI client's chat-1."""
+    import httpx
+
+    h = harness(reply("Hello Ana."), reply("I do not know you."))
+    server = serve(h)
+    async with httpx.AsyncClient(base_url=server.base_url) as c:
+        first = await c.post(
+            "/v1/chat/completions",
+            json={
+                "model": "m",
+                "messages": [{"role": "user", "content": "I am Ana."}],
+                "conversation_id": "chat-1",
+            },
+        )
+    assert first.status_code == 200
+    updates = await send(f"{server.base_url}/a2a", "Who am I?", context_id="chat-1")
+    assert updates[-1].status.state == TaskState.TASK_STATE_COMPLETED
+    assert sent(h) == ["Who am I?"]
