@@ -3,10 +3,11 @@
 
 A message is a task; its ``contextId`` is a conversation of the harness (``a2a:CONTEXT``:
 the server keeps its history; a new context is a new conversation). The task works while
-the run goes on (the model's text as status messages), completes with the answer as an artifact, fails
-when the run ends without one, and asks for input (``input-required``) when the run waits
-for an approval: the next message on that task answers it (``yes`` or ``no``, or a data
-part ``{"approve": bool}`` or ``{call_id: bool}``). Cancelling the task aborts the run.
+the run goes on (the model's text as status messages), completes with the answer as an
+artifact, fails when the run ends without one, and asks for input (``input-required``)
+when the run waits for an approval: the next message on that task answers it (``yes`` or
+``no``, or a data part ``{"approve": bool}`` or ``{call_id: bool}``). Cancelling the task
+aborts the run.
 """
 
 from __future__ import annotations
