@@ -1,4 +1,4 @@
-"""Command line: ``innerloop run | runs | demo | diagram | replay | ui | eval``.
+"""Command line: ``innerloop run | runs | demo | diagram | replay | ui | serve | eval``.
 
 Exit codes (also in docs/reference/cli.md):
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib
 import json
 import os
 import sys
@@ -123,6 +124,7 @@ def _parser() -> argparse.ArgumentParser:
     diagram_cli.add_parser(sub)
     _replay_cli.add_parser(sub)
     _add_ui_parser(sub)
+    _add_serve_parser(sub)
     evals_cli.add_eval_parser(sub)
     return parser
 
@@ -429,6 +431,8 @@ def _command(args: argparse.Namespace) -> int:
         return cmd_runs(args)
     if args.command == "ui":
         return int(_ui_cli().run(args, Interrupted, UsageError))
+    if args.command == "serve":
+        return int(_serve_cli().run(args, Interrupted, UsageError))
     if args.command == "eval":
         from innerloop.evals import _cli as evals_cli
 
@@ -498,12 +502,40 @@ def _add_ui_options(p: argparse.ArgumentParser) -> None:
 
 def _ui_cli() -> Any:
     """``innerloop.ui._cli``; a UsageError naming the extra when it is not installed."""
+    return _optional_cli("innerloop.ui._cli", "the live view", "ui")
+
+
+def _optional_cli(module: str, what: str, extra: str) -> Any:
+    """The command's ``module``; a UsageError naming ``extra`` when it is not installed."""
     try:
-        from innerloop.ui import _cli
+        return importlib.import_module(module)
     except ImportError as exc:
-        missing = (exc.name or "the ui extra").split(".")[0]
-        raise UsageError(f"the live view needs {missing}: pip install 'innerloop[ui]'") from None
-    return _cli
+        missing = (exc.name or f"the {extra} extra").split(".")[0]
+        raise UsageError(f"{what} needs {missing}: pip install 'innerloop[{extra}]'") from None
+
+
+# -- innerloop serve -------------------------------------------------------------------
+
+
+def _add_serve_parser(subparsers: Any) -> None:
+    serve = subparsers.add_parser(
+        "serve",
+        help="serve a harness: OpenAI chat completions and MCP (see docs/guides/serve.md)",
+    )
+    serve.add_argument(
+        "target", metavar="MODULE:ATTR", help="a Harness, or a function of no argument giving one"
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    serve.add_argument("--port", type=_port, default=8000, help="default 8000")
+    serve.add_argument("--token", help="the bearer token wanted (off loopback: one is generated)")
+    serve.add_argument("--name", default="innerloop", help="the model and tool name served")
+    serve.add_argument("--stdio", action="store_true", help="MCP over stdin and stdout instead")
+    serve.add_argument("--runs", type=Path, metavar="DIR", help="log each run's events here")
+
+
+def _serve_cli() -> Any:
+    """``innerloop.serve._cli``; a UsageError naming the extra when it is not installed."""
+    return _optional_cli("innerloop.serve._cli", "innerloop serve", "serve")
 
 
 # -- innerloop runs ---------------------------------------------------------------------

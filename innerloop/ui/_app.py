@@ -56,7 +56,7 @@ from innerloop.ui._catalog import PAGE, Catalog, UnknownRun
 from innerloop.ui._reports import report_routes
 from innerloop.ui._view import LISTS
 
-__all__ = ["LOOPBACK_HOSTS", "STATIC", "create_app"]
+__all__ = ["LOOPBACK_HOSTS", "STATIC", "Guard", "create_app", "host_name"]
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]"})
 """The host names a request may name in its ``Host`` header (with the server's port)."""
@@ -130,7 +130,7 @@ def _diagram_error(exc: Exception) -> JSONResponse:
     return JSONResponse({"error": str(exc)}, status_code=status)
 
 
-def _host_name(host: str) -> str:
+def host_name(host: str) -> str:
     """``host`` as a ``Host`` header names it (an IPv6 address in brackets)."""
     return f"[{host}]" if ":" in host and not host.startswith("[") else host.lower()
 
@@ -160,15 +160,26 @@ def _secured(send: Send) -> Send:
     return with_headers
 
 
-class _Guard:
+class Guard:
     """Answers only requests whose ``Host`` is one of ``hosts`` (with or without the
-    server's port) and, with a ``token``, that carry it (``?token=``), but for ``/static``;
-    every answer with :data:`SECURITY_HEADERS`."""
+    server's port) and, with a ``token``, that carry it (``?token=``, or with ``bearer``
+    an ``Authorization: Bearer`` header), but for ``/static``; every answer with
+    :data:`SECURITY_HEADERS`. ``name`` is what the refusals call the server."""
 
-    def __init__(self, app: ASGIApp, hosts: frozenset[str], token: str | None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        hosts: frozenset[str],
+        token: str | None,
+        *,
+        bearer: bool = False,
+        name: str = "the live view",
+    ) -> None:
         self.app = app
         self.hosts = hosts
         self.token = token
+        self.bearer = bearer
+        self.name = name
 
     def _refusal(self, scope: Scope) -> str | None:
         headers = dict(scope.get("headers") or ())
@@ -178,10 +189,18 @@ class _Guard:
         name = host.removesuffix(port) if port and host.endswith(port) else host
         if name not in self.hosts:
             return (
-                f"host {host!r} refused: the live view answers only {', '.join(sorted(self.hosts))}"
+                f"host {host!r} refused: {self.name} answers only {', '.join(sorted(self.hosts))}"
                 " (a page elsewhere may not read it); open it by one of those names"
             )
         if self.token is None or str(scope.get("path", "")).startswith("/static/"):
+            return None
+        if self.bearer:
+            given = headers.get(b"authorization", b"").decode("latin-1")
+            if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
+                return (
+                    "bearer token missing or wrong: send the header 'Authorization: Bearer "
+                    "TOKEN' with the token the server printed (or was given)"
+                )
             return None
         query = urllib.parse.parse_qs(scope.get("query_string", b"").decode("latin-1"))
         given = (query.get("token") or [""])[0]
@@ -211,7 +230,7 @@ def create_app(
     or ``host``, and (with ``token``) carry ``?token=``. Live streams end when ``closing``
     is set."""
     closing = closing or threading.Event()
-    hosts = LOOPBACK_HOSTS | ({_host_name(host)} if host else set())
+    hosts = LOOPBACK_HOSTS | ({host_name(host)} if host else set())
 
     async def index(request: Request) -> Response:
         return FileResponse(STATIC / "index.html", media_type="text/html")
@@ -249,7 +268,7 @@ def create_app(
         *report_routes(catalog),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    return _Guard(Starlette(routes=routes), hosts, token)
+    return Guard(Starlette(routes=routes), hosts, token)
 
 
 async def _changes(

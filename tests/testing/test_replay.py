@@ -94,7 +94,7 @@ class TestDemoRuns:
             old.append(json.dumps(data))
         log = tmp_path / "old.jsonl"
         log.write_text("\n".join(old) + "\n")
-        asked = replay(log, 1).assert_same().state.interrupt
+        asked = replay(log, 1, specs=[NESTED_SPEC]).assert_same().state.interrupt
         assert asked is not None
         assert asked.id == "survey:1"
 

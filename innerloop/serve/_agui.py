@@ -1,0 +1,238 @@
+"""AG-UI (the protocol of CopilotKit and other agent front-ends): ``POST /ag-ui``.
+
+The body is AG-UI's ``RunAgentInput``; the answer a stream of AG-UI events (server-sent
+events, the types of the ``ag-ui-protocol`` package). The thread is a conversation (its
+``threadId`` the conversation id, as the OpenAI route's ``conversation_id``): the server
+keeps its history and runs the last user message of ``messages``. The thread's token comes
+back in ``RUN_STARTED``'s ``metadata.conversation_token``; later runs send it as
+``forwardedProps.conversation_token`` (or the ``X-Conversation-Token`` header).
+
+    RUN_STARTED                          the run began (metadata: the conversation token)
+    STEP_STARTED / STEP_FINISHED         each state of the machine entered and left
+    TEXT_MESSAGE_START/CONTENT/END       the model's text, as it streams
+    TOOL_CALL_START/ARGS/END, _RESULT    each tool call, its input as it streams, its result
+    STATE_SNAPSHOT                       after each model turn and at the end: state,
+                                         turns, tokens, cost
+    RUN_FINISHED                         outcome success (result: the answer or typed
+                                         output), interrupt (an approval: answer it with
+                                         ``resume``), or cancelled (the run was aborted)
+    RUN_ERROR                            the run raised
+
+An approval inside the run ends it with an interrupt outcome; the next run on the thread
+with ``resume: [{interruptId, status: "resolved", payload: true}]`` (or false, or
+``{call_id: bool}``; ``"cancelled"`` denies) goes on. A client that closes the stream (an
+abort) aborts the run: its history stays valid and stored.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from ag_ui import core as agui
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
+
+from innerloop.events import (
+    Finished,
+    MessageComplete,
+    ModelResponseEvent,
+    RunEvent,
+    TextDelta,
+    ToolExecuted,
+    ToolInputDelta,
+    ToolUseComplete,
+    ToolUseStart,
+    Transition,
+)
+from innerloop.fsm import HarnessState, Interrupt, Run
+from innerloop.serve._runs import Refused, Served, answer_of, event_stream, question
+
+__all__ = ["ag_ui_run"]
+
+
+def _text(message: Any) -> str:
+    content = message.content
+    if isinstance(content, str):
+        return content
+    return "".join(getattr(part, "text", "") for part in content)
+
+
+def _input(body: dict[str, Any]) -> agui.RunAgentInput:
+    try:
+        return agui.RunAgentInput.model_validate(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise Refused(400, f"not an AG-UI RunAgentInput: {where}: {first['msg']}") from None
+
+
+def _interrupt_id(thread: str, interrupt: Interrupt) -> str:
+    return f"{thread}:{interrupt.state}:{','.join(interrupt.tool_use_ids) or interrupt.kind}"
+
+
+def _answer(entries: list[agui.ResumeEntry], expected: str, interrupt: Interrupt) -> Any:
+    """The answer the ``resume`` entries give the pending interrupt."""
+    for entry in entries:
+        if entry.interrupt_id == expected:
+            if entry.status == "cancelled":
+                return False if interrupt.kind == "approval" else None
+            return entry.payload
+    raise Refused(409, f"resume names no pending interrupt; the thread waits on {expected!r}")
+
+
+def _start(served: Served, request: Request, run_input: agui.RunAgentInput) -> tuple[Run[Any], str]:
+    props = run_input.forwarded_props if isinstance(run_input.forwarded_props, dict) else {}
+    token = props.get("conversation_token") or request.headers.get("x-conversation-token")
+    conversation = served.conversation(run_input.thread_id, token)
+    session = conversation.session
+    if run_input.resume:
+        state = session.state
+        if state is None or state.interrupt is None or state.final_state != "suspended":
+            raise Refused(
+                409,
+                f"thread {run_input.thread_id!r} waits on no interrupt: "
+                "send a user message instead of resume",
+            )
+        expected = _interrupt_id(run_input.thread_id, state.interrupt)
+        return session.resume(
+            _answer(run_input.resume, expected, state.interrupt)
+        ), conversation.token
+    users = [m for m in run_input.messages if m.role == "user"]
+    if not users:
+        raise Refused(400, "messages: a user message (or resume) is wanted")
+    return session.start(_text(users[-1])), conversation.token
+
+
+def _snapshot(run: Run[Any]) -> agui.StateSnapshotEvent:
+    state = run.state
+    return agui.StateSnapshotEvent(
+        snapshot={
+            "state": run.current,
+            "turns": state.turns,
+            "tokens": state.usage.total_tokens,
+            "cost_usd": state.cost_usd,
+            "exit_reason": state.exit_reason,
+        }
+    )
+
+
+def _finished(thread: str, run_id: str, state: HarnessState[Any]) -> agui.RunFinishedEvent:
+    interrupt = state.interrupt
+    outcome: Any
+    if state.final_state == "suspended" and interrupt is not None:
+        outcome = agui.RunFinishedInterruptOutcome(
+            interrupts=[
+                agui.Interrupt(
+                    id=_interrupt_id(thread, interrupt),
+                    reason=interrupt.kind,
+                    message=question(interrupt),
+                    metadata={"payload": interrupt.payload},
+                    tool_call_id=interrupt.tool_use_ids[0] if interrupt.tool_use_ids else None,
+                )
+            ]
+        )
+    elif state.final_state == "aborted":
+        outcome = agui.RunFinishedCancelledOutcome()
+    else:
+        outcome = agui.RunFinishedSuccessOutcome()
+    result = state.output_data if state.output_data is not None else answer_of(state)
+    return agui.RunFinishedEvent(thread_id=thread, run_id=run_id, result=result, outcome=outcome)
+
+
+class _Translate:
+    """The run's events as AG-UI events (a text message per model turn)."""
+
+    def __init__(self, run: Run[Any]) -> None:
+        self.run = run
+        self.message: str | None = None
+
+    def _end_text(self) -> list[agui.BaseEvent]:
+        if self.message is None:
+            return []
+        ended, self.message = self.message, None
+        return [agui.TextMessageEndEvent(message_id=ended)]
+
+    def __call__(self, event: RunEvent) -> list[agui.BaseEvent]:  # noqa: C901 (one case each)
+        kind = type(event)
+        if kind is TextDelta:
+            assert isinstance(event, TextDelta)
+            out: list[agui.BaseEvent] = []
+            if self.message is None:
+                self.message = uuid.uuid4().hex
+                out.append(agui.TextMessageStartEvent(message_id=self.message, role="assistant"))
+            if event.text:
+                out.append(agui.TextMessageContentEvent(message_id=self.message, delta=event.text))
+            return out
+        if kind is ToolUseStart:
+            assert isinstance(event, ToolUseStart)
+            return [
+                *self._end_text(),
+                agui.ToolCallStartEvent(tool_call_id=event.id, tool_call_name=event.name),
+            ]
+        if kind is ToolInputDelta:
+            assert isinstance(event, ToolInputDelta)
+            return [agui.ToolCallArgsEvent(tool_call_id=event.id, delta=event.partial_json)]
+        if kind is ToolUseComplete:
+            assert isinstance(event, ToolUseComplete)
+            return [agui.ToolCallEndEvent(tool_call_id=event.tool_use.id)]
+        if kind is ToolExecuted:
+            assert isinstance(event, ToolExecuted)
+            return [
+                agui.ToolCallResultEvent(
+                    message_id=uuid.uuid4().hex,
+                    tool_call_id=event.tool_use_id,
+                    content=event.output,
+                    role="tool",
+                )
+            ]
+        if kind is MessageComplete:
+            return self._end_text()
+        if kind is ModelResponseEvent:
+            return [_snapshot(self.run)]
+        if kind is Transition:
+            assert isinstance(event, Transition)
+            return [
+                agui.StepFinishedEvent(step_name=event.source),
+                agui.StepStartedEvent(step_name=event.target),
+            ]
+        return []
+
+
+async def _events(
+    served: Served, run: Run[Any], run_input: agui.RunAgentInput, token: str
+) -> AsyncIterator[dict[str, str]]:
+    def sse(event: agui.BaseEvent) -> dict[str, str]:
+        return {"data": event.model_dump_json(by_alias=True)}
+
+    thread, run_id = run_input.thread_id, run_input.run_id
+    yield sse(
+        agui.RunStartedEvent(
+            thread_id=thread, run_id=run_id, metadata={"conversation_token": token}
+        )
+    )
+    yield sse(agui.StepStartedEvent(step_name=run.current))
+    translate = _Translate(run)
+    try:
+        async for event in served.events(run):
+            if type(event) is Finished:
+                for out in translate._end_text():
+                    yield sse(out)
+                yield sse(agui.StepFinishedEvent(step_name=run.current))
+                continue
+            for out in translate(event):
+                yield sse(out)
+    except Exception as exc:  # the run raised: say so in AG-UI's terms
+        yield sse(agui.RunErrorEvent(message=f"{type(exc).__name__}: {exc}"))
+        return
+    yield sse(_snapshot(run))
+    yield sse(_finished(thread, run_id, run.state))
+
+
+async def ag_ui_run(served: Served, request: Request, body: dict[str, Any]) -> Response:
+    """Run the thread's next message (or resume its interrupt); AG-UI events back."""
+    run_input = _input(body)
+    run, token = _start(served, request, run_input)
+    return event_stream(_events(served, run, run_input, token))

@@ -1,0 +1,146 @@
+"""AG-UI at /ag-ui: each event of the stream parsed with the ag-ui-protocol package's types."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pydantic
+from ag_ui import core as agui
+
+from innerloop.examples.approval import with_approval
+from innerloop.testing import assert_valid_history, reply
+from tests.serve.conftest import ended, harness, leave_at, run_node, waiting_harness, weather_script
+
+EVENTS: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(agui.Event)
+
+
+def run_input(thread: str, text: str | None = None, **more: Any) -> dict[str, Any]:
+    messages = [] if text is None else [{"id": "m1", "role": "user", "content": text}]
+    return {
+        "threadId": thread,
+        "runId": "r1",
+        "state": {},
+        "messages": messages,
+        "tools": [],
+        "context": [],
+        "forwardedProps": {},
+    } | more
+
+
+def stream(server: Any, body: dict[str, Any]) -> list[Any]:
+    """The events of one run, each validated as its AG-UI type."""
+    with httpx.Client(base_url=server.base_url) as c, c.stream("POST", "/ag-ui", json=body) as r:
+        assert r.status_code == 200, r.read()
+        return [
+            EVENTS.validate_json(line[6:]) for line in r.iter_lines() if line.startswith("data: ")
+        ]
+
+
+def kinds(events: list[Any]) -> list[str]:
+    return [e.type.value for e in events if not e.type.value.startswith("STEP_")]
+
+
+def test_a_run_streams_text_tool_calls_and_state(serve: Any) -> None:
+    """Run, text and tool call events, a state snapshot; the result in RUN_FINISHED."""
+    events = stream(serve(harness(*weather_script())), run_input("t1", "Weather in Lisbon?"))
+    assert kinds(events) == [
+        "RUN_STARTED",
+        "TOOL_CALL_START",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_END",
+        "STATE_SNAPSHOT",
+        "TOOL_CALL_RESULT",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+        "STATE_SNAPSHOT",
+        "STATE_SNAPSHOT",
+        "RUN_FINISHED",
+    ]
+    result = events[-1]
+    assert (result.result, result.outcome.type) == ("Sunny in Lisbon.", "success")
+    args = "".join(e.delta for e in events if e.type.value == "TOOL_CALL_ARGS")
+    assert json.loads(args) == {"city": "Lisbon"}
+    calls = [e for e in events if e.type.value == "TOOL_CALL_RESULT"]
+    assert calls[0].content == "sunny in Lisbon"
+    steps = [e.step_name for e in events if e.type.value == "STEP_STARTED"]
+    assert steps[:3] == ["idle", "assemble", "normalize"]
+    assert steps[-1] == "model_complete"
+    assert events[-2].snapshot["turns"] == 2
+
+
+def test_an_approval_is_an_interrupt_answered_by_resume(serve: Any) -> None:
+    """RUN_FINISHED's interrupt outcome; AG-UI's resume answers it and the run goes on."""
+    server = serve(harness(*weather_script(), machine=with_approval()))
+    first = stream(server, run_input("t2", "Weather?"))
+    outcome = first[-1].outcome
+    assert outcome.type == "interrupt"
+    interrupt = outcome.interrupts[0]
+    assert interrupt.reason == "approval"
+    assert interrupt.metadata["payload"]["calls"][0]["name"] == "weather"
+    token = first[0].metadata["conversation_token"]
+    resume = [{"interruptId": interrupt.id, "status": "resolved", "payload": True}]
+    second = stream(
+        server, run_input("t2", forwardedProps={"conversation_token": token}, resume=resume)
+    )
+    assert (second[-1].result, second[-1].outcome.type) == ("Sunny in Lisbon.", "success")
+
+
+def test_a_thread_goes_on_with_its_token_only(serve: Any) -> None:
+    """The thread is a conversation: a second run without the token is a 403."""
+    h = harness(reply("Hello Ana."), reply("You are Ana."))
+    server = serve(h)
+    first = stream(server, run_input("t3", "I am Ana."))
+    with httpx.Client(base_url=server.base_url) as c:
+        refused = c.post("/ag-ui", json=run_input("t3", "Who am I?"))
+        bad = c.post("/ag-ui", json={"threadId": "t"})
+    assert refused.status_code == 403
+    assert bad.status_code == 400
+    assert bad.json()["error"]["message"].startswith("not an AG-UI RunAgentInput: runId")
+    token = first[0].metadata["conversation_token"]
+    second = stream(
+        server, run_input("t3", "Who am I?") | {"forwardedProps": {"conversation_token": token}}
+    )
+    assert second[-1].result == "You are Ana."
+
+
+def test_closing_the_stream_aborts_the_run(serve: Any, tmp_path: Path) -> None:
+    """AG-UI's abort (the client closes the stream) aborts the run; it stays valid, stored."""
+    h = waiting_harness(tmp_path / "s.db")
+    server = serve(h)
+    state = leave_at(server, "/ag-ui", run_input("t4", "Wait."), '"TOOL_CALL_END"', "t4", h)
+    assert state.final_state == "aborted"
+    assert_valid_history(state.history)
+
+
+def node_run(folder: Path, server: Any, mode: str) -> list[dict[str, Any]]:
+    """The runs @ag-ui/client's HttpAgent made (one JSON line each)."""
+    return run_node(folder, "ag_ui_chat.mjs", f"{server.base_url}/ag-ui", mode)
+
+
+def test_the_ag_ui_client_answers_an_approval_with_resume(serve: Any, node_clients: Path) -> None:
+    """HttpAgent runs the thread, sees the tool call, resumes the interrupt, gets the answer."""
+    server = serve(harness(*weather_script(), machine=with_approval()))
+    first, second = node_run(node_clients, server, "approve")
+    assert "error" not in first
+    assert first["outcome"] == "interrupt"
+    assert first["interrupts"][0]["reason"] == "approval"
+    assert "TOOL_CALL_START" in first["types"]
+    assert (second["outcome"], second["result"]) == ("success", "Sunny in Lisbon.")
+    assert "TOOL_CALL_RESULT" in second["types"]
+    assert "TEXT_MESSAGE_CONTENT" in second["types"]
+
+
+def test_the_ag_ui_client_aborts_a_run(serve: Any, node_clients: Path, tmp_path: Path) -> None:
+    """HttpAgent.abortRun() mid-run: the server aborts the run, valid and stored."""
+    h = waiting_harness(tmp_path / "s.db")
+    [seen] = node_run(node_clients, serve(h), "abort")
+    assert "TOOL_CALL_END" in seen["types"]
+    assert seen["outcome"] is None
+    state = ended(h, "thread-abort")
+    assert state.final_state == "aborted"
+    assert_valid_history(state.history)
