@@ -224,6 +224,13 @@ def _append_user_text(history: list[Message], text: str) -> None:
         history.append(Message.user(text))
 
 
+def _under_pressure(ctx: PhaseContext, tokens: int) -> bool:
+    """A history of ``tokens`` (as the budget counts them) leaves no room: a context
+    budget is set and it is over it. Without pressure a compaction drops nothing."""
+    budget = ctx.params.context_budget
+    return budget is not None and tokens > budget
+
+
 async def compact(ctx: PhaseContext) -> AsyncIterator[Event]:
     """Shrink history for one of three reasons: budget, max_tokens or overflow."""
     state, params, policy, tokens = ctx.state, ctx.params, ctx.params.recovery, ctx.deps.tokens
@@ -255,8 +262,14 @@ async def compact(ctx: PhaseContext) -> AsyncIterator[Event]:
     else:
         assert params.context_budget is not None
         target = int(params.context_budget * policy.budget_compact_target * scale) - static
-    request = CompactionRequest(history, max(target, 0), reason, policy.keep_recent_messages)
-    result, failure = await _run_compactor(ctx, request)
+    failure: Exception | None = None
+    if reason == "max_tokens" and not _under_pressure(ctx, local):
+        result = CompactionResult(history, 0)  # room left: only the continuation is added
+    else:
+        request = CompactionRequest(
+            history, max(target, 0), reason, policy.keep_recent_messages
+        )
+        result, failure = await _run_compactor(ctx, request)
     if failure is not None:
         yield Alert(
             "compactor_failed",
