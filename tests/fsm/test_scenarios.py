@@ -247,10 +247,10 @@ def test_max_tokens_without_pressure_keeps_the_history_and_continues(make_harnes
     compacted = [e for e in events if isinstance(e, Compacted)]
     assert [(e.reason, e.removed_messages) for e in compacted] == [("max_tokens", 0)] * 4
     assert all(e.tokens_after > e.tokens_before for e in compacted)
-    continuation = "Your previous response was truncated. Continue from where you left off."
+    asked = Message.user("Your previous response was truncated. Continue from where you left off.")
     assert state.history[0] == Message.user("go")
     assert state.history[5:] == [
-        *(m for i in range(4) for m in (Message.assistant(f"partial {i}"), Message.user(continuation))),
+        *(m for i in range(4) for m in (Message.assistant(f"partial {i}"), asked)),
         Message.assistant("continued"),
     ]
     executed = [e for e in events if e.type == "tool_executed"]

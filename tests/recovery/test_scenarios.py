@@ -243,7 +243,7 @@ class TestMaxTokens:
             Message.user(CONTINUATION_MESSAGE),
         ]
         assert state.history == [*expected, Message.assistant("done")]
-        assert [e for e in events if isinstance(e, Compacted)][0].removed_messages == 2
+        assert next(e for e in events if isinstance(e, Compacted)).removed_messages == 2
 
     def test_eagerly_started_calls_of_a_truncated_turn_are_cancelled(
         self, make_harness: Any
