@@ -50,7 +50,7 @@ def test_a_refused_primary_falls_back_to_the_live_second(make_harness: Any) -> N
     assert [e for e in events if isinstance(e, Fallback)] == [
         Fallback("primary", "m-20250101", "backup", "m-20250101", "transient")
     ]
-    hops = [(e.source, e.target, e.guard) for e in events if e.type == "transition"]  # type: ignore[attr-defined]
+    hops = [(e.source, e.target, e.guard) for e in events if e.type == "transition"]
     assert ("call", "fallback", "transient_fallback") in hops
 
 
