@@ -495,6 +495,9 @@ class Usage:
     cache_creation_tokens: int = 0
     thinking_tokens: int = 0
     """Part of ``output_tokens`` spent on thinking; billed as output, never at a discount."""
+    estimated: bool = False
+    """The counts (or some of those summed here) are innerloop's own, made with the run's
+    token counter, because the server reported no usage (llama.cpp's streams, for one)."""
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -503,6 +506,7 @@ class Usage:
             self.cache_read_tokens + other.cache_read_tokens,
             self.cache_creation_tokens + other.cache_creation_tokens,
             self.thinking_tokens + other.thinking_tokens,
+            self.estimated or other.estimated,
         )
 
     @property

@@ -298,6 +298,7 @@ def _summary(state: Any, log_path: Path | None, run_id: str | None = None) -> No
     print(
         f"exit_reason={state.exit_reason} turns={state.turns} "
         f"tokens_in={state.usage.input_tokens} tokens_out={state.usage.output_tokens} "
+        f"{'(estimated: the server reported no usage) ' if state.usage.estimated else ''}"
         f"cost={cost}"
     )
     if state.diagnostic:

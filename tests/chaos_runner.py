@@ -608,8 +608,8 @@ def _problems_history(o: Outcome) -> Iterator[str]:
 
 
 def _problems_backoff(o: Outcome, harness: Harness) -> Iterator[str]:
-    """Retry-After overrides the 1 s doubling schedule; a fallback comes after exactly the
-    policy's backoff retries on the model it leaves."""
+    """Retry-After overrides the 1 s doubling schedule; a fallback for rate limits comes
+    after exactly the policy's backoff retries on the model it leaves."""
     policy = harness.params.recovery
     since = 0  # backoffs since the last turn or fallback
     for e in o.events:
@@ -623,6 +623,9 @@ def _problems_backoff(o: Outcome, harness: Harness) -> Iterator[str]:
             if e.delay != want or e.attempt != since:
                 yield f"backoff {e} should wait {want} s as attempt {since}"
         elif isinstance(e, Fallback):
+            if e.reason == "transient":  # the endpoint is down: no backoff came first
+                since = 0
+                continue
             if since != policy.max_rate_limit_retries:
                 yield f"fell back after {since} backoffs, not {policy.max_rate_limit_retries}"
             since = 0

@@ -817,12 +817,13 @@ def test_the_second_message_may_open_the_kept_history() -> None:
     u, a = Message.user("question"), Message.assistant("answer")
     history = [u, Message.user("more"), a, u, a, u, a]
     cache = MessageTokenCache(ApproxTokenCounter())
-    assert plan_cut(history, 10_000, cache, keep_recent=2) == 1
+    assert plan_cut(history, 10_000, cache, keep_recent=2, keep_task=False) == 1
+    assert plan_cut(history, 10_000, cache, keep_recent=2) == 3  # at 1 only the task went
 
 
 def test_the_summary_follows_the_marker_in_the_first_kept_message() -> None:
     history = [Message.user("a"), Message.assistant("b"), Message.user("c"), Message.user("d")]
-    assert apply_cut(history, 2, "MARK", "it went well") == (
+    assert apply_cut(history, 2, "MARK", "it went well", keep_task=False) == (
         Message(
             "user",
             (

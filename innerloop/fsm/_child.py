@@ -183,6 +183,7 @@ def _minus(a: Usage, b: Usage) -> Usage:
         a.cache_read_tokens - b.cache_read_tokens,
         a.cache_creation_tokens - b.cache_creation_tokens,
         a.thinking_tokens - b.thinking_tokens,
+        a.estimated,
     )
 
 

@@ -27,7 +27,7 @@ from innerloop.providers._base import ModelStream, Provider
 from innerloop.providers._normalize import RequestSettings, WireRequest
 from innerloop.recovery._clock import Clock
 from innerloop.recovery._compaction import Compactor
-from innerloop.recovery._gate import RateLimitGate, RateLimitGates, shared_gates
+from innerloop.recovery._gate import EndpointSlots, RateLimitGate, RateLimitGates, shared_gates
 from innerloop.recovery._tokens import MessageTokenCache
 from innerloop.tools._runner import ToolExecutor
 from innerloop.tools._spec import ToolSpec
@@ -192,11 +192,16 @@ class TurnScope:
     """The normalized wire request of the current turn."""
     stream: ModelStream | None = None
     """The open model stream between ``call`` and ``stream``."""
+    slot: EndpointSlots | None = None
+    """The endpoint's slots, one of which this run holds from before its call is sent
+    until the stream is closed (only under a concurrency limit)."""
     static_tokens: int | None = None
     """Tokens of the system prompt and tool definitions (counted once per run, when a
     context budget or a compaction first needs them)."""
     assembled: bool = False
     """``assemble`` ran in this run (its first run checks the models' prices)."""
+    usage_estimated: bool = False
+    """A response of this run reported no usage: its tokens were counted (and said so)."""
     quiet: bool = False
     """Nobody reads the stream events (``Run.run()``), so none is made."""
     watched: Container[type] | None = None
@@ -241,6 +246,12 @@ class TurnScope:
     offered: tuple[ToolSpec, ...] | None = None
     """The tools offered on this turn, when ``params.prepare_tools`` or
     ``params.tool_sources`` choose them (None: ``params.tools``); see ``fsm._offer``."""
+
+    def release_slot(self) -> None:
+        """Give back the endpoint slot this run holds (none held: nothing to do)."""
+        slots, self.slot = self.slot, None
+        if slots is not None:
+            slots.release()
 
 
 @attrs.frozen(eq=False)

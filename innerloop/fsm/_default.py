@@ -10,10 +10,11 @@ compact    abort [abort_requested] · abort [cannot_shrink] · assemble
 normalize  call
 call       abort [abort_requested] · stream [call_opened] · backoff [rate_limited_retry] ·
            fallback [rate_limited_fallback] · call [transient_retry] ·
-           compact [context_overflow] · abort
+           fallback [transient_fallback] · compact [context_overflow] · abort
 stream     abort [abort_requested] · backoff [rate_limited_retry] ·
            fallback [rate_limited_fallback] · call [transient_retry] ·
-           compact [context_overflow] · abort [failed] · compact [truncated] ·
+           fallback [transient_fallback] · compact [context_overflow] · abort [failed] ·
+           compact [truncated] ·
            execute [has_tool_calls] · check
 execute    abort [abort_requested] · suspended [interrupted] · check
 check      abort [abort_requested] · max_turns_exceeded [turn_limit_continuing] ·
@@ -69,6 +70,7 @@ _MODEL_ERRORS = (
     ("backoff", "rate_limited_retry"),
     ("fallback", "rate_limited_fallback"),
     ("call", "transient_retry"),
+    ("fallback", "transient_fallback"),
     ("compact", "context_overflow"),
 )
 

@@ -622,6 +622,7 @@ class Run(Generic[OutputT]):
                 stream, self.scope.stream = self.scope.stream, None
                 await stream.aclose()
         finally:
+            self.scope.release_slot()
             for hooks in self._hooks:
                 hooks.on_finish(error)
 

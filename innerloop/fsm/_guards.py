@@ -12,7 +12,7 @@ every loop of the machine ends; see ``_bounds.py``):
 * ``transient_retries``: ``state.transient_failures`` against
   ``params.recovery.transient_retries``; spent by ``transient_retry``;
 * ``fallbacks``: ``state.active`` (one more per switch) against the model chain; spent by
-  ``rate_limited_fallback``;
+  ``rate_limited_fallback`` and ``transient_fallback``;
 * ``repairs``: ``state.output_repairs`` against ``params.max_output_repairs`` (the repair
   state counts and says ``OUTPUT_REJECTED`` past it); exhausted by ``output_rejected``;
 * ``compactions``: the history, which every compaction shrinks or else says
@@ -120,6 +120,22 @@ def transient_retry(ctx: PhaseContext) -> bool:
         state.error is not None
         and state.error.category is ErrorCategory.TRANSIENT
         and state.transient_failures <= params.recovery.transient_retries
+    )
+
+
+@guard(
+    reads=("state.error", "state.active", "params.model_chain"),
+    spends="fallbacks",
+    given="state.error",
+)
+def transient_fallback(ctx: PhaseContext) -> bool:
+    """A transient failure (a refused, reset or dropped connection, a 5xx, a timeout) with
+    its retries spent, and a fallback model left in the chain: the endpoint is down."""
+    params, state = ctx.params, ctx.state
+    return (
+        state.error is not None
+        and state.error.category is ErrorCategory.TRANSIENT
+        and state.active + 1 < len(params.model_chain)
     )
 
 
@@ -258,6 +274,7 @@ DEFAULT_GUARDS: Mapping[str, Guard] = {
         rate_limited_retry,
         rate_limited_fallback,
         transient_retry,
+        transient_fallback,
         context_overflow,
         failed,
         truncated,

@@ -69,6 +69,7 @@ from innerloop.recovery._diagnostic import build_diagnostic
 from innerloop.recovery._gate import Admission, RateLimitGate
 from innerloop.recovery._policy import backoff_delay, jitter_fraction, refused_wait
 from innerloop.recovery._pricing import add_cost, price_for
+from innerloop.recovery._tokens import count_message
 from innerloop.tools._runner import ABORTED_TOOL, ToolBatch, ToolScope
 from innerloop.tools._spec import ToolCallResult
 
@@ -224,6 +225,13 @@ def _append_user_text(history: list[Message], text: str) -> None:
         history.append(Message.user(text))
 
 
+def _under_pressure(ctx: PhaseContext, tokens: int) -> bool:
+    """A history of ``tokens`` (as the budget counts them) leaves no room: a context
+    budget is set and it is over it. Without pressure a compaction drops nothing."""
+    budget = ctx.params.context_budget
+    return budget is not None and tokens > budget
+
+
 async def compact(ctx: PhaseContext) -> AsyncIterator[Event]:
     """Shrink history for one of three reasons: budget, max_tokens or overflow."""
     state, params, policy, tokens = ctx.state, ctx.params, ctx.params.recovery, ctx.deps.tokens
@@ -255,8 +263,14 @@ async def compact(ctx: PhaseContext) -> AsyncIterator[Event]:
     else:
         assert params.context_budget is not None
         target = int(params.context_budget * policy.budget_compact_target * scale) - static
-    request = CompactionRequest(history, max(target, 0), reason, policy.keep_recent_messages)
-    result, failure = await _run_compactor(ctx, request)
+    failure: Exception | None = None
+    if reason == "max_tokens" and not _under_pressure(ctx, local):
+        result = CompactionResult(history, 0)  # room left: only the continuation is added
+    else:
+        request = CompactionRequest(
+            history, max(target, 0), reason, policy.keep_recent_messages
+        )
+        result, failure = await _run_compactor(ctx, request)
     if failure is not None:
         yield Alert(
             "compactor_failed",
@@ -388,6 +402,8 @@ async def _call(ctx: PhaseContext) -> Steps:
             scope.settings, state.history, ctx.provider.dialect, ctx.choice.model
         )
     gate = _gate(ctx)
+    if gate.slots is not None:  # a concurrency limit: wait for a slot, then the gate
+        return _calling(ctx, gate, None)
     admission = gate.admit(ctx.deps.clock.monotonic())
     if admission.wait > 0 or not scope.quiet:
         return _calling(ctx, gate, admission)
@@ -397,12 +413,21 @@ async def _call(ctx: PhaseContext) -> Steps:
 call = _handler(_call)
 
 
-async def _calling(ctx: PhaseContext, gate: RateLimitGate, admission: Admission) -> Events:
-    """``call`` from the gate's first ``admission`` on: wait while it holds the call
-    back, say what is sent (``model_call``, when someone reads it), open."""
+async def _calling(
+    ctx: PhaseContext, gate: RateLimitGate, admission: Admission | None
+) -> Events:
+    """``call`` from the gate's first ``admission`` on (None: take an endpoint slot
+    first, then ask): wait while it holds the call back, say what is sent
+    (``model_call``, when someone reads it), open."""
     state, scope, clock = ctx.state, ctx.scope, ctx.deps.clock
+    if admission is None:
+        assert gate.slots is not None
+        await gate.slots.acquire()
+        scope.slot = gate.slots
+        admission = gate.admit(clock.monotonic())
     while admission.wait > 0:
         if admission.circuit_open and _has_fallback(ctx):
+            scope.release_slot()
             _circuit_open(ctx, admission.wait)
             return
         yield Backoff(state.rate_limit_failures, admission.wait, None, state.total_wait)
@@ -432,6 +457,7 @@ async def _open(ctx: PhaseContext, gate: RateLimitGate) -> Steps:
     try:
         scope.stream = stream = await ctx.provider.open(scope.request)
     except Exception as exc:
+        scope.release_slot()
         return _open_failed(ctx, ProviderError.wrap(exc, ctx.choice.provider))
     gate.success()
     ctx.state.outcome = Outcome.OPENED
@@ -445,9 +471,33 @@ async def _open_failed(ctx: PhaseContext, error: ProviderError) -> Events:
     _record_failure(ctx, error)  # counts this failure: past the retries when open
 
 
+def _estimated(ctx: PhaseContext, response: ModelResponse) -> ModelResponse:
+    """``response`` with the usage its server did not report, counted with the run's
+    token counter: the request as sent (system prompt, tools, history) and the answer."""
+    tokens = ctx.deps.tokens
+    sent = _static_tokens(ctx) + tokens.count_history(ctx.state.history)
+    received = count_message(tokens.counter, response.message)
+    return attrs.evolve(response, usage=Usage(sent, received, estimated=True))
+
+
+def _usage_alert(ctx: PhaseContext, usage: Usage) -> Alert:
+    choice = ctx.choice
+    return Alert(
+        "usage_estimated",
+        f"{choice.provider}:{choice.model} reported no token usage: innerloop counted "
+        f"{usage.input_tokens} tokens in and {usage.output_tokens} out with "
+        f"{ctx.deps.tokens.counter!r} (Usage.estimated); spend budgets use the count. For a "
+        "count in the model's own tokens, give the Harness its tokenizer (token_counter=)",
+    )
+
+
 def _accept(ctx: PhaseContext, response: ModelResponse) -> ModelResponse:
-    """Book a complete response: counters, cost, and the assistant message in history."""
+    """Book a complete response: counters, cost, and the assistant message in history.
+    A response without usage gets a counted one (:func:`_estimated`)."""
     state, params = ctx.state, ctx.params
+    usage = response.usage
+    if not (usage.input_tokens or usage.output_tokens):
+        response = _estimated(ctx, response)
     state.turns += 1
     state.usage = state.usage + response.usage
     model = response.model or ctx.choice.model
@@ -524,12 +574,19 @@ def _complete(ctx: PhaseContext, event: MessageComplete) -> list[Event]:
     """Book the answer ``event`` completes (:func:`_accept`): the events that report it,
     those of the types a quiet run's watchers want (both ways of ``stream`` end here)."""
     response = _accept(ctx, event.response)
-    watched = ctx.scope.watched
+    scope = ctx.scope
+    watched = scope.watched
+    events: list[Event]
     if watched is None:
-        return [event, ModelResponseEvent(response, ctx.state.turns)]
-    events: list[Event] = [event] if MessageComplete in watched else []
-    if ModelResponseEvent in watched:
-        events.append(ModelResponseEvent(response, ctx.state.turns))
+        events = [event, ModelResponseEvent(response, ctx.state.turns)]
+    else:
+        events = [event] if MessageComplete in watched else []
+        if ModelResponseEvent in watched:
+            events.append(ModelResponseEvent(response, ctx.state.turns))
+    if response.usage.estimated and not scope.usage_estimated:  # said once a run
+        scope.usage_estimated = True
+        if watched is None or Alert in watched:
+            events.append(_usage_alert(ctx, response.usage))
     return events
 
 
@@ -588,9 +645,12 @@ def _ended_early(ctx: PhaseContext) -> ProviderError:
 async def _leave_stream(
     ctx: PhaseContext, model_stream: ModelStream, events: AsyncIterator[StreamEvent]
 ) -> None:
-    ctx.scope.stream = None
+    scope = ctx.scope
+    scope.stream = None
     await close_iterator(events)
     await model_stream.aclose()
+    if scope.slot is not None:  # (a close that raises leaves it to the driver's end)
+        scope.release_slot()
 
 
 async def _stream_failed(ctx: PhaseContext, exc: Exception) -> Events:
@@ -984,6 +1044,7 @@ async def abort(ctx: PhaseContext) -> AsyncIterator[Event]:
     if scope.stream is not None:
         s, scope.stream = scope.stream, None
         await s.aclose()
+    scope.release_slot()
     _close_history(state.history)
     if state.abort is not None:
         reason = state.abort.reason

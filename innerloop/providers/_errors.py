@@ -43,6 +43,7 @@ from innerloop._secrets import scrub_secrets
 __all__ = [
     "EXCEPTION_TABLE",
     "category_of",
+    "connection_detail",
     "error_from_body",
     "error_from_exception",
     "error_from_status",
@@ -304,10 +305,65 @@ def error_from_status(
     return error_from_body(provider, body, status=status, headers=headers, raw=text)
 
 
-def error_from_exception(provider: str, exc: BaseException, during: str = "") -> ProviderError:
+_CAUSES: tuple[tuple[type[BaseException], str], ...] = (
+    (ConnectionRefusedError, "refused"),
+    (ConnectionResetError, "reset"),
+    (ConnectionAbortedError, "reset"),
+    (BrokenPipeError, "reset"),
+    (TimeoutError, "timed out"),
+    (httpx2.TimeoutException, "timed out"),
+    (httpx2.RemoteProtocolError, "dropped"),
+    (httpx2.ConnectError, "failed"),
+)
+"""The causes a failed connection is named by, in the order they are looked for along an
+exception's chain: the OS's own reason (refused, reset) before the transport's wrapper."""
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and its causes (``__cause__``, else ``__context__``), at most 16."""
+    chain: list[BaseException] = []
+    node: BaseException | None = exc
+    while node is not None and len(chain) < 16 and node not in chain:
+        chain.append(node)
+        node = node.__cause__ or node.__context__
+    return chain
+
+
+def _request_url(chain: list[BaseException]) -> str | None:
+    """The URL of the request an exception of ``chain`` names (SDK and httpx2 errors)."""
+    for node in chain:
+        try:
+            request = getattr(node, "request", None)
+        except RuntimeError:  # httpx2: an error raised outside of a request
+            continue
+        url = getattr(request, "url", None)
+        if url is not None:
+            return str(url)
+    return None
+
+
+def connection_detail(exc: BaseException, url: str | None = None) -> str | None:
+    """``"connection to URL refused"`` (reset, timed out, dropped, failed) for a failure
+    to reach the server, or None when ``exc`` is none such. ``url`` stands in when no
+    exception of the chain names its request."""
+    chain = _chain(exc)
+    cause = next(
+        (name for kind, name in _CAUSES for node in chain if isinstance(node, kind)), None
+    )
+    if cause is None:
+        return None
+    where = _request_url(chain) or url or "the server"
+    return f"connection to {where} {cause}"
+
+
+def error_from_exception(
+    provider: str, exc: BaseException, during: str = "", url: str | None = None
+) -> ProviderError:
     """Map an SDK or transport exception. Status errors keep status, headers and body;
-    the others take their category from :data:`EXCEPTION_TABLE`. ``during`` prefixes the
-    message (e.g. ``"mid-stream"``)."""
+    the others take their category from :data:`EXCEPTION_TABLE`, and a failure to reach
+    the server says where and why (``connection to http://host/v1/... refused``; ``url``
+    when the exception does not name it). ``during`` prefixes the message (e.g.
+    ``"mid-stream"``)."""
     if isinstance(exc, ProviderError):
         return exc
     response = getattr(exc, "response", None)
@@ -326,5 +382,7 @@ def error_from_exception(provider: str, exc: BaseException, during: str = "") ->
         return error_from_body(provider, body, status=status, headers=headers, raw=text)
     name = type(exc).__name__
     where = f"{during}: " if during else ""
-    message = scrub_secrets(f"{where}{name}: {exc}")
+    detail = connection_detail(exc, url)
+    said = f" ({detail})" if detail is not None else ""
+    message = scrub_secrets(f"{where}{name}: {exc}{said}")
     return ProviderError(category_of(exc), message, provider=provider)

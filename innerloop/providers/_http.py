@@ -432,7 +432,7 @@ class WireRoute:
                 return raw
             text = (await raw.aread()).decode("utf-8", "replace")
         except Exception as exc:
-            raise error_from_exception(provider, exc) from exc
+            raise error_from_exception(provider, exc, url=str(self.url)) from exc
         fields = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in raw.headers}
         raise error_from_status(provider, raw.status, fields, text)
 

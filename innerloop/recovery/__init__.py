@@ -15,6 +15,7 @@ from innerloop.recovery._compaction import (
 )
 from innerloop.recovery._exact import AnthropicTokenCounter
 from innerloop.recovery._gate import Admission, RateLimitGate, RateLimitGates, shared_gates
+from innerloop.recovery._gguf import GGUFTokenCounter
 from innerloop.recovery._policy import RecoveryPolicy
 from innerloop.recovery._pricing import (
     DEFAULT_PRICES,
@@ -42,6 +43,7 @@ __all__ = [
     "CompactionRequest",
     "CompactionResult",
     "Compactor",
+    "GGUFTokenCounter",
     "MessageTokenCache",
     "Price",
     "RateLimitGate",

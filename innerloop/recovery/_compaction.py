@@ -11,7 +11,10 @@ history starts. The rules that keep a compacted history valid:
   kept verbatim, thinking blocks and signatures included (Anthropic requires the latest
   assistant turn's thinking while a tool loop is in progress);
 - a marker (and, for :class:`SummarizingCompactor`, a summary) opens the first kept user
-  message, each as its own text block.
+  message, each as its own text block;
+- the task (the blocks of the history's first user message, up to the marker of any earlier
+  compaction) is never dropped: it opens the first kept message, before the marker. Only
+  ``keep_task=False``, the user's own choice, lets it go.
 
 The planner counts the compacted history exactly, so a compactor meets its target
 whenever some allowed cut does.
@@ -64,6 +67,7 @@ __all__ = [
     "marker_text",
     "plan_cut",
     "render_transcript",
+    "task_blocks",
 ]
 
 MIN_KEEP = 2
@@ -124,35 +128,67 @@ def _orphans_to_text(message: Message) -> Message:
     return Message("user", tuple(blocks))
 
 
+MARKER_PREFIX = "[Earlier conversation compacted"
+
+
 def marker_text(removed: int, reason: str) -> str:
-    return f"[Earlier conversation compacted ({reason}): {removed} messages removed.]"
+    return f"{MARKER_PREFIX} ({reason}): {removed} messages removed.]"
 
 
-def _head(history: Sequence[Message], cut: int, marker: str, summary: str | None) -> Message:
+def task_blocks(history: Sequence[Message]) -> tuple[Block, ...]:
+    """The task: the blocks of the history's first message when it is the user's, up to
+    the marker an earlier compaction put after them (none when it opens with another
+    role)."""
+    if not history or history[0].role != "user":
+        return ()
+    blocks = history[0].content
+    for i, block in enumerate(blocks):
+        if isinstance(block, TextBlock) and block.text.startswith(MARKER_PREFIX):
+            return blocks[:i]
+    return blocks
+
+
+def _head(
+    history: Sequence[Message],
+    cut: int,
+    marker: str,
+    summary: str | None,
+    keep_task: bool = True,
+) -> Message:
     first = _orphans_to_text(history[cut])
-    lead: tuple[Block, ...] = (TextBlock(marker),)
+    lead = (*(task_blocks(history) if keep_task else ()), TextBlock(marker))
     if summary:
         lead += (TextBlock(SUMMARY_HEADER + summary),)
     return Message("user", (*lead, *first.content))
 
 
 def apply_cut(
-    history: Sequence[Message], cut: int, marker: str, summary: str | None = None
+    history: Sequence[Message],
+    cut: int,
+    marker: str,
+    summary: str | None = None,
+    *,
+    keep_task: bool = True,
 ) -> tuple[Message, ...]:
-    """History from ``cut`` on, with ``marker`` (and ``summary``) opening the first kept
-    (user) message."""
-    return (_head(history, cut, marker, summary), *history[cut + 1 :])
+    """History from ``cut`` on, with the task (see :func:`task_blocks`; dropped too with
+    ``keep_task=False``), then ``marker`` (and ``summary``) opening the first kept (user)
+    message."""
+    return (_head(history, cut, marker, summary, keep_task), *history[cut + 1 :])
 
 
-def _allowed_cuts(history: Sequence[Message], keep_recent: int) -> list[int]:
+def _allowed_cuts(history: Sequence[Message], keep_recent: int, keep_task: bool) -> list[int]:
     """User-message indexes that leave the newest messages and the latest assistant turn
-    untouched (the message at the cut itself receives the marker)."""
+    untouched (the message at the cut itself receives the marker) and remove something
+    (a cut at 1 that keeps the task removes nothing when the first message is all task)."""
     n = len(history)
     last = n - max(keep_recent, MIN_KEEP) - 1
     assistants = [i for i, m in enumerate(history) if m.role == "assistant"]
     if assistants:
         last = min(last, assistants[-1] - 1)
-    return [c for c in range(1, last + 1) if history[c].role == "user"]
+    first = 1
+    if keep_task and history and len(task_blocks(history)) == len(history[0].content):
+        first = 2
+    return [c for c in range(first, last + 1) if history[c].role == "user"]
 
 
 def plan_cut(
@@ -163,13 +199,15 @@ def plan_cut(
     *,
     reason: str = "budget",
     reserve: int = 0,
+    keep_task: bool = True,
 ) -> int:
     """Index where the kept history starts; 0 means nothing can be removed.
 
-    The smallest cut whose compacted history (marker included, plus ``reserve`` tokens
-    for a summary) fits ``target_tokens`` wins; when none fits, the largest allowed cut.
+    The smallest cut whose compacted history (task and marker included, plus ``reserve``
+    tokens for a summary) fits ``target_tokens`` wins; when none fits, the largest allowed
+    cut.
     """
-    cuts = _allowed_cuts(history, keep_recent)
+    cuts = _allowed_cuts(history, keep_recent, keep_task)
     if not cuts:
         return 0
     counts = [tokens.count(m) for m in history]
@@ -180,7 +218,7 @@ def plan_cut(
         kept = suffix[cut + 1] + reserve
         if kept + MESSAGE_OVERHEAD > target_tokens:
             continue  # cannot fit whatever the first kept message costs
-        head = _head(history, cut, marker_text(cut, reason), None)
+        head = _head(history, cut, marker_text(cut, reason), None, keep_task)
         if kept + count_message(tokens.counter, head) <= target_tokens:
             return cut
     return cuts[-1]
@@ -188,7 +226,11 @@ def plan_cut(
 
 @attrs.frozen
 class TruncatingCompactor:
-    """Deterministic: drops the oldest messages behind a marker. No model call."""
+    """Deterministic: drops the oldest messages behind a marker, the task kept (unless
+    ``keep_task=False``). No model call."""
+
+    keep_task: bool = True
+    """Keep the task (the first user message) at the head of the kept history."""
 
     async def compact(
         self, request: CompactionRequest, tokens: MessageTokenCache
@@ -199,11 +241,13 @@ class TruncatingCompactor:
             tokens,
             request.keep_recent,
             reason=request.reason,
+            keep_task=self.keep_task,
         )
         if cut == 0:
             return CompactionResult(request.history, 0)
         marker = marker_text(cut, request.reason)
-        return CompactionResult(apply_cut(request.history, cut, marker), cut)
+        kept = apply_cut(request.history, cut, marker, keep_task=self.keep_task)
+        return CompactionResult(kept, cut)
 
 
 def _render_document(block: DocumentBlock, limit: int) -> str:
@@ -278,17 +322,19 @@ def _fit_summary(
     cut: int,
     marker: str,
     counter: TokenCounter,
+    keep_task: bool,
 ) -> str | None:
     """``text`` trimmed so the summary adds at most ``reserve`` tokens to the first kept
     message; None when nothing fits. Counted in its message, as the budget counts it: a
     text joined to the message's others can cost a token more than alone."""
-    without = count_message(counter, _head(history, cut, marker, None))
+    without = count_message(counter, _head(history, cut, marker, None, keep_task))
     limit = reserve
     while limit > 0:  # each miss lowers the limit by its overshoot (at least one token)
         summary = _trim_to_tokens(text, limit, counter)
         if not summary:
             return None
-        over = count_message(counter, _head(history, cut, marker, summary)) - without - reserve
+        head = _head(history, cut, marker, summary, keep_task)
+        over = count_message(counter, head) - without - reserve
         if over <= 0:
             return summary
         limit -= over
@@ -316,6 +362,8 @@ class SummarizingCompactor:
     instructions: str = SUMMARY_INSTRUCTIONS
     result_chars: int = 2000
     """Tool results longer than this are cut in the transcript the summarizer reads."""
+    keep_task: bool = True
+    """Keep the task (the first user message) verbatim, before the marker and summary."""
 
     async def compact(
         self, request: CompactionRequest, tokens: MessageTokenCache
@@ -329,6 +377,7 @@ class SummarizingCompactor:
             request.keep_recent,
             reason=request.reason,
             reserve=reserve,
+            keep_task=self.keep_task,
         )
         if cut == 0:
             return CompactionResult(history, 0)
@@ -340,9 +389,11 @@ class SummarizingCompactor:
                 f"(stop_reason {response.stop_reason!r})"
             )
         marker = marker_text(cut, request.reason)
-        summary = _fit_summary(text, reserve, history, cut, marker, tokens.counter)
+        summary = _fit_summary(
+            text, reserve, history, cut, marker, tokens.counter, self.keep_task
+        )
         return CompactionResult(
-            apply_cut(history, cut, marker, summary),
+            apply_cut(history, cut, marker, summary, keep_task=self.keep_task),
             cut,
             summary,
             response.usage,

@@ -14,14 +14,23 @@ run. With it, every run on the model shares what one learned:
 
 The gate reads time from the clock of the run that asks, so runs sharing a gate share a
 clock (real time, in production).
+
+An endpoint may also take only so many calls at once: ``RateLimitGates(max_concurrent=1)``
+(or ``{base_url: 1}`` for some endpoints only) gives each endpoint :class:`EndpointSlots`,
+shared by its models' gates, that a call holds from before it is sent until its stream is
+closed; the others wait their turn, first come first served. A llama.cpp server with one
+slot cuts a running stream when another request arrives: with a limit of 1 none is cut.
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import functools
 import math
 import threading
 import weakref
+from collections.abc import Mapping
 from typing import Any, Final, Literal
 
 import attrs
@@ -57,8 +66,71 @@ def _positive(name: str, value: float) -> None:
         raise ParamsError(name, f"must be a finite number > 0, got {value!r}", value)
 
 
+class EndpointSlots:
+    """At most ``limit`` calls in flight on one endpoint, across runs, threads and event
+    loops; waiters are served in order. ``acquire`` before sending, ``release`` once the
+    call's stream is closed (or it failed)."""
+
+    def __init__(self, limit: int) -> None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ParamsError(
+                "gates.max_concurrent",
+                f"must be an int >= 1 (calls in flight on one endpoint), got {limit!r}",
+                limit,
+            )
+        self.limit = limit
+        self.busy = 0
+        """Calls holding a slot now."""
+        self.waited = 0
+        """Calls that had to wait for a slot."""
+        self._lock = threading.Lock()
+        self._waiters: collections.deque[
+            tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]
+        ] = collections.deque()
+
+    async def acquire(self) -> None:
+        """Take a slot, waiting for one when all are busy (cancellation leaves none held)."""
+        with self._lock:
+            if self.busy < self.limit:
+                self.busy += 1
+                return
+            loop = asyncio.get_running_loop()
+            future: asyncio.Future[None] = loop.create_future()
+            self._waiters.append((loop, future))
+            self.waited += 1
+        try:
+            await future
+        except asyncio.CancelledError:
+            with self._lock:
+                queued = (loop, future) in self._waiters
+                if queued:
+                    self._waiters.remove((loop, future))
+            if not queued and future.done() and not future.cancelled():
+                self.release()  # handed a slot while being cancelled: pass it on
+            raise
+
+    def release(self) -> None:
+        """Give a slot back: to the first waiter, else free."""
+        with self._lock:
+            if self._waiters:
+                loop, future = self._waiters.popleft()
+                loop.call_soon_threadsafe(self._hand_over, future)
+                return
+            self.busy -= 1
+
+    def _hand_over(self, future: asyncio.Future[None]) -> None:
+        if future.cancelled():  # its waiter left meanwhile: the slot goes on
+            self.release()
+        else:
+            future.set_result(None)
+
+    def __repr__(self) -> str:
+        return f"<EndpointSlots {self.busy}/{self.limit} busy waiting={len(self._waiters)}>"
+
+
 class RateLimitGate:
-    """The shared state of one provider endpoint and model; thread-safe."""
+    """The shared state of one provider endpoint and model; thread-safe. ``slots`` (None
+    without a concurrency limit) are the endpoint's, shared with its other models."""
 
     def __init__(
         self,
@@ -68,7 +140,9 @@ class RateLimitGate:
         max_cooldown: float = 60.0,
         probe_timeout: float = 60.0,
         max_hold: float = 300.0,
+        slots: EndpointSlots | None = None,
     ) -> None:
+        self.slots = slots
         if isinstance(failures, bool) or not isinstance(failures, int) or failures < 1:
             raise ParamsError(
                 "gate.failures",
@@ -173,12 +247,21 @@ def _endpoint(provider: Any) -> str | None:
     return None if base is None else str(base)
 
 
+def _url_key(url: str) -> str:
+    return url.rstrip("/")
+
+
 class RateLimitGates:
     """The gates of a process, one per provider endpoint and model.
 
     Providers with an SDK client are keyed by name and base URL, so runs with separate
     provider objects for the same API share a gate; other providers by the object itself.
-    The settings apply to every gate made here."""
+    The settings apply to every gate made here.
+
+    ``max_concurrent`` limits the calls in flight on an endpoint (see
+    :class:`EndpointSlots`): an int for every endpoint, or a mapping from base URL (as the
+    provider's client has it, e.g. ``"http://127.0.0.1:8080/v1/"``; a trailing slash is
+    not needed) to the limit of that endpoint; None (the default) for no limit."""
 
     def __init__(
         self,
@@ -188,6 +271,7 @@ class RateLimitGates:
         max_cooldown: float = 60.0,
         probe_timeout: float = 60.0,
         max_hold: float = 300.0,
+        max_concurrent: int | Mapping[str, int] | None = None,
     ) -> None:
         self._make = functools.partial(
             RateLimitGate,
@@ -198,11 +282,46 @@ class RateLimitGates:
             max_hold=max_hold,
         )
         self._make()  # the settings are checked here, once
+        self._limits: dict[str, int] | int | None
+        if isinstance(max_concurrent, Mapping):
+            self._limits = {_url_key(u): n for u, n in max_concurrent.items()}
+            for n in self._limits.values():
+                EndpointSlots(n)  # checked here
+        else:
+            self._limits = max_concurrent
+            if max_concurrent is not None:
+                EndpointSlots(max_concurrent)
+        self._slots: dict[Any, EndpointSlots] = {}
+        self._object_slots: weakref.WeakKeyDictionary[Any, EndpointSlots] = (
+            weakref.WeakKeyDictionary()
+        )
         self._lock = threading.Lock()
         self._by_url: dict[tuple[str, str, str], RateLimitGate] = {}
         self._by_object: weakref.WeakKeyDictionary[Any, dict[str, RateLimitGate]] = (
             weakref.WeakKeyDictionary()
         )
+
+    def _endpoint_slots(self, provider: Any, url: str | None) -> EndpointSlots | None:
+        """The slots of ``provider``'s endpoint (by URL, else the object); None unlimited."""
+        limits = self._limits
+        if limits is None:
+            return None
+        if isinstance(limits, int):
+            limit: int | None = limits
+        else:
+            limit = limits.get(_url_key(url)) if url is not None else None
+        if limit is None:
+            return None
+        if url is None:
+            found = self._object_slots.get(provider)
+            if found is None:
+                found = self._object_slots[provider] = EndpointSlots(limit)
+            return found
+        key = _url_key(url)
+        found = self._slots.get(key)
+        if found is None:
+            found = self._slots[key] = EndpointSlots(limit)
+        return found
 
     def gate(self, provider: Any, model: str) -> RateLimitGate:
         """The gate of ``provider``'s ``model`` (made on first use)."""
@@ -212,12 +331,14 @@ class RateLimitGates:
                 key = (str(getattr(provider, "name", "")), url, model)
                 found = self._by_url.get(key)
                 if found is None:
-                    found = self._by_url[key] = self._make()
+                    slots = self._endpoint_slots(provider, url)
+                    found = self._by_url[key] = self._make(slots=slots)
                 return found
             models = self._by_object.setdefault(provider, {})
             found = models.get(model)
             if found is None:
-                found = models[model] = self._make()
+                slots = self._endpoint_slots(provider, None)
+                found = models[model] = self._make(slots=slots)
             return found
 
     def __repr__(self) -> str:

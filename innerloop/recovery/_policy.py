@@ -59,7 +59,8 @@ class RecoveryPolicy:
     """Immediate retries after a transient failure before the run aborts."""
     tool_failure_threshold: int = attrs.field(default=3, validator=integer(ge=0, prefix=_R))
     max_tokens_compact_fraction: float = attrs.field(default=0.6, validator=_fraction)
-    """On max_tokens, this share of the oldest history is compacted."""
+    """On max_tokens with the history over the context budget, this share of the oldest
+    history is compacted (under the budget, or with none, nothing is dropped)."""
     budget_compact_target: float = attrs.field(default=0.7, validator=_fraction)
     """Over the context budget, history is compacted to this share of the budget."""
     overflow_compact_target: float = attrs.field(default=0.5, validator=_fraction)

@@ -109,7 +109,9 @@ def _prompted(state: HarnessState, outcome: Outcome) -> None:
     state.outcome = outcome
 
 
-def _call_failed(state: HarnessState, category: ErrorCategory, status: int, message: str) -> None:
+def _call_failed(
+    state: HarnessState, category: ErrorCategory, status: int | None, message: str
+) -> None:
     """The call phase's record of a failed request."""
     _prompted(state, Outcome.FAILED)
     state.error = ProviderError(category, message, provider="scripted", status=status)
@@ -173,6 +175,12 @@ def _transient_retry(params: HarnessParams, state: HarnessState) -> None:
     state.transient_failures = 1
 
 
+def _transient_fallback(params: HarnessParams, state: HarnessState) -> HarnessParams:
+    _call_failed(state, ErrorCategory.TRANSIENT, None, "connection to the server refused")
+    state.transient_failures = params.recovery.transient_retries + 1
+    return _with_fallback(params, state)
+
+
 def _context_overflow(params: HarnessParams, state: HarnessState) -> None:
     _call_failed(state, ErrorCategory.CONTEXT_OVERFLOW, 400, "prompt is too long")
 
@@ -226,6 +234,7 @@ _BY_GUARD: Mapping[str, ScenarioBuilder] = MappingProxyType(
         "rate_limited_retry": _rate_limited_retry,
         "rate_limited_fallback": _rate_limited_fallback,
         "transient_retry": _transient_retry,
+        "transient_fallback": _transient_fallback,
         "context_overflow": _context_overflow,
         "failed": _fatal,
         "truncated": _truncated,

@@ -18,7 +18,7 @@ class TestBuildDiagram:
     def test_default_machine_size(self) -> None:
         """The default machine draws as 18 states and 39 edges, with kinds and exits."""
         d = build_diagram(DEFAULT_SPEC)
-        assert (len(d.states), len(d.edges)) == (19, 43)
+        assert (len(d.states), len(d.edges)) == (19, 45)
         assert d.state("compact").kind == "recovery"
         assert d.state("failed").exit_reason == "failed"
 
@@ -51,8 +51,9 @@ class TestBuildDiagram:
             "3. rate_limited_retry",
             "4. rate_limited_fallback",
             "5. transient_retry",
-            "6. context_overflow",
-            "7. else",
+            "6. transient_fallback",
+            "7. context_overflow",
+            "8. else",
         ]
         assert [e.label for e in d.edges if e.source == "normalize"] == [""]
 

@@ -35,7 +35,7 @@ class TestDot:
         """A trace shows counts, greys what was never used and draws the exit path blue."""
         dot = to_dot(build_diagram(DEFAULT_SPEC, trace=run_events))
         assert f'normalize -> call [label="{X}2" color="#1565c0"' in dot
-        assert f'stream -> execute [label="8. has_tool_calls {X}1" color="#222222"' in dot
+        assert f'stream -> execute [label="9. has_tool_calls {X}1" color="#222222"' in dot
         assert 'fallback [label=fallback color="#c8c8c8"' in dot
         assert "innerloop (run: 13 transitions, exit model_complete)" in dot
 
@@ -75,9 +75,9 @@ class TestMermaid:
         describes final states by their exit reason."""
         text = to_mermaid(build_diagram(DEFAULT_SPEC))
         assert text.startswith("stateDiagram-v2\n    %% machine: innerloop\n")
-        assert "    call --> abort : ↺ 1. abort_requested, 7. else\n" in text
+        assert "    call --> abort : ↺ 1. abort_requested, 8. else\n" in text
         assert "    check --> tasks_complete : ⏹ 6. tasks_complete\n" in text
-        assert "    stream --> execute : 8. has_tool_calls\n" in text
+        assert "    stream --> execute : 9. has_tool_calls\n" in text
         assert "    failed : exit_reason = failed\n" in text
         assert "    class compact,repair,backoff,fallback,abort recovery\n" in text
 

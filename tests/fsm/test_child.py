@@ -717,7 +717,7 @@ def test_a_child_state_is_drawn_as_a_cluster_with_its_run(make_harness: Any) -> 
     text = to_mermaid(diagram)
     assert "    state research {" in text
     assert (
-        "        research__stream --> research__check : ★ 9. else \N{MULTIPLICATION SIGN}1" in text
+        "        research__stream --> research__check : ★ 10. else \N{MULTIPLICATION SIGN}1" in text
     )
     assert "    class research__model_complete ended" in text
     dot = to_dot(diagram)

@@ -94,7 +94,8 @@ def test_default_proof_names_each_cycles_budget() -> None:
         ("call -> backoff [rate_limited_retry]", "spends rate_limit_retries")
     ]
     assert proof[("normalize", "call", "fallback", "normalize")] == [
-        ("call -> fallback [rate_limited_fallback]", "spends fallbacks")
+        ("call -> fallback [rate_limited_fallback]", "spends fallbacks"),
+        ("call -> fallback [transient_fallback]", "spends fallbacks"),
     ]
     assert proof[("assemble", "compact", "assemble")] == [
         ("assemble -> compact [over_context_budget]", "turns, after turn_limit"),

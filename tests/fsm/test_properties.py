@@ -117,7 +117,11 @@ def test_random_runs_end_well_formed(
     total = Usage()
     for r in replies:
         total = total + r.usage
-    assert state.usage == total
+    if all(r.usage.input_tokens or r.usage.output_tokens for r in replies):
+        assert state.usage == total
+    else:  # a reply without usage is counted, and the total says it is estimated
+        assert state.usage.estimated
+        assert state.usage.input_tokens > total.input_tokens
     played_faults = [s for s in played if isinstance(s, Fault)]
     past_script = sum(max(0, len(p.requests) - len(p.script)) for p in (primary, backup))
     assert sum(state.errors.values()) == len(played_faults) + past_script

@@ -229,12 +229,14 @@ def test_tool_success_resets_failure_count(make_harness: Any) -> None:
     assert state.tool_failures == {"flaky": 2}
 
 
-def test_max_tokens_compacts_and_continues(make_harness: Any) -> None:
-    """max_tokens: the cut-off tool call is dropped, history compacted, continuation asked."""
+def test_max_tokens_without_pressure_keeps_the_history_and_continues(make_harness: Any) -> None:
+    """max_tokens four times in a row, no context budget: the cut-off tool call is dropped
+    and the continuation asked each time, and nothing else is dropped (the task first)."""
     script = [
         reply("a" * 400, tool_call("echo", {"x": "1"}, id="t1")),
         reply("b" * 400, tool_call("echo", {"x": "2"}, id="t2")),
-        reply("partial", stop_reason="max_tokens", incomplete_tool=("echo", '{"x": "')),
+        *(reply(f"partial {i}", stop_reason="max_tokens") for i in range(3)),
+        reply("partial 3", stop_reason="max_tokens", incomplete_tool=("echo", '{"x": "')),
         reply("continued"),
     ]
     provider = ScriptedProvider(script)
@@ -243,15 +245,14 @@ def test_max_tokens_compacts_and_continues(make_harness: Any) -> None:
     )
     assert state.exit_reason == "model_complete"
     compacted = [e for e in events if isinstance(e, Compacted)]
-    assert len(compacted) == 1
-    assert compacted[0].reason == "max_tokens"
-    assert compacted[0].tokens_after < compacted[0].tokens_before
-    assert state.history[-3] == Message.assistant("partial")
-    assert state.history[-2] == Message.user(
-        "Your previous response was truncated. Continue from where you left off."
-    )
-    assert state.history[-1] == Message.assistant("continued")
-    assert state.history[0].content[0].text.startswith("[Earlier conversation compacted")
+    assert [(e.reason, e.removed_messages) for e in compacted] == [("max_tokens", 0)] * 4
+    assert all(e.tokens_after > e.tokens_before for e in compacted)
+    asked = Message.user("Your previous response was truncated. Continue from where you left off.")
+    assert state.history[0] == Message.user("go")
+    assert state.history[5:] == [
+        *(m for i in range(4) for m in (Message.assistant(f"partial {i}"), asked)),
+        Message.assistant("continued"),
+    ]
     executed = [e for e in events if e.type == "tool_executed"]
     assert [e.tool_use_id for e in executed] == ["t1", "t2"]  # type: ignore[attr-defined]
 

@@ -377,7 +377,7 @@ def test_a_spec_reads_short() -> None:
 
     fingerprint = DEFAULT_SPEC.fingerprint
     assert repr(DEFAULT_SPEC) == (
-        f"MachineSpec('innerloop', 19 states, 43 transitions, fingerprint={fingerprint!r}, "
+        f"MachineSpec('innerloop', 19 states, 45 transitions, fingerprint={fingerprint!r}, "
         "import_path='innerloop.fsm:DEFAULT_SPEC')"
     )
     assert repr(compile_spec(DEFAULT_SPEC)) == f"CompiledMachine({DEFAULT_SPEC!r})"

@@ -83,6 +83,11 @@ def transient_first(s: HarnessState) -> None:
     s.transient_failures = 1
 
 
+def transient_exhausted(s: HarnessState) -> None:
+    s.error = _err(ErrorCategory.TRANSIENT)
+    s.transient_failures = PARAMS.recovery.transient_retries + 1
+
+
 def overflow(s: HarnessState) -> None:
     s.error = _err(ErrorCategory.CONTEXT_OVERFLOW)
 
@@ -150,12 +155,14 @@ CASES: list[tuple[str, Callable[[HarnessState], None], str, str | None]] = [
     ("call", rate_limited, "backoff", "rate_limited_retry"),
     ("call", overloaded_exhausted, "fallback", "rate_limited_fallback"),
     ("call", transient_first, "call", "transient_retry"),
+    ("call", transient_exhausted, "fallback", "transient_fallback"),
     ("call", overflow, "compact", "context_overflow"),
     ("call", fatal, "abort", None),
     ("stream", aborting, "abort", "abort_requested"),
     ("stream", rate_limited, "backoff", "rate_limited_retry"),
     ("stream", overloaded_exhausted, "fallback", "rate_limited_fallback"),
     ("stream", transient_first, "call", "transient_retry"),
+    ("stream", transient_exhausted, "fallback", "transient_fallback"),
     ("stream", overflow, "compact", "context_overflow"),
     ("stream", fatal, "abort", "failed"),
     ("stream", truncated, "compact", "truncated"),
@@ -220,11 +227,13 @@ def test_rate_limit_without_fallback_left_aborts() -> None:
     assert machine_at(MACHINE, "call", state, params).step() == "abort"
 
 
-def test_second_transient_failure_aborts() -> None:
-    """Only one immediate retry: the second consecutive transient failure aborts."""
+def test_second_transient_failure_on_the_last_model_aborts() -> None:
+    """Only one immediate retry: the second consecutive transient failure on the last
+    model of the chain aborts."""
     state = HarnessState()
     state.error = _err(ErrorCategory.TRANSIENT)
     state.transient_failures = 2
+    state.active = 1
     assert machine_at(MACHINE, "call", state, PARAMS).step() == "abort"
 
 

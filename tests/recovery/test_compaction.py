@@ -55,6 +55,7 @@ class TestPlanCut:
         assert result.history == (
             Message.user(
                 [
+                    LOOP[0].content[0],
                     TextBlock(marker_text(2, "budget")),
                     TextBlock("[result of a compacted tool call]: line 3: bug " + "y" * 400),
                 ]
@@ -74,6 +75,38 @@ class TestPlanCut:
         assert plan_cut(history, 0, tokens(), 0) == 0
         history += [Message.assistant("d")]
         assert plan_cut(history, 0, tokens(), 0) == 0
+
+
+class TestTask:
+    def test_the_task_survives_two_compactions(self) -> None:
+        """The first user message opens the kept history, before the marker, however
+        often the history is compacted; the marker of an earlier compaction goes."""
+        turns = [Message.assistant("b" * 400), Message.user("c" * 400)] * 3
+        history = [Message.user("the task"), *turns, Message.assistant("d")]
+        first = compact(TruncatingCompactor(), history, 10, keep=1)
+        assert first.history[0].content[:2] == (
+            TextBlock("the task"),
+            TextBlock(marker_text(first.removed, "budget")),
+        )
+        again = [*first.history, Message.user("e" * 400), Message.assistant("f")]
+        second = compact(TruncatingCompactor(), again, 10, keep=1)
+        assert second.removed > 0
+        assert second.history[0].content[:2] == (
+            TextBlock("the task"),
+            TextBlock(marker_text(second.removed, "budget")),
+        )
+
+    def test_a_history_of_the_task_and_the_latest_turn_cannot_shrink(self) -> None:
+        """With only the task before the kept turns, there is nothing to remove."""
+        history = [Message.user("t" * 400), Message.user("u"), Message.assistant("v")]
+        history += [Message.user("w"), Message.assistant("x")]
+        assert plan_cut(history, 0, tokens(), 0) == 0
+        assert plan_cut(history, 0, tokens(), 0, keep_task=False) == 1
+
+    def test_the_users_choice_drops_the_task(self) -> None:
+        """keep_task=False (the user's own say) compacts the task away like any message."""
+        result = compact(TruncatingCompactor(keep_task=False), LOOP, 300)
+        assert result.history[0].content[0] == TextBlock(marker_text(2, "budget"))
 
 
 class TestTranscript:
@@ -100,7 +133,7 @@ class TestSummarizingCompactor:
         provider = FakeProvider(lambda request: reply("word " * 1000))
         compactor = SummarizingCompactor(provider, "cheap", summary_tokens=50)
         result = compact(compactor, LOOP, 400)
-        summary_block = result.history[0].content[1]
+        summary_block = result.history[0].content[2]
         assert isinstance(summary_block, TextBlock)
         assert summary_block.text.startswith(SUMMARY_HEADER + "word word")
         assert summary_block.text.endswith(" [...]")

@@ -82,7 +82,7 @@ def test_exact_count_drives_the_context_budget(make_harness: Any) -> None:
     """When the endpoint says the request is over budget, the history is compacted even
     though the local count is under it, to a target scaled by how far the local count is
     off; the next exact count lets the call go."""
-    history = [Message.user("old " * 300), Message.assistant("ok"), Message.user("new")]
+    history = [Message.user("task"), Message.assistant("old " * 300), Message.user("new")]
     history += [Message.assistant("ok"), Message.user("question")]
     params = HarnessParams(
         model="scripted:m",

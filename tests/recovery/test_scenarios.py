@@ -31,10 +31,10 @@ KEEP_TWO = RecoveryPolicy(keep_recent_messages=2)
 
 
 def seeded() -> list[Message]:
-    """A history whose first message holds most of its tokens."""
+    """A history whose first answer holds most of its tokens."""
     return [
-        Message.user("task: " + BIG),
-        Message.assistant("ack 1"),
+        Message.user("task: fix it"),
+        Message.assistant("ack 1 " + BIG),
         Message.user("second"),
         Message.assistant("ack 2"),
         Message.user("question"),
@@ -42,8 +42,8 @@ def seeded() -> list[Message]:
 
 
 def compacted(reason: str, summary: str | None = None) -> list[Message]:
-    """``seeded()`` after a cut at message 2."""
-    lead = [TextBlock(marker_text(2, reason))]
+    """``seeded()`` after a cut at message 2: the task kept, then the marker."""
+    lead = [TextBlock("task: fix it"), TextBlock(marker_text(2, reason))]
     if summary is not None:
         lead.append(TextBlock(SUMMARY_HEADER + summary))
     return [
@@ -139,7 +139,7 @@ class TestSummarizer:
         assert state.cost_usd == (100 * 1.0 + 20 * 5.0) / 1_000_000
         transcript = cheap.requests[0].payload["messages"][0]["content"][0]["text"]
         assert transcript == (
-            "<transcript>\nUSER:\ntask: " + BIG + "\n\nASSISTANT:\nack 1\n</transcript>"
+            "<transcript>\nUSER:\ntask: fix it\n\nASSISTANT:\nack 1 " + BIG + "\n</transcript>"
         )
 
     def test_failing_summarizer_falls_back_to_truncation(self, make_harness: Any) -> None:
@@ -174,19 +174,17 @@ def echo_tool(calls: list[Mapping[str, Any]]) -> ToolSpec:
 
 
 class TestMaxTokens:
-    def test_truncated_turn_compacts_continues_and_never_runs_the_cut_call(
-        self, make_harness: Any
-    ) -> None:
-        """On max_tokens the oldest 60% is compacted, the continuation message follows, and
-        no tool call of the truncated turn runs."""
+    def truncated_run(
+        self, make_harness: Any, partial: str = "partial", **kw: Any
+    ) -> tuple[Any, Any, list[Any]]:
         calls: list[Mapping[str, Any]] = []
         params = HarnessParams(
-            model="scripted:m", system="sys", tools=[echo_tool(calls)], recovery=KEEP_TWO
+            model="scripted:m", system="sys", tools=[echo_tool(calls)], recovery=KEEP_TWO, **kw
         )
         provider = ScriptedProvider(
             [
                 reply(
-                    "partial",
+                    partial,
                     tool_call("echo", {"x": "a"}),
                     stop_reason="max_tokens",
                     incomplete_tool=("echo", '{"x": "tr'),
@@ -195,16 +193,19 @@ class TestMaxTokens:
             ]
         )
         state, events = run_events(make_harness, params, provider)
+        assert calls == []
+        assert state.turns == 2
+        return params, state, events
+
+    def test_truncated_turn_without_pressure_drops_nothing(self, make_harness: Any) -> None:
+        """On max_tokens with no context budget to press, nothing is dropped: the
+        continuation message follows the whole history, and no tool call of the truncated
+        turn runs."""
+        params, state, events = self.truncated_run(make_harness)
         static = TOKENS.count_static("sys", params.tool_definitions)
         before = [*seeded(), Message.assistant("partial")]
-        expected = [
-            *compacted("max_tokens"),
-            Message.assistant("partial"),
-            Message.user(CONTINUATION_MESSAGE),
-        ]
-        assert calls == []
+        expected = [*before, Message.user(CONTINUATION_MESSAGE)]
         assert state.history == [*expected, Message.assistant("done")]
-        assert TOKENS.count_history(compacted("max_tokens")) <= 0.4 * TOKENS.count_history(before)
         assert events == [
             *path(
                 ("idle", "assemble", None),
@@ -217,12 +218,32 @@ class TestMaxTokens:
                 "max_tokens",
                 static + TOKENS.count_history(before),
                 static + TOKENS.count_history(expected),
-                2,
+                0,
             ),
             *path(("compact", "assemble", None)),
             *TAIL,
         ]
-        assert state.turns == 2
+
+    def test_truncated_turn_under_pressure_compacts_and_keeps_the_task(
+        self, make_harness: Any
+    ) -> None:
+        """On max_tokens with the history over the context budget, the oldest 60% is
+        compacted, the task kept at its head, and the continuation message follows."""
+        partial = "partial " * 200
+        params, state, events = self.truncated_run(
+            make_harness, partial, context_budget=800, max_output_tokens=256
+        )
+        static = TOKENS.count_static("sys", params.tool_definitions)
+        before = [*seeded(), Message.assistant(partial)]
+        assert static + TOKENS.count_history(seeded()) < 800
+        assert static + TOKENS.count_history(before) > 800
+        expected = [
+            *compacted("max_tokens"),
+            Message.assistant(partial),
+            Message.user(CONTINUATION_MESSAGE),
+        ]
+        assert state.history == [*expected, Message.assistant("done")]
+        assert next(e for e in events if isinstance(e, Compacted)).removed_messages == 2
 
     def test_eagerly_started_calls_of_a_truncated_turn_are_cancelled(
         self, make_harness: Any

@@ -160,7 +160,7 @@ class TestSampleProject:
         out = result.stdout.str()
         assert "transition coverage of 'escalation':\n!!      0  idle -> assemble\n" in out
         assert "        1  check -> escalated [asks_for_a_person]\n" in out
-        assert "2/44 transitions taken" in out
+        assert "2/46 transitions taken" in out
         failed = out[out.index("FAILED: transitions never taken: ") :]
         assert failed.startswith(
             "FAILED: transitions never taken: escalation: idle -> assemble; "
@@ -225,7 +225,7 @@ def _gate(transition_coverage):
         out = result.stdout.str()
         assert "transition coverage of 'innerloop':" in out
         assert "        1  check -> model_complete [model_finished]\n" in out
-        assert "1/43 transitions taken" in out
+        assert "1/45 transitions taken" in out
         assert "not tracked" not in out
 
     @pytest.mark.parametrize(

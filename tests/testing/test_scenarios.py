@@ -135,9 +135,10 @@ class TestRealData:
     def test_a_fallback_gets_a_model_to_fall_back_to(self) -> None:
         """call -> fallback adds a model to a chain that has none left, and keeps the
         chain it is given."""
-        assert len(scenario("call", "fallback").params.model_chain) == 2
+        for guard in ("rate_limited_fallback", "transient_fallback"):
+            assert len(scenario("call", "fallback", guard).params.model_chain) == 2
         params = HarnessParams(model="scripted:a", fallbacks=["scripted:b", "scripted:c"])
-        assert scenario("call", "fallback", params=params).params is params
+        assert scenario("call", "fallback", "transient_fallback", params=params).params is params
 
     def test_the_budgets_a_guard_needs_are_set(self) -> None:
         """assemble -> compact and check -> budget_exceeded set a context and a spend
