@@ -55,7 +55,7 @@ def test_serve_runs_the_named_harness_until_ctrl_c() -> None:
     [
         ("nowhere", "innerloop serve expects MODULE:ATTR"),
         ("tests.serve.agents:missing", "cannot load the harness tests.serve.agents:missing"),
-        ("tests.serve.agents:NOT_A_HARNESS", "is a int, not a Harness"),
+        ("tests.serve.agents:NOT_A_HARNESS", "expected a Harness, got int"),
     ],
 )
 def test_a_target_that_is_no_harness_is_a_usage_error(
