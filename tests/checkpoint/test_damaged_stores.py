@@ -5,6 +5,7 @@ command line prints one line on stderr and exits 2."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import sqlite3
 from collections.abc import Callable
@@ -22,7 +23,8 @@ def _good(path: Path) -> Path:
     store = SQLiteCheckpointer(path)
     store.create_run("r1", "innerloop")
     store.close()
-    with sqlite3.connect(path) as conn:  # everything in the main file, none in a WAL
+    # everything in the main file, none in a WAL
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
         conn.execute("PRAGMA journal_mode=DELETE")
     return path
 
@@ -45,13 +47,13 @@ def _a_folder(path: Path) -> Path:
 
 
 def _version_abc(path: Path) -> Path:
-    with sqlite3.connect(_good(path)) as conn:
+    with contextlib.closing(sqlite3.connect(_good(path))) as conn, conn:
         conn.execute("UPDATE innerloop_meta SET value = 'abc' WHERE key = 'schema_version'")
     return path
 
 
 def _no_tables(path: Path) -> Path:
-    with sqlite3.connect(path) as conn:
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
         conn.execute("CREATE TABLE innerloop_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
         conn.execute(
             "INSERT INTO innerloop_meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
