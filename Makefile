@@ -78,3 +78,22 @@ $(LLAMA_STAMP): $(DEV_STAMP) scripts/setup-llama.sh
 
 clean:
 	rm -rf $(VENV)
+
+# The other Pythons the package claims (pyproject.toml's classifiers; .venv's is 3.11): a
+# venv each, $(VENV)-3.12 and $(VENV)-3.13, from python3.X on PATH or pyenv's versions
+# (scripts/find-python.sh stops with what to install when one is missing). CI runs the
+# whole suite on 3.13, the newest, and on 3.12 the directories in PY312_TESTS. Each gets
+# the real model server too (from the wheel `make test` built: no second build).
+.PHONY: test-py312 test-py313
+PY312_TESTS ?= tests/fsm tests/checkpoint tests/testing tests/evals tests/recovery tests/tools tests/test_packaging.py tests/test_cli.py
+test-py312: $(VENV)-3.12/.installed-dev
+	$(VENV)-3.12/bin/python -m pytest -q $(PY312_TESTS)
+
+test-py313: $(VENV)-3.13/.installed-dev
+	$(VENV)-3.13/bin/python -m pytest --innerloop-coverage-strict
+
+$(VENV)-%/.installed-dev: pyproject.toml scripts/find-python.sh scripts/setup-llama.sh $(LLAMA_STAMP)
+	PYTHON=$$(sh scripts/find-python.sh $*) && "$$PYTHON" -m venv $(VENV)-$*
+	$(VENV)-$*/bin/python -m pip --quiet --disable-pip-version-check install --no-compile -e '.[dev]'
+	sh scripts/setup-llama.sh $(VENV)-$*
+	touch $@

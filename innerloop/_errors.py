@@ -184,8 +184,8 @@ class ProviderError(InnerloopError):
         )
 
     def fields(self) -> dict[str, Any]:
-        """Every field as JSON data, ``raw`` included: the lossless form (what
-        ``innerloop._convert.unstructure(error)`` gives)."""
+        """Every field as JSON data, ``raw`` included: the lossless form (the one the
+        event log and the durable engines carry)."""
         return {
             "category": self.category.value,
             "message": self.message,

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import attrs
@@ -14,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from innerloop._events import Event
+from innerloop._messages import Usage
 from innerloop.fsm._state import HarnessState
 
 __all__ = ["LiveView", "PlainView", "describe"]
@@ -54,18 +56,49 @@ def describe(event: Event) -> str | None:
         status = "timed out" if data["timed_out"] else ("error" if data["is_error"] else "ok")
         out = data["output"][:70]
         return f"  * tool {data['name']} {status} in {data['duration'] * 1000:.0f} ms: {out!r}"
-    if kind in ("model_call", "model_error"):
-        return _model_call(kind, data)
+    line = _LINES.get(kind)
+    if line is not None:
+        return line(kind, data)
     if kind == "abort" and data.get("diagnostic"):
         data["diagnostic"] = "{...}"
     for long in ("params", "messages"):  # run_started's replay record
         data.pop(long, None)
     if data.get("history"):
         data["history"] = data["history"][:12]
-    body = ", ".join(
-        f"{k}={format(v, '.6g') if isinstance(v, float) else repr(v)}" for k, v in data.items()
-    )
+    body = ", ".join(f"{k}={_short(v)}" for k, v in data.items())
     return f"  * {kind}: {body}"
+
+
+_VALUE_CHARS = 80
+"""The most of one value a console line shows (a log keeps it whole)."""
+
+
+def _short(value: Any) -> str:
+    text = format(value, ".6g") if isinstance(value, float) else repr(value)
+    return text if len(text) <= _VALUE_CHARS else text[: _VALUE_CHARS - 3] + "..."
+
+
+def _so_far(data: dict[str, Any]) -> str:
+    """The turns, tokens and cost a run's event reports."""
+    usage = Usage(**data["usage"])
+    cost, turns = data["cost_usd"], data["turns"]
+    price = f"${cost:.6f}" if cost is not None else "cost unknown"
+    return f"{turns} turn{'' if turns == 1 else 's'}, {usage.total_tokens} tokens, {price}"
+
+
+def _run_started(kind: str, data: dict[str, Any]) -> str:
+    """Where a run starts; a resumed one says so and what it had spent (its state, the
+    whole conversation included, stays in the log)."""
+    run_id = f" run_id={data['run_id']}" if data.get("run_id") else ""
+    line = f"  * run_started: machine={data['machine']!r} from {data['state']!r}{run_id}"
+    return line + (f" (resumed after {_so_far(data)})" if data.get("resumed") else "")
+
+
+def _finished(kind: str, data: dict[str, Any]) -> str:
+    waits = data.get("interrupt") or {}
+    asks = f", waits on {waits['kind']}" if waits else ""
+    asks += f" from {waits['path']!r}" if waits.get("path") else ""
+    return f"  * finished: exit_reason={data['exit_reason']!r} after {_so_far(data)}{asks}"
 
 
 def _model_call(kind: str, data: dict[str, Any]) -> str:
@@ -79,6 +112,16 @@ def _model_call(kind: str, data: dict[str, Any]) -> str:
     status = f" {e['status']}" if e["status"] is not None else ""
     return f"  * model call failed ({data['stage']}): {e['category']}{status}: {e['message']}"
 
+
+_LINES: Mapping[str, Callable[[str, dict[str, Any]], str]] = MappingProxyType(
+    {
+        "model_call": _model_call,
+        "model_error": _model_call,
+        "run_started": _run_started,
+        "finished": _finished,
+    }
+)
+"""The events with a line of their own, by kind."""
 
 _NOTED_GUARDS = frozenset({"transient_retry", "context_overflow", "cannot_shrink", "failed"})
 

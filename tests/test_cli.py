@@ -114,6 +114,16 @@ def test_demo_runs_offline_and_shows_every_recovery_branch(tmp_path: Path) -> No
         "sources=['IEA 2024', 'EHPA market report 2025'])"
     ) in proc.stdout
     assert "  rolled up to the research agent: 90 tokens, cost=$0.000198" in proc.stdout
+    # console lines stay short: a resumed run says where it goes on from, not its state
+    assert max(map(len, proc.stdout.splitlines())) < 240
+    assert (
+        "  * run_started: machine='research' from 'survey' (resumed after 3 turns, 45 tokens, "
+        "$0.000013)\n"
+    ) in proc.stdout
+    assert (
+        "  * finished: exit_reason='suspended' after 3 turns, 45 tokens, $0.000013, waits on "
+        "approval from 'scout#2'\n"
+    ) in proc.stdout
 
 
 @pytest.mark.parametrize(

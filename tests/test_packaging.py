@@ -102,3 +102,56 @@ def test_the_system_script_refuses_an_unknown_level() -> None:
     )
     assert out.returncode == 2
     assert out.stderr == "usage: sh scripts/setup-system.sh [demo|dev] (got 'all')\n"
+
+
+def _claimed() -> list[str]:
+    """The Python versions pyproject.toml's classifiers claim, e.g. ['3.11', '3.12']."""
+    classifiers = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["classifiers"]
+    prefix = "Programming Language :: Python :: 3."
+    return [c.rsplit(" ", 1)[1] for c in classifiers if c.startswith(prefix)]
+
+
+def test_every_claimed_python_is_tested_in_ci(tmp_path: Path) -> None:
+    """3.11 (.venv, `make test`), 3.12 and 3.13 are claimed; each other than .venv's has a
+    make target, with its own venv made from that Python, which .ci/run calls."""
+    assert _claimed() == ["3.11", "3.12", "3.13"]
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert pyproject["project"]["requires-python"] == ">=3.11"
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert "make test" in ci
+    for version in _claimed()[1:]:
+        target = "test-py" + version.replace(".", "")
+        assert f"make {target}" in ci
+        lines = _planned(target, tmp_path / "venv")
+        made = f'PYTHON=$(sh scripts/find-python.sh {version}) && "$PYTHON" -m venv '
+        assert made + f"{tmp_path}/venv-{version}" in lines
+        assert lines[-1].startswith(f"{tmp_path}/venv-{version}/bin/python -m pytest")
+
+
+def test_a_missing_python_is_named_with_the_fix(tmp_path: Path) -> None:
+    """scripts/find-python.sh finds a working interpreter or says what to install."""
+    env = {"PATH": "/usr/bin:/bin", "PYENV_ROOT": str(tmp_path), "HOME": str(tmp_path)}
+    out = subprocess.run(
+        ["sh", str(ROOT / "scripts" / "find-python.sh"), "3.99"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert out.returncode == 1
+    assert out.stderr == (
+        "Python 3.99 is missing: the package claims it (pyproject.toml's classifiers) and "
+        "make test-py399 tests it. Install it (e.g. pyenv install 3.99, or the distribution's "
+        f"python3.99 package) so that python3.99 is on PATH or under {tmp_path}/versions.\n"
+    )
+
+
+def test_the_testing_extra_brings_what_the_testing_guide_uses() -> None:
+    """A project's tests need pytest (the plugin), pytest-asyncio and mypy, not the dev
+    extra's Temporal, DBOS, psycopg or Selenium."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    names = [req.split(">")[0].split("=")[0] for req in extras["testing"]]
+    assert names == ["pytest", "pytest-asyncio", "mypy"]
+    assert "innerloop[testing]" in extras["dev"]
+    assert {"build>=1.2", "twine>=5", "setuptools>=77"} <= set(extras["dev"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ __all__ = ["SQLiteCheckpointer"]
 
 class SQLiteCheckpointer(SQLStore):
     """Checkpoints in the SQLite file ``path`` (created if missing; ``":memory:"`` too).
+    ``close()`` closes the file; a store dropped without it is closed when collected.
 
     ``synchronous="NORMAL"`` (the default) keeps every committed checkpoint across a
     crash of the process; ``"FULL"`` also across a power loss, at an fsync per commit."""
@@ -52,6 +54,9 @@ class SQLiteCheckpointer(SQLStore):
         except BaseException:
             self._conn.close()
             raise
+        # a store dropped without close() closes its file when collected, as sqlite3 did
+        # silently before 3.13 (which warns: ResourceWarning, unclosed database)
+        weakref.finalize(self, self._conn.close)
 
     @contextlib.contextmanager
     def _damaged(self) -> Iterator[None]:

@@ -63,7 +63,7 @@ def tool_result_from_dict(data: Mapping[str, Any]) -> ToolCallResult:
 
 def state_to_dict(state: HarnessState) -> dict[str, Any]:
     """``state`` as JSON data, every field included (a ``notes`` value with no JSON form
-    raises :class:`~innerloop._errors.ConversionError` naming its type)."""
+    raises an :class:`~innerloop.InnerloopError` naming its type)."""
     data: dict[str, Any] = unstructure(state)
     return data
 

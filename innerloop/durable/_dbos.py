@@ -34,6 +34,8 @@ no span.
 
 from __future__ import annotations
 
+import sqlite3
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
@@ -87,8 +89,31 @@ class DBOSClock:
         await DBOS.sleep_async(max(seconds, 0.0))
 
 
+def sqlite_problem(
+    python: tuple[int, int] = (sys.version_info.major, sys.version_info.minor),
+    sqlite: tuple[int, int, int] = sqlite3.sqlite_version_info,
+) -> str | None:
+    """Why DBOS cannot keep its system database in SQLite under this Python, or None. DBOS
+    3 on Python 3.12 and later stamps rows with SQLite's ``unixepoch('subsec')``, which a
+    SQLite before 3.42 reads as NULL (DBOS then fails ``NOT NULL constraint failed:
+    application_versions.version_timestamp`` at launch)."""
+    if python < (3, 12) or sqlite >= (3, 42, 0):
+        return None
+    return (
+        f"DBOS on Python {python[0]}.{python[1]} needs SQLite 3.42 or later for a SQLite "
+        f"system database (this Python's sqlite3 is {'.'.join(map(str, sqlite))}): use a "
+        "postgresql:// database_url, or a Python built against a newer SQLite"
+    )
+
+
 def dbos_config(database_url: str, *, name: str = "innerloop", **extra: Any) -> Any:
-    """A DBOS config for ``database_url`` (``sqlite:///path`` or ``postgresql://...``)."""
+    """A DBOS config for ``database_url`` (``sqlite:///path`` or ``postgresql://...``).
+
+    Raises ``ValueError`` for a SQLite URL where DBOS cannot use SQLite (Python 3.12 or
+    later with a SQLite before 3.42), saying what to use instead."""
+    problem = sqlite_problem() if database_url.startswith("sqlite") else None
+    if problem is not None:
+        raise ValueError(problem)
     return {"name": name, "system_database_url": database_url, **extra}
 
 

@@ -37,6 +37,24 @@ from innerloop.fsm._locate import import_target
 
 __all__ = ["add_eval_parser", "add_rerun_parser", "eval_command", "rerun_command"]
 
+EVAL_HELP = """innerloop eval: run a dataset of cases against a harness; report pass rate and cost.
+
+    innerloop eval DATASET --harness MODULE:ATTR [--concurrency N] [--json OUT]
+                   [--judge-model PROVIDER:MODEL] [--no-progress]
+
+--harness names a Harness (or a function of no argument returning one). Exits 0 when every
+case passed, 1 when one failed or errored, 2 on bad usage.
+"""
+
+RERUN_HELP = """innerloop runs rerun: run a stored run again from checkpoint N on another harness.
+
+    innerloop runs rerun RUN_ID --db URL --harness MODULE:ATTR [--at N] [--message TEXT]
+                         [--json OUT]
+
+--harness names a Harness (or a function of no argument returning one); both runs are
+printed side by side (--json OUT writes the comparison).
+"""
+
 
 def _positive(text: str) -> int:
     try:
@@ -63,7 +81,7 @@ def add_eval_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "eval",
         help="run a dataset of cases against a harness and report pass rate, cost, latency",
-        description=(__doc__ or "").replace("``", ""),
+        description=EVAL_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("dataset", help="a YAML or JSON dataset file (pydantic-evals' layout)")
@@ -92,6 +110,8 @@ def add_rerun_parser(runs_subparsers: Any) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = runs_subparsers.add_parser(
         "rerun",
         help="run a stored run again from a checkpoint with another harness, and compare",
+        description=RERUN_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("run_id")
     _harness_option(p)

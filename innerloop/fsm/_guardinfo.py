@@ -105,8 +105,19 @@ def guard(
     given: str | None = None,
 ) -> Callable[[F], F]:
     """Declare what the decorated guard reads, which budget it bounds and the field it
-    never holds without (see the module docstring); the function itself is returned,
-    marked."""
+    never holds without; the function itself is returned, marked (``guard_info(fn)``
+    reads it back as a :class:`GuardInfo`).
+
+    ``reads`` are the ``params``/``state`` fields the guard looks at (``"state.turns"``,
+    ``"params.max_turns"``: shown in the diagram's edge tooltips, and ``compile_spec``
+    checks each names a real field). ``spends="b"``: the guard holds only while budget
+    ``b`` is left, so its own edge is taken a bounded number of times. ``exhausts="b"``:
+    the guard holds once ``b`` is spent, so the edges tried after it out of the same
+    state are taken only while ``b`` is left. ``given`` names one of ``reads`` without
+    which the guard never holds (``given="state.error"``): the compiled machine skips the
+    guard while that field is None. ``compile_spec`` proves from these declarations that
+    every cycle of a machine is bounded (see :func:`loop_proof` and the manual's "Every
+    loop ends")."""
     info = GuardInfo(reads, spends, exhausts, given)
 
     def mark(fn: F) -> F:

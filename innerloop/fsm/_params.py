@@ -151,7 +151,8 @@ class Thinking:
     - ``summary``: the reasoning summaries the Responses API streams (None: none).
 
     ``Thinking(2048)`` is a budget. The params check each setting against each model's
-    family (see ``innerloop.providers._reasoning``)."""
+    family, and name the model and the setting when one does not fit (the manual's
+    "Models, providers and cloud routes" page lists which family takes which)."""
 
     budget_tokens: int | None = attrs.field(default=None, validator=_budget)
     effort: str | None = attrs.field(default=None, validator=_effort)

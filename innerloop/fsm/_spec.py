@@ -306,7 +306,9 @@ class MachineSpec:
         transitions: Sequence[TransitionSpec] = (),
     ) -> MachineSpec:
         """Put ``state`` on every edge ``source -> target``: those edges now end at
-        ``state``, and ``state`` leaves by ``transitions`` (default: ``state -> target``)."""
+        ``state``, and ``state`` leaves by ``transitions`` (default: ``state -> target``, of
+        the kind the edges had). An edge into ``state`` is never an ``exit`` (``state`` is
+        not final): an ``exit`` edge rerouted to it becomes ``happy``."""
         edges = [t for t in self.transitions if t.source == source and t.target == target]
         if not edges:
             for end in (source, target):
@@ -321,10 +323,15 @@ class MachineSpec:
                 (source, target),
             )
         spec = self.add_state(state, handler)
+        # each edge takes its kind from its target: an edge into the (non-final) inserted
+        # state is no exit, and the exit, if any, moves to the edge into the final state
         rerouted = tuple(
-            attrs.evolve(t, target=state.name) if t in edges else t for t in spec.transitions
+            attrs.evolve(t, target=state.name, kind="happy" if t.kind == "exit" else t.kind)
+            if t in edges
+            else t
+            for t in spec.transitions
         )
-        out = tuple(transitions) or (TransitionSpec(state.name, target),)
+        out = tuple(transitions) or (TransitionSpec(state.name, target, kind=edges[0].kind),)
         return attrs.evolve(spec, transitions=(*rerouted, *out), import_path=None)
 
     def add_transition(

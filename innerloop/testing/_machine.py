@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextvars import ContextVar
 from typing import TypeAlias
 
 import attrs
@@ -19,6 +20,19 @@ from innerloop.recovery._tokens import ApproxTokenCounter, MessageTokenCache
 from innerloop.tools._runner import ToolRunner
 
 __all__ = ["MachineProbe", "TrackedMachine", "TransitionCoverage", "machine_at", "phase_context"]
+
+COUNTING: ContextVar[tuple[TransitionObserver, ...]] = ContextVar(
+    "innerloop_testing_counting", default=()
+)
+"""The observers every probe and scenario reports to without being passed them: the pytest
+plugin sets its session coverage here for each test it counts."""
+
+
+def counting(observers: Iterable[TransitionObserver] = ()) -> tuple[TransitionObserver, ...]:
+    """``observers`` and, after them, those of :data:`COUNTING` not among them."""
+    given = tuple(observers)
+    return given + tuple(o for o in COUNTING.get() if all(o is not g for g in given))
+
 
 SCRIPTED_PARAMS = HarnessParams(model="scripted:scripted-model")
 """The params of a probe or scenario when the test gives none."""
@@ -89,11 +103,15 @@ def machine_at(
     *,
     observers: Iterable[TransitionObserver] = (),
 ) -> MachineProbe:
-    """A probe of ``machine`` in ``state_name`` over ``state`` and ``params``."""
+    """A probe of ``machine`` in ``state_name`` over ``state`` and ``params``; its steps
+    are reported to ``observers`` and, under the pytest plugin, to the session's
+    transition coverage."""
     compiled = compiled_machine(machine)
     compiled.spec.state(state_name)
     params = params or SCRIPTED_PARAMS
-    return MachineProbe(compiled, params, state or HarnessState(), state_name, tuple(observers))
+    return MachineProbe(
+        compiled, params, state or HarnessState(), state_name, counting(observers)
+    )
 
 
 EdgeKey: TypeAlias = tuple[str, str, str | None]
@@ -127,6 +145,9 @@ class TransitionCoverage:
         self.taken: dict[str, dict[EdgeKey, int]] = {}
         """Per machine name that took transitions: the count per edge key."""
         self.tracked: dict[str, TrackedMachine] = {}
+        self.recording = True
+        """False while transitions are not to count (the pytest plugin clears it during
+        tests outside ``--innerloop-coverage-scope``)."""
 
     def track(
         self,
@@ -158,6 +179,8 @@ class TransitionCoverage:
         )
 
     def on_transition(self, machine: str, transition: TransitionSpec) -> None:
+        if not self.recording:
+            return
         counts = self.taken.setdefault(machine, {})
         counts[transition.key] = counts.get(transition.key, 0) + 1
 

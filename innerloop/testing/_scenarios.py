@@ -38,6 +38,7 @@ from innerloop.testing._machine import (
     SCRIPTED_PARAMS,
     EdgeKey,
     compiled_machine,
+    counting,
     phase_context,
 )
 
@@ -436,6 +437,9 @@ class Scenarios:
         model; the builder may change them (e.g. add a fallback model). ``deps`` as in
         :func:`phase_context`.
 
+        Under the pytest plugin the edge counts for the session's transition coverage:
+        the machine was seen to choose it.
+
         Raises :class:`ScenarioError` when the edge is unknown or ambiguous, has no
         builder, or when the context built makes the machine choose another edge."""
         edge = self.transition(source, target, guard)
@@ -471,6 +475,8 @@ class Scenarios:
         ctx = phase_context(params, state, deps)
         chosen = self.machine.select(source, ctx)
         if chosen.key == edge.key:
+            for observer in counting():
+                observer.on_transition(name, chosen)
             return ctx
         if overrides:
             given = ", ".join(f"{k}={v!r}" for k, v in overrides.items())

@@ -616,7 +616,8 @@ class LoopbackServer:
 
     def content_refused(self, body: dict[str, Any]) -> str | None:
         """Why the real API would refuse ``body``'s images, documents, files or prompt-cache
-        settings (see ``innerloop.testing._checks``); None when it takes them."""
+        settings (the limits the real API documents: sizes, counts, media types, cache
+        breakpoints); None when it takes them."""
         return None
 
     def tool_schema(self, tool: dict[str, Any]) -> tuple[Any, Any]:

@@ -11,29 +11,66 @@ tracked unless named:
 * ``transition_coverage.track(spec)`` (the session fixture) does the same from a test or
   a fixture, and ``track(spec, added_over=BASE)`` gates only the added edges.
 
-Tests pass the ``transition_coverage`` fixture as an observer (``Harness(...,
-observers=[transition_coverage])``, ``machine_at(..., observers=[...])``). An edge is
+Every ``machine_at`` probe's steps and every ``scenario(...)`` (or
+``Scenarios.context``) a test builds count without being asked; a ``Harness`` run counts
+when the test passes the ``transition_coverage`` fixture as an observer (``Harness(...,
+observers=[transition_coverage])``). An edge is
 identified by ``(source, target, guard)``: a transition taken by any machine counts for
 every tracked machine with that edge, so the runs of a derived machine cover the edges it
 shares with its base. A table per tracked machine is printed at the end of the session;
 with ``--innerloop-coverage-strict`` the session fails when a tracked edge was never taken.
+
+``--innerloop-coverage-scope=GLOB`` (repeatable) limits what counts and what is gated to
+the test files matching ``GLOB`` (relative to the rootdir, e.g. ``tests/machine/*``);
+``--innerloop-coverage-scope=marked`` to the tests marked
+``@pytest.mark.innerloop_coverage``. Transitions taken by other tests do not count, and a
+session that runs no test in scope (one replay test file, say) is not gated.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+from collections.abc import Iterator
+from fnmatch import fnmatch
+from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from innerloop.fsm._compile import CompiledMachine
 from innerloop.fsm._spec import MachineSpec
-from innerloop.testing._machine import TransitionCoverage
+from innerloop.testing._machine import COUNTING, TransitionCoverage
 
 _KEY = pytest.StashKey[TransitionCoverage]()
 _OPTION = "--innerloop-coverage"
 _STRICT = "--innerloop-coverage-strict"
+_SCOPE = "--innerloop-coverage-scope"
+_MARK = "innerloop_coverage"
+
+
+@attrs.define
+class _Scope:
+    """Which tests count for the coverage (all when ``globs`` is empty and not ``marked``),
+    and how many of them ran."""
+
+    globs: tuple[str, ...]
+    marked: bool
+    ran: int = 0
+
+    @property
+    def everything(self) -> bool:
+        return not (self.globs or self.marked)
+
+    def covers(self, item: pytest.Item, rootdir: Path) -> bool:
+        if self.everything or (self.marked and item.get_closest_marker(_MARK) is not None):
+            return True
+        path = item.path.relative_to(rootdir) if item.path.is_relative_to(rootdir) else item.path
+        return any(fnmatch(path.as_posix(), glob) for glob in self.globs)
+
+
+_SCOPE_KEY = pytest.StashKey[_Scope]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -46,6 +83,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="report the transitions of the machine MODULE:ATTR (a MachineSpec, a "
         "CompiledMachine or a function returning one); with -MODULE:BASE only those it "
         "adds over BASE. Repeatable; e.g. innerloop.fsm:DEFAULT_SPEC",
+    )
+    group.addoption(
+        _SCOPE,
+        action="append",
+        default=[],
+        metavar="GLOB|marked",
+        help="count and gate only the tests in files matching GLOB (relative to the "
+        f"rootdir; repeatable), or with 'marked' those marked @pytest.mark.{_MARK}; a "
+        "session running none of them is not gated",
     )
     group.addoption(
         _STRICT,
@@ -99,6 +145,13 @@ def pytest_configure(config: pytest.Config) -> None:
         machine, minus, base = value.partition("-")
         coverage.track(load_machine(machine), added_over=load_machine(base) if minus else None)
     config.stash[_KEY] = coverage
+    scopes = config.getoption(_SCOPE)
+    config.stash[_SCOPE_KEY] = _Scope(
+        tuple(g for g in scopes if g != "marked"), "marked" in scopes
+    )
+    config.addinivalue_line(
+        "markers", f"{_MARK}: the test counts for the transition coverage ({_SCOPE}=marked)"
+    )
 
 
 def _missing(coverage: TransitionCoverage) -> list[str]:
@@ -113,6 +166,31 @@ def _missing(coverage: TransitionCoverage) -> list[str]:
 def transition_coverage(request: pytest.FixtureRequest) -> TransitionCoverage:
     """The session's coverage: pass it as an observer; ``track`` a machine to report it."""
     return request.config.stash[_KEY]
+
+
+@pytest.fixture(autouse=True)
+def _innerloop_counting(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test in scope reports its probes' and scenarios' transitions to the session's
+    coverage; a test outside it counts nothing."""
+    config = request.config
+    coverage, scope = config.stash[_KEY], config.stash[_SCOPE_KEY]
+    inside = isinstance(request.node, pytest.Item) and scope.covers(
+        request.node, config.rootpath
+    )
+    scope.ran += inside
+    coverage.recording = inside
+    token = COUNTING.set((coverage,) if inside else ())
+    try:
+        yield
+    finally:
+        COUNTING.reset(token)
+        coverage.recording = True
+
+
+def _gated(config: pytest.Config) -> bool:
+    """Strict, and (when scoped) at least one test in scope ran."""
+    scope = config.stash[_SCOPE_KEY]
+    return bool(config.getoption(_STRICT)) and (scope.everything or scope.ran > 0)
 
 
 def pytest_terminal_summary(
@@ -134,6 +212,11 @@ def pytest_terminal_summary(
         terminalreporter.write_line(
             f"{_STRICT} gates nothing: no machine is tracked (name one with {_OPTION})"
         )
+    if strict and not _gated(config):
+        terminalreporter.write_line(
+            f"{_STRICT} gates nothing this session: no test in {_SCOPE} ran"
+        )
+        return
     missing = _missing(coverage)
     if missing and strict:
         terminalreporter.write_line("FAILED: transitions never taken: " + "; ".join(missing))
@@ -141,7 +224,7 @@ def pytest_terminal_summary(
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
-    if not config.getoption(_STRICT):
+    if not _gated(config):
         return
     if _missing(config.stash[_KEY]) and exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

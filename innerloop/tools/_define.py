@@ -183,7 +183,11 @@ def tool(
     ``Args:`` or ``:param:`` entries describe the parameters). A parameter annotated
     :class:`ToolContext` receives the call's context and is not part of the schema.
     ``category`` (file, shell, network, code) picks the default timeout; ``timeout``
-    overrides it. See the module docstring for how sync, async and isolated tools run.
+    overrides it. An ``async def`` is awaited on the run's event loop (a timeout or an
+    abort cancels it); a plain ``def`` runs in a worker thread, which cannot be killed
+    (at a timeout the run goes on without it); with ``isolated=True`` (a plain
+    module-level ``def``) it runs in a child process, killed at its timeout (the manual's
+    Tools page says more).
 
     Raises :class:`ToolDefinitionError` here, at definition time, for an unsupported or
     missing annotation, a bad name, or a missing description.

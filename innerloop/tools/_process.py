@@ -287,7 +287,9 @@ async def run_process(
     (``"RLIMIT_AS"`` and ``"RLIMIT_FSIZE"``, in bytes) are set for the command and
     everything it starts; past ``max_processes`` descendants (beyond
     ``process_overhead``, the processes of a wrapper such as bwrap) the group is stopped
-    and the result says ``over_processes`` (see the module docstring).
+    and the result says ``over_processes``: the descendants are counted every
+    ``PROCESS_CHECK_INTERVAL`` seconds, so a fork faster than the count can get ahead of it
+    for up to one interval (each such process is still bounded by ``RLIMIT_AS``).
     """
     start = time.monotonic()
     if rlimits:

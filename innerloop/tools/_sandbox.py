@@ -157,15 +157,20 @@ def _check_paths(instance: Sandbox, attribute: attrs.Attribute[Any], value: Iter
 @attrs.frozen
 class Sandbox:
     """How ``run_shell`` and ``run_python`` are confined; give it to
-    ``builtin_tools(..., sandbox=Sandbox(...))``. See the module docstring for the two
-    isolation levels.
+    ``builtin_tools(..., sandbox=Sandbox(...))``. ``isolation`` is ``"bubblewrap"`` (the
+    command runs in its own namespaces under ``bwrap``, seeing the system read-only and
+    the workspace read-write), ``"process"`` (no namespaces; a subreaper kills every
+    descendant) or ``"auto"`` (bubblewrap when it works here, else ``process`` with a
+    :class:`SandboxWarning`); the manual's "Run tools in a sandbox" page says more.
 
     ``env`` names more variables of this process's environment to pass through (beyond
     :data:`BASE_ENV`); ``set_env`` sets variables outright. ``network`` lets the command
     reach the network (bubblewrap only: ``process`` cannot cut it). ``read_only`` and
     ``read_write`` show more host paths inside bubblewrap, at the same place. ``bwrap``
     is the bubblewrap program to use. ``memory_mb``, ``max_processes``, ``file_size_mb``
-    and ``tmpfs_mb`` are the resource limits (see the module docstring; ``None`` for none).
+    and ``tmpfs_mb`` are the resource limits: each process's address space, the
+    command's process count, each file written, and (bubblewrap only) each fresh tmpfs
+    (``None`` for none); a command over one gets an ``is_error`` result naming it.
     """
 
     isolation: Isolation = attrs.field(default="auto", validator=_check_isolation)

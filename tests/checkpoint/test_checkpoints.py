@@ -566,9 +566,10 @@ class TestBadInput:
         """A store written by a newer innerloop is refused and left as it is."""
         path = tmp_path / "runs.db"
         SQLiteCheckpointer(path).close()
+        import contextlib
         import sqlite3
 
-        with sqlite3.connect(path) as conn:
+        with contextlib.closing(sqlite3.connect(path)) as conn, conn:
             conn.execute("UPDATE innerloop_meta SET value = '7' WHERE key = 'schema_version'")
         before = path.read_bytes()
         with pytest.raises(CheckpointSchemaError) as err:
@@ -609,9 +610,10 @@ class TestBadInput:
             migrations = MIGRATIONS[:1]
 
         V1(path).close()
+        import contextlib
         import sqlite3
 
-        with sqlite3.connect(path) as conn:
+        with contextlib.closing(sqlite3.connect(path)) as conn, conn:
             conn.execute(
                 "INSERT INTO innerloop_runs (run_id, machine, created) "
                 "VALUES ('r1', 'innerloop', 0)"

@@ -5,6 +5,8 @@ command line prints one line on stderr and exits 2."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +23,8 @@ def _good(path: Path) -> Path:
     store = SQLiteCheckpointer(path)
     store.create_run("r1", "innerloop")
     store.close()
-    with sqlite3.connect(path) as conn:  # everything in the main file, none in a WAL
+    # everything in the main file, none in a WAL
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
         conn.execute("PRAGMA journal_mode=DELETE")
     return path
 
@@ -44,13 +47,13 @@ def _a_folder(path: Path) -> Path:
 
 
 def _version_abc(path: Path) -> Path:
-    with sqlite3.connect(_good(path)) as conn:
+    with contextlib.closing(sqlite3.connect(_good(path))) as conn, conn:
         conn.execute("UPDATE innerloop_meta SET value = 'abc' WHERE key = 'schema_version'")
     return path
 
 
 def _no_tables(path: Path) -> Path:
-    with sqlite3.connect(path) as conn:
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
         conn.execute("CREATE TABLE innerloop_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
         conn.execute(
             "INSERT INTO innerloop_meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
@@ -104,3 +107,14 @@ def test_the_command_line_says_one_line_and_exits_2(
     (line,) = done.stderr.splitlines()
     assert line.startswith(f"{prog}: error: --db: ")
     assert says in line
+
+
+def test_a_store_dropped_unclosed_closes_its_file(tmp_path: Path) -> None:
+    """A SQLiteCheckpointer nobody closed closes its connection when collected (Python 3.13's
+    sqlite3 would warn, ResourceWarning: unclosed database, an error in this suite)."""
+    store = SQLiteCheckpointer(tmp_path / "runs.db")
+    conn = store._conn
+    del store
+    gc.collect()
+    with pytest.raises(sqlite3.ProgrammingError, match="closed database"):
+        conn.execute("SELECT 1")

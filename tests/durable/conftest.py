@@ -76,3 +76,14 @@ def resumed_in_process(loop: str, answer: Any, tmp: Path) -> list[dict[str, Any]
         state = harness.resume(state, answer).run_sync()
     assert state.exit_reason == "model_complete"
     return [m.to_dict() for m in state.history]
+
+
+def dbos_sqlite(tmp_path: Path) -> str:
+    """A SQLite system database for DBOS, or a skip saying why DBOS cannot use one under
+    this Python (Python 3.12+ against a SQLite before 3.42: see ``sqlite_problem``)."""
+    from innerloop.durable._dbos import sqlite_problem
+
+    problem = sqlite_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    return f"sqlite:///{tmp_path / 'dbos.sqlite'}"

@@ -14,7 +14,8 @@ import pytest
 from dbos import DBOSClient
 
 from innerloop import Answer, ResumeError
-from innerloop.durable.dbos import DBOSLoopClient
+from innerloop.durable._dbos import sqlite_problem
+from innerloop.durable.dbos import DBOSLoopClient, dbos_config
 from innerloop.fsm import Interrupt
 from innerloop.testing import assert_valid_history
 from tests.durable._checks import (
@@ -27,14 +28,14 @@ from tests.durable._checks import (
     until,
 )
 from tests.durable._procs import PostgresServer, Processes, spawn_dbos_worker
-from tests.durable.conftest import resumed_in_process
+from tests.durable.conftest import dbos_sqlite, resumed_in_process
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A fresh DBOS system database: a SQLite file, or a PostgreSQL server of its own."""
     if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+        yield dbos_sqlite(tmp_path)
         return
     owner = Processes(tmp_path)
     # a directory of its own: the server's user may not enter pytest's private tmp dirs
@@ -87,7 +88,7 @@ def test_abort_message_ends_the_loop_at_the_next_turn(
     procs: Processes, tmp_path: Path, log_dir: Path
 ) -> None:
     """An abort sent while a tool runs takes effect when the loop enters its next turn."""
-    url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    url = dbos_sqlite(tmp_path)
     (log_dir / "hold-1").touch()
     env = {"INNERLOOP_TEST_DIR": str(log_dir)}
 
@@ -163,7 +164,7 @@ def test_suspended_loop_resumes_on_the_message(
         return state, interrupt, [e async for e in loops.events("r")]
 
     state, interrupt, events = with_worker(
-        procs, f"sqlite:///{tmp_path / 'dbos.sqlite'}", log_dir, body
+        procs, dbos_sqlite(tmp_path), log_dir, body
     )
     assert interrupt.kind == loop
     assert interrupt.tool_use_ids == ("call_c",)
@@ -202,7 +203,7 @@ def test_wrong_answer_is_refused_and_the_loop_keeps_waiting(
         return state, str(info.value), refused
 
     state, error, refused = with_worker(
-        procs, f"sqlite:///{tmp_path / 'dbos.sqlite'}", log_dir, body
+        procs, dbos_sqlite(tmp_path), log_dir, body
     )
     assert error == f"run 'w': {APPROVAL_REFUSED}"
     assert refused == {"n": 1, "error": f"run 'w': {APPROVAL_REFUSED}"}
@@ -259,7 +260,7 @@ def test_suspend_timeout_and_abort_while_suspended(
         return timed_out, aborted, [[e async for e in loops.events(id)] for id in ("t", "a")]
 
     timed_out, aborted, (waited, stopped) = with_worker(
-        procs, f"sqlite:///{tmp_path / 'dbos.sqlite'}", log_dir, body
+        procs, dbos_sqlite(tmp_path), log_dir, body
     )
     assert assert_each_run_replays(waited) == ["suspended"]
     assert assert_each_run_replays(stopped) == ["suspended", "aborted"]
@@ -271,3 +272,19 @@ def test_suspend_timeout_and_abort_while_suspended(
     assert (closing.tool_use_id, closing.is_error) == ("call_c", True)
     assert_valid_history(aborted.history)
     assert tool_starts(log_dir) == []
+
+
+def test_dbos_on_sqlite_is_refused_where_dbos_cannot_stamp_its_rows() -> None:
+    """DBOS 3 on Python 3.12+ needs SQLite 3.42 (unixepoch('subsec')); before, the config
+    is refused with what to use instead, not a NOT NULL error at launch."""
+    assert sqlite_problem((3, 11), (3, 40, 1)) is None
+    assert sqlite_problem((3, 13), (3, 42, 0)) is None
+    assert sqlite_problem((3, 13), (3, 40, 1)) == (
+        "DBOS on Python 3.13 needs SQLite 3.42 or later for a SQLite system database (this "
+        "Python's sqlite3 is 3.40.1): use a postgresql:// database_url, or a Python built "
+        "against a newer SQLite"
+    )
+    if sqlite_problem() is not None:
+        with pytest.raises(ValueError, match=r"needs SQLite 3\.42"):
+            dbos_config("sqlite:///x.db")
+    assert dbos_config("postgresql://u@h/db")["system_database_url"] == "postgresql://u@h/db"

@@ -42,6 +42,7 @@ from innerloop.fsm import (
 from innerloop.testing import AnthropicServer, FakeClock, Fault, Reply, ScriptedProvider, reply
 from tests.durable._checks import started, tool_starts, until
 from tests.durable._procs import Processes, TemporalServer, spawn_dbos_worker
+from tests.durable.conftest import dbos_sqlite
 from tests.durable.nested_app import (
     SURVEYS,
     answer,
@@ -444,7 +445,7 @@ def resumed_on_dbos(
     """Loop ``loop`` as a DBOS workflow on a worker process (SQLite), resumed once with
     ``answer_with`` through ``DBOSLoopClient.resume`` when it waits: its final state,
     the interrupt it waited on, its events."""
-    url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    url = dbos_sqlite(tmp_path)
     env = {"INNERLOOP_TEST_DIR": str(log_dir), "INNERLOOP_TEST_LOOPBACK": server.base_url}
 
     async def main() -> tuple[Any, Interrupt, list[dict[str, Any]]]:
@@ -470,7 +471,7 @@ def test_abort_reaches_a_running_child_at_its_next_turn(
     enters its next turn: the child ends in ``aborted`` without another model call, and
     so does the loop."""
     (log_dir / "hold-census").touch()
-    url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    url = dbos_sqlite(tmp_path)
     env = {"INNERLOOP_TEST_DIR": str(log_dir), "INNERLOOP_TEST_LOOPBACK": server.base_url}
 
     async def main() -> tuple[Any, list[dict[str, Any]]]:
@@ -513,7 +514,7 @@ def test_worker_killed_inside_a_child_loses_nothing_and_repeats_no_call(
             return Fault.hang()  # until the worker that asked is killed
         return answer(body)
 
-    url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    url = dbos_sqlite(tmp_path)
 
     async def main(server: AnthropicServer) -> tuple[Any, list[dict[str, Any]], int, int]:
         env = {"INNERLOOP_TEST_DIR": str(log_dir), "INNERLOOP_TEST_LOOPBACK": server.base_url}
@@ -683,7 +684,7 @@ def test_worker_killed_while_a_branch_waits_recovers_the_fan_out(
     is made again) and waits again; the answer lands in Porto, and the run ends with
     the in-process history."""
     expected = in_process("survey", tmp_path / "in-process", True)
-    url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    url = dbos_sqlite(tmp_path)
     env = {"INNERLOOP_TEST_DIR": str(log_dir), "INNERLOOP_TEST_LOOPBACK": server.base_url}
 
     async def main() -> tuple[Any, Interrupt, int]:

@@ -23,6 +23,7 @@ from innerloop.durable.temporal import TemporalLoops, TemporalOptions, temporal_
 from innerloop.observe import Tracing
 from tests.durable import app as test_app
 from tests.durable._procs import TemporalServer
+from tests.durable.conftest import dbos_sqlite
 
 
 def test_temporal_run_is_one_trace(temporal_server: TemporalServer, log_dir: Path) -> None:
@@ -68,7 +69,7 @@ def test_dbos_run_is_one_trace(tmp_path: Path, log_dir: Path) -> None:
     tracer = provider.get_tracer("host")
     tools = test_app.app.get("tools")
     app = LoopApp({"traced": attrs.evolve(tools, observers=(Tracing(tracer_provider=provider),))})
-    url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    url = dbos_sqlite(tmp_path)
 
     async def main() -> int:
         client = DBOSClient(system_database_url=url)

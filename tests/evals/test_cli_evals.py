@@ -142,3 +142,22 @@ def test_runs_rerun_unknown_run(
     code = main(["runs", "rerun", "nope", "--db", db, "--harness", f"{project}:harness"])
     assert code == 2
     assert "no run 'nope' in the checkpoint store" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "own", "other"),
+    [
+        (["eval", "--help"], "innerloop eval DATASET --harness", "rerun"),
+        (["runs", "rerun", "--help"], "innerloop runs rerun RUN_ID --db URL", "DATASET"),
+    ],
+)
+def test_each_command_s_help_describes_itself_only(
+    argv: list[str], own: str, other: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`innerloop eval --help` shows eval's usage alone, `runs rerun --help` rerun's."""
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    assert own in out
+    assert other not in out

@@ -141,6 +141,18 @@ def test_insert_between_reroutes_edges() -> None:
     assert not [t for t in spec.transitions if t.key == ("stream", "execute", "has_tool_calls")]
 
 
+def test_an_inserted_state_takes_the_edge_kind_from_its_target() -> None:
+    """Inserted between check and a final state, a guardrail's incoming edge is no exit (it
+    is not final): the exit moves to the edge from the guardrail into the final state."""
+    spec = DEFAULT_SPEC.insert_between("check", "model_complete", StateSpec("guardrail"), _noop)
+    into, out = spec.transitions_from("check")[4], spec.transitions_from("guardrail")
+    assert (into.key, into.kind) == (("check", "guardrail", "model_finished"), "happy")
+    assert [(t.key, t.kind) for t in out] == [(("guardrail", "model_complete", None), "exit")]
+    recovery = DEFAULT_SPEC.insert_between("check", "repair", StateSpec("audit"), _noop)
+    assert recovery.transitions_from("check")[3].kind == "recovery"
+    assert recovery.transitions_from("audit")[0].kind == "recovery"
+
+
 def test_add_transition_before_sets_priority() -> None:
     """``before`` places a new edge ahead of an existing one."""
     spec = DEFAULT_SPEC.with_guard("always", lambda ctx: True).add_transition(

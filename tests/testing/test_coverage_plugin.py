@@ -102,18 +102,20 @@ def escalation():
     return SPEC
 """
 
-TEST_REFUNDS = """
-from innerloop import Message, ModelResponse
-from innerloop.testing import Scenarios, machine_at
-from refunds import SPEC
-
+ESCALATING = """
 def escalating(params, state):
     answer = Message.assistant("ESCALATE: refund over the limit")
     state.history = [Message.user("Refund order 4711"), answer]
     state.last_response = ModelResponse(answer, "end_turn")
 
 SCENARIOS = Scenarios(SPEC).add("check", "escalated", escalating)
+"""
 
+TEST_REFUNDS = """
+from innerloop import Message, ModelResponse
+from innerloop.testing import Scenarios, machine_at
+from refunds import SPEC
+""" + ESCALATING + """
 def test_escalates(transition_coverage):
     ctx = SCENARIOS.context("check", "escalated")
     probe = machine_at(SPEC, "check", ctx.state, ctx.params, observers=[transition_coverage])
@@ -159,7 +161,7 @@ class TestSampleProject:
         assert result.ret == pytest.ExitCode.TESTS_FAILED
         out = result.stdout.str()
         assert "transition coverage of 'escalation':\n!!      0  idle -> assemble\n" in out
-        assert "        1  check -> escalated [asks_for_a_person]\n" in out
+        assert "        2  check -> escalated [asks_for_a_person]\n" in out  # scenario, step
         assert "2/46 transitions taken" in out
         failed = out[out.index("FAILED: transitions never taken: ") :]
         assert failed.startswith(
@@ -180,7 +182,7 @@ class TestSampleProject:
         out = result.stdout.str()
         assert (
             "transition coverage of 'escalation' (the transitions it adds over 'innerloop'):\n"
-            "        1  check -> escalated [asks_for_a_person]\n"
+            "        2  check -> escalated [asks_for_a_person]\n"
             "1/1 transitions taken\n"
         ) in out
         assert "FAILED" not in out
@@ -224,7 +226,7 @@ def _gate(transition_coverage):
         result = refunds.runpytest(*PLUGIN, "--innerloop-coverage=innerloop.fsm:DEFAULT_SPEC")
         out = result.stdout.str()
         assert "transition coverage of 'innerloop':" in out
-        assert "        1  check -> model_complete [model_finished]\n" in out
+        assert "        2  check -> model_complete [model_finished]\n" in out
         assert "1/45 transitions taken" in out
         assert "not tracked" not in out
 
@@ -253,6 +255,100 @@ def _gate(transition_coverage):
         result = refunds.runpytest(*PLUGIN, f"--innerloop-coverage={reference}")
         assert result.ret == pytest.ExitCode.USAGE_ERROR
         assert message in result.stderr.str()
+
+
+TEST_NO_CEREMONY = """
+import pytest
+from innerloop import Message, ModelResponse
+from innerloop.testing import Scenarios, machine_at
+from refunds import SPEC
+""" + ESCALATING + """
+@pytest.mark.innerloop_coverage
+def test_escalates():
+    SCENARIOS.context("check", "escalated")
+
+def test_answers():
+    ctx = SCENARIOS.context("check", "model_complete")
+    assert machine_at(SPEC, "check", ctx.state, ctx.params).step() == "model_complete"
+"""
+
+ADDED = "--innerloop-coverage=refunds:SPEC-innerloop.fsm:DEFAULT_SPEC"
+
+
+@pytest.fixture
+def scoped(pytester: pytest.Pytester) -> pytest.Pytester:
+    """The refunds project with scenario tests that never name the fixture, and a replay
+    test file that takes no transition."""
+    pytester.makepyfile(
+        refunds=REFUNDS,
+        test_machine=TEST_NO_CEREMONY,
+        test_replay="def test_replays():\n    assert True\n",
+    )
+    pytester.syspathinsert()
+    return pytester
+
+
+class TestNoCeremonyAndScope:
+    def test_scenarios_and_probes_count_without_the_fixture(
+        self, scoped: pytest.Pytester
+    ) -> None:
+        """A scenario built and a probe stepped count, though no test passes an observer."""
+        result = scoped.runpytest(
+            *PLUGIN, "--innerloop-coverage=innerloop.fsm:DEFAULT_SPEC", ADDED, STRICT
+        )
+        result.assert_outcomes(passed=3)
+        out = result.stdout.str()
+        assert "        1  check -> escalated [asks_for_a_person]\n1/1 transitions taken" in out
+        assert "        2  check -> model_complete [model_finished]\n" in out
+
+    def test_an_unscoped_gate_fails_a_file_about_something_else(
+        self, scoped: pytest.Pytester
+    ) -> None:
+        """Without a scope, running the replay file alone fails the gate (0/1)."""
+        result = scoped.runpytest(*PLUGIN, ADDED, STRICT, "test_replay.py")
+        assert result.ret == pytest.ExitCode.TESTS_FAILED
+        assert "0/1 transitions taken" in result.stdout.str()
+
+    def test_a_session_without_a_test_in_scope_is_not_gated(
+        self, scoped: pytest.Pytester
+    ) -> None:
+        result = scoped.runpytest(
+            *PLUGIN, ADDED, STRICT, "--innerloop-coverage-scope=test_machine.py", "test_replay.py"
+        )
+        result.assert_outcomes(passed=1)
+        assert result.ret == pytest.ExitCode.OK
+        assert (
+            "--innerloop-coverage-strict gates nothing this session: no test in "
+            "--innerloop-coverage-scope ran"
+        ) in result.stdout.str()
+
+    def test_the_files_in_scope_are_gated(self, scoped: pytest.Pytester) -> None:
+        result = scoped.runpytest(*PLUGIN, ADDED, STRICT, "--innerloop-coverage-scope=*machine*")
+        result.assert_outcomes(passed=3)
+        assert result.ret == pytest.ExitCode.OK
+        assert "1/1 transitions taken" in result.stdout.str()
+
+    def test_tests_out_of_scope_count_nothing(self, scoped: pytest.Pytester) -> None:
+        """Scoped to the replay file, the machine file's scenarios do not count."""
+        result = scoped.runpytest(
+            *PLUGIN, ADDED, STRICT, "--innerloop-coverage-scope=test_replay.py"
+        )
+        result.assert_outcomes(passed=3)
+        assert result.ret == pytest.ExitCode.TESTS_FAILED
+        assert "0/1 transitions taken" in result.stdout.str()
+
+    def test_marked_tests_only(self, scoped: pytest.Pytester) -> None:
+        """Scoped to marked tests: the marked escalation counts, the unmarked answer not."""
+        result = scoped.runpytest(
+            *PLUGIN,
+            "--innerloop-coverage=innerloop.fsm:DEFAULT_SPEC",
+            ADDED,
+            "--innerloop-coverage-scope=marked",
+        )
+        result.assert_outcomes(passed=3)
+        out = result.stdout.str()
+        assert "        1  check -> escalated [asks_for_a_person]\n" in out
+        assert "!!      0  check -> model_complete [model_finished]\n" in out
 
 
 class TestTracking:

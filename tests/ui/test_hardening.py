@@ -4,6 +4,7 @@ row, run ids holding ``#`` and ``?``, and a stream resumed from its last event i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import subprocess
@@ -122,7 +123,7 @@ class TestHosts:
 class TestStore:
     def test_a_corrupt_row_is_its_runs_one_line_error(self, tmp_path: Path, serve: Any) -> None:
         db = _store(tmp_path, "good", "bad")
-        with sqlite3.connect(tmp_path / "runs.db") as conn:
+        with contextlib.closing(sqlite3.connect(tmp_path / "runs.db")) as conn, conn:
             conn.execute("UPDATE innerloop_checkpoints SET data = 'garbage' WHERE run_id = 'bad'")
         server = serve(Catalog(store=open_checkpointer(db)))
         bad = httpx.get(server.url + "api/run/db:bad", timeout=10)
