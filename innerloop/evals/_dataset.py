@@ -152,10 +152,7 @@ def _plain_tree(data: Any, source: str) -> None:
     :data:`YAML_ALIAS_BUDGET`: what reads it later (schemas, comparisons, reports) would
     recurse without end or render without bound. Each value shared by aliases is walked
     and measured once, so a bomb costs no more to check than to read."""
-    height: dict[int, int] = {}
-    expanded: dict[int, int] = {}  # id of a list or mapping -> its values, aliases expanded
-    long_strings: set[int] = set()  # ids of the strings past 100 characters, counted once
-    written = 0
+    tree = _Measures()
     open_ids: set[int] = set()
     stack: list[tuple[Any, bool]] = [(data, False)]
     while stack:
@@ -164,27 +161,12 @@ def _plain_tree(data: Any, source: str) -> None:
         children = list(node.values()) if isinstance(node, dict) else node
         if done:
             open_ids.discard(key)
-            size, below = 1 + (len(node) if isinstance(node, dict) else 0), 0
-            written += size
-            for child in children:
-                if isinstance(child, list | dict):
-                    size += expanded[id(child)]
-                    below = max(below, height[id(child)])
-                    continue
-                weight = _weight(child)
-                size += weight
-                if weight == 1:
-                    written += 1
-                elif id(child) not in long_strings:
-                    long_strings.add(id(child))
-                    written += weight
-            expanded[key], height[key] = size, 1 + below
-            if height[key] > MAX_JSON_DEPTH:
+            if tree.measure(node, children) > MAX_JSON_DEPTH:
                 raise DatasetError(
                     f"{source}: nested deeper than {MAX_JSON_DEPTH} levels of lists and mappings"
                 )
             continue
-        if key in expanded:
+        if key in tree.expanded:
             continue
         if key in open_ids:
             raise DatasetError(
@@ -194,13 +176,43 @@ def _plain_tree(data: Any, source: str) -> None:
         open_ids.add(key)
         stack.append((node, True))
         stack.extend((c, False) for c in children if isinstance(c, list | dict))
-    added = expanded.get(id(data), written) - written
+    added = tree.expanded.get(id(data), tree.written) - tree.written
     if added > YAML_ALIAS_BUDGET:
         raise DatasetError(
             f"{source}: its YAML aliases expand it by {added:,} values, past the "
             f"{YAML_ALIAS_BUDGET:,} a dataset may add through aliases (YAML_ALIAS_BUDGET); "
             "write the values out, or share less"
         )
+
+
+class _Measures:
+    """What :func:`_plain_tree` learns of each list and mapping, children first: its
+    height, its values with every alias expanded, and the values the file spells out."""
+
+    def __init__(self) -> None:
+        self.height: dict[int, int] = {}
+        self.expanded: dict[int, int] = {}
+        self.long_strings: set[int] = set()  # ids of strings past 100 characters, counted once
+        self.written = 0
+
+    def measure(self, node: Any, children: Any) -> int:
+        """Books ``node`` (its children measured already); its height."""
+        size, below = 1 + (len(node) if isinstance(node, dict) else 0), 0
+        self.written += size
+        for child in children:
+            if isinstance(child, list | dict):
+                size += self.expanded[id(child)]
+                below = max(below, self.height[id(child)])
+                continue
+            weight = _weight(child)
+            size += weight
+            if weight == 1:
+                self.written += 1
+            elif id(child) not in self.long_strings:
+                self.long_strings.add(id(child))
+                self.written += weight
+        self.expanded[id(node)], self.height[id(node)] = size, 1 + below
+        return 1 + below
 
 
 def _weight(value: Any) -> int:

@@ -69,7 +69,10 @@ class TestYamlAliases:
         path.write_text("cases:\n  - inputs: hi\n    expected_output: &x [1, *x]\n")
         with pytest.raises(DatasetError) as caught:
             Dataset.load(path)
-        assert str(caught.value) == f"{path}: a value holds itself (a YAML alias inside its own anchor); a dataset is a tree of plain values"
+        assert str(caught.value) == (
+            f"{path}: a value holds itself (a YAML alias inside its own anchor); a dataset "
+            "is a tree of plain values"
+        )
 
     def test_long_shared_strings_count_by_their_length(self, tmp_path: Path) -> None:
         """A long string used many times through an alias counts a value per 100
