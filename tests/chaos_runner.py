@@ -427,6 +427,13 @@ class Board:
                 self.served[tag].append(step)
             return None if isinstance(step, Exhausted) else step
 
+    def absorb(self, tag: str) -> None:
+        """The run's last step was not a call's outcome: the provider asks again (taking
+        the next step for the same call)."""
+        with self.lock:
+            if self.served.get(tag):
+                self.served[tag].pop()
+
     def remove(self, tag: str) -> list[Served]:
         with self.lock:
             self.scripts.pop(tag, None)
@@ -445,6 +452,12 @@ def _tag(body: Any) -> str | None:
     return match.group(0) if match else None
 
 
+def _asked_again(path: str, step: ChaosStep) -> bool:
+    """A streamed Chat Completions request answered 200 with an empty body is asked once
+    more without streaming (OpenAIProvider): that step is not the call's outcome."""
+    return path.endswith("chat/completions") and isinstance(step, Fault) and step.kind == "empty"
+
+
 def _routed(base: type[LoopbackServer], board: Board) -> LoopbackServer:
     class Routed(base):  # type: ignore[valid-type,misc]
         def _plan(self, path: str, body: Any) -> _Plan:
@@ -457,6 +470,8 @@ def _routed(base: type[LoopbackServer], board: Board) -> LoopbackServer:
                 return self._error(400, "invalid_request_error", message)  # type: ignore[no-any-return]
             self.played += 1
             stream = bool(body.get("stream"))
+            if stream and _asked_again(self.path, step):
+                board.absorb(tag)
             if isinstance(step, Reset):
                 plan = self._render(Truncated(step.reply, step.after_events), stream, "m")
                 resets.add(id(plan))

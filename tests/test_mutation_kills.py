@@ -481,7 +481,16 @@ BOUNDARY_CASES: list[tuple[str, Callable[[HarnessState], None], str]] = [
     (
         "call",
         _failed(ErrorCategory.TRANSIENT, transient_failures=_TRANSIENT_RETRIES + 1),
-        "abort",
+        "fallback",  # the endpoint is down and a fallback model is left
+    ),
+    (
+        "call",
+        _failed(
+            ErrorCategory.TRANSIENT,
+            transient_failures=_TRANSIENT_RETRIES + 1,
+            active=len(PARAMS.model_chain) - 1,
+        ),
+        "abort",  # ... and on the last model of the chain, the run ends
     ),
 ]
 

@@ -20,7 +20,7 @@ import pytest
 from dbos import DBOSClient
 from temporalio.client import Client
 
-from innerloop import Child, Harness, HarnessParams
+from innerloop import Answer, Child, Harness, HarnessParams
 from innerloop.durable import LoopApp, LoopDefinition
 from innerloop.durable.dbos import DBOSLoopClient
 from innerloop.durable.temporal import (
@@ -723,14 +723,16 @@ def test_two_asking_branches_are_asked_one_at_a_time_in_a_temporal_workflow(
         d = nested_app(own.base_url).get("survey-twice")
         harness = Harness(d.params, d.providers, machine=d.machine)
         expected = harness.run_sync("go")
-        expected = harness.resume(expected, False).run_sync()
+        asked = expected.interrupt
+        assert asked is not None  # two branches wait: the answer names the question
+        expected = harness.resume(expected, Answer(asked.id, False)).run_sync()
         expected = harness.resume(expected, True).run_sync()
     assert expected.exit_reason == "model_complete"
 
     async def body(loops: TemporalLoops) -> tuple[Any, list[Interrupt]]:
         handle = await loops.start("survey-twice", "go", id="survey-twice")
         first = await temporal_suspended(handle)
-        await handle.resume(False)
+        await handle.resume(Answer(first.id, False))
         while (second := await temporal_suspended(handle)).path == first.path:  # noqa: ASYNC110
             await asyncio.sleep(0.05)  # the first question until the workflow goes on
         await handle.resume(True)

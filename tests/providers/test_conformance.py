@@ -171,6 +171,7 @@ def _canonical_usage(case: Case, usage: dict[str, Any]) -> dict[str, int]:
             "output_tokens": usage.get("output_tokens") or 0,
             "cache_read_tokens": usage.get("cache_read_input_tokens") or 0,
             "cache_creation_tokens": usage.get("cache_creation_input_tokens") or 0,
+            "estimated": False,  # every recorded response reports its usage
         }
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
     return {
@@ -178,6 +179,7 @@ def _canonical_usage(case: Case, usage: dict[str, Any]) -> dict[str, int]:
         "output_tokens": usage["completion_tokens"],
         "cache_read_tokens": cached,
         "cache_creation_tokens": 0,
+        "estimated": False,
     }
 
 

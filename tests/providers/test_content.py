@@ -296,8 +296,11 @@ class TestCompaction:
         assert result.removed == 2
         kept = result.history
         assert kept[1:] == tuple(history[3:])
-        # the first kept message opens with the marker and keeps its document
-        assert kept[0].content[1:] == history[2].content
+        # the first kept message opens with the task (its documents and image too), then
+        # the marker, then keeps its own document
+        task = history[0].content
+        assert kept[0].content[: len(task)] == task
+        assert kept[0].content[len(task) + 1 :] == history[2].content
         for dialect in ("anthropic", "openai", "responses"):
             assert normalize(kept, dialect)[0]["role"] == "user"
 

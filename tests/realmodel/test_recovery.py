@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import socket
 import urllib.request
 from typing import Any
@@ -128,16 +130,21 @@ class TestFallback:
         def kill_on_first_delta(event: Event) -> None:
             events.append(event)
             if isinstance(event, TextDelta) and primary.pid is not None:
-                primary.stop()
+                # SIGKILL: on SIGTERM the server would shut down gracefully and finish the
+                # stream it is sending
+                os.kill(primary.pid, signal.SIGKILL)
+                primary.stop()  # reaps it: nothing listens on its port any more
 
         try:
             p = HarnessParams(
                 model=f"primary:{primary.model}",
                 fallbacks=[f"local:{llama_server.model}"],
-                max_output_tokens=64,
+                max_output_tokens=256,
             )
             harness = Harness(p, [provider(primary, "primary"), provider(llama_server)])
-            state = harness.run_sync(PROMPT, on_event=kill_on_first_delta)
+            # a long answer: the server is still writing it when it is killed
+            long = "Count from 1 to 300, one number per line."
+            state = harness.run_sync(long, on_event=kill_on_first_delta)
         finally:
             primary.stop()
         falls = [e for e in events if isinstance(e, Fallback)]
