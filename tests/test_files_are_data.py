@@ -109,8 +109,12 @@ def store_naming(folder: Path, target: str) -> str:
     assert harness.start("What is 2 + 2?", run_id="r1").run_sync().exit_reason is not None
     assert harness.checkpointer is not None
     harness.checkpointer.close()
-    with sqlite3.connect(folder / "runs.db") as db:
-        db.execute("UPDATE innerloop_runs SET machine_import_path = ?", (target,))
+    db = sqlite3.connect(folder / "runs.db")
+    try:  # a connection's with-block commits; it does not close (3.13 warns)
+        with db:
+            db.execute("UPDATE innerloop_runs SET machine_import_path = ?", (target,))
+    finally:
+        db.close()
     return url
 
 
