@@ -171,6 +171,19 @@ class ProviderError(InnerloopError):
         """True when the machine may retry the same call."""
         return self.category is not ErrorCategory.FATAL
 
+    def reworded(self, message: str, *, keep_wait: bool = True) -> ProviderError:
+        """The same error saying ``message`` (category, provider, status, body and the
+        Retry-After header as sent kept); without ``keep_wait`` it asks for no wait."""
+        return ProviderError(
+            self.category,
+            message,
+            provider=self.provider,
+            status=self.status,
+            retry_after=self.retry_after if keep_wait else None,
+            raw=self.raw,
+            retry_after_header=self.retry_after_header,
+        )
+
     @classmethod
     def wrap(cls, exc: Exception, provider: str) -> ProviderError:
         """``exc`` itself when it is a ProviderError; else a fatal one describing it (an

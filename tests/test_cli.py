@@ -17,8 +17,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def cli(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 120
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120, cwd: Path = ROOT
 ) -> subprocess.CompletedProcess[str]:
+    """``innerloop ARGS`` in a real process run from ``cwd``, with no API key in its
+    environment but those of ``env``."""
     base = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     base["PYTHONPATH"] = str(ROOT)
     base.update(env or {})
@@ -28,7 +30,7 @@ def cli(
         text=True,
         env=base,
         timeout=timeout,
-        cwd=ROOT,
+        cwd=cwd,
     )
 
 

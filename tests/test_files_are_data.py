@@ -11,7 +11,6 @@ marker, keep ``evil_marker`` out of ``sys.modules``, survive, and say what to pa
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
 import sys
@@ -27,7 +26,7 @@ from innerloop.evals import Dataset, DatasetError
 from innerloop.fsm import MachineNotFound, load_spec
 from innerloop.testing import ReplayError, ScriptedProvider, replay
 from innerloop.ui import Catalog
-from tests.test_cli import ROOT
+from tests.test_cli import cli
 from tests.testing.test_replay import PARAMS, SCRIPT
 
 EVIL = """
@@ -132,16 +131,7 @@ def named(target: str) -> str:
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """``innerloop ARGS`` in a real process run from ``cwd`` (where ``python -m`` puts the
     current folder first on the path: the module beside the file is importable)."""
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    env["PYTHONPATH"] = str(ROOT)
-    return subprocess.run(
-        [sys.executable, "-m", "innerloop", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        cwd=cwd,
-    )
+    return cli(*args, cwd=cwd)
 
 
 @pytest.mark.parametrize("target", TARGETS)

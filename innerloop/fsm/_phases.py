@@ -316,14 +316,7 @@ def _record_failure(ctx: PhaseContext, error: ProviderError) -> None:
     state, policy = ctx.state, ctx.params.recovery
     refusal = _refusal(ctx, error)
     if refusal is not None:  # no retry here: fall back at once, or fail quoting the header
-        error = ProviderError(
-            error.category,
-            f"{error.message}; {refusal}",
-            provider=error.provider,
-            status=error.status,
-            raw=error.raw,
-            retry_after_header=error.retry_after_header,
-        )
+        error = error.reworded(f"{error.message}; {refusal}", keep_wait=False)
     log_model_failure(error)
     state.error = error
     state.count_error(error.category.value)

@@ -402,15 +402,7 @@ class OpenAIProvider(HTTPProvider):
         try:
             posted = await self._post(_unstreamed(payload))
         except ProviderError as exc:  # the real cause, said to come from the second ask
-            raise ProviderError(
-                exc.category,
-                f"{exc.message} ({_ASKED_AGAIN})",
-                provider=exc.provider,
-                status=exc.status,
-                retry_after=exc.retry_after,
-                raw=exc.raw,
-                retry_after_header=exc.retry_after_header,
-            ) from exc
+            raise exc.reworded(f"{exc.message} ({_ASKED_AGAIN})") from exc
         tools = bool(payload.get("tools"))
         if "json" in posted.content_type:
             self._unstreamable.add((model, tools))

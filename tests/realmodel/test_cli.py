@@ -7,12 +7,11 @@ import os
 import re
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 from innerloop.local import LocalModelServer
+from tests.test_cli import cli as innerloop_cli
 
-ROOT = Path(__file__).resolve().parents[2]
 SHORT = "Reply with one word: hello."
 # the command line samples at the server's temperature: the answer may run past the cap
 # and continue, so a run is held to two turns and may end complete (0) or at that limit (3)
@@ -23,16 +22,7 @@ ANSWERED = re.compile(r"model turn 1 \(openai:(\S+)\): stop_reason=\w+ (['\"]).*
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     """``innerloop ARGS`` in a subprocess, with no API key in its environment."""
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    env["PYTHONPATH"] = str(ROOT)
-    return subprocess.run(
-        [sys.executable, "-m", "innerloop", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        cwd=ROOT,
-    )
+    return innerloop_cli(*args, timeout=600)
 
 
 def test_run_against_a_local_server_needs_no_key(llama_server: LocalModelServer) -> None:
