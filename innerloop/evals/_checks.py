@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import reprlib
 import threading
@@ -20,7 +21,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import attrs
 import jsonschema
 import regex
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 
 from innerloop._json import parse_json
 from innerloop.evals._summary import RunSummary
@@ -33,6 +34,7 @@ __all__ = [
     "Contains",
     "Equals",
     "ExitReason",
+    "IsInstance",
     "Judge",
     "JudgeVerdict",
     "MatchesSchema",
@@ -169,13 +171,15 @@ _UNSET: Any = _Unset()
 @attrs.frozen
 class Equals:
     """The output equals ``value`` (without one: the case's ``expected_output``; a case
-    without an expected output is not checked)."""
+    without an expected output is not checked). ``label`` names the check in a report
+    (pydantic-evals' ``evaluation_name``)."""
 
     value: Any = _UNSET
+    label: str | None = None
 
     @property
     def name(self) -> str:
-        return "equals" if self.value is not _UNSET else "equals_expected"
+        return self.label or ("equals" if self.value is not _UNSET else "equals_expected")
 
     async def evaluate(self, ctx: CheckContext) -> CheckResult | None:
         want = ctx.expected_output if self.value is _UNSET else self.value
@@ -189,24 +193,71 @@ class Equals:
 
 @attrs.frozen
 class Contains:
-    """The output's text (its JSON for a typed output) contains ``value``."""
+    """The output contains ``value``, as pydantic-evals' ``Contains`` decides: a string in
+    a text output (or, with ``as_strings``, ``str(value)`` in ``str(output)``) as a
+    substring, ``case_sensitive`` or not; in a typed output (an instance of the params'
+    ``output_type``, as a mapping of its fields), a mapping's key-value pairs among its
+    fields, any other value among their names; an item among a list's items."""
 
-    value: str
+    value: Any
     case_sensitive: bool = True
+    as_strings: bool = False
+    label: str | None = None
 
     @property
     def name(self) -> str:
-        return "contains"
+        return self.label or "contains"
 
     async def evaluate(self, ctx: CheckContext) -> CheckResult | None:
-        out = ctx.output
-        text = out if isinstance(out, str) else json.dumps(out)
-        needle = self.value
-        if not self.case_sensitive:
-            text, needle = text.casefold(), needle.casefold()
-        if needle in text:
+        out = ctx.state.output if ctx.state.output is not None else ctx.output
+        problem = _missing(out, self.value, self.case_sensitive, self.as_strings)
+        return CheckResult(self.name, problem is None, problem or "")
+
+
+def _missing(out: Any, value: Any, case_sensitive: bool, as_strings: bool) -> str | None:
+    """Why ``out`` does not contain ``value`` (None when it does): :class:`Contains`."""
+    if as_strings or (isinstance(value, str) and isinstance(out, str)):
+        text, needle = str(out), str(value)
+        if not case_sensitive:
+            text, needle = text.lower(), needle.lower()  # lower(), as pydantic-evals
+        return None if needle in text else f"{_short(value)} not in {_short(out)}"
+    if isinstance(out, BaseModel) or dataclasses.is_dataclass(out):
+        out = TypeAdapter(type(out)).dump_python(out)
+    if isinstance(out, Mapping):
+        if not isinstance(value, Mapping):
+            return None if value in out else f"{_short(value)} is not a key of {_short(out)}"
+        for key, want in value.items():
+            if key not in out:
+                return f"no key {_short(key)} in {_short(out)}"
+            if out[key] != want:
+                return f"{_short(key)} is {_short(out[key])}, not {_short(want)}"
+        return None
+    try:
+        return None if value in out else f"{_short(value)} not in {_short(out)}"
+    except (TypeError, ValueError) as exc:
+        return f"cannot look for {_short(value)} in {_short(out)}: {exc}"
+
+
+@attrs.frozen
+class IsInstance:
+    """The output's type, or one of its bases, is named ``type_name`` (its name or
+    qualified name; pydantic-evals' ``IsInstance``). The output is the typed answer (an
+    instance of the params' ``output_type``) when there is one, else the text (``str``).
+    Only names are compared: nothing is imported."""
+
+    type_name: str
+    label: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.label or "is_instance"
+
+    async def evaluate(self, ctx: CheckContext) -> CheckResult | None:
+        out = ctx.state.output if ctx.state.output is not None else ctx.output
+        kind = type(out)
+        if any(self.type_name in (c.__name__, c.__qualname__) for c in kind.__mro__):
             return CheckResult(self.name, True)
-        return CheckResult(self.name, False, f"{self.value!r} not in {_short(out)}")
+        return CheckResult(self.name, False, f"the output is a {kind.__qualname__}")
 
 
 class _PatternTimeout(Exception):
@@ -422,10 +473,14 @@ class Judge:
     model: str | None = None
     include_prompt: bool = True
     include_expected: bool = True
+    label: str | None = None
+    """The check's name in a report (default ``judge``)."""
+    include_reason: bool = True
+    """Whether the report keeps the judge's reason."""
 
     @property
     def name(self) -> str:
-        return "judge"
+        return self.label or "judge"
 
     def prompt(self, ctx: CheckContext) -> str:
         """What the judge is asked."""
@@ -446,7 +501,8 @@ class Judge:
                 f"the judge gave no verdict (its run ended in {state.exit_reason}); check the "
                 "judge model and providers"
             )
-        return CheckResult(self.name, verdict.passed, verdict.reason, cost, tokens)
+        reason = verdict.reason if self.include_reason else ""
+        return CheckResult(self.name, verdict.passed, reason, cost, tokens)
 
 
 def _as_text(value: Any) -> str:

@@ -11,12 +11,15 @@ refused in one line saying what to pass."""
 
 from __future__ import annotations
 
+import datetime
 import functools
+import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
+import pydantic
 
 from innerloop._errors import InnerloopError
 from innerloop._json import MAX_JSON_DEPTH, parse_json
@@ -26,6 +29,7 @@ from innerloop.evals._checks import (
     Contains,
     Equals,
     ExitReason,
+    IsInstance,
     Judge,
     MatchesSchema,
     MaxSeconds,
@@ -110,16 +114,38 @@ class Dataset:
         _plain_tree(data, source)
         if not isinstance(data, Mapping) or not isinstance(data.get("cases"), list):
             raise DatasetError(f"{source}: expected a mapping with a list of `cases`")
-        unknown = sorted(set(data) - {"name", "cases", "evaluators", "checks", "$schema"})
+        unknown = sorted(set(data) - _DATASET_KEYS, key=str)
         if unknown:
             raise DatasetError(
-                f"{source}: unknown key {unknown[0]!r}; the keys are name, cases, evaluators"
+                f"{source}: unknown key {str(unknown[0])[:80]!r}; the keys are name, cases, "
+                "evaluators, report_evaluators"
             )
+        _no_report_evaluators(data.get("report_evaluators"), source)
         named = dict(predicates or {})
         cases = [_case(c, i, source, named) for i, c in enumerate(data["cases"], start=1)]
         evaluators = data.get("evaluators", data.get("checks"))
         checks = _checks(evaluators, f"{source}: evaluators", named)
         return cls(cases, checks, data.get("name"))
+
+
+_DATASET_KEYS = {"name", "cases", "evaluators", "checks", "report_evaluators", "$schema"}
+
+
+def _no_report_evaluators(data: Any, source: str) -> None:
+    """pydantic-evals writes ``report_evaluators: []`` into every dataset file: an empty
+    list (or none) is read; report evaluators themselves are not run, so a file naming one
+    is refused, naming it."""
+    if data is None or data == []:
+        return
+    if not isinstance(data, list):
+        raise DatasetError(f"{source}: `report_evaluators` must be a list")
+    first = data[0]
+    name = next(iter(first), first) if isinstance(first, Mapping) else first
+    raise DatasetError(
+        f"{source}: report_evaluators: {str(name)[:80]} is not supported: innerloop does not "
+        "run report evaluators (its report has the pass rate, tokens, cost and latency); "
+        "leave the list empty"
+    )
 
 
 def _yaml(text: str, path: Path) -> Any:
@@ -272,37 +298,154 @@ def _predicate(where: str, predicates: Predicates, name: Any, label: str | None 
     return Predicate(fn, label or name.rpartition(":")[2])
 
 
-def _reasons(*reasons: str | Sequence[str]) -> ExitReason:
-    flat = [r for item in reasons for r in ([item] if isinstance(item, str) else item)]
-    return ExitReason(flat)
+def _reasons(reasons: str | Sequence[str]) -> ExitReason:
+    return ExitReason([reasons] if isinstance(reasons, str) else reasons)
 
 
-def _judge(
+def _label(evaluation_name: Any) -> str | None:
+    if evaluation_name is not None and not isinstance(evaluation_name, str):
+        raise ValueError(f"evaluation_name must be a string, got {_kind(evaluation_name)}")
+    return evaluation_name
+
+
+def _flag(value: Any, option: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{option} must be true or false, got {_kind(value)}")
+    return value
+
+
+def _kind(value: Any) -> str:
+    return f"{type(value).__name__} {repr(value)[:60]}"
+
+
+# pydantic-evals' evaluators, read as its dataset files write them: the same options, the
+# same defaults, the same verdicts (docs/guides/evals.md#dataset-files)
+
+
+def _equals(value: Any, evaluation_name: str | None = None) -> Check:
+    return Equals(value, _label(evaluation_name))
+
+
+def _equals_expected(evaluation_name: str | None = None) -> Check:
+    return Equals(label=_label(evaluation_name))
+
+
+def _contains(
+    value: Any,
+    case_sensitive: bool = True,
+    as_strings: bool = False,
+    evaluation_name: str | None = None,
+) -> Check:
+    return Contains(
+        value,
+        _flag(case_sensitive, "case_sensitive"),
+        _flag(as_strings, "as_strings"),
+        _label(evaluation_name),
+    )
+
+
+def _is_instance(type_name: str, evaluation_name: str | None = None) -> Check:
+    if not isinstance(type_name, str) or not type_name:
+        raise ValueError(f"type_name must be a type's name, got {_kind(type_name)}")
+    return IsInstance(type_name, _label(evaluation_name))
+
+
+def _max_duration(seconds: Any) -> Check:
+    """``seconds``: a number, or an ISO 8601 duration (``PT1M30S``: a timedelta as
+    pydantic writes it)."""
+    if isinstance(seconds, str):
+        try:
+            seconds = pydantic.TypeAdapter(datetime.timedelta).validate_python(seconds)
+        except pydantic.ValidationError:
+            raise ValueError(
+                f"seconds must be a number or an ISO 8601 duration, got {_kind(seconds)}"
+            ) from None
+    if isinstance(seconds, datetime.timedelta):
+        seconds = seconds.total_seconds()
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds >= 0:
+        raise ValueError(f"seconds must be a number of at least 0, got {_kind(seconds)}")
+    return MaxSeconds(float(seconds))
+
+
+_ASSERTION: Any = {"include_reason": True}
+
+
+def _llm_judge(
     rubric: str,
     model: str | None = None,
-    include_input: bool = True,
-    include_expected_output: bool = True,
-) -> Judge:
-    return Judge(rubric, model, include_input, include_expected_output)
+    include_input: bool = False,
+    include_expected_output: bool = False,
+    model_settings: Any = None,
+    score: Any = False,
+    assertion: Any = _ASSERTION,
+) -> Check:
+    """pydantic-evals' ``LLMJudge``, with its defaults: the judge sees the output and
+    the rubric, not the case's input nor its expected output unless told to."""
+    if not isinstance(rubric, str) or not rubric:
+        raise ValueError(f"rubric must be a non-empty string, got {_kind(rubric)}")
+    if model is not None and not isinstance(model, str):
+        raise ValueError(f"model must be 'provider:model-id', got {_kind(model)}")
+    if model_settings:
+        raise ValueError(
+            "model_settings is not supported: the judge runs on innerloop's own params "
+            "(its answer typed, repaired once); leave model_settings out"
+        )
+    if score is not False:
+        raise ValueError(
+            "score is not supported: an innerloop check passes or fails and a report has no "
+            "scores; leave score out (or false) to check the judge's pass/fail assertion"
+        )
+    if assertion is False:
+        raise ValueError(
+            "assertion: false leaves the judge nothing innerloop checks (it reports no "
+            "scores); leave assertion out, or give {include_reason: ..., evaluation_name: ...}"
+        )
+    if not isinstance(assertion, Mapping) or set(assertion) - {"include_reason", "evaluation_name"}:
+        raise ValueError(
+            "assertion must be false or a mapping of include_reason and evaluation_name, "
+            f"got {_kind(assertion)}"
+        )
+    return Judge(
+        rubric,
+        model,
+        _flag(include_input, "include_input"),
+        _flag(include_expected_output, "include_expected_output"),
+        _label(assertion.get("evaluation_name")),
+        _flag(assertion.get("include_reason", False), "assertion.include_reason"),
+    )
 
 
 _BUILDERS: dict[str, Callable[..., Check]] = {
-    "Contains": Contains,
-    "Equals": Equals,
-    "EqualsExpected": Equals,
+    "Contains": _contains,
+    "Equals": _equals,
+    "EqualsExpected": _equals_expected,
     "ExitReason": _reasons,
+    "IsInstance": _is_instance,
     "Judge": Judge,
-    "LLMJudge": _judge,
-    "LlmJudge": _judge,
+    "LLMJudge": _llm_judge,
+    "LlmJudge": _llm_judge,
     "MatchesSchema": MatchesSchema,
-    "MaxDuration": MaxSeconds,
+    "MaxDuration": _max_duration,
     "MaxSeconds": MaxSeconds,
 }
-_UNSUPPORTED = {
-    "IsInstance": "the output is JSON data or text here; use MatchesSchema",
-    "HasMatchingSpan": "innerloop checks the run's transitions; use Predicate on ctx.run.path",
-    "Python": "an expression is not evaluated from a file; use Predicate: NAME (registered)",
+_NO_SPANS = (
+    "it reads the run's OpenTelemetry span tree, which an innerloop eval does not record; "
+    "check the run with a Predicate (ctx.run.path, ctx.state.history)"
+)
+_REFUSED = {
+    "HasMatchingSpan": _NO_SPANS,
+    "ToolCorrectness": _NO_SPANS,
+    "TrajectoryMatch": _NO_SPANS,
+    "ArgumentCorrectness": _NO_SPANS,
+    "MaxToolCalls": _NO_SPANS,
+    "MaxModelRequests": _NO_SPANS,
+    "Python": "a dataset file is data and an expression in it is never evaluated; register "
+    "a function in your code and name it with Predicate: NAME",
+    "GEval": "it scores on a scale and an innerloop check passes or fails; use LLMJudge with "
+    "a rubric",
 }
+"""pydantic-evals' evaluators innerloop does not run, and why: a file naming one is
+refused when read, in one line naming it (never run as something else)."""
 
 
 def _check(item: Any, where: str, predicates: Predicates) -> Check:
@@ -319,18 +462,42 @@ def _check(item: Any, where: str, predicates: Predicates) -> Check:
         raise DatasetError(
             f"{where}: an evaluator is Name, {{Name: argument}} or {{Name: {{...}}}}"
         )
-    if name in _UNSUPPORTED:
-        raise DatasetError(f"{where}: {name} is not supported: {_UNSUPPORTED[name]}")
+    if name in _REFUSED:
+        raise DatasetError(f"{where}: {name} is not supported: {_REFUSED[name]}")
     if name == "Predicate":
         builder: Callable[..., Check] | None = functools.partial(_predicate, where, predicates)
     else:
         builder = _BUILDERS.get(str(name))
     if builder is None:
         known = ", ".join(sorted([*_BUILDERS, "Predicate"]))
-        raise DatasetError(f"{where}: unknown evaluator {name!r}; known: {known}")
+        raise DatasetError(f"{where}: unknown evaluator {str(name)[:80]!r}; known: {known}")
+    _bind(builder, name, args, kwargs, where)
     try:
         return builder(*args, **kwargs)
     except DatasetError:
         raise
     except (TypeError, ValueError) as exc:
         raise DatasetError(f"{where}: {name}: {exc}") from None
+
+
+def _bind(
+    builder: Callable[..., Check],
+    name: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    where: str,
+) -> None:
+    """Refuse options ``name`` does not take, or one it needs missing, naming its options."""
+    params = inspect.signature(builder).parameters
+    takes = ", ".join(params)
+    unknown = [k for k in kwargs if k not in params]
+    if unknown:
+        raise DatasetError(
+            f"{where}: {name} has no option {str(unknown[0])[:80]!r}; it takes {takes}"
+        )
+    given = {*list(params)[: len(args)], *kwargs}
+    missing = [
+        p for p, v in params.items() if v.default is inspect.Parameter.empty and p not in given
+    ]
+    if missing:
+        raise DatasetError(f"{where}: {name} needs {missing[0]!r}; it takes {takes}")

@@ -417,7 +417,8 @@ cases:
             Equals(),
             Contains("Par"),
             Contains("paris", case_sensitive=False),
-            Judge("Names Paris", "anthropic:claude-haiku-4-5", include_prompt=False),
+            # pydantic-evals' defaults: the judge is sent neither input nor expected output
+            Judge("Names Paris", "anthropic:claude-haiku-4-5", False, False),
         )
         assert second.name == "case 2"
         assert second.prompt == "Answer as JSON"
@@ -442,15 +443,15 @@ cases:
                 "(or a mapping with a `prompt` string), got int",
             ),
             (
-                "cases: [{inputs: hi, evaluators: [IsInstance: str]}]",
-                "cases.yaml: case 'case 1': evaluators[0]: IsInstance is not supported: the "
-                "output is JSON data or text here; use MatchesSchema",
+                "cases: [{inputs: hi, evaluators: [Python: 'ctx.output == 1']}]",
+                "cases.yaml: case 'case 1': evaluators[0]: Python is not supported: a dataset "
+                "file is data and an expression in it is never evaluated",
             ),
             (
                 "cases: [{inputs: hi, evaluators: [Sorta]}]",
                 "cases.yaml: case 'case 1': evaluators[0]: unknown evaluator 'Sorta'; known: "
-                "Contains, Equals, EqualsExpected, ExitReason, Judge, LLMJudge, LlmJudge, "
-                "MatchesSchema, MaxDuration, MaxSeconds, Predicate",
+                "Contains, Equals, EqualsExpected, ExitReason, IsInstance, Judge, LLMJudge, "
+                "LlmJudge, MatchesSchema, MaxDuration, MaxSeconds, Predicate",
             ),
             (
                 "cases: [{inputs: hi, evaluators: [Predicate: 'nosuchmodule:f']}]",
@@ -461,8 +462,8 @@ cases:
             ),
             (
                 "cases: [{inputs: hi, evaluators: [Contains: {needle: x}]}]",
-                "cases.yaml: case 'case 1': evaluators[0]: Contains: Contains.__init__() got an "
-                "unexpected keyword argument 'needle'",
+                "cases.yaml: case 'case 1': evaluators[0]: Contains has no option 'needle'; it "
+                "takes value, case_sensitive, as_strings, evaluation_name",
             ),
             (
                 "cases: [{inputs: hi, expected: x}]",
