@@ -4,8 +4,9 @@ or from a checkpoint store."""
 
 from __future__ import annotations
 
+import functools
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from innerloop.fsm._state import Outcome
 from innerloop.providers._fingerprint import history_fingerprint
 from innerloop.tools._runner import ABORTED_TOOL
 
-__all__ = ["Call", "Recording", "ReplayError", "Source", "load_recording"]
+__all__ = ["Call", "Recording", "ReplayError", "Source", "load_recording", "log_runs"]
 
 
 class ReplayError(InnerloopError, ValueError):
@@ -226,6 +227,29 @@ def _streamed(
     """``pick_run(_joined(split_runs(lines)), run, where)``, reading ``lines`` as a stream:
     of the runs it passes it keeps their ids, and of the one picked the lines a replay
     reads, so a replay's memory grows with that run, not with the log."""
+    stubs, picked = _walk(lines, functools.partial(_wanted, run))
+    _, label = pick_run(stubs, run, where)  # its errors, as for the whole log
+    return picked, label
+
+
+def log_runs(path: str | Path) -> int:
+    """How many runs the event log at ``path`` holds (a run continued as new counted
+    once, as :func:`replay` numbers them), read as a stream. ``ReplayError`` when the log
+    cannot be read."""
+    try:
+        stubs, _ = _walk(iter_event_log(path), lambda number, run_id, found: False)
+    except OSError as exc:
+        raise ReplayError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise ReplayError(str(exc)) from None
+    return len(stubs)
+
+
+def _walk(
+    lines: Iterator[dict[str, Any]], keep: Callable[[int, Any, bool], bool]
+) -> tuple[list[list[Mapping[str, Any]]], list[Mapping[str, Any]]]:
+    """A stub (type and id) of each run of ``lines``, and the lines a replay reads of the
+    last run ``keep(number, run_id, found_before)`` keeps."""
     stubs: list[list[Mapping[str, Any]]] = []
     picked: list[Mapping[str, Any]] = []
     keeping = found = open_run = False
@@ -240,7 +264,7 @@ def _streamed(
             run_id = line.get("run_id") if kind == "run_started" else None
             stubs.append([{"type": kind, "run_id": run_id}])
             entered = None
-            keeping = _wanted(run, len(stubs), run_id, found)
+            keeping = keep(len(stubs), run_id, found)
             if keeping:
                 found, picked = True, []
         last_type = kind
@@ -250,8 +274,7 @@ def _streamed(
             open_run = False
         if keeping and (kind in _READ or kind == "child_event"):
             picked.append(line)
-    _, label = pick_run(stubs, run, where)  # its errors, as for the whole log
-    return picked, label
+    return stubs, picked
 
 
 def _joined(runs: list[list[Mapping[str, Any]]]) -> list[list[Mapping[str, Any]]]:

@@ -411,6 +411,68 @@ class TestCommandLine:
             f"innerloop replay: {log} has no run '2': its runs are 1 to 1, or last\n"
         )
 
+    def test_every_run_of_a_log_is_replayed(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Without --run every run of the log replays, one line each and one over them
+        all; one run that differs (its recorded prompt edited) makes the exit 1; --run
+        still picks one, the differing one shown whole."""
+        log = tmp_path / "runs.jsonl"
+        with EventLog(log, {"command": "test"}) as events:
+            for _ in range(3):
+                harness = Harness(PARAMS, [ScriptedProvider(SCRIPT)], machine=with_guardrail())
+                for event in harness.start("What is 2 + 2?").iter_sync():
+                    events.write(event)
+        lines = log.read_text().splitlines(keepends=True)
+        starts = [i for i, line in enumerate(lines) if '"type":"run_started"' in line]
+        assert len(starts) == 3
+        lines[starts[1]] = lines[starts[1]].replace('"system":"Add."', '"system":"Subtract."')
+        log.write_text("".join(lines))
+        spec = "innerloop.examples:with_guardrail"
+        n = recorded_transitions(log, 1)
+        ok = f"{n} transitions, 2 model calls, exit_reason=model_complete"
+        assert main(["replay", str(log), "--spec", spec]) == 1
+        assert capsys.readouterr() == (
+            f"OK run 1 of {log}: {ok}\n"
+            f"DIVERGED run 2 of {log}: model call 1 in state 'call'\n"
+            f"OK run 3 of {log}: {ok}\n"
+            "3 runs: 2 the same, 1 different; the whole difference: --run 2\n",
+            "",
+        )
+        assert main(["replay", str(log), "--spec", spec, "--run", "2"]) == 1
+        out = capsys.readouterr().out
+        assert out.startswith(f"DIVERGED run 2 of {log}: model call 1 in state 'call'\n")
+        assert "  recorded response: " in out
+        assert main(["replay", str(log), "--spec", spec, "--run", "3"]) == 0
+        assert capsys.readouterr().out == f"OK run 3 of {log}: {ok}\n"
+        log.write_text("".join(lines).replace('"system":"Subtract."', '"system":"Add."'))
+        assert main(["replay", str(log), "--spec", spec]) == 0
+        assert capsys.readouterr().out.endswith("3 runs: 3 the same, 0 different\n")
+
+    def test_the_help_says_every_run_is_replayed(self, capsys: pytest.CaptureFixture[str]) -> None:
+        with pytest.raises(SystemExit):
+            main(["replay", "--help"])
+        out = " ".join(capsys.readouterr().out.split())
+        assert "Every run of the log is replayed, unless --run picks one." in out
+        assert "replay only this run of the log (1 = first); without it, every run" in out
+
+    def test_a_run_that_cannot_be_replayed_among_several_exits_2(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Every run is still tried; the one that cannot be replayed says why on stderr."""
+        log = tmp_path / "runs.jsonl"
+        with EventLog(log, {"command": "test"}) as events:
+            for machine in (with_guardrail(), HOUSE):
+                harness = Harness(PARAMS, [ScriptedProvider(SCRIPT)], machine=machine)
+                for event in harness.start("What is 2 + 2?").iter_sync():
+                    events.write(event)
+        assert main(["replay", str(log), "--spec", "innerloop.examples:with_guardrail"]) == 2
+        out, err = capsys.readouterr()
+        assert out.splitlines()[0].startswith(f"OK run 1 of {log}: ")
+        assert out.splitlines()[1] == "2 runs: 1 the same, 0 different, 1 could not be replayed"
+        assert err.startswith(f"innerloop replay: run 2 of {log} ran on machine 'house-guardrail'")
+        assert len(err.splitlines()) == 1
+
 
 # -- stored runs ------------------------------------------------------------------------------
 
