@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import attrs
-from rich.console import Console, Group, RenderableType
+from rich import box
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.table import Table
 from rich.text import Text
 
@@ -139,23 +140,43 @@ class EvalReport:
             "results": [r.to_dict() for r in self.results],
         }
 
-    def __rich__(self) -> RenderableType:
-        return Group(self.cases_table(), self.summary_table())
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        """The cases, then the figures over them, fitted to the width: the figures of each
+        case whole, its reasons wrapped in the last column, or (where that column would be
+        under :data:`WHY_WIDTH`) under the table, each wrapped to the width."""
+        figures = self.cases_table(why=False)
+        room = options.max_width - console.measure(figures, options=options).maximum
+        if room >= WHY_WIDTH + 2 or not any(_why(r) for r in self.results):
+            yield self.cases_table()
+        else:
+            yield figures
+            yield self.reasons()
+        yield Text()
+        yield self.summary_table()
 
-    def cases_table(self) -> Table:
+    def cases_table(self, *, why: bool = True) -> Table:
         """One row per case: status, exit reason, turns, tokens, cost, seconds,
-        recoveries, and why it failed."""
-        table = Table(title=f"eval {self.name}" if self.name else "eval", title_justify="left")
-        for column in ("case", "status", "exit", "turns", "tokens", "cost", "s", "recoveries"):
-            table.add_column(
-                column, justify="right" if column in ("turns", "tokens", "s") else "left"
-            )
-        table.add_column("why", overflow="fold")
+        recoveries, and (``why``) why it failed. The figures are never cut nor wrapped;
+        the case's name, its recoveries and the reasons wrap."""
+        table = Table(
+            title=f"eval {self.name}" if self.name else "eval",
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            show_edge=False,
+            collapse_padding=True,
+        )
+        table.add_column("case", overflow="fold", min_width=4)
+        for column in ("status", "exit"):
+            table.add_column(column, no_wrap=True)
+        for column in ("turns", "tokens", "cost", "s"):
+            table.add_column(column, justify="right", no_wrap=True)
+        table.add_column("recoveries", min_width=10)
+        if why:
+            table.add_column("why", overflow="fold", min_width=WHY_WIDTH)
         style = {"passed": "green", "failed": "red", "error": "bold red"}
         for r in self.results:
             run = r.run
-            why = r.error or "; ".join(f"{c.name}: {c.reason}" for c in r.failures)
-            table.add_row(
+            cells: list[RenderableType] = [
                 r.name,
                 Text(r.status, style=style[r.status]),
                 run.exit_reason or "-" if run else "-",
@@ -164,9 +185,20 @@ class EvalReport:
                 _cost(r.cost_usd),
                 f"{run.seconds:.2f}" if run and run.seconds is not None else "-",
                 str(run.recoveries) if run else "-",
-                why,
-            )
+            ]
+            table.add_row(*cells, *([_why(r)] if why else []))
         return table
+
+    def reasons(self) -> Group:
+        """Why each case that did not pass failed, a paragraph each (wrapped to the
+        width), for a terminal too narrow to hold them beside the figures."""
+        return Group(
+            *(
+                Text.assemble((f"{r.name}:", "bold"), " ", why)
+                for r in self.results
+                if (why := _why(r))
+            )
+        )
 
     def summary_table(self) -> Table:
         """The figures over every case."""
@@ -199,6 +231,17 @@ class EvalReport:
 
     def __str__(self) -> str:
         return render_text(self)
+
+
+WHY_WIDTH = 30
+"""The least width the reasons' column of a report's table gets beside the figures; on a
+narrower terminal the reasons go under the table (:meth:`EvalReport.reasons`)."""
+
+
+def _why(result: CaseResult) -> str:
+    return result.error or "; ".join(
+        f"{c.name}: {c.reason}" if c.reason else c.name for c in result.failures
+    )
 
 
 def render_text(renderable: Any, width: int = 120) -> str:

@@ -4,11 +4,12 @@ a time, each run's path and figures recorded, then its checks."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Iterable, Mapping
+from time import perf_counter
 from typing import Any
 
 from innerloop._harness import Harness
+from innerloop._messages import Message
 from innerloop.evals._checks import (
     FINISHED,
     JUDGE_SYSTEM,
@@ -26,8 +27,10 @@ from innerloop.evals._sync import run_outside_a_loop
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._state import HarnessState
 from innerloop.providers._base import Provider
+from innerloop.providers._fingerprint import history_fingerprint
+from innerloop.recovery._pricing import price_for
 
-__all__ = ["Judges", "run_eval", "run_eval_sync"]
+__all__ = ["Judges", "run_eval", "run_eval_sync", "warm_up"]
 
 
 class Judges:
@@ -72,6 +75,18 @@ class Judges:
         return harness
 
 
+def warm_up(harness: Harness[Any]) -> None:
+    """Load what a harness's first run would load inside its timed span, so that no case
+    carries it: the price table its models are priced from (read on first use, about a
+    quarter of a second), its tokenizer's data, and the converter a run's history is
+    fingerprinted with when it ends."""
+    params = harness.params
+    for choice in params.model_chain:
+        price_for(choice.model, params.prices, choice.provider)
+    harness.token_counter.count_text("warm up")
+    history_fingerprint([Message.user("warm up")])
+
+
 CHECK_SECONDS = 120.0
 """How long one check may take on one case, by default (a judge's model call included)."""
 
@@ -94,14 +109,15 @@ async def _check(check: Check, ctx: CheckContext, seconds: float | None) -> Chec
 async def _run_case(
     case: Case, dataset: Dataset, harness: Harness[Any], judges: Judges, check_seconds: float | None
 ) -> CaseResult:
-    started = time.perf_counter()
+    started = perf_counter()  # the run alone: set up before (warm_up), checked after
     try:
         run = harness.start(case.prompt)
         path = await transitions(run)
     except Exception as exc:
         return CaseResult(case.name, "error", error=f"the run raised {type(exc).__name__}: {exc}")
+    seconds = perf_counter() - started
     state = run.state
-    summary = RunSummary.of(state, path, seconds=time.perf_counter() - started, run_id=run.run_id)
+    summary = RunSummary.of(state, path, seconds=seconds, run_id=run.run_id)
     checks = [*case.checks, *dataset.checks]
     if not any(isinstance(c, ExitReason) for c in checks):
         checks.insert(0, FINISHED)
@@ -143,8 +159,9 @@ async def run_eval(
         raise ValueError(f"check_seconds must be above 0 (or None), got {check_seconds}")
     judges = Judges(harness, judge_model, judge_providers)
     judges.prepare(dataset)
+    await asyncio.to_thread(warm_up, harness)  # off the loop: a host's other tasks run on
     gate = asyncio.Semaphore(concurrency)
-    started = time.perf_counter()
+    started = perf_counter()
 
     async def one(case: Case) -> CaseResult:
         async with gate:
@@ -154,7 +171,7 @@ async def run_eval(
         return result
 
     results = await asyncio.gather(*(one(case) for case in dataset.cases))
-    return EvalReport(tuple(results), time.perf_counter() - started, concurrency, dataset.name)
+    return EvalReport(tuple(results), perf_counter() - started, concurrency, dataset.name)
 
 
 def run_eval_sync(

@@ -31,7 +31,10 @@ from innerloop.evals import (
     run_eval,
     run_eval_sync,
 )
+from innerloop.evals import _runner as runner
 from innerloop.evals._summary import percentile
+from innerloop.recovery import ApproxTokenCounter, Price
+from innerloop.recovery import _pricing as pricing
 from innerloop.testing import (
     FakeClock,
     FakeProvider,
@@ -214,6 +217,57 @@ class TestRunEval:
         report = asyncio.run(run_eval(dataset, harness, concurrency=3))
         assert report.ok
         assert peak == 3
+
+    def test_each_case_is_timed_alone(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """What a harness loads on first use (its price table, its tokenizer's data) is
+        loaded before the first case's timer starts, so no case carries it: on a timer
+        that only loading moves, every case took no time."""
+        now = [0.0]
+        loaded: list[str] = []
+
+        def first_use(what: str, seconds: float) -> None:
+            if what not in loaded:
+                loaded.append(what)
+                now[0] += seconds  # loading takes time, once per process
+
+        def kept_price(model: str, provider: str | None = None) -> Price:
+            first_use("prices", 0.27)
+            return Price(1.0, 2.0)
+
+        class Counter(ApproxTokenCounter):
+            def count_text(self, text: str) -> int:
+                first_use("tokenizer", 0.05)
+                return super().count_text(text)
+
+        monkeypatch.setattr(pricing, "kept_price", kept_price)
+        monkeypatch.setattr(runner, "perf_counter", lambda: now[0])
+        model = ScriptedProvider([reply("a"), reply("b"), reply("c")], name="acme")
+        harness = Harness(HarnessParams(model="acme:m-1"), [model], token_counter=Counter())
+        dataset = Dataset([Case(f"c{i}", "hi") for i in range(3)])
+        report = run_eval_sync(dataset, harness, concurrency=1)
+        assert loaded == ["prices", "tokenizer"]
+        assert [r.run.seconds for r in report.results if r.run] == [0.0, 0.0, 0.0]
+        assert report.latency() == {"p50": 0.0, "p90": 0.0, "p95": 0.0, "p99": 0.0, "max": 0.0}
+        assert report.cost_usd == pytest.approx(3 * (10 * 1.0 + 5 * 2.0) / 1e6)  # kept price
+
+    def test_a_case_s_time_is_its_run_s(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The timer starts as the run starts and stops as it ends: its model calls are
+        inside, its checks are not."""
+        now = [0.0]
+
+        def answer(request: Any) -> Reply:
+            now[0] += 1.0  # each model call takes a second
+            return reply("ok")
+
+        def slow_check(ctx: CheckContext) -> bool:
+            now[0] += 100.0
+            return True
+
+        monkeypatch.setattr(runner, "perf_counter", lambda: now[0])
+        harness = Harness(HarnessParams(model="scripted:m"), [FakeProvider(answer)])
+        dataset = Dataset([Case("a", "q", checks=[Predicate(slow_check)]), Case("b", "q")])
+        report = run_eval_sync(dataset, harness, concurrency=1)
+        assert [r.run.seconds for r in report.results if r.run] == [1.0, 1.0]
 
     def test_concurrency_must_be_positive(self) -> None:
         with pytest.raises(ValueError, match=r"^concurrency must be at least 1, got 0$"):

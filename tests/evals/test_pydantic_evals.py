@@ -35,7 +35,8 @@ from pydantic_evals.reporting import EvaluationReport
 from innerloop import Harness, HarnessParams
 from innerloop.cli import main
 from innerloop.evals import Dataset, DatasetError, EvalReport, Judge, run_eval_sync
-from innerloop.testing import FakeClock, FakeProvider, reply
+from innerloop.evals import _runner as runner
+from innerloop.testing import FakeClock, FakeProvider, Fault, reply
 
 ANSWERS = {
     "Capital of France?": "It is Paris.",
@@ -443,3 +444,81 @@ def test_report_evaluators_are_refused_when_there_are_any(tmp_path: Path) -> Non
         "does not run report evaluators (its report has the pass rate, tokens, cost and "
         "latency); leave the list empty"
     )
+
+
+def capitals_harness() -> Harness[Any]:
+    """The harness ``innerloop eval`` runs the capitals file on: the model answers from
+    ANSWERS (after a 429 for Spain: a recovery to show), the judge (``function:grader``,
+    as the file names it) by :func:`verdict`; its backoff waits on a fake clock."""
+    seen: dict[str, int] = {}
+
+    def answer(request: Any) -> Any:
+        prompt = _prompt(request)
+        seen[prompt] = seen.get(prompt, 0) + 1
+        if prompt == "Capital of Spain?" and seen[prompt] == 1:
+            return Fault.rate_limited(retry_after=2)
+        return reply(ANSWERS[prompt])
+
+    providers = {"scripted": FakeProvider(answer), "function": Judges().provider()}
+    return Harness(HarnessParams(model="scripted:m"), providers, clock=FakeClock())
+
+
+@pytest.mark.parametrize("columns", [80, 160])
+def test_the_round_trip_s_report_fits_the_terminal(
+    tmp_path: Path,
+    columns: int,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``innerloop eval`` on the file pydantic-evals wrote: the table fits the terminal,
+    the figures whole; at 80 columns the reasons go under it, wrapped. The eval's timer
+    stands still (each case's seconds and the wall time are real time otherwise)."""
+    path = write(capitals(Judges().model()), tmp_path / "capitals.yaml")
+    monkeypatch.setenv("COLUMNS", str(columns))
+    monkeypatch.setattr(runner, "perf_counter", lambda: 0.0)
+    harness = "tests.evals.test_pydantic_evals:capitals_harness"
+    assert main(["eval", str(path), "--harness", harness, "--no-progress"]) == 1
+    out = capsys.readouterr().out
+    assert max(map(len, out.splitlines())) <= columns
+    assert [line.rstrip() for line in out.splitlines()] == TABLES[columns]
+
+
+TABLES: dict[int, list[str]] = {
+    80: [
+        "eval capitals",
+        " case    status  exit            turns  tokens      cost     s  recoveries",
+        "\u2500" * 77,
+        " france  failed  model_complete      1      15  unpriced  0.00  -",
+        " italy   failed  model_complete      1      15  unpriced  0.00  -",
+        " case 3  failed  model_complete      1      15  unpriced  0.00  backed_off 1",
+        "france: exact: 'paris' not in 'It is Paris.'",
+        "italy: expected: expected 'Rome', got 'Milan'; is_instance: the output is a str;",
+        "judged",
+        "case 3: in_a_list: cannot look for ['madrid'] in 'madrid': 'in <string>'",
+        "requires string as left operand, not list",
+        "",
+        " passed      0/3 (0%), 3 failed, 0 errors",
+        " tokens      45 (input 30, output 15); judges 45",
+        " cost        unpriced",
+        " latency     p50 0.0 ms, p90 0.0 ms, p95 0.0 ms, p99 0.0 ms, max 0.0 ms",
+        " recoveries  backed_off 1/3, fell_back 0/3, retried 0/3, compacted 0/3,",
+        "             repaired 0/3",
+        " wall time   0.00 s at concurrency 8",
+    ],
+    160: [
+        "eval capitals",
+        " case    status  exit            turns  tokens      cost     s  recoveries    why",
+        "\u2500" * 160,
+        " france  failed  model_complete      1      15  unpriced  0.00  -             exact: 'paris' not in 'It is Paris.'",  # noqa: E501
+        " italy   failed  model_complete      1      15  unpriced  0.00  -             expected: expected 'Rome', got 'Milan'; is_instance: the output is a str; judged",  # noqa: E501
+        " case 3  failed  model_complete      1      15  unpriced  0.00  backed_off 1  in_a_list: cannot look for ['madrid'] in 'madrid': 'in <string>' requires string",  # noqa: E501
+        "                                                                              as left operand, not list",  # noqa: E501
+        "",
+        " passed      0/3 (0%), 3 failed, 0 errors",
+        " tokens      45 (input 30, output 15); judges 45",
+        " cost        unpriced",
+        " latency     p50 0.0 ms, p90 0.0 ms, p95 0.0 ms, p99 0.0 ms, max 0.0 ms",
+        " recoveries  backed_off 1/3, fell_back 0/3, retried 0/3, compacted 0/3, repaired 0/3",
+        " wall time   0.00 s at concurrency 8",
+    ],
+}  # fmt: skip
