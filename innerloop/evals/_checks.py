@@ -223,7 +223,9 @@ def _missing(out: Any, value: Any, case_sensitive: bool, as_strings: bool) -> st
         return None if needle in text else f"{_short(value)} not in {_short(out)}"
     if isinstance(out, BaseModel) or dataclasses.is_dataclass(out):
         out = TypeAdapter(type(out)).dump_python(out)
-    if isinstance(out, Mapping):
+    try:
+        if not isinstance(out, Mapping):
+            return None if value in out else f"{_short(value)} not in {_short(out)}"
         if not isinstance(value, Mapping):
             return None if value in out else f"{_short(value)} is not a key of {_short(out)}"
         for key, want in value.items():
@@ -232,9 +234,7 @@ def _missing(out: Any, value: Any, case_sensitive: bool, as_strings: bool) -> st
             if out[key] != want:
                 return f"{_short(key)} is {_short(out[key])}, not {_short(want)}"
         return None
-    try:
-        return None if value in out else f"{_short(value)} not in {_short(out)}"
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError) as exc:  # an unhashable key, a number as the output...
         return f"cannot look for {_short(value)} in {_short(out)}: {exc}"
 
 

@@ -283,6 +283,7 @@ def test_a_typed_output(tmp_path: Path) -> None:
                     Contains("people", evaluation_name="a_field"),
                     Contains("Paris", evaluation_name="a_value"),  # not a field's name
                     Contains("Paris", as_strings=True, evaluation_name="as_text"),
+                    Contains(["city"], evaluation_name="unhashable"),  # not a key: fails
                     IsInstance("Capital", evaluation_name="capital"),
                     IsInstance("BaseModel", evaluation_name="model"),
                     IsInstance("dict", evaluation_name="dict"),
@@ -305,6 +306,7 @@ def test_a_typed_output(tmp_path: Path) -> None:
                 "a_field": True,
                 "a_value": False,
                 "as_text": True,
+                "unhashable": False,
                 "capital": True,
                 "model": True,
                 "dict": False,
