@@ -1,6 +1,7 @@
 """The JSONL event log: one event per line, versioned, flushed as it goes.
 
-Line 1 is a header ``{"type": "log_header", "schema": "innerloop.events/1", ...}``. Every
+Line 1 is a header ``{"type": "log_header", "schema": "innerloop.events/1", "started":
+...}`` (``started``: when the log was opened, seconds since the epoch). Every
 other line is ``event.to_dict()`` plus ``seq`` (0, 1, 2, ...) and ``t`` (seconds since the
 run started). The schema is documented in ``docs/event-log.md``.
 """
@@ -40,7 +41,8 @@ class EventLog:
         self._file: IO[str] | None = self.path.open("w", encoding="utf-8")
         self._start = time.monotonic()
         self._seq = 0
-        self._write({"type": "log_header", "schema": SCHEMA, **(header or {})})
+        opened = {"type": "log_header", "schema": SCHEMA, "started": round(time.time(), 3)}
+        self._write({**opened, **(header or {})})
 
     def _write(self, data: Mapping[str, Any]) -> None:
         if self._file is None:
