@@ -385,6 +385,20 @@ class Catalog:
         totals = {k: view.count(k) for k in LISTS}
         return key, {**view.summary(), **lists, "totals": totals, **extra, "append": True}
 
+    def kept_as(self, run_id: str) -> tuple[str | None, Path | None]:
+        """The id run ``run_id`` has in a checkpoint store (None: no store keeps it; a
+        log's run says which one its ``run_started`` recorded) and, for the last run of
+        a log, that log (where its events go on once it is answered)."""
+        if run_id.startswith("db:") and self.store is not None:
+            return self._store_run(run_id).run_id, None
+        if not run_id.startswith("log:"):
+            raise UnknownRun(run_id)
+        log, n, run = self._log_run(run_id)
+        stored = (run.started or {}).get("run_id")
+        if not isinstance(stored, str):
+            return None, None
+        return stored, log.path if n == len(log.runs) else None
+
     def _machine_fields(self, record: MachineRecord | None, run_id: str) -> dict[str, Any]:
         """What the page says of a run's machine: its name and fingerprint, and why it
         cannot be drawn (``machine_error``), if it cannot."""
