@@ -60,7 +60,7 @@ function cost(usd) {
 function when(epoch) {
   if (epoch === null || epoch === undefined) return "";
   const d = new Date(epoch * 1000);
-  const time = d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+  const time = d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23" });
   return d.toDateString() === new Date().toDateString() ? time : `${d.toLocaleDateString()} ${time}`;
 }
 
@@ -95,15 +95,15 @@ async function loadRuns() {
   const before = listStatus;
   listStatus = new Map(data.runs.map((r) => [r.id, r.status]));
   for (const run of data.runs) {  // the first page (a thousand runs)
-    const about = [run.machine, when(run.started)].filter(Boolean).join(" · ");
+    const turns = `${run.turns} turn${run.turns === 1 ? "" : "s"}`;
+    const about = [run.machine, when(run.started), turns].filter(Boolean).join(" · ");
     const row = el("tr", { "data-id": run.id, "data-status": run.status },
       el("td", { class: "run" }, breakable(run.id),
         about ? el("div", { class: "about" }, about) : null,
         run.prompt ? el("div", { class: "prompt", title: run.prompt }, run.prompt) : null),
-      el("td", {}, el("span", { class: "badge " + run.status }, run.status),
-        el("div", { class: "exit" }, run.exit_reason || (run.status === "running" ? run.current : "–"))),
-      el("td", { class: "num" }, String(run.turns)),
-      el("td", { class: "num" }, cost(run.cost_usd)));
+      el("td", { class: "state" }, el("span", { class: "badge " + run.status }, run.status),
+        el("div", { class: "exit" }, run.exit_reason || (run.status === "running" ? run.current : "–")),
+        el("div", { class: "cost" }, cost(run.cost_usd))));
     if (run.id === selected || (selected && selected.endsWith(":last") && lastDetail && lastDetail.id === run.id)) {
       row.classList.add("selected");
     }
@@ -111,14 +111,15 @@ async function loadRuns() {
     body.append(row);
     if (run.error) {
       row.classList.add("problem");
-      body.append(el("tr", { class: "log-error-row" }, el("td", { class: "log-error", colspan: "4" }, run.error)));
+      body.append(el("tr", { class: "log-error-row" }, el("td", { class: "log-error", colspan: "2" }, run.error)));
     }
   }
   document.getElementById("no-runs").hidden = data.runs.length > 0;
   // the run shown went on (answered here or elsewhere) after its stream ended: follow it again
   if (selected && source && source.readyState === EventSource.CLOSED && lastDetail) {
     const id = lastDetail.id;
-    if (before.has(id) && listStatus.has(id) && before.get(id) !== listStatus.get(id)) select(selected, child);
+    const now = listStatus.get(id);
+    if (before.has(id) && now !== undefined && before.get(id) !== now && now !== lastDetail.status) select(selected, child);
   }
 }
 
@@ -433,14 +434,16 @@ function zoomBy(factor, cx, cy) {
   applyZoom();
 }
 
-// zoom onto an element of the drawing (a cluster), centred
+// zoom onto an element of the drawing (a cluster): its width fills the box, its top at
+// the box's top (a drag shows the rest of a tall one)
 function zoomOnto(node) {
   const box = document.getElementById("diagram").getBoundingClientRect();
   const r = node.getBoundingClientRect();
   const w = r.width / zoom.scale, h = r.height / zoom.scale;
   const ux = (r.left - box.left - zoom.x) / zoom.scale, uy = (r.top - box.top - zoom.y) / zoom.scale;
-  const scale = Math.min(MAX_ZOOM, Math.max(1, 0.92 * Math.min(box.width / w, box.height / h)));
-  zoom = { scale, x: box.width / 2 - (ux + w / 2) * scale, y: box.height / 2 - (uy + h / 2) * scale };
+  const scale = Math.min(MAX_ZOOM, Math.max(1, 0.96 * box.width / w));
+  const y = h * scale <= box.height ? box.height / 2 - (uy + h / 2) * scale : 8 - uy * scale;
+  zoom = { scale, x: box.width / 2 - (ux + w / 2) * scale, y };
   applyZoom();
 }
 
@@ -470,8 +473,14 @@ function setUpZoom() {
   box.addEventListener("pointerup", stop);
   box.addEventListener("pointercancel", stop);
   box.addEventListener("dblclick", (e) => {
-    const cluster = e.target.closest && e.target.closest("g.cluster");
-    if (cluster) zoomOnto(cluster); else resetZoom();
+    // the smallest cluster under the pointer (found by place: a drag's capture retargets)
+    let best = null, area = Infinity;
+    for (const c of box.querySelectorAll("g.cluster")) {
+      const r = c.getBoundingClientRect();
+      const inside = e.clientX >= r.left && e.clientX <= r.right && e.clientY >= r.top && e.clientY <= r.bottom;
+      if (inside && r.width * r.height < area) { best = c; area = r.width * r.height; }
+    }
+    if (best && zoom.scale < MAX_ZOOM * 0.9) zoomOnto(best); else resetZoom();
   });
 }
 
