@@ -5,6 +5,7 @@ harness that answers it has the providers' answers for the rest of the run."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -72,3 +73,14 @@ def answering_harness(db: str) -> Harness[None]:
     scouts = [reply("Poland fell most: -40% (EHPA market report 2025).")]
     lead = [reply("Notes: sales fell 21% in 2024; Poland fell most (-40%).")]
     return _harness(db, scouts, lead)
+
+
+def harness_from_env() -> Harness[None]:
+    """``innerloop ui --harness tests.ui.answering:harness_from_env``: the answering
+    harness on the store ``INNERLOOP_TEST_DB`` names."""
+    return answering_harness(os.environ["INNERLOOP_TEST_DB"])
+
+
+def harness_without_store() -> Harness[None]:
+    """A harness that keeps its runs in no store (the page cannot answer through it)."""
+    return Harness(HarnessParams(model="scripted:m"), [ScriptedProvider([])])
