@@ -195,8 +195,9 @@ def test_demo_ui_prints_the_url_and_stops_with_the_demo(tmp_path: Path, spawn: o
 def test_ui_answers_through_the_harness_it_is_given(tmp_path: Path) -> None:
     """``innerloop ui --harness MODULE:ATTR``: the page's answer to the suspended run lands
     in that harness's resume, and the run goes on to its end; Ctrl-C stops it."""
-    from .answering import ASKED, RUN, RUN_ID, suspended_run
     from innerloop.ui._app import PAGE_HEADER
+
+    from .answering import ASKED, RUN, RUN_ID, suspended_run
 
     db, _ = suspended_run(tmp_path)
     args = ["ui", "--runs", str(tmp_path), "--port", "0"]
