@@ -239,6 +239,14 @@ def _attributes(browser: WebDriver, selector: str, *names: str) -> list[list[str
     return [list(row) for row in found]
 
 
+def _texts(browser: WebDriver, selector: str) -> list[str]:
+    """The text of each element ``selector`` finds, read at once (``textContent``)."""
+    found = browser.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].map((e) => e.textContent)", selector
+    )
+    return [str(text) for text in found]
+
+
 def _shown(browser: WebDriver, selector: str) -> list[Any]:
     return [e for e in browser.find_elements(By.CSS_SELECTOR, selector) if e.is_displayed()]
 
@@ -265,6 +273,7 @@ def test_a_fan_out_branchs_approval_is_answered_from_the_page(
         assert '"title": "EHPA market report 2025"' in call
         assert browser.find_element(By.ID, "status").text == "suspended"
         assert TASK[:40] in browser.find_element(By.ID, "prompt").text
+        _until(lambda: _highlighted(browser)[1] == ["suspended"], message="the diagram")
         shoot(browser, "guides/img/live-view-asks.png", tmp_path)
         ask.find_element(By.CSS_SELECTOR, "button.approve").click()
         _until(lambda: _status(browser) == "finished", 30, "the run's end")
@@ -275,8 +284,7 @@ def test_a_fan_out_branchs_approval_is_answered_from_the_page(
             ["scout#1", "finished"],
             ["scout#2", "finished"],
         ]
-        said = [m.text for m in browser.find_elements(By.CSS_SELECTOR, "#messages li.answer")]
-        assert said == [f"answer{ASKED}: true"]  # its role, then the answer
+        assert _texts(browser, "#messages li.answer") == [f"answer{ASKED}: true"]  # role, answer
         _until(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr")) == 1)
         assert (
             browser.find_element(By.CSS_SELECTOR, "#runs tbody tr").get_attribute("data-status")
@@ -284,13 +292,17 @@ def test_a_fan_out_branchs_approval_is_answered_from_the_page(
         )
         assert _attributes(browser, "#chart g.child", "path") == [["scout#1"], ["scout#2"]]
         assert browser.execute_script("return window.refused") == []
+        _until(lambda: _highlighted(browser)[1] == ["model_complete"], message="the diagram")
         shoot(browser, "guides/img/live-view-answered.png", tmp_path)
+        browser.execute_script("document.getElementById('side').scrollIntoView()")
+        shoot(browser, "guides/img/live-view-answered-tree.png", tmp_path)
+        browser.execute_script("window.scrollTo(0, 0)")
         browser.find_element(By.CSS_SELECTOR, '#children tr[data-path="scout#2"]').click()
         title = browser.find_element(By.ID, "run-title")
         _until(lambda: title.text == "scout#2", message="the branch's page")
         _until(lambda: browser.find_elements(By.CSS_SELECTOR, "#tools tbody tr td.ok"), 10)
-        (tool,) = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "#tools tbody tr")]
-        assert tool.startswith("buy_report ok")
+        (tool,) = _texts(browser, "#tools tbody tr")
+        assert tool.startswith("buy_reportok")
         _until(lambda: _highlighted(browser)[1] == ["model_complete"], message="its diagram")
         shoot(browser, "guides/img/live-view-child.png", tmp_path)
     assert harness.checkpointer is not None
@@ -312,10 +324,9 @@ def test_a_nested_run_reads_at_page_size(
     _until(lambda: _highlighted(browser)[1] == ["model_complete"], message="the diagram")
     assert _attributes(browser, "#chart g.child", "path") == [["scout#1"], ["scout#2"], ["writer"]]
     assert browser.find_elements(By.CSS_SELECTOR, "#chart g.turn")  # its own turns too
-    said = [m.text for m in browser.find_elements(By.CSS_SELECTOR, "#messages li.child")]
+    said = _texts(browser, "#messages li.child")
     assert any('"title": "European heat pumps in 2024"' in text for text in said)
-    tools = browser.find_element(By.CSS_SELECTOR, "#tools tbody").text
-    assert tools == "none"
+    assert _texts(browser, "#tools tbody tr") == ["none"]
     diagram = browser.find_element(By.ID, "diagram")
     browser.find_element(By.ID, "zoom-in").click()
     assert diagram.get_attribute("data-zoom") == "1.50"

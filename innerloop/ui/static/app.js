@@ -64,12 +64,16 @@ function when(epoch) {
   return d.toDateString() === new Date().toDateString() ? time : `${d.toLocaleDateString()} ${time}`;
 }
 
-// an id that may break only after its ":" and "/" (never inside a word)
+// a name that may break only after its ":" and "/" (never inside a word): its parts,
+// a <wbr> between them
+function breaks(text) {
+  const out = [];
+  String(text).split(/(?<=[:/])/).forEach((p, i) => { if (i) out.push(el("wbr")); out.push(p); });
+  return out;
+}
+
 function breakable(text) {
-  const parts = String(text).split(/(?<=[:/])/);
-  const span = el("span", { class: "id", title: text });
-  parts.forEach((p, i) => { if (i) span.append(el("wbr")); span.append(p); });
-  return span;
+  return el("span", { class: "id", title: text }, ...breaks(text));
 }
 
 function seconds(s) {
@@ -342,9 +346,9 @@ function drawChildren(run) {
     const above = c.parent !== null && c.parent !== undefined ? c.parent : run.child;
     const relative = above && c.path.startsWith(above + "/") ? c.path.slice(above.length + 1) : c.path;
     const row = el("tr", { "data-path": c.path, "data-status": c.status },
-      el("td", { class: "path", title: c.path, style: `padding-left: ${6 + 14 * (c.depth || 0)}px` }, relative),
-      el("td", {}, el("span", { class: "badge " + c.status }, c.status), " ", c.current || "–"),
-      el("td", {}, c.exit_reason || "–"),
+      el("td", { class: "path", title: c.path, style: `padding-left: ${6 + 14 * (c.depth || 0)}px` }, ...breaks(relative)),
+      el("td", {}, el("span", { class: "badge " + c.status }, c.status),
+        el("div", { class: "exit" }, (c.status === "finished" ? c.exit_reason : c.current) || "–")),
       el("td", { class: "num" }, String(c.turns)),
       el("td", { class: "num" }, tokens),
       el("td", { class: "num" }, cost(c.cost_usd)));
