@@ -471,7 +471,7 @@ def _started(state: str, run_id: str | None = None, answered: str | None = None)
 
 def _finished(final: str, asked: str | None = None) -> str:
     usage = {"input_tokens": 1, "output_tokens": 1}
-    interrupt = {"id": asked, "kind": "approval", "payload": {}, "state": "approve"}
+    interrupt: dict[str, Any] = {"id": asked, "kind": "approval", "payload": {}, "state": "approve"}
     line = {
         "type": "finished",
         "exit_reason": final,
