@@ -28,9 +28,11 @@ STOP_SECONDS = 10.0
 
 class Answers:
     """Resumes the runs ``harness``'s checkpoint store keeps with the answers the page
-    sends (see the module docstring). ``harness`` is built as for ``innerloop runs
-    resume``: the params, tools and providers the run was started with, its machine, and
-    the store (``checkpointer=``)."""
+    sends: each lands in ``harness.resume(run_id, Answer(interrupt_id, value))``, bound to
+    the question's id and taken once (the store's claim), and the run goes on, driven on a
+    thread of its own to its end or its next question. ``harness`` is built as for
+    ``innerloop runs resume``: the params, tools and providers the run was started with,
+    its machine, and the store (``checkpointer=``)."""
 
     def __init__(self, harness: Harness[Any]) -> None:
         if harness.checkpointer is None:
