@@ -237,6 +237,14 @@ class TestRefusals:
         assert refused.headers["x-frame-options"] == "DENY"
         assert _detail(answering)["status"] == "suspended"
 
+    def test_a_forged_host_is_refused(self, answering: UIServer) -> None:
+        """A page elsewhere that rebinds its name to the server (DNS rebinding) cannot
+        answer: its Host is refused first, as for every request."""
+        refused = approve(answering, {"host": "evil.example"})
+        assert refused.status_code == 403
+        assert refused.text.startswith("host 'evil.example' refused")
+        assert _detail(answering)["status"] == "suspended"
+
     @pytest.mark.parametrize("key", [None, "not-the-key"])
     def test_without_the_pages_key_it_is_refused(
         self, answering: UIServer, key: str | None
