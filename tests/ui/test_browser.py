@@ -355,3 +355,23 @@ def test_the_report_pages_at_page_size(browser: WebDriver, tmp_path: Path, serve
     browser.get(server.url + "compare/db:r2")
     assert "rerun of r1 from checkpoint 1" in browser.find_element(By.TAG_NAME, "body").text
     shoot(browser, "guides/img/live-view-compare.png", tmp_path)
+
+
+def test_a_typed_answer_is_sent_from_the_page(browser: WebDriver, tmp_path: Path) -> None:
+    """An answer typed on the page is read as JSON (else text), as ``runs resume
+    --answer`` reads it: here a verdict per call that denies the paid one; the branch
+    gets the denial as its tool's error and the run goes on to its end."""
+    db, spec = suspended_run(tmp_path)
+    harness = answering_harness(db)
+    with UIServer(Catalog(tmp_path, machines=[spec]), port=0, harness=harness) as server:
+        browser.get(server.run_url(WAITING))
+        (ask,) = _until(lambda: _shown(browser, "#asks .ask"), message="the question")
+        ask.find_element(By.CSS_SELECTOR, "input.typed").send_keys('{"call_buy": false}')
+        ask.find_element(By.CSS_SELECTOR, "button.send").click()
+        _until(lambda: _status(browser) == "finished", 30, "the run's end")
+        answer = _texts(browser, "#messages li.answer")
+        assert answer == [f'answer{ASKED}: {{"call_buy": false}}']
+    assert harness.checkpointer is not None
+    harness.checkpointer.close()
+    branch = Catalog(tmp_path, machines=[spec]).detail(WAITING, child="scout#2")
+    assert [(t["name"], t["outcome"]) for t in branch["tools"]] == [("buy_report", "error")]
