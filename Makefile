@@ -37,7 +37,7 @@ docs-build: $(DEV_STAMP)
 	$(MKDOCS) build --strict
 
 screenshot: $(DEV_STAMP)
-	INNERLOOP_SCREENSHOT=1 $(PY) -m pytest -q tests/ui/test_browser.py -k demo_run
+	INNERLOOP_SCREENSHOT=1 $(PY) -m pytest -q tests/ui/test_browser.py
 
 bench: $(DEV_STAMP)
 	$(PY) bench/overhead.py

@@ -1,6 +1,7 @@
 """The JSONL event log: one event per line, versioned, flushed as it goes.
 
-Line 1 is a header ``{"type": "log_header", "schema": "innerloop.events/1", ...}``. Every
+Line 1 is a header ``{"type": "log_header", "schema": "innerloop.events/1", "started":
+...}`` (``started``: when the log was opened, seconds since the epoch). Every
 other line is ``event.to_dict()`` plus ``seq`` (0, 1, 2, ...) and ``t`` (seconds since the
 run started). The schema is documented in ``docs/event-log.md``.
 """
@@ -28,19 +29,32 @@ __all__ = [
 ]
 
 SCHEMA = "innerloop.events/1"
+CHUNK_BYTES = 1 << 20
+"""The bytes read at a time counting a log's lines (when appending)."""
 
 
 class EventLog:
     """Append events to ``path``; each line is flushed, so an interrupted run leaves a
-    complete log up to its last event."""
+    complete log up to its last event. The file is written anew, header first; with
+    ``append=True`` an existing log goes on (its ``seq`` and ``t`` counting on), as a
+    resumed run's events follow the run's."""
 
-    def __init__(self, path: str | Path, header: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, path: str | Path, header: Mapping[str, Any] | None = None, *, append: bool = False
+    ) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: IO[str] | None = self.path.open("w", encoding="utf-8")
         self._start = time.monotonic()
         self._seq = 0
-        self._write({"type": "log_header", "schema": SCHEMA, **(header or {})})
+        if append and self.path.is_file() and self.path.stat().st_size > 0:
+            opened, self._seq = _log_so_far(self.path)
+            if opened is not None:  # ``t`` goes on counting from the header's start
+                self._start -= time.time() - opened
+            self._file: IO[str] | None = self.path.open("a", encoding="utf-8")
+            return
+        self._file = self.path.open("w", encoding="utf-8")
+        opened_at = {"type": "log_header", "schema": SCHEMA, "started": round(time.time(), 6)}
+        self._write({**opened_at, **(header or {})})
 
     def _write(self, data: Mapping[str, Any]) -> None:
         if self._file is None:
@@ -67,6 +81,21 @@ class EventLog:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _log_so_far(path: Path) -> tuple[float | None, int]:
+    """An existing log's ``started`` (None: an older header) and the ``seq`` its next
+    line takes; ValueError when it is not an event log this innerloop writes."""
+    with path.open("rb") as f:
+        header = parse_json(f.readline(), STORED_JSON_DEPTH)
+        f.seek(0)
+        problem = header_problem(header) if isinstance(header, dict) else "not an event log"
+        if problem is not None:
+            raise ValueError(f"{path}: {problem}; append to a log this innerloop wrote")
+        lines = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(CHUNK_BYTES), b""))
+    started = header.get("started")
+    when = float(started) if isinstance(started, int | float) else None
+    return when, max(0, lines - 1)  # one event a line after the header: the next seq
 
 
 def header_problem(line: Mapping[str, Any]) -> str | None:

@@ -452,12 +452,18 @@ def _command(args: argparse.Namespace) -> int:
 UI_HELP = """innerloop ui: the live web view of runs.
 
     innerloop ui [--runs DIR] [--db URL] [--port N] [--host H] [--spec MODULE:ATTR] [--open]
+                 [--harness MODULE:ATTR]
 
 It lists the runs of a folder of JSONL event logs (default: ./runs; logs still being
 written are followed) and of a checkpoint store; for one run it shows the machine with
 the current state highlighted live, the trace with edge counts, the transitions, the tool
 calls and the tokens and cost of each turn. It listens on 127.0.0.1 unless --host says
 otherwise; Ctrl-C stops it.
+
+With --harness (the run's Harness, with its checkpoint store: what innerloop runs resume
+would build), the page answers the question a suspended run waits on (approve, deny, or
+a typed answer), through harness.resume; its store is the one listed when --db is not
+given.
 
 run --ui and demo --ui serve it during the run and print the run's URL; the server stops
 with the command, or with --ui-wait goes on serving after the run until Ctrl-C.
@@ -491,6 +497,12 @@ def _add_ui_parser(subparsers: Any) -> None:
         "own machine, found among these (a recorded import path is never imported)",
     )
     ui.add_argument("--open", action="store_true", help="open the page in a browser")
+    ui.add_argument(
+        "--harness",
+        metavar="MODULE:ATTR",
+        help="the runs' Harness (with checkpointer=, or a function of no argument returning "
+        "one): the page answers what a suspended run waits on through its resume",
+    )
 
 
 def _add_ui_options(p: argparse.ArgumentParser) -> None:

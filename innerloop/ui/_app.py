@@ -12,6 +12,10 @@
                                  event id (``Last-Event-ID``), then ``end`` once it finished
     ?child=PATH                  on the three above: the run's child run at that path
                                  (``survey/web#2``; a run's detail lists its ``children``)
+    POST /api/answer/{id}        answer the question the run waits on: JSON ``{"interrupt":
+                                 ID, "answer": VALUE}``, from the page only (its header
+                                 ``X-Innerloop-Page`` and a same-origin request); lands in
+                                 ``harness.resume`` (see ``_answer.py``); 202 once resumed
     GET /evals, /compare/{id}    eval reports and reruns compared (see ``_reports.py``)
 
 Only requests naming a loopback host (``127.0.0.1``, ``localhost``, ``[::1]``) or the host
@@ -33,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import secrets
 import threading
 import urllib.parse
 from collections.abc import AsyncIterator
@@ -43,20 +48,23 @@ from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from innerloop._errors import ResumeError
 from innerloop._messages import encodable_json
 from innerloop._secrets import scrub_secrets
+from innerloop.checkpoint import store_errors
 from innerloop.diagrams import GraphvizNotFound
 from innerloop.fsm import MachineNotFound
+from innerloop.ui._answer import Answers
 from innerloop.ui._catalog import PAGE, Catalog, UnknownRun
 from innerloop.ui._reports import report_routes
 from innerloop.ui._view import LISTS
 
-__all__ = ["LOOPBACK_HOSTS", "STATIC", "Guard", "create_app", "host_name"]
+__all__ = ["LOOPBACK_HOSTS", "PAGE_HEADER", "STATIC", "Guard", "create_app", "host_name"]
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]"})
 """The host names a request may name in its ``Host`` header (with the server's port)."""
@@ -66,6 +74,12 @@ POLL_SECONDS = 0.1
 """How often a live stream looks for new events (a log's size, a store's checkpoints)."""
 RUNS_PAGE = 1000
 """The runs ``/api/runs`` lists at most at once (``?offset=`` pages on)."""
+PAGE_HEADER = "x-innerloop-page"
+"""The header an answer carries the page's key in (the page has it in its ``<meta>``)."""
+PAGE_KEY_SLOT = 'content="PAGE-KEY"'
+"""Where ``index.html`` holds the key of the page served (a new one each launch)."""
+ANSWER_BYTES = 64 * 1024
+"""The largest answer body read."""
 
 
 def _json(data: Any) -> Response:
@@ -100,7 +114,7 @@ async def _runs(catalog: Catalog, request: Request) -> Response:
     return _json({"runs": every[offset : offset + limit], "offset": offset, "total": len(every)})
 
 
-async def _run(catalog: Catalog, request: Request) -> Response:
+async def _run(catalog: Catalog, answers: Answers | None, request: Request) -> Response:
     """One run's detail, or one page of one of its lists (``?list=``)."""
     run_id = request.path_params["run_id"]
     kind, child = request.query_params.get("list"), request.query_params.get("child")
@@ -113,11 +127,116 @@ async def _run(catalog: Catalog, request: Request) -> Response:
     try:
         if kind is None:
             detail = await run_in_threadpool(catalog.detail, run_id, limit, child)
+            detail |= await run_in_threadpool(_answering, catalog, answers, detail)
         else:
             detail = await run_in_threadpool(catalog.page, run_id, kind, offset, limit, child)
     except UnknownRun as exc:
         return _not_found(exc)
     return _json(detail)
+
+
+def _answering(catalog: Catalog, answers: Answers | None, detail: dict[str, Any]) -> dict[str, Any]:
+    """Whether the page can answer the question a run's detail waits on
+    (``answerable``), and why not (``answer_note``)."""
+    asked = [a for a in detail.get("interrupts") or [] if a.get("id")]
+    if not asked:
+        return {"answerable": False, "answer_note": None}
+    if answers is None:
+        return {"answerable": False, "answer_note": NO_HARNESS}
+    try:
+        stored, _ = catalog.kept_as(detail["id"])
+    except UnknownRun:
+        stored = None
+    if stored is None:
+        note = (
+            f"run {detail['id']} is kept in no checkpoint store (its log records no run id): "
+            "the page answers runs a store keeps (run it with a checkpointer, or --db)"
+        )
+        return {"answerable": False, "answer_note": note}
+    return {"answerable": True, "answer_note": None}
+
+
+NO_HARNESS = (
+    "this live view answers no questions: serve it with the run's harness (innerloop ui "
+    "--harness MODULE:ATTR, or UIServer(catalog, harness=...)), or answer with innerloop "
+    "runs resume RUN_ID --interrupt ID --answer JSON"
+)
+
+
+def _refused(status: int, message: str) -> Response:
+    return Response(message + "\n", status_code=status, media_type="text/plain")
+
+
+def _not_from_the_page(request: Request, key: str) -> str | None:
+    """Why a POST did not come from the page itself, if it did not: another site's
+    (``Sec-Fetch-Site``, ``Origin``), or without the page's key."""
+    fetched = request.headers.get("sec-fetch-site")
+    if fetched is not None and fetched != "same-origin":
+        return f"a {fetched} request refused: answers come from the live view's own page only"
+    origin = request.headers.get("origin")
+    own = f"{request.url.scheme}://{request.headers.get('host', '')}".lower()
+    if origin is not None and origin.lower() != own:
+        return f"origin {origin!r} refused: answers come from the live view's own page only ({own})"
+    given = request.headers.get(PAGE_HEADER, "")
+    if not hmac.compare_digest(given.encode(), key.encode()):
+        return (
+            f"the page's key is missing or wrong (header {PAGE_HEADER}): answer from the "
+            "live view's page (reload it: a key is good for one launch of the server)"
+        )
+    return None
+
+
+async def _answer_body(request: Request) -> tuple[str, Any]:
+    """The interrupt id and the answer of an answer's JSON body; ValueError saying what
+    is wrong with it."""
+    if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+        raise ValueError("an answer is JSON: send Content-Type: application/json")
+    body = await request.body()
+    if len(body) > ANSWER_BYTES:
+        raise ValueError(f"an answer is at most {ANSWER_BYTES:,} bytes")
+    try:
+        data = json.loads(body)
+    except ValueError as exc:
+        raise ValueError(f"the body is not JSON ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("interrupt"), str):
+        raise ValueError('the body is {"interrupt": ID, "answer": VALUE} (ID: a string)')
+    if "answer" not in data or data["answer"] is None:
+        raise ValueError('the body has no "answer" (true, false, text or any JSON)')
+    return data["interrupt"], data["answer"]
+
+
+async def _answer(
+    catalog: Catalog, answers: Answers | None, key: str, request: Request
+) -> Response:
+    """Answer the question a run waits on, from the page (see ``POST /api/answer``)."""
+    refusal = _not_from_the_page(request, key)
+    if refusal is not None:
+        return _refused(403, refusal)
+    run_id = request.path_params["run_id"]
+    try:
+        interrupt, value = await _answer_body(request)
+    except ValueError as exc:
+        return _bad_query(str(exc))
+    if answers is None:
+        return JSONResponse({"error": NO_HARNESS}, status_code=409)
+    try:
+        stored, log = await run_in_threadpool(catalog.kept_as, run_id)
+        if stored is None:
+            detail = {"id": run_id, "interrupts": [{"id": interrupt}]}
+            note = _answering(catalog, answers, detail)["answer_note"]
+            return JSONResponse({"error": note}, status_code=409)
+        await run_in_threadpool(answers.answer, stored, interrupt, value, log)
+    except UnknownRun as exc:
+        return _not_found(exc)
+    except _refusals() as exc:
+        return JSONResponse({"error": str(exc)}, status_code=409)
+    return JSONResponse({"run": run_id, "interrupt": interrupt, "resumed": True}, status_code=202)
+
+
+def _refusals() -> tuple[type[Exception], ...]:
+    """What an answer that cannot be taken raises: the resume's refusal (another
+    question, answered already), a store that cannot be used."""
+    return (ResumeError, *store_errors())
 
 
 def _diagram_error(exc: Exception) -> JSONResponse:
@@ -225,21 +344,28 @@ def create_app(
     *,
     host: str | None = None,
     token: str | None = None,
+    answers: Answers | None = None,
 ) -> ASGIApp:
     """The application serving ``catalog``, answering requests that name a loopback host
     or ``host``, and (with ``token``) carry ``?token=``. Live streams end when ``closing``
-    is set."""
+    is set. With ``answers``, the page answers the questions runs wait on."""
     closing = closing or threading.Event()
     hosts = LOOPBACK_HOSTS | ({host_name(host)} if host else set())
+    key = secrets.token_urlsafe(24)
+    page = (STATIC / "index.html").read_text(encoding="utf-8")
+    page = page.replace(PAGE_KEY_SLOT, f'content="{key}"')
 
     async def index(request: Request) -> Response:
-        return FileResponse(STATIC / "index.html", media_type="text/html")
+        return HTMLResponse(page, headers={"cache-control": "no-store"})
 
     async def runs(request: Request) -> Response:
         return await _runs(catalog, request)
 
     async def run(request: Request) -> Response:
-        return await _run(catalog, request)
+        return await _run(catalog, answers, request)
+
+    async def answer(request: Request) -> Response:
+        return await _answer(catalog, answers, key, request)
 
     async def diagram(request: Request) -> Response:
         run_id, child = request.path_params["run_id"], request.query_params.get("child")
@@ -256,7 +382,7 @@ def create_app(
             first = await run_in_threadpool(catalog.update, run_id, last, child)
         except UnknownRun as exc:
             return _not_found(exc)
-        changes = _changes(catalog, run_id, child, first, request, closing)
+        changes = _changes(catalog, answers, run_id, child, first, request, closing)
         return EventSourceResponse(changes, ping=10)
 
     routes = [
@@ -265,6 +391,7 @@ def create_app(
         Route("/api/run/{run_id:path}", run),
         Route("/api/diagram/{run_id:path}", diagram),
         Route("/api/events/{run_id:path}", events),
+        Route("/api/answer/{run_id:path}", answer, methods=["POST"]),
         *report_routes(catalog),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
@@ -273,6 +400,7 @@ def create_app(
 
 async def _changes(
     catalog: Catalog,
+    answers: Answers | None,
     run_id: str,
     child: str | None,
     first: tuple[str, dict[str, Any]],
@@ -283,6 +411,7 @@ async def _changes(
     event ids); ``end`` once it is over."""
     follow = run_id.endswith(":last")  # a log's next run may start after this one ends
     sent, update = first
+    update |= await run_in_threadpool(_answering, catalog, answers, update)
     yield {"event": "run", "id": sent, "data": _text(update)}
     while (follow or update["status"] == "running") and not closing.is_set():
         await asyncio.sleep(POLL_SECONDS)
@@ -294,6 +423,7 @@ async def _changes(
             break
         if key != sent:
             sent = key
+            update |= await run_in_threadpool(_answering, catalog, answers, update)
             yield {"event": "run", "id": key, "data": _text(update)}
     yield {"event": "end", "data": json.dumps({"status": update["status"]})}
 

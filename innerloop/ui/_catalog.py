@@ -5,13 +5,14 @@ child runs of each (machines inside machines), each under its run's id and its p
 
 from __future__ import annotations
 
+import math
 import threading
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from innerloop.checkpoint import Checkpointer, RunInfo, store_errors
+from innerloop.checkpoint import Checkpointer, RunInfo, decode, store_errors
 from innerloop.diagrams import build_diagram, render
 from innerloop.fsm._compile import CompiledMachine
 from innerloop.fsm._default import DEFAULT_SPEC
@@ -19,9 +20,12 @@ from innerloop.fsm._locate import MachineNotFound, MachineRecord, find_machine
 from innerloop.fsm._spec import MachineSpec
 from innerloop.ui._logs import LogFile, is_log
 from innerloop.ui._store import StoredChild, store_detail, store_summary
-from innerloop.ui._view import LISTS, RunFold
+from innerloop.ui._view import LISTS, PROMPT_CHARS, RunFold, cut, message_text
 
 __all__ = ["Catalog", "UnknownChild", "UnknownRun"]
+
+PROMPTS_KEPT = 10_000
+"""The stored runs' first words kept (read once each)."""
 
 SVG_CACHE = 32
 """Rendered diagrams kept (the oldest goes first)."""
@@ -133,6 +137,7 @@ class Catalog:
         self._logs: dict[Path, LogFile] = {}
         self._lock = threading.Lock()
         self._svg: dict[tuple[Any, ...], bytes] = {}
+        self._prompts: dict[str, str | None] = {}
         self._stored: dict[tuple[Any, ...], dict[str, Any]] = {}
         """The last stored run's detail, read again only once it has a new checkpoint."""
 
@@ -173,10 +178,16 @@ class Catalog:
         if not log.runs:
             status = "error" if log.error else "running"
             empty = RunFold(self.initial).summary()
-            entry = {**empty, **base, "error": log.problem, "status": status}
+            entry = {**empty, **base, "error": log.problem, "status": status, "started": None}
             return [{**entry, "id": f"log:{name}:1"}]
         return [
-            {**r.summary(), **base, "error": r.error or log.problem, "id": f"log:{name}:{n}"}
+            {
+                **r.summary(),
+                **base,
+                "started": _started(log, r),
+                "error": r.error or log.problem,
+                "id": f"log:{name}:{n}",
+            }
             for n, r in enumerate((run.fold for run in log.runs), start=1)
         ]
 
@@ -222,17 +233,41 @@ class Catalog:
         """Runs ``offset`` to ``offset + limit`` (all by default), logs first (by file, in
         order), then the store's (latest first)."""
         out = [e for name, log in self._log_files() for e in self._log_entries(name, log)]
-        out += [
-            {
-                **store_summary(r),
-                "id": f"db:{r.run_id}",
-                "source": "db",
-                "file": None,
-                "error": None,
-            }
-            for r in self._store_runs()
-        ]
+        out += [self._store_entry(r) for r in self._store_runs()]
         return out[offset : None if limit is None else offset + limit]
+
+    def _store_entry(self, info: RunInfo) -> dict[str, Any]:
+        """A stored run's line in the list: its summary, machine, start and prompt."""
+        return {
+            **store_summary(info),
+            "id": f"db:{info.run_id}",
+            "source": "db",
+            "file": None,
+            "error": None,
+            "machine": info.machine,
+            "started": info.created,
+            "prompt": self._stored_prompt(info.run_id),
+        }
+
+    def _stored_prompt(self, run_id: str) -> str | None:
+        """The first words of a stored run's prompt (its first checkpoint's first user
+        message), read once per run."""
+        with self._lock:
+            if run_id in self._prompts:
+                return self._prompts[run_id]
+        assert self.store is not None
+        try:
+            first = self.store.checkpoints(run_id)[:1]
+            state = decode(self.store.rows(run_id, first[0].seq)).state if first else None
+        except store_errors():
+            return None
+        said = next((m for m in state.history if m.role == "user"), None) if state else None
+        prompt = cut(" ".join(message_text(said).split()), PROMPT_CHARS) if said else None
+        with self._lock:
+            if len(self._prompts) >= PROMPTS_KEPT:
+                del self._prompts[next(iter(self._prompts))]
+            self._prompts[run_id] = prompt
+        return prompt
 
     def _view(self, run_id: str, child: str | None = None) -> tuple[View, dict[str, Any], str]:
         """A run's view (or its child's at path ``child``), what goes with it (source,
@@ -248,7 +283,14 @@ class Catalog:
                 if cached is None:
                     cached = self._read_stored(info, run_id)
                 self._stored = {key: cached}
-            extra: dict[str, Any] = {"id": run_id, "source": "db", "child": child, "above": []}
+            extra: dict[str, Any] = {
+                "id": run_id,
+                "source": "db",
+                "child": child,
+                "above": [],
+                "started": info.created,
+                "prompt": self._stored_prompt(info.run_id),
+            }
             stamp = f"db:{info.checkpoints}:{info.updated}"
             if child is None:
                 view = StoredView({k: v for k, v in cached.items() if k != "child_views"})
@@ -258,6 +300,7 @@ class Catalog:
                 raise UnknownChild(run_id, child)
             fields = self._child_machine(None, run_id, child)
             nothing = {"children": [], "children_total": 0, "error": None}
+            extra |= _asked_here(cached, child)
             return StoredView(views[child].detail), {**fields, **extra, **nothing}, stamp
         raise UnknownRun(run_id)
 
@@ -284,7 +327,10 @@ class Catalog:
             "error": error,
             "children": top.tree(child),
             "children_total": top.count_below(child),
+            "started": _started(log, run),
         }
+        if child is not None:
+            extra |= _asked_here(top.summary(), child)
         if not run.events and log.error:
             extra["status"] = "error"
         counts = ".".join(str(run.count(k)) for k in LISTS)
@@ -338,6 +384,20 @@ class Catalog:
         lists = {k: view.items(k, since[i], view.count(k)) for i, k in enumerate(LISTS)}
         totals = {k: view.count(k) for k in LISTS}
         return key, {**view.summary(), **lists, "totals": totals, **extra, "append": True}
+
+    def kept_as(self, run_id: str) -> tuple[str | None, Path | None]:
+        """The id run ``run_id`` has in a checkpoint store (None: no store keeps it; a
+        log's run says which one its ``run_started`` recorded) and, for the last run of
+        a log, that log (where its events go on once it is answered)."""
+        if run_id.startswith("db:") and self.store is not None:
+            return self._store_run(run_id).run_id, None
+        if not run_id.startswith("log:"):
+            raise UnknownRun(run_id)
+        log, n, run = self._log_run(run_id)
+        stored = (run.started or {}).get("run_id")
+        if not isinstance(stored, str):
+            return None, None
+        return stored, log.path if n == len(log.runs) else None
 
     def _machine_fields(self, record: MachineRecord | None, run_id: str) -> dict[str, Any]:
         """What the page says of a run's machine: its name and fingerprint, and why it
@@ -405,7 +465,7 @@ class Catalog:
         machine = self._machine(run_id, child)
         rows = view.items("transitions", 0, view.count("transitions"))
         steps = [(s["source"], s["target"], s["guard"]) for s in rows]
-        final = detail["current"] if detail["status"] == "finished" else None
+        final = detail["current"] if detail["status"] != "running" else None
         below = _child_steps(self._log_run(run_id)[2], child) if run_id.startswith("log:") else []
         key: tuple[Any, ...] = (machine.name, machine.fingerprint, tuple(steps), tuple(below))
         key += (final, detail["exit_reason"])
@@ -433,6 +493,22 @@ class Catalog:
     def close(self) -> None:
         if self.store is not None:
             self.store.close()
+
+
+def _started(log: LogFile, run: RunFold) -> float | None:
+    """When ``run`` started (seconds since the epoch): its log's ``started`` (the header
+    of a log written by this innerloop) plus the run's first ``t``."""
+    opened = (log.header or {}).get("started")
+    if not isinstance(opened, int | float) or isinstance(opened, bool):
+        return None
+    return float(opened) + (run.t0 or 0.0) if math.isfinite(opened) else None
+
+
+def _asked_here(top: dict[str, Any], child: str) -> dict[str, Any]:
+    """What a child's page says it waits on: the run's question when this child asks it
+    (with the run's interrupt id, the one an answer names), else the questions the
+    child waits to ask next."""
+    return {"interrupts": [a for a in top.get("interrupts") or [] if a.get("path") == child]}
 
 
 def _child_steps(top: RunFold, under: str | None) -> list[tuple[str, str, str, str | None]]:

@@ -1,6 +1,7 @@
 """``innerloop ui``, and the ``--ui`` options of ``innerloop run`` and ``innerloop demo``.
 
     innerloop ui [--runs DIR] [--db URL] [--port N] [--host H] [--spec MODULE:ATTR]... [--open]
+                 [--harness MODULE:ATTR]
 
 ``--ui`` serves the page while the command's run goes on and prints the run's URL. The
 server stops when the command ends; with ``--ui-wait`` it goes on serving after the run
@@ -15,10 +16,12 @@ import threading
 import webbrowser
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
+from innerloop._harness import Harness
 from innerloop.checkpoint import Checkpointer, open_checkpointer, store_errors
 from innerloop.fsm._compile import CompiledMachine
-from innerloop.fsm._locate import load_spec
+from innerloop.fsm._locate import import_target, load_spec
 from innerloop.fsm._spec import MachineSpec
 from innerloop.ui._catalog import Catalog
 from innerloop.ui._server import DEFAULT_PORT, UIServer
@@ -58,6 +61,24 @@ def _machines(targets: Sequence[str], usage: Usage) -> list[MachineSpec]:
         raise usage(f"--spec: {exc}") from None
 
 
+def _harness(target: str | None, usage: Usage) -> Harness[Any] | None:
+    """The harness ``--harness`` names (the user's own code), with its checkpoint store."""
+    if target is None:
+        return None
+    try:
+        harness: Harness[Any] = import_target(
+            target, "harness", "--harness", "mypkg.agent:harness", (Harness,)
+        )
+    except ValueError as exc:
+        raise usage(f"--harness: {exc}") from None
+    if harness.checkpointer is None:
+        raise usage(
+            f"--harness: {target} has no checkpoint store: the page answers a run through "
+            "the store that keeps it; build the Harness with checkpointer='sqlite:///runs.db'"
+        )
+    return harness
+
+
 def _start(server: UIServer, usage: Usage) -> UIServer:
     try:
         return server.start()
@@ -84,9 +105,13 @@ def run(args: argparse.Namespace, interrupts: type[BaseException], usage: Usage)
         raise usage(f"--runs: no folder {str(runs_dir)!r}")
     if runs_dir is None and DEFAULT_RUNS.is_dir():
         runs_dir = DEFAULT_RUNS
+    harness = _harness(getattr(args, "harness", None), usage)
     store = open_store(args.db, usage) if args.db else None
-    catalog = Catalog(runs_dir, store, _machines(args.spec, usage))
-    server = _start(UIServer(catalog, args.host, _port(args.port)), usage)
+    if store is None and harness is not None:
+        store = harness.checkpointer  # the store it answers in is the one listed
+    machines = _machines(args.spec, usage) + ([harness.machine.spec] if harness else [])
+    catalog = Catalog(runs_dir, store, machines)
+    server = _start(UIServer(catalog, args.host, _port(args.port), harness=harness), usage)
     try:
         where = [
             f"event logs in {runs_dir}/" if runs_dir else "",

@@ -2,9 +2,11 @@
 
 A log is read line by line, a few megabytes at a time; a line not yet ended by a newline is
 kept back until it is (another process may be writing it). The lines are cut into runs (a
-run starts at ``run_started``, ends at ``finished``); of each run the log keeps where its
-lines are (bytes and line numbers) and its summary (:class:`~innerloop.ui._view.RunFold`
-without its lists: a few fields, however long the run), so memory grows with the number
+run starts at ``run_started``, ends at ``finished``; one that ended suspended goes on at
+the ``run_started`` that resumes it with the answer, in the same run); of each run the
+log keeps where its lines are (bytes and line numbers) and its summary
+(:class:`~innerloop.ui._view.RunFold` without its lists: a few fields, however long the
+run), so memory grows with the number
 of runs, not with the log (a run's child runs are summaries too, by path). A run's lists
 (transitions, tool calls, turns, recoveries, messages; its children's too) are read from
 its bytes when it is opened (:meth:`LogFile.view`), and kept up to date as its lines
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -173,8 +175,7 @@ class LogFile:
                 and event.get("type") == "run_started"
                 and run.fold.events + run.fold.errors > 0
             ):
-                run = self._open = LogRun(start, lineno)
-                self.runs.append(run)
+                run = self._open = self._next_run(run, event, start, lineno)
             if run.view is None and type(event) is dict:
                 run.fold.add(event, where)
             else:
@@ -184,6 +185,18 @@ class LogFile:
                 run = self._open = None
         self._lineno = lineno
         return True
+
+    def _next_run(
+        self, run: LogRun | None, event: dict[str, Any] | str, start: int, line: int
+    ) -> LogRun:
+        """The run a line that starts one goes to: the last run again when it resumes
+        it after its answer (the same run), else a new one."""
+        last = _goes_on(self.runs, event) if run is None else None
+        if last is not None:
+            return last
+        new = LogRun(start, line)
+        self.runs.append(new)
+        return new
 
     def _header(self, event: dict[str, Any] | str, where: str) -> bool:
         """Read the first line; False when it is not a log's header (the log's error)."""
@@ -236,6 +249,23 @@ class LogFile:
     @property
     def mtime(self) -> float:
         return self._stamp[2] / 1e9 if self._stamp else 0.0
+
+
+def _goes_on(runs: list[LogRun], event: dict[str, Any] | str) -> LogRun | None:
+    """The log's last run when ``event`` is that run going on: a ``run_started`` that
+    resumes (``resumed``) with the answer to the question the run ended suspended on
+    (the same interrupt id, and the same store run id when it has one)."""
+    if not runs or type(event) is not dict or event.get("type") != "run_started":
+        return None
+    last = runs[-1]
+    end, resumed = last.fold.end, event.get("resumed")
+    if end is None or end.final_state != "suspended" or not isinstance(resumed, dict):
+        return None
+    asked, answered = end.interrupt, resumed.get("interrupt")
+    if not isinstance(asked, Mapping) or not isinstance(answered, dict):
+        return None
+    same = (last.fold.started or {}).get("run_id") == event.get("run_id")
+    return last if same and asked.get("id") and asked.get("id") == answered.get("id") else None
 
 
 def read_line(raw: bytes) -> dict[str, Any] | str:

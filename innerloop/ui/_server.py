@@ -15,9 +15,12 @@ import threading
 import time
 import urllib.parse
 from types import TracebackType
+from typing import Any
 
 import uvicorn
 
+from innerloop._harness import Harness
+from innerloop.ui._answer import Answers
 from innerloop.ui._app import create_app
 from innerloop.ui._catalog import Catalog
 
@@ -43,17 +46,30 @@ class UIServer:
     daemon thread between :meth:`start` and :meth:`stop` (or as a context manager).
 
     On an address other than loopback it warns (one line on stderr, at :meth:`start`) and
-    wants a per-launch ``token`` in every URL (:attr:`url` carries it)."""
+    wants a per-launch ``token`` in every URL (:attr:`url` carries it).
+
+    With ``harness`` (built as for ``innerloop runs resume``: the run's params, tools,
+    providers and machine, and the checkpoint store that keeps it), the page answers the
+    question a suspended run waits on: approve, deny or a typed answer, through
+    ``harness.resume`` (:attr:`answers`)."""
 
     def __init__(
-        self, catalog: Catalog, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT
+        self,
+        catalog: Catalog,
+        host: str = DEFAULT_HOST,
+        port: int = DEFAULT_PORT,
+        *,
+        harness: Harness[Any] | None = None,
     ) -> None:
         self.catalog = catalog
         self.host = host
         self.token = None if is_loopback(host) else secrets.token_urlsafe(24)
+        self.answers = Answers(harness) if harness is not None else None
+        """What answers the page's answers (None: the page answers none)."""
         self._closing = threading.Event()
+        app = create_app(catalog, self._closing, host=host, token=self.token, answers=self.answers)
         config = uvicorn.Config(
-            create_app(catalog, self._closing, host=host, token=self.token),
+            app,
             host=host,
             port=port,
             loop="asyncio",
@@ -127,6 +143,8 @@ class UIServer:
     def stop(self) -> None:
         """Stop serving (live streams end first) and close the catalog's store."""
         self._closing.set()
+        if self.answers is not None:
+            self.answers.close()
         self._server.should_exit = True
         if self._thread.is_alive():
             self._thread.join()

@@ -20,7 +20,14 @@ from innerloop.checkpoint import Checkpointer, CheckpointInfo, RunInfo, decode
 from innerloop.fsm._interrupts import CHILD_RUNS
 from innerloop.fsm._state import HarnessState
 from innerloop.recovery._pricing import DEFAULT_PRICES, cost_usd
-from innerloop.ui._view import CHILDREN_PAGE, LISTS, MESSAGE_CHARS, OUTPUT_CHARS, message_text
+from innerloop.ui._view import (
+    CHILDREN_PAGE,
+    LISTS,
+    MESSAGE_CHARS,
+    OUTPUT_CHARS,
+    asked,
+    message_text,
+)
 
 __all__ = ["StoredChild", "store_children", "store_detail", "store_summary"]
 
@@ -130,7 +137,7 @@ def _ended(path: str, ended: Any) -> StoredChild:
     return StoredChild({"path": path, **summary}, {**summary, **lists})
 
 
-def _waiting(path: str, saved: Any) -> StoredChild | None:
+def _kept(path: str, saved: Any) -> StoredChild | None:
     """A child kept going in its parent's notes (one waiting for an answer, or stopped
     with its parent), from its whole state kept there."""
     if not isinstance(saved, dict):
@@ -140,11 +147,11 @@ def _waiting(path: str, saved: Any) -> StoredChild | None:
         state: HarnessState = _convert.structure(kept, HarnessState)
     except (ConversionError, TypeError, ValueError):
         return None
-    asked = state.interrupt
+    question = state.interrupt
     summary = {
         "status": "suspended" if state.final_state == "suspended" else "stopped",
         "exit_reason": state.exit_reason,
-        "current": asked.state if asked is not None else saved.get("at"),
+        "current": question.state if question is not None else saved.get("at"),
         "turns": state.turns,
         "input_tokens": state.usage.input_tokens,
         "output_tokens": state.usage.output_tokens,
@@ -152,7 +159,29 @@ def _waiting(path: str, saved: Any) -> StoredChild | None:
     }
     lists: dict[str, list[Any]] = {kind: [] for kind in LISTS}
     lists |= {"tools": _tools(state), "messages": _messages(state)}
-    return StoredChild({"path": path, **summary}, {**summary, **lists})
+    waits = _asks(state) if summary["status"] == "suspended" else []
+    return StoredChild({"path": path, **summary}, {**summary, **lists, "interrupts": waits})
+
+
+def _asks(state: HarnessState) -> list[dict[str, Any]]:
+    """What a suspended state waits on, as the page shows it."""
+    question = state.interrupt
+    return [asked(_convert.unstructure(question))] if question is not None else []
+
+
+def _waiting(children: dict[str, StoredChild], asking: str) -> list[dict[str, Any]]:
+    """The questions the run's other children wait to ask, once the one asked now is
+    answered (one at a time); no id yet."""
+    found = []
+    for path, child in children.items():
+        if path == asking or asking.startswith(path + "/"):
+            continue
+        found += [
+            {**question, "id": None, "path": path, "next": True}
+            for question in child.detail.get("interrupts") or []
+            if question["path"] is None
+        ]
+    return found
 
 
 def store_children(state: HarnessState) -> dict[str, StoredChild]:
@@ -167,7 +196,7 @@ def store_children(state: HarnessState) -> dict[str, StoredChild]:
             found[str(name)] = _ended(str(name), ended)
     kept = state.notes.get(CHILD_RUNS)
     for path, saved in (kept if isinstance(kept, dict) else {}).items():
-        child = _waiting(str(path), saved)
+        child = _kept(str(path), saved)
         if child is not None:
             found[str(path)] = child
     return dict(list(found.items())[:CHILDREN_PAGE])
@@ -185,10 +214,14 @@ def store_detail(store: Checkpointer, info: RunInfo) -> dict[str, Any]:
         for i in infos
         if i.source is not None
     ]
-    asked = state.interrupt if state.final_state == "suspended" else None
+    question = state.interrupt if state.final_state == "suspended" else None
+    waits: dict[str, Any] = {}
+    if question is not None:
+        now = _asks(state)
+        waits = {"interrupt": question.id, "interrupts": now + _waiting(children, question.path)}
     return {
         **store_summary(info),
-        **({"interrupt": asked.id} if asked is not None else {}),
+        **waits,
         "input_tokens": state.usage.input_tokens,
         "output_tokens": state.usage.output_tokens,
         "transitions": transitions,

@@ -48,6 +48,8 @@ __all__ = [
     "OUTPUT_CHARS",
     "RECOVERY_EVENTS",
     "RunFold",
+    "asked",
+    "cut",
     "fold",
     "message_text",
     "run_detail",
@@ -69,6 +71,9 @@ MAX_CHILDREN = 10_000
 
 RECOVERY_EVENTS = ("backoff", "fallback", "compacted", "alert", "abort")
 
+PROMPT_CHARS = 80
+"""The first words of a run's prompt the run list shows."""
+
 
 class RunFold:
     """One run's view kept as its events are read, one at a time (:meth:`add`): the
@@ -86,6 +91,12 @@ class RunFold:
         """Whether the lists are kept (False: the summary alone, a few fields however long
         the run; the lists stay empty)."""
         self.started: dict[str, Any] | None = None
+        self.t0: float | None = None
+        """The time (``t``) of its ``run_started`` line."""
+        self.prompt: str | None = None
+        """The first words of its first user message."""
+        self.resumptions = 0
+        """How many times it went on after it ended suspended (answered)."""
         self.end: Finished | None = None
         self.current = initial
         self.events = 0
@@ -149,6 +160,23 @@ class RunFold:
                 return
             child = self.children[path] = RunFold(self.initial, lists=self.keep)
         child.add({**inner, "t": t}, f"{where} (child {path})")
+        if self.keep and inner.get("type") == "finished":
+            self._answered_by(path, child, t)
+
+    def _answered_by(self, path: str, child: RunFold, t: float | None) -> None:
+        """A child ended: its answer (its last assistant message, a typed answer's JSON
+        too) is a message of the run above it (``[path] answer``), which has it in its
+        history (a fan-out's joined answers, a handoff's last message) though no event
+        of its own says so."""
+        if child.end is None or child.end.final_state == "suspended":
+            return
+        said = [row for row in child.lists["messages"] if row[1] == "assistant"]
+        if not said:
+            return
+        parent = _parent_path(path, self.children)
+        above = self if parent is None else self.children[parent]
+        name = path if parent is None else path[len(parent) + 1 :]
+        above._message(t, "child", f"[{name}] {said[-1][2]}")
 
     def tree(self, under: str | None = None) -> list[dict[str, Any]]:
         """The child runs (those below the child ``under`` only, when given) in the
@@ -195,13 +223,12 @@ class RunFold:
         return sum(1 for path in self.children if path.startswith(under + "/"))
 
     def _message(self, t: float | None, role: str, text: str) -> None:
-        self.lists["messages"].append((t, role, _cut(text, MESSAGE_CHARS)))
+        self.lists["messages"].append((t, role, cut(text, MESSAGE_CHARS)))
 
     def _fold(self, event: Event, data: Mapping[str, Any], t: float | None) -> None:
         match event:
             case RunStarted():
-                if self.events == 1:
-                    self._start(event, data, t)
+                self._started(event, data, t)
             case Transition(source=source, target=target, guard=guard):
                 self.current = target
                 if self.keep:
@@ -222,12 +249,34 @@ class RunFold:
                     {k: v for k, v in data.items() if k not in ("seq", "diagnostic")}
                 )
 
+    def _started(self, event: RunStarted, data: Mapping[str, Any], t: float | None) -> None:
+        """Its first event starts the run; a later one goes on with it (resumed)."""
+        if self.events == 1:
+            self._start(event, data, t)
+        elif self.started is not None:
+            self._resume(event, t)
+
     def _start(self, event: RunStarted, data: Mapping[str, Any], t: float | None) -> None:
         self.started = dict(data)
+        self.t0 = t
         self.current = self.initial = event.state
+        first = next((m for m in event.messages if m.role == "user"), None)
+        if first is not None:
+            self.prompt = cut(" ".join(message_text(first).split()), PROMPT_CHARS)
         if self.keep:
             for message in event.messages:
                 self._message(t, message.role, message_text(message))
+
+    def _resume(self, event: RunStarted, t: float | None) -> None:
+        """The run goes on after it ended (suspended, answered): the same run, one row;
+        the answer it got is a message."""
+        self.end = None
+        self.current = event.state
+        self.resumptions += 1
+        answered = (event.resumed or {}).get("interrupt")
+        if self.keep and isinstance(answered, Mapping) and answered.get("answered") is True:
+            value = json.dumps(answered.get("answer"), ensure_ascii=False, default=str)
+            self._message(t, "answer", f"{answered.get('id')}: {value}")
 
     def _tool(self, event: ToolExecuted, t: float | None) -> None:
         outcome = "timeout" if event.timed_out else "error" if event.is_error else "ok"
@@ -239,7 +288,7 @@ class RunFold:
             t,
             event.duration,
             outcome,
-            _cut(event.output, OUTPUT_CHARS),
+            cut(event.output, OUTPUT_CHARS),
         )
         self.lists["tools"].append(row)
         self._message(t, "tool", f"{event.name}: {event.output}")
@@ -279,15 +328,30 @@ class RunFold:
         return [dict(zip(names, row, strict=True)) for row in rows]
 
     def summary(self) -> dict[str, Any]:
-        """The run's line in the list: status, exit reason, turns, tokens, cost, state
-        (and ``interrupt``, the id of the one it waits on, when it ended suspended)."""
+        """The run's line in the list: status (``suspended`` when it waits for an
+        answer), exit reason, turns, tokens, cost, state, machine, the first words of its
+        prompt (and ``interrupt``, the id of the question it waits on, and
+        ``interrupts``, that question and those its other children wait to ask next)."""
+        machine = (self.started or {}).get("machine")
+        first = {
+            "machine": machine if isinstance(machine, str) else None,
+            "prompt": self.prompt,
+            "resumptions": self.resumptions,
+        }
         end = self.end
         if end is not None:
-            asked = end.interrupt
-            waits = {"interrupt": str(asked.get("id", ""))} if isinstance(asked, Mapping) else {}
+            waits: dict[str, Any] = {}
+            if isinstance(end.interrupt, Mapping):
+                now = asked(end.interrupt)
+                waits = {
+                    "interrupt": str(end.interrupt.get("id", "")),
+                    "interrupts": [now, *self._asking_next(now["path"] or "")],
+                }
+            suspended = end.final_state == "suspended"
             return {
+                **first,
                 **waits,
-                "status": "finished",
+                "status": "suspended" if suspended else "finished",
                 "exit_reason": end.exit_reason,
                 "current": end.final_state,
                 "turns": end.turns,
@@ -297,6 +361,7 @@ class RunFold:
                 "events": self.events,
             }
         return {
+            **first,
             "status": "running",
             "exit_reason": None,
             "current": self.current,
@@ -306,6 +371,20 @@ class RunFold:
             "cost_usd": self.cost,
             "events": self.events,
         }
+
+    def _asking_next(self, asking: str) -> list[dict[str, Any]]:
+        """The questions of the other child runs that wait too (a fan-out's branches
+        ask one at a time: each once the one before is answered); no id yet."""
+        found = []
+        for path, child in self.children.items():
+            end = child.end
+            if end is None or end.final_state != "suspended":
+                continue
+            if path == asking or asking.startswith(path + "/"):
+                continue  # the one asking now, or a child it runs
+            if isinstance(end.interrupt, Mapping) and not end.interrupt.get("path"):
+                found.append({**asked(end.interrupt), "id": None, "path": path, "next": True})
+        return found
 
     def detail(self) -> dict[str, Any]:
         """The summary and every list in full."""
@@ -361,6 +440,38 @@ def _parent_path(path: str, known: Container[str]) -> str | None:
             return path[:end]
         end = path.rfind("/", 0, end)
     return None
+
+
+def _rows(value: Any) -> list[Mapping[str, Any]]:
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
+
+
+def asked(interrupt: Mapping[str, Any]) -> dict[str, Any]:
+    """What the page shows of an interrupt (a ``finished`` line's, as JSON data): its
+    ``id`` (what an answer names), ``kind``, the ``state`` that asked, the ``path`` of the
+    child run that asks (None: the run itself), the ``calls`` it is about (each with
+    ``id``, ``tool`` and ``arguments``, or a question's ``question``) and its
+    ``payload``."""
+    payload = interrupt.get("payload")
+    calls: list[dict[str, Any]] = []
+    if isinstance(payload, Mapping):
+        calls += [
+            {"id": c.get("id"), "tool": c.get("name"), "arguments": c.get("input")}
+            for c in _rows(payload.get("calls"))
+        ]
+        calls += [
+            {"id": q.get("tool_use_id"), "tool": q.get("tool"), "question": q.get("question")}
+            for q in _rows(payload.get("questions"))
+        ]
+    kind, state, path = interrupt.get("kind"), interrupt.get("state"), interrupt.get("path")
+    return {
+        "id": str(interrupt.get("id") or "") or None,
+        "kind": kind if isinstance(kind, str) else None,
+        "state": state if isinstance(state, str) else None,
+        "path": path if isinstance(path, str) and path else None,
+        "calls": calls,
+        "payload": payload,
+    }
 
 
 def message_text(message: Message) -> str:
@@ -426,7 +537,7 @@ plain shape (every field there, of its exact JSON type), which the converter rea
 same way; None for any other dict (the converter then reads it, or says what is wrong)."""
 
 
-def _cut(text: str, limit: int) -> str:
+def cut(text: str, limit: int) -> str:
     """``text`` cut to ``limit`` characters, ``…`` marking a cut."""
     return text[:limit] + ("…" if len(text) > limit else "")
 
@@ -439,7 +550,7 @@ def _server_rows(blocks: Iterable[ServerToolBlock], t: float | None) -> list[tup
         data = {k: v for k, v in b.data.items() if k not in ("type", "id", "tool_use_id", "name")}
         text = json.dumps(data.get("input", data), ensure_ascii=False, default=str)
         outcome = "server result" if b.is_result else "server"
-        rows.append((b.id, intern(b.name), None, t, None, outcome, _cut(text, OUTPUT_CHARS)))
+        rows.append((b.id, intern(b.name), None, t, None, outcome, cut(text, OUTPUT_CHARS)))
     return rows
 
 

@@ -23,6 +23,7 @@ from innerloop.ui import Catalog
 from innerloop.ui._app import STATIC
 
 DEMO = "log:demo/events.jsonl"
+DEMO_PROMPT = "Add 2+3 and 40+2, check the weather in Lisbon, and write me a short report."
 HEADER = json.dumps({"type": "log_header", "schema": SCHEMA}) + "\n"
 
 
@@ -56,14 +57,27 @@ class TestLogs:
             (f"{DEMO}:1", "finished", "model_complete"),
             (f"{DEMO}:2", "finished", "aborted"),
             (f"{DEMO}:3", "finished", "model_complete"),
-            ("log:demo/nested.jsonl:1", "finished", "suspended"),
-            ("log:demo/nested.jsonl:2", "finished", "model_complete"),
+            ("log:demo/nested.jsonl:1", "finished", "model_complete"),  # resumed: one row
         ]
         assert runs[0]["turns"] == 7
         assert runs[0]["cost_usd"] > 0
         assert runs[0]["error"] is None
-        waiting = _get(server.url + "api/run/log:demo/nested.jsonl:1").json()
-        assert waiting["interrupt"] == "survey:1"  # the id an answer carries
+        assert (runs[0]["machine"], runs[0]["prompt"]) == ("innerloop", DEMO_PROMPT)
+        assert abs(runs[0]["started"] - time.time()) < 600  # the log's header + the run's t
+        nested = _get(server.url + "api/run/log:demo/nested.jsonl:1").json()
+        assert (nested["resumptions"], nested["turns"]) == (1, 6)
+        assert "interrupt" not in nested  # answered
+        assert [(c["path"], c["status"], c["exit_reason"]) for c in nested["children"]] == [
+            ("scout#1", "finished", "model_complete"),
+            ("scout#2", "finished", "model_complete"),  # asked, was answered, went on
+            ("writer", "finished", "model_complete"),
+        ]
+        said = [(m["role"], m["text"]) for m in nested["messages"]]
+        assert ("answer", "survey:1: true") in said
+        brief = next(text for role, text in said if text.startswith("[writer] "))
+        assert json.loads(brief.removeprefix("[writer] "))["title"] == (
+            "European heat pumps in 2024"  # the writer's typed Brief
+        )
         assert "interrupt" not in _get(server.url + f"api/run/{DEMO}:1").json()
 
     def test_one_run_in_detail(self, demo_runs: Path, serve: Any) -> None:

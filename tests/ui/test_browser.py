@@ -1,8 +1,9 @@
 """The page in a real headless Chromium (Debian's chromium and chromium-driver, through
-Selenium): it lists the demo's runs, highlights the state of a live run as it advances,
-draws one chart point per turn, and takes the screenshot the manual shows (docs/ui.png, written
-there when ``INNERLOOP_SCREENSHOT=1``, as ``make screenshot`` sets it, so that a test run does
-not change the repository; elsewhere under the test's temporary folder)."""
+Selenium) at 1280x800: it lists the demo's runs, highlights the state of a live run as it
+advances, draws one chart bar per turn, answers a fan-out branch's approval, and takes the
+screenshots the manual shows (docs/ui.png and docs/guides/img/live-view-*.png, written
+there when ``INNERLOOP_SCREENSHOT=1``, as ``make screenshot`` sets it, so that a test run
+does not change the repository; elsewhere under the test's temporary folder)."""
 
 from __future__ import annotations
 
@@ -19,10 +20,14 @@ from selenium.webdriver import Chrome as WebDriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
+from innerloop.checkpoint import open_checkpointer
 from innerloop.diagrams._model import TIMES
-from innerloop.ui import Catalog
+from innerloop.ui import Catalog, UIServer
 
+from .answering import ASKED, TASK, answering_harness, suspended_run
+from .answering import RUN as WAITING
 from .test_children import HELPER, LEAF, RUN, write_nested_log
+from .test_reports import store_rerun, write_report
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
@@ -36,8 +41,11 @@ FLAGS = (
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
-    "--window-size=1600,1000",
+    "--window-size=1280,800",
+    "--hide-scrollbars",
 )
+SIZE = (1280, 800)
+"""The size every page is looked at (and shot) in."""
 
 
 @pytest.fixture
@@ -53,10 +61,24 @@ def browser(
     for flag in (*FLAGS, f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    inner = driver.execute_script("return [outerWidth - innerWidth, outerHeight - innerHeight]")
+    driver.set_window_size(SIZE[0] + inner[0], SIZE[1] + inner[1])  # the page's own size
     try:
         yield driver
     finally:
         driver.quit()
+
+
+def shoot(browser: WebDriver, name: str, tmp_path: Path) -> Path:
+    """Screenshot the page at :data:`SIZE` as ``name``: into the manual (``docs/``) with
+    ``INNERLOOP_SCREENSHOT=1``, else into ``tmp_path``."""
+    assert tuple(browser.execute_script("return [innerWidth, innerHeight]")) == SIZE
+    manual = os.environ.get("INNERLOOP_SCREENSHOT") == "1"
+    path = (ROOT / "docs" if manual else tmp_path) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    assert browser.save_screenshot(str(path))
+    assert path.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    return path
 
 
 def _until(what: Callable[[], Any], seconds: float = 20.0, message: str = "") -> Any:
@@ -145,9 +167,9 @@ def test_the_demo_run_is_listed_and_shown(
     ids = [
         r.get_attribute("data-id") for r in browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr")
     ]
-    assert ids == [f"log:demo/events.jsonl:{n}" for n in (1, 2, 3)] + [
-        f"log:demo/nested.jsonl:{n}" for n in (1, 2)
-    ]
+    assert ids == [f"log:demo/events.jsonl:{n}" for n in (1, 2, 3)] + ["log:demo/nested.jsonl:1"]
+    assert "Add 2+3 and 40+2" in row.find_element(By.CSS_SELECTOR, ".prompt").text
+    assert row.find_element(By.CSS_SELECTOR, ".about").text.startswith("innerloop · ")
     assert "model_complete" in row.text
     row.click()
     _until(lambda: _highlighted(browser)[1] == ["model_complete"], message="the diagram")
@@ -163,9 +185,7 @@ def test_the_demo_run_is_listed_and_shown(
     assert f"{TIMES}5" in browser.find_element(By.ID, "diagram").text
     assert browser.execute_script("return window.refused") == []  # the policy holds the page
     browser.execute_script("window.scrollTo(0, 0)")
-    folder = ROOT / "docs" if os.environ.get("INNERLOOP_SCREENSHOT") == "1" else tmp_path
-    assert browser.save_screenshot(str(folder / "ui.png"))
-    assert (folder / "ui.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    shoot(browser, "ui.png", tmp_path)
 
 
 def test_a_child_run_opens_from_the_tree(browser: WebDriver, tmp_path: Path, serve: Any) -> None:
@@ -191,7 +211,7 @@ def test_a_child_run_opens_from_the_tree(browser: WebDriver, tmp_path: Path, ser
     assert not browser.find_elements(By.CSS_SELECTOR, "#run-title b")
     assert browser.execute_script("return new URL(location).searchParams.get('child')") == HELPER
     messages = browser.find_elements(By.CSS_SELECTOR, "#messages li")
-    _until(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#messages li")) == 2, 10)
+    _until(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#messages li")) == 3, 10)
     _until(lambda: browser.find_elements(By.CSS_SELECTOR, "#children tbody tr"), 10)
     browser.find_element(By.CSS_SELECTOR, "#children tbody tr").click()
     _until(lambda: title.text == LEAF, message="the grandchild's page")
@@ -200,3 +220,158 @@ def test_a_child_run_opens_from_the_tree(browser: WebDriver, tmp_path: Path, ser
     assert messages  # the helper's page had its messages
     crumbs[0].click()
     _until(lambda: title.text == RUN, message="back on the run's page")
+
+
+def _status(browser: WebDriver) -> str:
+    """The status the page shows (its element is drawn anew at each update)."""
+    return str(browser.execute_script("return document.getElementById('status')?.textContent"))
+
+
+def _attributes(browser: WebDriver, selector: str, *names: str) -> list[list[str]]:
+    """The ``data-`` attributes ``names`` of the elements ``selector`` finds, read at
+    once (the page draws its lists anew at each update)."""
+    found = browser.execute_script(
+        "return [...document.querySelectorAll(arguments[0])]"
+        ".map((e) => arguments[1].map((n) => e.dataset[n]))",
+        selector,
+        list(names),
+    )
+    return [list(row) for row in found]
+
+
+def _texts(browser: WebDriver, selector: str) -> list[str]:
+    """The text of each element ``selector`` finds, read at once (``textContent``)."""
+    found = browser.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].map((e) => e.textContent)", selector
+    )
+    return [str(text) for text in found]
+
+
+def _shown(browser: WebDriver, selector: str) -> list[Any]:
+    return [e for e in browser.find_elements(By.CSS_SELECTOR, selector) if e.is_displayed()]
+
+
+def test_a_fan_out_branchs_approval_is_answered_from_the_page(
+    browser: WebDriver, tmp_path: Path
+) -> None:
+    """The run waits on the approval a fan-out branch (``scout#2``) asks before a paid
+    call: the page shows the question (the branch, the tool and its arguments); Approve
+    answers it through ``harness.resume``, and the page follows the run, one row, to its
+    end: the branch ran its call, the answer is among the messages."""
+    db, spec = suspended_run(tmp_path)
+    harness = answering_harness(db)
+    with UIServer(Catalog(tmp_path, machines=[spec]), port=0, harness=harness) as server:
+        _watch_policy(browser)
+        browser.get(server.run_url(WAITING))
+        (ask,) = _until(lambda: _shown(browser, "#asks .ask"), message="the question")
+        assert ask.get_attribute("data-interrupt") == ASKED
+        assert ask.find_element(By.CSS_SELECTOR, ".asked").text == (
+            f"approval asked by scout#2 in state survey · interrupt {ASKED}"
+        )
+        call = ask.find_element(By.CSS_SELECTOR, "table.calls tbody tr").text
+        assert call.startswith("buy_report")
+        assert '"title": "EHPA market report 2025"' in call
+        assert browser.find_element(By.ID, "status").text == "suspended"
+        assert TASK[:40] in browser.find_element(By.ID, "prompt").text
+        _until(lambda: _highlighted(browser)[1] == ["suspended"], message="the diagram")
+        shoot(browser, "guides/img/live-view-asks.png", tmp_path)
+        ask.find_element(By.CSS_SELECTOR, "button.approve").click()
+        _until(lambda: _status(browser) == "finished", 30, "the run's end")
+        assert not _shown(browser, "#asks")
+        facts = browser.find_element(By.ID, "facts").text
+        assert "exit model_complete" in facts
+        assert _attributes(browser, "#children tbody tr", "path", "status") == [
+            ["scout#1", "finished"],
+            ["scout#2", "finished"],
+        ]
+        assert _texts(browser, "#messages li.answer") == [f"answer{ASKED}: true"]  # role, answer
+        _until(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr")) == 1)
+        assert (
+            browser.find_element(By.CSS_SELECTOR, "#runs tbody tr").get_attribute("data-status")
+            == "finished"
+        )
+        assert _attributes(browser, "#chart g.child", "path") == [["scout#1"], ["scout#2"]]
+        assert browser.execute_script("return window.refused") == []
+        _until(lambda: _highlighted(browser)[1] == ["model_complete"], message="the diagram")
+        shoot(browser, "guides/img/live-view-answered.png", tmp_path)
+        browser.execute_script("document.getElementById('side').scrollIntoView()")
+        shoot(browser, "guides/img/live-view-answered-tree.png", tmp_path)
+        browser.execute_script("window.scrollTo(0, 0)")
+        browser.find_element(By.CSS_SELECTOR, '#children tr[data-path="scout#2"]').click()
+        title = browser.find_element(By.ID, "run-title")
+        _until(lambda: title.text == "scout#2", message="the branch's page")
+        _until(lambda: browser.find_elements(By.CSS_SELECTOR, "#tools tbody tr td.ok"), 10)
+        (tool,) = _texts(browser, "#tools tbody tr")
+        assert tool.startswith("buy_reportok")
+        _until(lambda: _highlighted(browser)[1] == ["model_complete"], message="its diagram")
+        shoot(browser, "guides/img/live-view-child.png", tmp_path)
+    assert harness.checkpointer is not None
+    harness.checkpointer.close()
+
+
+def test_a_nested_run_reads_at_page_size(
+    browser: WebDriver, demo_runs: Path, serve: Any, tmp_path: Path
+) -> None:
+    """The demo's nested run, one row across its suspension: its chart has a bar per
+    turn of its own and per child run (its tokens are mostly theirs), the writer's typed
+    Brief among its messages, and a finished list says none, not none yet; its diagram
+    zooms (buttons, wheel) and a double click zooms onto a child run's cluster."""
+    from innerloop._demo import NESTED_SPEC
+
+    server = serve(Catalog(demo_runs, machines=[NESTED_SPEC]))
+    _watch_policy(browser)
+    browser.get(server.run_url("log:demo/nested.jsonl:1"))
+    _until(lambda: _highlighted(browser)[1] == ["model_complete"], message="the diagram")
+    assert _attributes(browser, "#chart g.child", "path") == [["scout#1"], ["scout#2"], ["writer"]]
+    assert browser.find_elements(By.CSS_SELECTOR, "#chart g.turn")  # its own turns too
+    said = _texts(browser, "#messages li.child")
+    assert any('"title": "European heat pumps in 2024"' in text for text in said)
+    assert _texts(browser, "#tools tbody tr") == ["none"]
+    diagram = browser.find_element(By.ID, "diagram")
+    browser.find_element(By.ID, "zoom-in").click()
+    assert diagram.get_attribute("data-zoom") == "1.50"
+    browser.find_element(By.ID, "zoom-fit").click()
+    assert diagram.get_attribute("data-zoom") == "1.00"
+    shoot(browser, "guides/img/live-view-nested.png", tmp_path)
+    (cluster,) = [
+        g
+        for g in browser.find_elements(By.CSS_SELECTOR, "#diagram g.cluster")
+        if g.find_element(By.TAG_NAME, "title").get_attribute("textContent")
+        == "cluster_child_survey__"  # the fan-out's scouts
+    ]
+    webdriver.ActionChains(browser).double_click(cluster).perform()
+    assert float(diagram.get_attribute("data-zoom") or 0) > 1.5
+    assert browser.execute_script("return window.refused") == []
+    shoot(browser, "guides/img/live-view-zoomed.png", tmp_path)
+
+
+def test_the_report_pages_at_page_size(browser: WebDriver, tmp_path: Path, serve: Any) -> None:
+    """The eval reports and a rerun compared, looked at (and shot) at page size."""
+    write_report(tmp_path)
+    server = serve(Catalog(tmp_path, store=open_checkpointer(store_rerun(tmp_path))))
+    browser.get(server.url + "evals")
+    assert "1/2 (50%)" in browser.find_element(By.TAG_NAME, "body").text
+    shoot(browser, "guides/img/live-view-evals.png", tmp_path)
+    browser.get(server.url + "compare/db:r2")
+    assert "rerun of r1 from checkpoint 1" in browser.find_element(By.TAG_NAME, "body").text
+    shoot(browser, "guides/img/live-view-compare.png", tmp_path)
+
+
+def test_a_typed_answer_is_sent_from_the_page(browser: WebDriver, tmp_path: Path) -> None:
+    """An answer typed on the page is read as JSON (else text), as ``runs resume
+    --answer`` reads it: here a verdict per call that denies the paid one; the branch
+    gets the denial as its tool's error and the run goes on to its end."""
+    db, spec = suspended_run(tmp_path)
+    harness = answering_harness(db)
+    with UIServer(Catalog(tmp_path, machines=[spec]), port=0, harness=harness) as server:
+        browser.get(server.run_url(WAITING))
+        (ask,) = _until(lambda: _shown(browser, "#asks .ask"), message="the question")
+        ask.find_element(By.CSS_SELECTOR, "input.typed").send_keys('{"call_buy": false}')
+        ask.find_element(By.CSS_SELECTOR, "button.send").click()
+        _until(lambda: _status(browser) == "finished", 30, "the run's end")
+        answer = _texts(browser, "#messages li.answer")
+        assert answer == [f'answer{ASKED}: {{"call_buy": false}}']
+    assert harness.checkpointer is not None
+    harness.checkpointer.close()
+    branch = Catalog(tmp_path, machines=[spec]).detail(WAITING, child="scout#2")
+    assert [(t["name"], t["outcome"]) for t in branch["tools"]] == [("buy_report", "error")]

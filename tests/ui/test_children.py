@@ -185,7 +185,11 @@ class TestLogTree:
         assert [(c["path"], c["parent"], c["depth"]) for c in helper["children"]] == [
             (LEAF, HELPER, 0)
         ]
-        assert [m["text"] for m in helper["messages"]] == ["help", "helper answer"]
+        assert [m["text"] for m in helper["messages"]] == [
+            "help",
+            "[leaf] leaf answer",  # its child's answer, in its history though in no event
+            "helper answer",
+        ]
         leaf = _get(server.url + f"api/run/{RUN}", child=LEAF).json()
         assert (leaf["child"], leaf["above"], leaf["machine"]) == (LEAF, [HELPER], "innerloop")
         assert [m["text"] for m in leaf["messages"]] == ["help", "leaf answer"]

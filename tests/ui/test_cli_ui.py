@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -189,3 +190,60 @@ def test_demo_ui_prints_the_url_and_stops_with_the_demo(tmp_path: Path, spawn: o
     assert "/?run=log:events.jsonl:last" in line
     with pytest.raises(httpx.ConnectError):
         httpx.get(_url(line), timeout=5)
+
+
+def test_ui_answers_through_the_harness_it_is_given(tmp_path: Path) -> None:
+    """``innerloop ui --harness MODULE:ATTR``: the page's answer to the suspended run lands
+    in that harness's resume, and the run goes on to its end; Ctrl-C stops it."""
+    from innerloop.ui._app import PAGE_HEADER
+
+    from .answering import ASKED, RUN, RUN_ID, suspended_run
+
+    db, _ = suspended_run(tmp_path)
+    args = ["ui", "--runs", str(tmp_path), "--port", "0"]
+    args += ["--harness", "tests.ui.answering:harness_from_env"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "innerloop", *args],
+        cwd=ROOT,
+        env={**_env(), "INNERLOOP_TEST_DB": db},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        url = _url(_line_with(proc.stdout, "innerloop ui: "))
+        page = httpx.get(url, timeout=10).text
+        key = page.split('<meta name="innerloop-page" content="')[1].split('"')[0]
+        answer = httpx.post(
+            url + f"api/answer/{RUN}",
+            json={"interrupt": ASKED, "answer": True},
+            headers={PAGE_HEADER: key},
+            timeout=20,
+        )
+        assert answer.status_code == 202, answer.text
+        runs: list[dict[str, object]] = []
+        for _ in range(300):  # the answered run goes on in the server's thread
+            runs = httpx.get(url + "api/runs", timeout=10).json()["runs"]
+            if all(r["status"] == "finished" for r in runs):
+                break
+            time.sleep(0.1)
+        # its log's run and the store's (the harness's store is listed without --db)
+        assert [(r["id"], r["exit_reason"]) for r in runs] == [
+            (RUN, "model_complete"),
+            (f"db:{RUN_ID}", "model_complete"),
+        ]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
+def test_ui_refuses_a_harness_without_a_store(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["ui", "--harness", "tests.ui.answering:harness_without_store"]) == 2
+    assert capsys.readouterr().err == (
+        "innerloop ui: error: --harness: tests.ui.answering:harness_without_store has no "
+        "checkpoint store: the page answers a run through the store that keeps it; build the "
+        "Harness with checkpointer='sqlite:///runs.db'\n"
+    )

@@ -452,3 +452,70 @@ def test_a_log_emptied_is_a_change(tmp_path: Path) -> None:
     assert log.refresh() is True
     assert (log.runs, log.problem) == ([], None)
     assert log.refresh() is False
+
+
+def _started(state: str, run_id: str | None = None, answered: str | None = None) -> str:
+    """A ``run_started`` line; one that resumes with the answer to ``answered``."""
+    line: dict[str, Any] = {
+        "type": "run_started",
+        "machine": "innerloop",
+        "fingerprint": "f",
+        "import_path": None,
+        "state": state,
+        "run_id": run_id,
+    }
+    if answered is not None:
+        line["resumed"] = {"interrupt": {"id": answered, "answered": True, "answer": True}}
+    return json.dumps(line) + "\n"
+
+
+def _finished(final: str, asked: str | None = None) -> str:
+    usage = {"input_tokens": 1, "output_tokens": 1}
+    interrupt: dict[str, Any] = {"id": asked, "kind": "approval", "payload": {}, "state": "approve"}
+    line = {
+        "type": "finished",
+        "exit_reason": final,
+        "final_state": final,
+        "turns": 1,
+        "usage": usage,
+        "cost_usd": 0.0,
+        "interrupt": interrupt if asked else None,
+    }
+    return json.dumps(line) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("first_id", "second_id", "answered", "runs"),
+    [
+        (None, None, "approve:1", 1),  # the answer to its question: the same run, one row
+        ("r1", "r1", "approve:1", 1),
+        (None, None, "approve:2", 2),  # another question's answer: another run
+        ("r1", "r2", "approve:1", 2),  # another stored run
+        (None, None, None, 2),  # a run from the start
+    ],
+)
+def test_a_run_resumed_after_its_answer_is_the_same_run(
+    tmp_path: Path, first_id: str | None, second_id: str | None, answered: str | None, runs: int
+) -> None:
+    """A ``run_started`` that resumes the run that ended suspended, with the answer to
+    the question it asked (same interrupt id, same store run id), goes on in that run:
+    running again, then finished, its answer among its messages."""
+    path = tmp_path / "run.jsonl"
+    path.write_text(
+        HEADER + _started("idle", first_id) + T1 + "\n" + _finished("suspended", "approve:1")
+    )
+    log = LogFile(path)
+    log.refresh()
+    assert log.runs[0].fold.summary()["status"] == "suspended"
+    _append(path, _started("approve", second_id, answered) + T2 + "\n")
+    log.refresh()
+    assert len(log.runs) == runs
+    assert log.runs[-1].fold.summary()["status"] == "running"
+    _append(path, _finished("model_complete"))
+    log.refresh()
+    assert [r.fold.summary()["status"] for r in log.runs] == ["suspended", "finished"][2 - runs :]
+    if runs == 1:
+        view = log.view(log.runs[0]).detail()
+        assert [t["target"] for t in view["transitions"]] == ["assemble", "normalize"]
+        assert [(m["role"], m["text"]) for m in view["messages"]] == [("answer", "approve:1: true")]
+        assert view["resumptions"] == 1

@@ -20,9 +20,8 @@ def _get(url: str) -> httpx.Response:
     return httpx.get(url, timeout=10)
 
 
-def test_eval_reports_of_the_runs_folder(tmp_path: Path, serve: Any) -> None:
-    """A report written as JSON into the runs folder is shown with its figures and cases;
-    other JSON files are not reports."""
+def write_report(folder: Path) -> None:
+    """An eval report of two cases (one passes) as ``folder/evals/capitals.json``."""
     model = ScriptedProvider([reply("Paris"), reply("Milan")])
     harness = Harness(HarnessParams(model="scripted:m"), [model])
     dataset = Dataset(
@@ -33,8 +32,26 @@ def test_eval_reports_of_the_runs_folder(tmp_path: Path, serve: Any) -> None:
         name="capitals",
     )
     report = run_eval_sync(dataset, harness, concurrency=1)
-    (tmp_path / "evals").mkdir()
-    (tmp_path / "evals" / "capitals.json").write_text(json.dumps(report.to_dict()))
+    (folder / "evals").mkdir()
+    (folder / "evals" / "capitals.json").write_text(json.dumps(report.to_dict()))
+
+
+def store_rerun(folder: Path) -> str:
+    """A store (its URL) holding run ``r1`` and ``r2``, its rerun on another model."""
+    db = f"sqlite:///{folder / 'runs.db'}"
+    first = ScriptedProvider([reply("It is Rome.")])
+    Harness(HarnessParams(model="scripted:a"), [first], checkpointer=db).run_sync(
+        "Italy?", run_id="r1"
+    )
+    other = Harness(HarnessParams(model="scripted:b"), [ScriptedProvider([reply("Milan.")])])
+    rerun_sync(other, "r1", store=db, new_run_id="r2")
+    return db
+
+
+def test_eval_reports_of_the_runs_folder(tmp_path: Path, serve: Any) -> None:
+    """A report written as JSON into the runs folder is shown with its figures and cases;
+    other JSON files are not reports."""
+    write_report(tmp_path)
     (tmp_path / "other.json").write_text('{"not": "a report"}')
     server = serve(Catalog(runs_dir=tmp_path))
     data = _get(server.url + "api/evals").json()
@@ -77,14 +94,7 @@ def test_no_reports_says_how_to_make_one(tmp_path: Path, serve: Any) -> None:
 def test_a_rerun_compared(tmp_path: Path, serve: Any) -> None:
     """A rerun stored in the store is shown beside its parent; a run that is no fork is
     a 409, an unknown one a 404, each saying why."""
-    db = f"sqlite:///{tmp_path / 'runs.db'}"
-    first = ScriptedProvider([reply("It is Rome.")])
-    Harness(HarnessParams(model="scripted:a"), [first], checkpointer=db).run_sync(
-        "Italy?", run_id="r1"
-    )
-    other = Harness(HarnessParams(model="scripted:b"), [ScriptedProvider([reply("Milan.")])])
-    rerun_sync(other, "r1", store=db, new_run_id="r2")
-    server = serve(Catalog(store=open_checkpointer(db)))
+    server = serve(Catalog(store=open_checkpointer(store_rerun(tmp_path))))
     data = _get(server.url + "api/compare/db:r2").json()
     assert (data["run_id"], data["at"], data["rerun"]["run_id"]) == ("r1", 1, "r2")
     assert (data["original"]["output"], data["rerun"]["output"]) == ("It is Rome.", "Milan.")

@@ -83,6 +83,9 @@ def test_a_running_run_sums_its_turns() -> None:
         "output_tokens": 200,
         "cost_usd": 0.006,
         "events": 6,
+        "machine": None,
+        "prompt": None,
+        "resumptions": 0,
     }
 
 
@@ -112,6 +115,9 @@ def test_a_finished_run_reads_its_finished_event() -> None:
         "output_tokens": 200,
         "cost_usd": 0.5,
         "events": 7,
+        "machine": None,
+        "prompt": None,
+        "resumptions": 0,
     }
 
 
