@@ -40,6 +40,7 @@ from innerloop._messages import (
     Usage,
 )
 from innerloop._session import Session, SessionTotals
+from innerloop._tree import RunTree
 from innerloop.fsm import (
     DEFAULT_SPEC,
     Answer,
@@ -91,6 +92,7 @@ __all__ = [
     "RecoveryPolicy",
     "RedactedThinkingBlock",
     "ResumeError",
+    "RunTree",
     "ServerTool",
     "ServerToolBlock",
     "Session",

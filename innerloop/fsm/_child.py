@@ -245,6 +245,10 @@ class ChildRun(Generic[OutputT]):
         )
         self.run.scope.quiet = parent.scope.quiet
         self.run.scope.nest = Nest(parent, child.name, self.path)  # its place in the tree
+        scope = parent.scope
+        if scope.children is None:
+            scope.children = []
+        scope.children.append(self.run)  # the tree of a live run (RunTree.of)
         if parent.scope.nested_step is not None:  # the parent's checkpoints keep children
             self.run.on_step = self._stepped
             self.run.scope.nested_step = self._nested
@@ -467,8 +471,17 @@ def _asking(runs: Sequence[ChildRun[Any]]) -> ChildRun[Any] | None:
 
 
 def _keep(ctx: PhaseContext, run: ChildRun[Any]) -> None:
-    """Save ``run`` (its state, and where it goes on) in the parent's notes, by path."""
-    saved = {"at": resume_point(run.run.current), "state": _convert.unstructure(run.state)}
+    """Save ``run`` (its state, and where it goes on) in the parent's notes, by path,
+    with its machine's name and the states this stretch of it took (what
+    ``RunTree.from_store`` reads)."""
+    child = run.run
+    taken = [t.target for t in child.path]
+    saved = {
+        "at": resume_point(child.current),
+        "state": _convert.unstructure(run.state),
+        "machine": child.machine.name,
+        "taken": [child.path[0].source, *taken] if taken else [child.current],
+    }
     ctx.state.notes.setdefault(CHILD_RUNS, {})[run.path] = saved
 
 
