@@ -39,7 +39,7 @@ from innerloop._messages import (
     ToolUseBlock,
     Usage,
 )
-from innerloop._session import Session, SessionTotals
+from innerloop._session import Session, SessionMessage, SessionTotals
 from innerloop._tree import RunTree
 from innerloop.fsm import (
     DEFAULT_SPEC,
@@ -98,6 +98,7 @@ __all__ = [
     "Session",
     "SessionError",
     "SessionLimitError",
+    "SessionMessage",
     "SessionTotals",
     "SpecError",
     "SpendBudget",
