@@ -22,6 +22,7 @@ from innerloop import (
     agent_tool,
     tool,
 )
+from innerloop.events import Event
 from innerloop.examples import with_approval
 from innerloop.fsm import Run, child_handler, fan_out_handler, with_child_state
 from innerloop.testing import FakeClock, FakeProvider, ScriptedProvider, reply, tool_call
@@ -107,11 +108,14 @@ def _one_tree(harness: Harness, prompt: str, run_id: str, tmp_path: Path) -> Run
     """Run ``prompt`` to its end (or its suspension), logged and stored: its tree, the
     same from the live run, the store and the log."""
     log = tmp_path / "run.jsonl"
+    seen: list[Event] = []
     with EventLog(log) as events:
         run = harness.start(prompt, run_id=run_id)
-        _drive(run, events)
+        for event in run.iter_sync():
+            events.write(event)
+            seen.append(event)
     tree = RunTree.of(run)
-    assert _stored(harness, run_id) == tree == RunTree.from_log(log)
+    assert _stored(harness, run_id) == tree == RunTree.from_log(log) == RunTree.from_log(seen)
     return tree
 
 

@@ -563,7 +563,7 @@ def child_handler(child: Child[Any]) -> Handler:
     return run_child
 
 
-Job = tuple[Child[Any], str, "str | Message"]
+Job = tuple[Child[Any], str, str | Message]
 """One branch of a fan-out: the child, its path and its input."""
 
 
@@ -618,7 +618,8 @@ def _fan_out_children(child: Child[Any] | Sequence[Child[Any]]) -> tuple[Child[A
     """The children of a fan-out over several (each a ``Child``, of distinct names)."""
     if isinstance(child, Child):
         return (child,)
-    children = tuple(child) if isinstance(child, Iterable) else ()
+    listed = isinstance(child, Iterable) and not isinstance(child, str | bytes | Mapping)
+    children = tuple(child) if listed else ()
     wrong = [c for c in children if not isinstance(c, Child)]
     if not children or wrong:
         got = f"{type(wrong[0]).__name__} {wrong[0]!r:.60}" if wrong else repr(child)[:60]

@@ -280,6 +280,12 @@ def _kid(name: str) -> Child[Any]:
             "of Child (each run once, side by side); got str 'web'",
         ),
         (
+            "web",
+            TypeError,
+            "fan_out_handler takes a Child (run once per input of items) or a non-empty list "
+            "of Child (each run once, side by side); got 'web'",
+        ),
+        (
             "twice",
             ValueError,
             "fan_out_handler(['web', 'web']): two children named 'web'; each child of a "
