@@ -382,7 +382,12 @@ class Session:
         """The last message's run going on: with ``answer`` when it is suspended (see
         :class:`~innerloop.fsm.Interrupt`), without one when it was cut off before a final
         state (stored conversations: from the latest checkpoint). :class:`ResumeError`
-        says what does not fit; nothing is written then."""
+        says what does not fit; nothing is written then.
+
+        Resumed by the session object that ran it, the message keeps its own
+        ``max_turns`` (given to :meth:`send`), and the run keeps the one it goes on from
+        as ``resumed_from`` (its :class:`~innerloop.RunTree` holds both)."""
+        earlier = self._run
         if self._store is not None:
             self._load()  # what is stored now: another process may have gone on
         state = self._latest()
@@ -405,8 +410,11 @@ class Session:
             )
         at = state.final_state if self._store is None else self._at
         at, state = self.harness._continue(run_id, at, state, answer)
-        params = self._params(state, self._max_turns)
+        mine = earlier is not None and _same_message(earlier.state, state)
+        params = self._params(state, self._max_turns if mine else None)
         run = self.harness._run(state, at, run_id, self._writer, params)
+        if mine:
+            run.resumed_from = earlier
         self._state, self._run = state, run
         return run
 
@@ -561,6 +569,16 @@ class Session:
         where = "new" if state is None else (state.final_state or self._current())
         turns = 0 if state is None else state.turns
         return f"<Session {self.conversation_id!r} {where} turns={turns}>"
+
+
+def _same_message(one: HarnessState, other: HarnessState) -> bool:
+    """Are ``one`` and ``other`` states of the same message (its turns and spending
+    counted from the same start)?"""
+    return (one.turns_at_start, one.tokens_at_start, one.cost_at_start) == (
+        other.turns_at_start,
+        other.tokens_at_start,
+        other.cost_at_start,
+    )
 
 
 def _waits(state: HarnessState) -> bool:

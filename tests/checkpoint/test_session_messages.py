@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from innerloop import HarnessParams, ParamsError, SessionMessage
+from innerloop import HarnessParams, ParamsError, RunTree, SessionMessage
 from innerloop.checkpoint import Checkpointer
 from innerloop.examples import with_approval
 from innerloop.testing import FakeProvider, ScriptedProvider, reply, tool_call
@@ -182,3 +182,26 @@ def test_a_resumed_message_keeps_its_turn_limit(store: Checkpointer, make_harnes
     assert session.send_sync("remove a.log", max_turns=1).exit_reason == "suspended"
     state = session.resume(True).run_sync()
     assert (state.exit_reason, state.turns) == ("max_turns_exceeded", 1)
+
+
+def test_a_resumed_message_keeps_its_tree(store: Checkpointer, make_harness: Any) -> None:
+    """Resumed by the session that ran it, a message's live tree holds both stretches,
+    the same as the stored conversation's tree for that message; another session object
+    resuming it uses the params' turn limit."""
+    script = [reply(tool_call("delete", {"path": "a.log"}, id="d1")), reply("gone")]
+    harness = _approving(make_harness, store, script)
+    session = harness.session("c1")
+    session.send_sync("remove a.log", max_turns=1)
+    other = harness.session("c1").resume(True)
+    assert other.resumed_from is None
+    assert other.params.max_turns == harness.params.max_turns
+    run = session.resume(True)  # neither was driven: this one goes on
+    assert run.resumed_from is not None
+    assert run.params.max_turns == 1
+    run.run_sync()
+    tree = RunTree.of(run)
+    assert tree == RunTree.from_store(store, "c1")
+    assert tree.states == (
+        ("idle", "assemble", "normalize", "call", "stream", "approve", "suspended"),
+        ("approve", "execute", "check", "max_turns_exceeded"),
+    )
