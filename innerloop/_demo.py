@@ -407,9 +407,8 @@ def _show_nested(state: HarnessState, tree: RunTree, asked: Any) -> None:
     the typed result and the totals rolled up to the research agent."""
     print(f"fourth run: exit_reason={state.exit_reason} output={state.output!r}")
     print(
-        "  the tree of runs (RunTree.of(run).format()): each run's path [machine], its "
-        "states ('| resumed:' where it went on after the answer), how it ended, its turns, "
-        "tokens and cost (the research agent's count its children's)"
+        "  the tree of runs (RunTree.of(run).format(); 'resumed:' where a run went on after "
+        "the answer; the research agent's totals count its children's):"
     )
     for line in tree.format(name="research").splitlines():
         print(f"  {line}")

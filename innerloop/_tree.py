@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, final
@@ -144,32 +145,43 @@ class RunTree:
 
     # -- the printer -------------------------------------------------------------------------
 
-    def format(self, *, name: str | None = None, indent: str = "  ") -> str:
-        """The tree as text, one line per run, each child indented under its parent::
+    def format(self, *, name: str | None = None, width: int = 100) -> str:
+        """The tree as text: per run, a line with its label, machine, how it ended, its
+        turns, tokens and cost, then its states (a line per stretch, wrapped at
+        ``width``) and what it waits on, each child indented under its parent::
 
-            run: idle -> survey -> suspended | resumed: survey -> assemble -> ... ->
-            model_complete; model_complete, 3 turns, 90 tokens, $0.000198
+            research [research]: model_complete, 6 turns, 90 tokens, $0.000198
+              states: idle -> survey -> suspended
+              resumed: survey -> assemble -> normalize -> call -> stream -> check ->
+                write -> model_complete
+              scout#1 [scout]: model_complete, 2 turns, 30 tokens, $0.000009
+                states: idle -> assemble -> ...
 
         ``name`` labels the top run (default: its run id, else ``run``); a child is
-        labelled by its path's last level and its machine."""
-        lines = []
+        labelled by its path's last level."""
+        lines: list[str] = []
         for run in self.walk():
-            depth = run.path.count("/") + 1 if run.path else 0
+            pad = "  " * (run.path.count("/") + 1 if run.path else 0)
             label = run.path.rpartition("/")[2] if run.path else (name or self.run_id or "run")
-            ways = " | resumed: ".join(" -> ".join(s) for s in run.states) or "(no transition)"
             end = run.exit_reason or "not ended"
-            cost = f"${run.cost_usd:.6f}" if run.cost_usd is not None else "cost unknown"
             turns = f"{run.turns} turn{'' if run.turns == 1 else 's'}"
-            line = (
-                f"{indent * depth}{label} [{run.machine}]: {ways}; {end}, {turns}, "
-                f"{run.tokens} tokens, {cost}"
+            cost = f"${run.cost_usd:.6f}" if run.cost_usd is not None else "cost unknown"
+            lines.append(
+                f"{pad}{label} [{run.machine}]: {end}, {turns}, {run.tokens} tokens, {cost}"
             )
+            for i, states in enumerate(run.states or (("(no transition)",),)):
+                lines += textwrap.wrap(
+                    f"{'resumed' if i else 'states'}: {' -> '.join(states)}",
+                    width,
+                    initial_indent=f"{pad}  ",
+                    subsequent_indent=f"{pad}    ",
+                    break_on_hyphens=False,
+                )
             asked = run.waits_on
             if asked is not None:
-                who = f" asked by {asked.path}" if asked.path else ""
+                who = f" (asked by {asked.path})" if asked.path else ""
                 named = f" {asked.id!r}" if asked.id else ""
-                line += f"; waits on {asked.kind}{named} in {asked.state}{who}"
-            lines.append(line)
+                lines.append(f"{pad}  waits on: {asked.kind}{named} in {asked.state}{who}")
         return "\n".join(lines)
 
     def __str__(self) -> str:

@@ -184,15 +184,26 @@ def test_a_suspended_tree_says_what_each_run_waits_on(tmp_path: Path) -> None:
         "calls": [{"id": "k1", "name": "delete_file", "input": {"path": "old.log"}}]
     }
     assert tree.format().splitlines() == [
-        "tidy [sweep]: idle -> sweep -> suspended; suspended, 3 turns, 45 tokens, cost "
-        "unknown; waits on approval 'sweep:1' in sweep asked by cleaner",
-        "  cleaner [approval]: idle -> assemble -> normalize -> call -> stream -> approve -> "
-        "suspended; suspended, 1 turn, 15 tokens, cost unknown; waits on approval "
-        "'approve:1' in approve",
-        "  inspector [inspect]: idle -> probing -> assemble -> normalize -> call -> stream -> "
-        "check -> model_complete; model_complete, 2 turns, 30 tokens, cost unknown",
-        "    probe [innerloop]: idle -> assemble -> normalize -> call -> stream -> check -> "
-        "model_complete; model_complete, 1 turn, 15 tokens, cost unknown",
+        "tidy [sweep]: suspended, 3 turns, 45 tokens, cost unknown",
+        "  states: idle -> sweep -> suspended",
+        "  waits on: approval 'sweep:1' in sweep (asked by cleaner)",
+        "  cleaner [approval]: suspended, 1 turn, 15 tokens, cost unknown",
+        "    states: idle -> assemble -> normalize -> call -> stream -> approve -> suspended",
+        "    waits on: approval 'approve:1' in approve",
+        "  inspector [inspect]: model_complete, 2 turns, 30 tokens, cost unknown",
+        "    states: idle -> probing -> assemble -> normalize -> call -> stream -> check -> "
+        "model_complete",
+        "    probe [innerloop]: model_complete, 1 turn, 15 tokens, cost unknown",
+        "      states: idle -> assemble -> normalize -> call -> stream -> check -> model_complete",
+    ]
+    assert tree.format(name="sweep", width=60).splitlines()[:3] == [
+        "sweep [sweep]: suspended, 3 turns, 45 tokens, cost unknown",
+        "  states: idle -> sweep -> suspended",
+        "  waits on: approval 'sweep:1' in sweep (asked by cleaner)",
+    ]
+    assert tree.find("inspector").format(width=60).splitlines()[1:3] == [
+        "    states: idle -> probing -> assemble -> normalize -> call",
+        "      -> stream -> check -> model_complete",
     ]
 
 
@@ -305,9 +316,10 @@ def test_find_names_the_paths_there_are() -> None:
     with pytest.raises(KeyError, match="no run at path") as info:
         tree.find("web#1")
     assert info.value.args[0] == "no run at path 'web#1' in this tree; its paths: ''"
-    assert (
-        tree.format() == "run [innerloop]: (no transition); not ended, 0 turns, 0 tokens, $0.000000"
-    )
+    assert tree.format().splitlines() == [
+        "run [innerloop]: not ended, 0 turns, 0 tokens, $0.000000",
+        "  states: (no transition)",
+    ]
 
 
 def test_a_fan_out_over_one_child_sorts_its_branches_by_number() -> None:

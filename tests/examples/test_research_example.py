@@ -180,15 +180,18 @@ def test_the_demo_nested_run(tmp_path: Path) -> None:
     assert state.cost_usd == pytest.approx(0.000198)
     loop, scouted = " -> ".join(LOOP), "approve -> execute -> check"
     assert tree.format(name="research").splitlines() == [
-        "research [research]: idle -> survey -> suspended | resumed: survey -> "
-        f"{loop} -> check -> write -> model_complete; model_complete, 6 turns, 90 tokens, "
-        "$0.000198",
-        f"  scout#1 [scout]: idle -> {loop} -> {scouted} -> {loop} -> check -> model_complete; "
-        "model_complete, 2 turns, 30 tokens, $0.000009",
-        f"  scout#2 [scout]: idle -> {loop} -> approve -> suspended | resumed: {scouted} -> "
-        f"{loop} -> check -> model_complete; model_complete, 2 turns, 30 tokens, $0.000009",
-        f"  writer [innerloop]: idle -> {loop} -> check -> model_complete; model_complete, "
-        "1 turn, 15 tokens, $0.000075",
+        "research [research]: model_complete, 6 turns, 90 tokens, $0.000198",
+        "  states: idle -> survey -> suspended",
+        f"  resumed: survey -> {loop} -> check -> write -> model_complete",
+        "  scout#1 [scout]: model_complete, 2 turns, 30 tokens, $0.000009",
+        f"    states: idle -> {loop} -> {scouted} ->",
+        f"      {loop} -> check -> model_complete",
+        "  scout#2 [scout]: model_complete, 2 turns, 30 tokens, $0.000009",
+        f"    states: idle -> {loop} -> approve -> suspended",
+        f"    resumed: {scouted} -> {loop} -> check ->",
+        "      model_complete",
+        "  writer [innerloop]: model_complete, 1 turn, 15 tokens, $0.000075",
+        f"    states: idle -> {loop} -> check -> model_complete",
     ]
     assert RunTree.from_log(log, run=1) == tree  # the log holds the same tree
 
