@@ -344,3 +344,28 @@ def test_a_fan_out_over_one_child_sorts_its_branches_by_number() -> None:
     for _ in run.iter_sync():
         pass
     assert [r.path for r in RunTree.of(run).children] == [f"web#{i}" for i in range(1, 11)]
+
+
+def test_damaged_or_older_saved_children_are_read_as_far_as_they_go() -> None:
+    """Notes saved before runs named their machine and states, or damaged ones, give
+    what they hold (an older child's totals; no states) and leave the rest out."""
+    from innerloop import HarnessState
+    from innerloop._tree import _Fold, _saved_children
+
+    older = {"at": "check", "state": {"turns": 2, "exit_reason": None}}
+    notes: dict[str, Any] = {
+        "children.runs": {
+            "web#1": older,
+            "web#2": "not a saved run",
+            "web#3": {"at": "check", "state": {"turns": "two"}, "taken": "idle"},
+            "web#4": {"state": {}, "machine": "m", "taken": ["idle", 3, "check"]},
+        }
+    }
+    fold = _Fold(None)
+    _saved_children(fold, "", notes)
+    fold.ended("", HarnessState())
+    tree = fold.tree()
+    assert [(r.path, r.machine, r.states, r.turns) for r in tree.children] == [
+        ("web#1", "?", (), 2),
+        ("web#4", "m", (("idle", "3", "check"),), 0),
+    ]
