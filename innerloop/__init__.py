@@ -39,7 +39,8 @@ from innerloop._messages import (
     ToolUseBlock,
     Usage,
 )
-from innerloop._session import Session, SessionTotals
+from innerloop._session import Session, SessionMessage, SessionTotals
+from innerloop._tree import RunTree
 from innerloop.fsm import (
     DEFAULT_SPEC,
     Answer,
@@ -91,11 +92,13 @@ __all__ = [
     "RecoveryPolicy",
     "RedactedThinkingBlock",
     "ResumeError",
+    "RunTree",
     "ServerTool",
     "ServerToolBlock",
     "Session",
     "SessionError",
     "SessionLimitError",
+    "SessionMessage",
     "SessionTotals",
     "SpecError",
     "SpendBudget",

@@ -22,9 +22,10 @@ import pydantic
 
 from innerloop._console import drive, format_cost, view_for
 from innerloop._eventlog import EventLog, read_event_log
-from innerloop._events import ChildEvent, Event, Finished, RunStarted, TextDelta, Transition
+from innerloop._events import ChildEvent, Event, TextDelta
 from innerloop._harness import Harness
 from innerloop._live import describe
+from innerloop._tree import RunTree
 from innerloop.examples.research import (
     QUESTIONS,
     SCOUT_MODEL,
@@ -34,6 +35,7 @@ from innerloop.examples.research import (
     writer,
 )
 from innerloop.fsm._context import request_settings
+from innerloop.fsm._driver import Run
 from innerloop.fsm._params import HarnessParams
 from innerloop.fsm._state import HarnessState
 from innerloop.providers import AnthropicProvider, OpenAIProvider
@@ -327,13 +329,10 @@ def _depth_of(path: str) -> int:
 
 
 class _TreeView:
-    """Plain lines for a nested run: a child's events indented under their path; keeps
-    each path's states (per run: a resumed run starts a new segment) and its end."""
+    """Plain lines for a nested run: a child's events indented under their path."""
 
     def __init__(self, parent: str) -> None:
         self.parent = parent
-        self.segments: dict[str, list[list[str]]] = {}
-        self.ended: dict[str, Finished] = {}
 
     def handle(self, event: Event) -> None:
         path = self.parent
@@ -343,36 +342,14 @@ class _TreeView:
         if line is not None:
             indent = "    " * _depth_of(path) if path != self.parent else ""
             print(f"{indent}[{path}]{line}" if indent else line)
-        self._keep(path, event)
-
-    def _keep(self, path: str, event: Event) -> None:
-        if isinstance(event, RunStarted):
-            self.segments.setdefault(path, []).append([event.state])
-        elif isinstance(event, Transition):
-            self.segments[path][-1].append(event.target)
-        elif isinstance(event, Finished):
-            self.ended[path] = event
-
-    def tree(self) -> list[str]:
-        """One line per run of the tree, the parent first, then its children by path."""
-        order = [self.parent, *sorted(p for p in self.segments if p != self.parent)]
-        lines = []
-        for path in order:
-            end = self.ended[path]
-            ways = " | resumed: ".join(" -> ".join(states) for states in self.segments[path])
-            indent = "  " * _depth_of(path) if path != self.parent else ""
-            lines.append(
-                f"  {indent}{path}: {ways} ({end.usage.total_tokens} tokens, "
-                f"{format_cost(end.cost_usd)})"
-            )
-        return lines
 
 
-def nested_run(log_path: Path) -> tuple[HarnessState, _TreeView, Any]:
+def nested_run(log_path: Path) -> tuple[HarnessState, RunTree, Any]:
     """The fourth run: a research agent fans out to two scouts (sub-agents with their own
     tools, on the OpenAI SDK); one asks before a paid call, which suspends the whole run;
     the host approves and resumes it; the research agent then hands off to a writer whose
-    answer is a typed ``Brief``. Written to its own event log."""
+    answer is a typed ``Brief``. Written to its own event log. Returns the final state,
+    the tree of runs (both stretches of the run, and its children) and the approval."""
     print(
         f"fourth run: {RESEARCH_TASK!r}: a research agent fans out to two scouts (one asks "
         "the host before a paid call), then hands off to a writer with output_type=Brief"
@@ -398,7 +375,7 @@ def nested_run(log_path: Path) -> tuple[HarnessState, _TreeView, Any]:
         view = _TreeView("research")
         asked: Any = None
 
-        async def play() -> HarnessState:
+        async def play() -> Run:
             nonlocal asked
             try:
                 with EventLog(log_path, {"command": "demo", "model": PRIMARY}) as log:
@@ -416,25 +393,25 @@ def nested_run(log_path: Path) -> tuple[HarnessState, _TreeView, Any]:
                         )
                         run = harness.resume(run, answer=True)
                         await drive(run, view, log)
-                    return run.state
+                    return run
             finally:
                 for provider in providers.values():
                     await provider.aclose()
 
-        return asyncio.run(play()), view, asked
+        run = asyncio.run(play())
+        return run.state, RunTree.of(run), asked
 
 
-def _show_nested(state: HarnessState, tree: _TreeView, asked: Any) -> None:
-    """The nested run's summary: the tree of runs by path, the approval, the typed
-    result and the totals rolled up to the research agent."""
+def _show_nested(state: HarnessState, tree: RunTree, asked: Any) -> None:
+    """The nested run's summary: the tree of runs (``RunTree.format``), the approval,
+    the typed result and the totals rolled up to the research agent."""
     print(f"fourth run: exit_reason={state.exit_reason} output={state.output!r}")
     print(
-        "  the tree of runs by path: the states of each run ('| resumed:' where it went on "
-        "after the answer), then its tokens and cost (the research agent's count its "
-        "children's)"
+        "  the tree of runs (RunTree.of(run).format(); 'resumed:' where a run went on after "
+        "the answer; the research agent's totals count its children's):"
     )
-    for line in tree.tree():
-        print(line)
+    for line in tree.format(name="research").splitlines():
+        print(f"  {line}")
     if asked is not None:
         print(
             f"  {asked.kind} asked by {asked.path} (the research agent waited in "

@@ -350,7 +350,18 @@ class Harness(Generic[OutputT]):
         given with a run id or a state for the one interrupt it waits on (refused when
         more wait, as in a fan-out whose branches both asked). An answer for an
         interrupt the run no longer waits on is refused, and so is a second answer to one
-        suspension of a stored run, whichever process comes second."""
+        suspension of a stored run, whichever process comes second.
+
+        Given a ``Run``, the new one keeps it as ``resumed_from``, so the tree of runs of
+        the new one (:meth:`~innerloop.RunTree.of`) holds both stretches."""
+        going_on = self._resume(run, answer)
+        if isinstance(run, Run):
+            going_on.resumed_from = run
+        return going_on
+
+    def _resume(
+        self, run: Run[OutputT] | HarnessState[OutputT] | str, answer: Any = None
+    ) -> Run[OutputT]:
         bound = run.asked.id if isinstance(run, Run) and run.asked is not None else None
         if isinstance(run, Run) and run.run_id is not None and self.checkpointer is not None:
             run = run.run_id

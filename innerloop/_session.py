@@ -30,6 +30,7 @@ from innerloop.checkpoint import (
     Checkpoint,
     Checkpointer,
     CheckpointError,
+    CheckpointInfo,
     CheckpointWriter,
     UnknownRunError,
 )
@@ -39,7 +40,7 @@ from innerloop.fsm._driver import Run
 from innerloop.fsm._params import HarnessParams, SpendBudget
 from innerloop.fsm._state import HarnessState
 
-__all__ = ["Session", "SessionHost", "SessionTotals", "next_message_state"]
+__all__ = ["Session", "SessionHost", "SessionMessage", "SessionTotals", "next_message_state"]
 
 N = TypeVar("N", int, float)
 
@@ -58,6 +59,8 @@ class SessionHost(Protocol):
     def checkpointer(self) -> Checkpointer | None: ...
 
     def checkpoint(self, run_id: str, seq: int | None = None) -> Checkpoint: ...
+
+    def checkpoints(self, run_id: str) -> list[CheckpointInfo]: ...
 
     def _writer(self, run_id: str, last: Checkpoint | None = None) -> CheckpointWriter: ...
 
@@ -91,6 +94,23 @@ class SessionTotals:
     usage: Usage = Usage()
     cost_usd: float | None = 0.0
     """None once a model without a price answered (see ``HarnessParams.prices``)."""
+
+
+@attrs.frozen
+class SessionMessage:
+    """Where one message of a stored conversation is in its checkpoints: what
+    ``session.fork(at=...)`` takes, or ``session.fork(message=number)`` finds."""
+
+    number: int
+    """1 for the conversation's first message (one sent in this conversation's run; a
+    fork's messages count from its own first)."""
+    first: int
+    """The ``seq`` of its first checkpoint: the message appended, at the initial state."""
+    last: int
+    """The ``seq`` of its last checkpoint: where it ended (or, for a message still going
+    on, where it is now)."""
+    state: str
+    """The state of its last checkpoint (``model_complete``, ``suspended``, ...)."""
 
 
 def next_message_state(previous: HarnessState | None, message: Message) -> HarnessState:
@@ -181,6 +201,9 @@ class Session:
         """The state of the stored latest checkpoint, as read."""
         self._read = False
         self._run: Run | None = None
+        self._max_turns: int | None = None
+        """The running (or last) message's own ``max_turns`` (``send(..., max_turns=)``),
+        kept for its resume by this object."""
 
     # -- what the conversation holds --------------------------------------------------------
 
@@ -247,24 +270,28 @@ class Session:
 
     # -- messages ---------------------------------------------------------------------------
 
-    def start(self, message: str | Message) -> Run:
+    def start(self, message: str | Message, *, max_turns: int | None = None) -> Run:
         """The run of the next user message, to drive (``async for event in
         run.events()``, ``await run.run()``); its first checkpoint is written now.
+        ``max_turns`` is this message's own turn limit in place of the params' (checked
+        as theirs is: an integer >= 1, else :class:`~innerloop.ParamsError` here, before
+        anything is written); a conversation-wide limit still lowers it.
 
         :class:`SessionError` when the last message's run waits for an answer or has not
         ended; :class:`SessionLimitError` when a conversation-wide limit is spent."""
+        optional(integer(ge=1)).verify("max_turns", max_turns)
         user = _user_message(message)
         try:
-            return self._start(user)
+            return self._start(user, max_turns)
         except CheckpointError as exc:
             if isinstance(exc, UnknownRunError):
                 raise
             # another process (or session object) continued the conversation since this
             # one last read it: nothing was written; go on from its latest message
             self._forget()
-            return self._start(user)
+            return self._start(user, max_turns)
 
-    def _start(self, message: Message) -> Run:
+    def _start(self, message: Message, max_turns: int | None) -> Run:
         previous = self._latest()
         if previous is not None and _waits(previous) and self._store is not None:
             self._load()  # another process may have taken it to its end since
@@ -272,7 +299,7 @@ class Session:
         if previous is not None:
             self._check_between_messages(previous)
         state = next_message_state(previous, message)
-        params = self._params(state)
+        params = self._params(state, max_turns)
         writer = self._writer
         if self._store is not None:
             if writer is None:
@@ -286,7 +313,7 @@ class Session:
             params,
         )
         self._state, self._writer, self._run = state, writer, run
-        self._read = True
+        self._read, self._max_turns = True, max_turns
         return run
 
     def _create(self) -> CheckpointWriter:
@@ -327,19 +354,25 @@ class Session:
             return self._run.current
         return self._at or "?"
 
-    async def send(self, message: str | Message) -> HarnessState:
+    async def send(self, message: str | Message, *, max_turns: int | None = None) -> HarnessState:
         """Run the next user message to a final state; returns the conversation's state
-        (``state.history[-1]`` is the reply when it ended in ``model_complete``)."""
-        return await self.start(message).run()
+        (``state.history[-1]`` is the reply when it ended in ``model_complete``).
+        ``max_turns``: this message's own turn limit (see :meth:`start`)."""
+        return await self.start(message, max_turns=max_turns).run()
 
     def send_sync(
-        self, message: str | Message, *, on_event: Callable[[Event], None] | None = None
+        self,
+        message: str | Message,
+        *,
+        max_turns: int | None = None,
+        on_event: Callable[[Event], None] | None = None,
     ) -> HarnessState:
         """:meth:`send` for hosts without an event loop, on the harness's sync facade
         (``with harness:`` shares one loop between the calls); ``on_event`` sees each
         event."""
+        optional(integer(ge=1)).verify("max_turns", max_turns)  # at the call, not in the loop
         return self.harness._drive_sync(
-            lambda: self.start(message),
+            lambda: self.start(message, max_turns=max_turns),
             on_event,
             "session(...).send_sync",
             "which it would block; in async code use `await session.send(...)` instead",
@@ -349,7 +382,12 @@ class Session:
         """The last message's run going on: with ``answer`` when it is suspended (see
         :class:`~innerloop.fsm.Interrupt`), without one when it was cut off before a final
         state (stored conversations: from the latest checkpoint). :class:`ResumeError`
-        says what does not fit; nothing is written then."""
+        says what does not fit; nothing is written then.
+
+        Resumed by the session object that ran it, the message keeps its own
+        ``max_turns`` (given to :meth:`send`), and the run keeps the one it goes on from
+        as ``resumed_from`` (its :class:`~innerloop.RunTree` holds both)."""
+        earlier = self._run
         if self._store is not None:
             self._load()  # what is stored now: another process may have gone on
         state = self._latest()
@@ -372,14 +410,53 @@ class Session:
             )
         at = state.final_state if self._store is None else self._at
         at, state = self.harness._continue(run_id, at, state, answer)
-        run = self.harness._run(state, at, run_id, self._writer, self._params(state))
+        mine = earlier is not None and _same_message(earlier.state, state)
+        params = self._params(state, self._max_turns if mine else None)
+        run = self.harness._run(state, at, run_id, self._writer, params)
+        if mine:
+            run.resumed_from = earlier
         self._state, self._run = state, run
         return run
 
-    def fork(self, *, at: int | None = None, conversation_id: str | None = None) -> Session:
+    def messages(self) -> list[SessionMessage]:
+        """Each message of the stored conversation, in order, with its first and last
+        checkpoint (what ``fork(at=...)`` takes; ``fork(message=n)`` finds it). A session
+        without a checkpoint store keeps no checkpoints: :class:`ValueError` then."""
+        if self._store is None:
+            raise ValueError(
+                "messages() reads the conversation's checkpoints; a session without a "
+                "checkpoint store has none (pass Harness(..., checkpointer=...))"
+            )
+        try:
+            infos = self.harness.checkpoints(self.conversation_id)
+        except UnknownRunError:
+            return []
+        machine = self.harness.machine
+        found: list[SessionMessage] = []
+        before: CheckpointInfo | None = None
+        for info in infos:  # a message starts at the initial state, after a final one
+            starts = info.source is None and info.state == machine.initial
+            if starts and (before is None or before.state in machine.finals):
+                found.append(SessionMessage(len(found) + 1, info.seq, info.seq, info.state))
+            elif found:
+                found[-1] = attrs.evolve(found[-1], last=info.seq, state=info.state)
+            before = info
+        return found
+
+    def fork(
+        self,
+        *,
+        at: int | None = None,
+        message: int | None = None,
+        conversation_id: str | None = None,
+    ) -> Session:
         """A new conversation going on from this one's checkpoint ``at`` (the latest when
-        None; see :attr:`seq`), this one left as it is; with the same limits. In memory,
-        the fork copies the latest state (``at`` must be None)."""
+        None; see :attr:`seq`), or from the end of its message number ``message`` (1 for
+        the first; see :meth:`messages`), this one left as it is; with the same limits.
+        In memory, the fork copies the latest state (``at`` and ``message`` must be
+        None)."""
+        if message is not None:
+            at = self._end_of(message, at)
         child = Session(
             self.harness,
             conversation_id,
@@ -407,6 +484,29 @@ class Session:
         self.harness._writer(child.conversation_id).save(parent.state, parent.info.state)
         return child
 
+    def _end_of(self, message: int, at: int | None) -> int:
+        """The last checkpoint of message number ``message``: a clear error when it names
+        none (or comes with ``at`` too)."""
+        integer(ge=1).verify("message", message)
+        if at is not None:
+            raise ValueError(
+                f"fork(at={at}, message={message}): give one, a checkpoint (at=) or a "
+                "message number (message=)"
+            )
+        if self._store is None:
+            raise ValueError(
+                "fork(message=...) names a stored message; a session without a checkpoint "
+                "store forks its latest state only (message=None)"
+            )
+        found = self.messages()
+        if message > len(found):
+            there = f"messages 1 to {len(found)}" if found else "no message yet"
+            raise ValueError(
+                f"fork(message={message}): conversation {self.conversation_id!r} has "
+                f"{there}; session.messages() lists them"
+            )
+        return found[message - 1].last
+
     def _check_forkable(self, state: HarnessState) -> None:
         if state.final_state is None:
             raise SessionError(
@@ -433,11 +533,13 @@ class Session:
             )
         return None
 
-    def _params(self, state: HarnessState) -> HarnessParams:
-        """The params of a message's run: the harness's, with ``max_turns`` and
-        ``spend_budget`` lowered to what the conversation has left when that is less.
-        :class:`SessionLimitError` when nothing is left."""
+    def _params(self, state: HarnessState, max_turns: int | None = None) -> HarnessParams:
+        """The params of a message's run: the harness's (with the message's own
+        ``max_turns``, when given), with ``max_turns`` and ``spend_budget`` lowered to
+        what the conversation has left when that is less. :class:`SessionLimitError`
+        when nothing is left."""
         params = self.harness.params
+        own = params.max_turns if max_turns is None else max_turns
         cost = state.cost_at_start if state.cost_usd is not None else None
         spent = self._spent(state.turns_at_start, state.tokens_at_start, cost)
         if spent is not None:
@@ -448,10 +550,10 @@ class Session:
                 f"its {limit} is spent ({how}); start a new conversation, or open this "
                 "one with a higher limit",
             )
-        changes: dict[str, Any] = {}
+        changes: dict[str, Any] = {} if own == params.max_turns else {"max_turns": own}
         if self.max_turns_total is not None:
             left = self.max_turns_total - state.turns_at_start
-            if left < params.max_turns:
+            if left < own:
                 changes["max_turns"] = left
         total = self.spend_budget_total
         if total is not None:
@@ -467,6 +569,16 @@ class Session:
         where = "new" if state is None else (state.final_state or self._current())
         turns = 0 if state is None else state.turns
         return f"<Session {self.conversation_id!r} {where} turns={turns}>"
+
+
+def _same_message(one: HarnessState, other: HarnessState) -> bool:
+    """Are ``one`` and ``other`` states of the same message (its turns and spending
+    counted from the same start)?"""
+    return (one.turns_at_start, one.tokens_at_start, one.cost_at_start) == (
+        other.turns_at_start,
+        other.tokens_at_start,
+        other.cost_at_start,
+    )
 
 
 def _waits(state: HarnessState) -> bool:

@@ -74,16 +74,16 @@ def children(machine: CompiledMachine, params: HarnessParams) -> dict[str, Child
     tell which a step means."""
     found: dict[str, Child[Any]] = {}
     runners = [fn for fn, _ in machine.handlers.values()] + [t.handler for t in params.tools]
-    for fn in runners:
-        child = getattr(fn, "child", None)
-        if not isinstance(child, Child):
-            continue
-        if found.setdefault(child.name, child) is not child:
-            raise ValueError(
-                f"machine {machine.name!r} runs two different children named "
-                f"{child.name!r}; a durable worker finds a child by its name: give each "
-                "its own name"
-            )
+    for fn in runners:  # a fan-out over several children lists them all in ``children``
+        for child in getattr(fn, "children", None) or (getattr(fn, "child", None),):
+            if not isinstance(child, Child):
+                continue
+            if found.setdefault(child.name, child) is not child:
+                raise ValueError(
+                    f"machine {machine.name!r} runs two different children named "
+                    f"{child.name!r}; a durable worker finds a child by its name: give each "
+                    "its own name"
+                )
     return found
 
 

@@ -245,6 +245,10 @@ class ChildRun(Generic[OutputT]):
         )
         self.run.scope.quiet = parent.scope.quiet
         self.run.scope.nest = Nest(parent, child.name, self.path)  # its place in the tree
+        scope = parent.scope
+        if scope.children is None:
+            scope.children = []
+        scope.children.append(self.run)  # the tree of a live run (RunTree.of)
         if parent.scope.nested_step is not None:  # the parent's checkpoints keep children
             self.run.on_step = self._stepped
             self.run.scope.nested_step = self._nested
@@ -428,9 +432,10 @@ def _tell(history: list[Message], text: str) -> None:
         history.append(Message("user", (block,)))
 
 
-def _record(ctx: PhaseContext, name: str, runs: Sequence[ChildRun[Any]], many: bool) -> None:
-    """Note what the children ended with, tell the parent's model their answers in one
-    user message (in order), and record the outcome."""
+def _record(ctx: PhaseContext, name: str | None, runs: Sequence[ChildRun[Any]], many: bool) -> None:
+    """Note what the children ended with (under ``name``: one record, or with ``many``
+    a list; with no ``name``, each under its own child's name), tell the parent's model
+    their answers in one user message (in order), and record the outcome."""
     ended = [
         {
             "exit_reason": r.state.exit_reason,
@@ -440,7 +445,10 @@ def _record(ctx: PhaseContext, name: str, runs: Sequence[ChildRun[Any]], many: b
         for r in runs
     ]
     notes = ctx.state.notes.setdefault(NOTES, {})
-    notes[name] = ended if many else ended[0]
+    if name is None:
+        notes.update((r.child.name, e) for r, e in zip(runs, ended, strict=True))
+    else:
+        notes[name] = ended if many else ended[0]
     ok = all(r.succeeded for r in runs)
     if ok:
         lines = [
@@ -463,8 +471,17 @@ def _asking(runs: Sequence[ChildRun[Any]]) -> ChildRun[Any] | None:
 
 
 def _keep(ctx: PhaseContext, run: ChildRun[Any]) -> None:
-    """Save ``run`` (its state, and where it goes on) in the parent's notes, by path."""
-    saved = {"at": resume_point(run.run.current), "state": _convert.unstructure(run.state)}
+    """Save ``run`` (its state, and where it goes on) in the parent's notes, by path,
+    with its machine's name and the states this stretch of it took (what
+    ``RunTree.from_store`` reads)."""
+    child = run.run
+    taken = [t.target for t in child.path]
+    saved = {
+        "at": resume_point(child.current),
+        "state": _convert.unstructure(run.state),
+        "machine": child.machine.name,
+        "taken": [child.path[0].source, *taken] if taken else [child.current],
+    }
     ctx.state.notes.setdefault(CHILD_RUNS, {})[run.path] = saved
 
 
@@ -546,25 +563,28 @@ def child_handler(child: Child[Any]) -> Handler:
     return run_child
 
 
+Job = tuple[Child[Any], str, str | Message]
+"""One branch of a fan-out: the child, its path and its input."""
+
+
 async def _branches(
     ctx: PhaseContext,
-    child: Child[Any],
-    inputs: Sequence[str | Message],
+    jobs: Sequence[Job],
     limit: int,
     started: dict[int, ChildRun[Any]],
 ) -> AsyncGenerator[Event, None]:
-    """Run ``child`` once per input (``name#1``, ...), ``limit`` at a time, yielding
+    """Run each job's child on its input at its path, ``limit`` at a time, yielding
     their events as they come; ``started`` gets each branch's run as it starts. An
     abort of the parent aborts each running branch (a branch not yet started is not
     started), and their events are read on until every branch has ended."""
     gate = asyncio.Semaphore(limit)
     queue: asyncio.Queue[Event | None] = asyncio.Queue()
 
-    async def one(i: int, prompt: str | Message) -> None:
+    async def one(i: int, child: Child[Any], path: str, prompt: str | Message) -> None:
         async with gate:
             try:  # made when it starts: its limits are what the parent has left then
                 if ctx.state.abort is None:
-                    run = started[i] = _continued(ctx, child, f"{child.name}#{i}", prompt)
+                    run = started[i] = _continued(ctx, child, path, prompt)
                     await run.run_to_end(queue.put_nowait)
             finally:
                 queue.put_nowait(None)
@@ -573,7 +593,7 @@ async def _branches(
         for run in list(started.values()):
             run._abort_from_parent()
 
-    tasks = [asyncio.ensure_future(one(i, p)) for i, p in enumerate(inputs, 1)]
+    tasks = [asyncio.ensure_future(one(i, *job)) for i, job in enumerate(jobs, 1)]
     try:
         with _delegated(ctx, abort_branches):
             left = len(tasks)
@@ -594,59 +614,115 @@ async def _branches(
         t.result()
 
 
+def _fan_out_children(child: Child[Any] | Sequence[Child[Any]]) -> tuple[Child[Any], ...]:
+    """The children of a fan-out over several (each a ``Child``, of distinct names)."""
+    if isinstance(child, Child):
+        return (child,)
+    listed = isinstance(child, Iterable) and not isinstance(child, str | bytes | Mapping)
+    children = tuple(child) if listed else ()
+    wrong = [c for c in children if not isinstance(c, Child)]
+    if not children or wrong:
+        got = f"{type(wrong[0]).__name__} {wrong[0]!r:.60}" if wrong else repr(child)[:60]
+        raise TypeError(
+            f"fan_out_handler takes a Child (run once per input of items) or a non-empty "
+            f"list of Child (each run once, side by side); got {got}"
+        )
+    names = [c.name for c in children]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(
+            f"fan_out_handler({names}): two children named {twice[0]!r}; each child of a "
+            "fan-out needs a name of its own (it is the child's path and its key in "
+            "notes['children'])"
+        )
+    return children
+
+
 def fan_out_handler(
-    child: Child[Any],
-    items: Callable[[HarnessState], Sequence[str | Message]],
+    child: Child[Any] | Sequence[Child[Any]],
+    items: Callable[[HarnessState], Sequence[str | Message]] | None = None,
     *,
     limit: int = 4,
 ) -> Handler:
-    """The phase handler of a state that runs ``child`` once per input of
-    ``items(parent state)``, at most ``limit`` at a time, as ``name#1``, ``name#2``, ...;
-    the answers join in input order (one user message; ``notes["children"][name]`` a
-    list). One child that does not succeed makes the outcome ``child_failed`` (the
-    others run to their end). An abort of the parent aborts every running child (one
+    """The phase handler of a state that runs several children side by side, at most
+    ``limit`` at a time, in one of two forms:
+
+    - one ``child`` once per input of ``items(parent state)``, as ``name#1``,
+      ``name#2``, ...; ``notes["children"][name]`` is a list, in input order;
+    - a list of different children (each its own params, tools, models, prompt and
+      machine), each once, as its own name, on ``child.prompt(parent state)`` (or, with
+      ``items``, on the input at its place: one per child); ``notes["children"][name]``
+      for each.
+
+    The answers join in order (one user message, a line each). One child that does not
+    succeed makes the outcome ``child_failed`` (the others run to their end). Their
+    tokens, cost and turns count against the parent's limits, each child starting with
+    what the parent has left. An abort of the parent aborts every running child (one
     not yet started is not started); each ends, validly, in ``aborted`` and its last
     events reach the parent's stream before the parent takes its abort edge.
 
     A branch that asks (an approval, a question) suspends the parent once every branch
-    has ended or asked, on the first question in input order; resumed, the branches that
+    has ended or asked, on the first question in order; resumed, the branches that
     ended keep their results, the one asked goes on with the answer, and the parent
     suspends again on the next question while one is left."""
+    children = _fan_out_children(child)
+    one = children[0] if isinstance(child, Child) else None
+    label = repr(one.name) if one is not None else repr([c.name for c in children])
     if limit < 1:
-        raise ValueError(f"fan_out_handler({child.name!r}): limit must be at least 1, not {limit}")
+        raise ValueError(f"fan_out_handler({label}): limit must be at least 1, not {limit}")
+    if one is not None and items is None:
+        raise TypeError(
+            f"fan_out_handler({label}): one child runs once per input of items(state); "
+            "pass items=, or a list of children to run each once"
+        )
+
+    def jobs(state: HarnessState) -> list[Job]:
+        if one is not None:
+            assert items is not None
+            inputs = _fan_out_inputs(label, items(state))
+            return [(one, f"{one.name}#{i}", p) for i, p in enumerate(inputs, 1)]
+        if items is None:
+            return [(c, c.name, c.prompt(state)) for c in children]
+        inputs = _fan_out_inputs(label, items(state))
+        if len(inputs) != len(children):
+            raise ValueError(
+                f"fan_out_handler({label}): items(state) gave {len(inputs)} inputs for "
+                f"{len(children)} children; give one input per child, in their order"
+            )
+        return [(c, c.name, p) for c, p in zip(children, inputs, strict=True)]
 
     async def fan_out(ctx: PhaseContext) -> AsyncIterator[Event]:
         _answered(ctx)
-        inputs = _fan_out_inputs(child.name, items(ctx.state))
         started: dict[int, ChildRun[Any]] = {}
-        async with contextlib.aclosing(_branches(ctx, child, inputs, limit, started)) as events:
+        async with contextlib.aclosing(_branches(ctx, jobs(ctx.state), limit, started)) as events:
             async for event in events:
                 yield event
         runs = [started[i] for i in sorted(started)]
         if not _suspends(ctx, runs):
             _forget(ctx, runs)
-            _record(ctx, child.name, runs, many=True)
+            _record(ctx, one.name if one is not None else None, runs, many=True)
 
-    fan_out.__qualname__ = f"fan_out_handler.<{child.name}>"
-    fan_out.child = child  # type: ignore[attr-defined]  # drawn inside its state
+    fan_out.__qualname__ = f"fan_out_handler.<{'+'.join(c.name for c in children)}>"
+    fan_out.child = children[0]  # type: ignore[attr-defined]  # drawn inside its state
+    fan_out.children = children  # type: ignore[attr-defined]  # what a durable worker runs
     fan_out.suspends = True  # type: ignore[attr-defined]
     return fan_out
 
 
-def _fan_out_inputs(name: str, got: object) -> list[str | Message]:
+def _fan_out_inputs(label: str, got: object) -> list[str | Message]:
     """What a fan-out's ``items(state)`` returned, checked: a sequence of inputs, each a
     ``str`` or a ``Message`` (a TypeError naming the first that is not)."""
     expected = "a list of inputs, each a str (the task) or a Message"
     if isinstance(got, str | bytes | Mapping) or not isinstance(got, Iterable):
         raise TypeError(
-            f"fan_out_handler({name!r}): items(state) must return {expected}; got "
+            f"fan_out_handler({label}): items(state) must return {expected}; got "
             f"{type(got).__name__} {got!r:.60}"
         )
     inputs = list(got)
     for i, item in enumerate(inputs, start=1):
         if not isinstance(item, str | Message):
             raise TypeError(
-                f"fan_out_handler({name!r}): items(state) must return {expected}; input {i} "
+                f"fan_out_handler({label}): items(state) must return {expected}; input {i} "
                 f"is {type(item).__name__} {item!r:.60}"
             )
     return inputs

@@ -312,6 +312,9 @@ class Run(Generic[OutputT]):
         """Where the run was left when its events stopped being read before a final state
         (the host left ``events()`` early, or a handler raised); None otherwise.
         ``Harness.resume(run)`` continues it from there."""
+        self.resumed_from: Run[OutputT] | None = None
+        """The run this one continues (set by ``Harness.resume`` given a ``Run``): the
+        earlier stretches of a live run's tree (:class:`~innerloop.RunTree`)."""
         self.asked: Interrupt | None = None
         """The interrupt the run ended suspended on (None otherwise): what a bare answer
         to ``Harness.resume(run, answer)`` is for. Kept when the run is resumed, so a

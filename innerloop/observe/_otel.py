@@ -190,13 +190,16 @@ class Tracing:
 
 def _child_states(run: Run) -> dict[str, tuple[str, str]]:
     """The states of ``run``'s machine whose handler runs children, each with the
-    child's name and the handler's kind (``child``, ``fan_out``, ``handoff``)."""
+    child's name (a fan-out over several: their names, joined by commas) and the
+    handler's kind (``child``, ``fan_out``, ``handoff``)."""
     found = {}
     for state, (handler, _) in run.machine.handlers.items():
         child = getattr(handler, "child", None)
         if child is not None:
             kind = getattr(handler, "__qualname__", "").partition(".")[0]
-            found[state] = (str(getattr(child, "name", state)), kind.removesuffix("_handler"))
+            every = getattr(handler, "children", None) or (child,)
+            names = ",".join(str(getattr(c, "name", state)) for c in every)
+            found[state] = (names, kind.removesuffix("_handler"))
     return found
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import attrs
 import pytest
 
-from innerloop import Harness, HarnessParams, HarnessState, ToolResultBlock, read_event_log
+from innerloop import Harness, HarnessParams, HarnessState, RunTree, ToolResultBlock, read_event_log
 from innerloop._demo import BRIEF as BRIEF_TEXT
 from innerloop._demo import NESTED_SPEC, RESEARCH_TASK, nested_run, nested_scenario
 from innerloop.examples import example_specs
@@ -179,15 +179,21 @@ def test_the_demo_nested_run(tmp_path: Path) -> None:
     assert state.usage.total_tokens == 6 * 15
     assert state.cost_usd == pytest.approx(0.000198)
     loop, scouted = " -> ".join(LOOP), "approve -> execute -> check"
-    assert tree.tree() == [
-        "  research: idle -> survey -> suspended | resumed: survey -> "
-        f"{loop} -> check -> write -> model_complete (90 tokens, $0.000198)",
-        f"    scout#1: idle -> {loop} -> {scouted} -> {loop} -> check -> model_complete "
-        "(30 tokens, $0.000009)",
-        f"    scout#2: idle -> {loop} -> approve -> suspended | resumed: {scouted} -> {loop} "
-        "-> check -> model_complete (30 tokens, $0.000009)",
-        f"    writer: idle -> {loop} -> check -> model_complete (15 tokens, $0.000075)",
+    assert tree.format(name="research").splitlines() == [
+        "research [research]: model_complete, 6 turns, 90 tokens, $0.000198",
+        "  states: idle -> survey -> suspended",
+        f"  resumed: survey -> {loop} -> check -> write -> model_complete",
+        "  scout#1 [scout]: model_complete, 2 turns, 30 tokens, $0.000009",
+        f"    states: idle -> {loop} -> {scouted} ->",
+        f"      {loop} -> check -> model_complete",
+        "  scout#2 [scout]: model_complete, 2 turns, 30 tokens, $0.000009",
+        f"    states: idle -> {loop} -> approve -> suspended",
+        f"    resumed: {scouted} -> {loop} -> check ->",
+        "      model_complete",
+        "  writer [innerloop]: model_complete, 1 turn, 15 tokens, $0.000075",
+        f"    states: idle -> {loop} -> check -> model_complete",
     ]
+    assert RunTree.from_log(log, run=1) == tree  # the log holds the same tree
 
 
 # The example machine (example_specs()["research"]: research_machine() with its default

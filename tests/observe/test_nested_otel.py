@@ -246,6 +246,28 @@ class TestFanOut:
         ]
         assert {b.parent.span_id for b in branches} == {state.context.span_id}  # type: ignore[union-attr]
 
+    def test_different_children_are_sibling_spans_named_on_the_state(
+        self, make_harness: Any, exporter: InMemorySpanExporter, tracer_provider: TracerProvider
+    ) -> None:
+        """A fan-out over two different children: the state span names both, and each
+        child's invoke_agent span sits under it with its own path."""
+        web, code = kid("web", reply("sunny")), kid("code", reply("main.py"))
+        harness = make_harness(
+            HarnessParams(model="scripted:m"),
+            ScriptedProvider([reply("Done.")]),
+            machine=machine("survey", fan_out_handler([web, code])),
+            observers=[Tracing(tracer_provider=tracer_provider)],
+        )
+        assert harness.run_sync("Go").exit_reason == "model_complete"
+        spans = exporter.get_finished_spans()
+        (state,) = named(spans, "state survey")
+        assert attributes(state, "innerloop.child") == {"innerloop.child.name": "web,code"}
+        paths = {
+            str((s.attributes or {})["innerloop.child.path"]): s.parent.span_id  # type: ignore[union-attr]
+            for s in [*named(spans, "invoke_agent web"), *named(spans, "invoke_agent code")]
+        }
+        assert paths == {"web": state.context.span_id, "code": state.context.span_id}
+
 
 class TestAgentTool:
     def test_child_under_the_tool_call(
