@@ -40,6 +40,7 @@ from innerloop.events import (
     MessageComplete,
     ModelResponseEvent,
     RunEvent,
+    RunStarted,
     TextDelta,
     ToolExecuted,
     ToolInputDelta,
@@ -48,7 +49,7 @@ from innerloop.events import (
     Transition,
 )
 from innerloop.fsm import HarnessState, Interrupt, Run
-from innerloop.serve._runs import Refused, Served, answer_of, event_stream, question
+from innerloop.serve._runs import Reading, Refused, Served, answer_of, event_stream, question
 
 __all__ = ["ag_ui_run"]
 
@@ -192,6 +193,9 @@ class _Translate:
             return self._end_text()
         if kind is ModelResponseEvent:
             return [_snapshot(self.run)]
+        if kind is RunStarted:
+            assert isinstance(event, RunStarted)
+            return [agui.StepStartedEvent(step_name=event.state)]
         if kind is Transition:
             assert isinstance(event, Transition)
             return [
@@ -202,8 +206,10 @@ class _Translate:
 
 
 async def _events(
-    served: Served, run: Run[Any], run_input: agui.RunAgentInput, token: str
+    reading: Reading, run_input: agui.RunAgentInput, token: str
 ) -> AsyncIterator[dict[str, str]]:
+    run = reading.run
+
     def sse(event: agui.BaseEvent) -> dict[str, str]:
         return {"data": event.model_dump_json(by_alias=True)}
 
@@ -213,10 +219,9 @@ async def _events(
             thread_id=thread, run_id=run_id, metadata={"conversation_token": token}
         )
     )
-    yield sse(agui.StepStartedEvent(step_name=run.current))
     translate = _Translate(run)
     try:
-        async for event in served.events(run):
+        async for event in reading:
             if type(event) is Finished:
                 for out in translate._end_text():
                     yield sse(out)
@@ -235,4 +240,5 @@ async def ag_ui_run(served: Served, request: Request, body: dict[str, Any]) -> R
     """Run the thread's next message (or resume its interrupt); AG-UI events back."""
     run_input = _input(body)
     run, token = _start(served, request, run_input)
-    return event_stream(_events(served, run, run_input, token))
+    reading = served.read(run)
+    return event_stream(_events(reading, run_input, token), reading)

@@ -51,7 +51,7 @@ from innerloop.events import (
 )
 from innerloop.fsm import Run
 from innerloop.serve._openai import summary
-from innerloop.serve._runs import Refused, Served, event_stream
+from innerloop.serve._runs import Reading, Refused, Served, event_stream
 
 __all__ = ["ai_sdk_chat"]
 
@@ -168,7 +168,9 @@ class _Parts:
         return {"type": "data-state", "data": data}
 
 
-async def _chunks(served: Served, run: Run[Any], token: str) -> AsyncIterator[dict[str, str]]:
+async def _chunks(reading: Reading, token: str) -> AsyncIterator[dict[str, str]]:
+    run = reading.run
+
     def sse(part: dict[str, Any]) -> dict[str, str]:
         return {"data": json.dumps(part, ensure_ascii=False)}
 
@@ -181,7 +183,7 @@ async def _chunks(served: Served, run: Run[Any], token: str) -> AsyncIterator[di
     )
     parts = _Parts(run)
     try:
-        async for event in served.events(run):
+        async for event in reading:
             if type(event) is Finished:
                 continue
             for part in parts(event):
@@ -201,4 +203,5 @@ async def _chunks(served: Served, run: Run[Any], token: str) -> AsyncIterator[di
 async def ai_sdk_chat(served: Served, request: Request, body: dict[str, Any]) -> Response:
     """The chat's next message (or its interrupt's answer) as a UI message stream."""
     run, token = _start(served, request, body)
-    return event_stream(_chunks(served, run, token), HEADERS)
+    reading = served.read(run)
+    return event_stream(_chunks(reading, token), reading, HEADERS)

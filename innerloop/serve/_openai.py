@@ -32,7 +32,7 @@ from innerloop._messages import Message
 from innerloop._session import Session
 from innerloop.events import Finished, TextDelta
 from innerloop.fsm import HarnessState, Run
-from innerloop.serve._runs import Refused, Served, answer_of, event_json, event_stream
+from innerloop.serve._runs import Reading, Refused, Served, answer_of, event_json, event_stream
 
 __all__ = ["chat_completions", "summary"]
 
@@ -138,11 +138,12 @@ async def chat_completions(served: Served, request: Request, body: dict[str, Any
     model = body.get("model") if isinstance(body.get("model"), str) else "innerloop"
     head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": model}
     head.update(fields)
+    reading = served.read(run)
     if body.get("stream"):
-        chunks = _chunks(served, run, head, bool(body.get("innerloop_events")))
-        return event_stream(chunks)
+        chunks = _chunks(reading, head, bool(body.get("innerloop_events")))
+        return event_stream(chunks, reading)
     asked = bool(body.get("innerloop_events"))
-    events = [event_json(event) async for event in served.events(run) if asked]
+    events = [event_json(event) async for event in reading if asked]
     state = run.state
     extension = summary(state) | ({"events": events} if asked else {})
     message = {"role": "assistant", "content": answer_of(state)}
@@ -159,8 +160,9 @@ async def chat_completions(served: Served, request: Request, body: dict[str, Any
 
 
 async def _chunks(
-    served: Served, run: Run[Any], head: dict[str, Any], with_events: bool
+    reading: Reading, head: dict[str, Any], with_events: bool
 ) -> AsyncIterator[dict[str, str]]:
+    run = reading.run
     head = head | {"object": "chat.completion.chunk"}
 
     def chunk(delta: dict[str, Any] | None, **extra: Any) -> dict[str, str]:
@@ -173,7 +175,7 @@ async def _chunks(
 
     yield chunk({"role": "assistant", "content": ""})
     wrote = False
-    async for event in served.events(run):
+    async for event in reading:
         if with_events:
             yield chunk(None, innerloop_event=event_json(event))
         if type(event) is TextDelta and event.text:

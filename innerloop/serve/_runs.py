@@ -18,7 +18,7 @@ import json
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from innerloop.fsm import HarnessState, Interrupt, Run
 
 __all__ = [
     "Conversation",
+    "Reading",
     "Refused",
     "Served",
     "answer_of",
@@ -150,35 +151,12 @@ class Served:
         while len(self._sessions) > IN_MEMORY:
             del self._sessions[next(iter(self._sessions))]
 
-    async def events(self, run: Run[Any]) -> AsyncIterator[RunEvent]:
-        """``run``'s events, read by a task of its own: when the reader stops before the
-        end (the client went away, its request was cancelled), the run is aborted and
-        read on to its final state, so its history stays valid and its store keeps it."""
-        queue: asyncio.Queue[RunEvent | None] = asyncio.Queue()
-
-        async def pump() -> None:
-            with contextlib.ExitStack() as stack:
-                log = None if self.runs_dir is None else stack.enter_context(self._log(run))
-                try:
-                    async for event in run.events():
-                        if log is not None:
-                            log.write(event)
-                        queue.put_nowait(event)
-                finally:
-                    queue.put_nowait(None)
-
-        task = asyncio.get_running_loop().create_task(pump())
-        self._tasks.add(task)
-        task.add_done_callback(self._done)
-        ended = False
-        try:
-            while (event := await queue.get()) is not None:
-                yield event
-            ended = True
-        finally:
-            if not ended:
-                run.abort("the client went away")
-        await task  # its error, if it raised
+    def read(self, run: Run[Any]) -> Reading:
+        """``run`` read from now on by a task of its own (see :class:`Reading`)."""
+        reading = Reading(run, None if self.runs_dir is None else self._log)
+        self._tasks.add(reading.task)
+        reading.task.add_done_callback(self._done)
+        return reading
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -218,12 +196,81 @@ def event_json(event: RunEvent) -> dict[str, Any]:
     return data
 
 
+class Reading:
+    """A run read by a task of its own from the moment a request made it: its events, for
+    one reader (``async for event in reading``). When that reader leaves before the end,
+    or never comes (the client went away before the answer's first byte), :meth:`close`
+    aborts the run, and the task reads it on to its final state: its history stays
+    valid, its store keeps it, and its conversation takes the next message."""
+
+    def __init__(self, run: Run[Any], log: Callable[[Run[Any]], EventLog] | None) -> None:
+        self.run = run
+        self._queue: asyncio.Queue[RunEvent | None] = asyncio.Queue()
+        self._ended = False
+        self.task = asyncio.get_running_loop().create_task(self._pump(log))
+
+    async def _pump(self, opened: Callable[[Run[Any]], EventLog] | None) -> None:
+        log = None if opened is None else opened(self.run)
+        with log if log is not None else contextlib.nullcontext():
+            try:
+                async for event in self.run.events():
+                    if log is not None:
+                        log.write(event)
+                    self._queue.put_nowait(event)
+            finally:
+                self._queue.put_nowait(None)
+
+    async def __aiter__(self) -> AsyncIterator[RunEvent]:
+        try:
+            while (event := await self._queue.get()) is not None:
+                yield event
+            self._ended = True
+        finally:
+            self.close()
+        await self.task  # its error, if it raised
+
+    def close(self) -> None:
+        """Abort the run unless its events were read to the end (the reader left)."""
+        if not self._ended:
+            self._ended = True
+            self.run.abort("the client went away")
+
+    def __enter__(self) -> Reading:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _RunStream(EventSourceResponse):
+    """Server-sent events whose run is aborted when the response ends before the run
+    does: the client went away, even before the stream's first byte."""
+
+    def __init__(
+        self,
+        chunks: AsyncIterator[dict[str, str]],
+        reading: Reading,
+        headers: dict[str, str] | None,
+    ) -> None:
+        super().__init__(chunks, ping=PING_SECONDS, sep="\n", headers=headers)
+        self.reading = reading
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.reading.close()
+
+
 def event_stream(
-    chunks: AsyncIterator[dict[str, str]], headers: dict[str, str] | None = None
+    chunks: AsyncIterator[dict[str, str]],
+    reading: Reading,
+    headers: dict[str, str] | None = None,
 ) -> EventSourceResponse:
-    """Server-sent events (lines ending in a bare LF, as every client's parser splits
-    them), a comment every :data:`PING_SECONDS`; the client going away is seen."""
-    return EventSourceResponse(chunks, ping=PING_SECONDS, sep="\n", headers=headers)
+    """Server-sent events of ``reading``'s run (lines ending in a bare LF, as every
+    client's parser splits them), a comment every :data:`PING_SECONDS`; the client going
+    away, at any time, aborts the run."""
+    return _RunStream(chunks, reading, headers)
 
 
 def question(interrupt: Interrupt) -> str:

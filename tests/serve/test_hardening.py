@@ -10,8 +10,11 @@ import httpx
 import openai
 import pytest
 
+from innerloop import Harness, HarnessParams
 from innerloop.examples.approval import with_approval
-from innerloop.testing import assert_valid_history, reply, tool_call
+from innerloop.serve import app
+from innerloop.serve._runs import Served
+from innerloop.testing import FakeProvider, assert_valid_history, reply, tool_call
 from tests.serve.conftest import harness, leave_at, waiting_harness, weather_script
 
 URL = "/v1/chat/completions"
@@ -197,3 +200,94 @@ def test_the_models_list_names_the_served_harness(serve: Any) -> None:
         api_key="x", base_url=f"{serve(harness(), name='weather').base_url}/v1", max_retries=0
     ) as c:
         assert [m.id for m in c.models.list()] == ["weather"]
+
+
+async def leave_before_the_stream(application: Any, path: str, body: dict[str, Any]) -> None:
+    """One request to ``application`` (in process) whose client goes away before the
+    answer's first byte: the response's start is never sent (the socket does not take it)
+    and the client's disconnect is all the server hears after the body."""
+    import asyncio
+    import json
+
+    request = {"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}
+    messages = [request]
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        assert message["type"] == "http.response.start"
+        await asyncio.Event().wait()  # a socket that never takes the bytes: cancelled
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
+    await application(scope, receive, send)
+
+
+def user_parts(text: str) -> list[dict[str, Any]]:
+    return [{"id": "u", "role": "user", "parts": [{"type": "text", "text": text}]}]
+
+
+GONE_BEFORE_THE_STREAM = [
+    ("/v1/chat/completions", ASK | {"stream": True, "conversation_id": "early"}),
+    (
+        "/ag-ui",
+        {
+            "threadId": "early",
+            "runId": "r",
+            "messages": [{"id": "m", "role": "user", "content": "Weather?"}],
+        },
+    ),
+    ("/ai-sdk", {"id": "early", "messages": user_parts("Weather?")}),
+]
+
+
+@pytest.mark.parametrize(("path", "body"), GONE_BEFORE_THE_STREAM, ids=lambda p: str(p)[:8])
+async def test_a_client_gone_before_the_stream_leaves_its_conversation_free(
+    path: str, body: dict[str, Any]
+) -> None:
+    """The client goes away before the stream's first byte (its reader never starts):
+    the run is aborted all the same, and the in-memory conversation takes its next
+    message instead of answering 409 for ever."""
+    h = Harness(HarnessParams(model="scripted:m"), [FakeProvider(lambda _: reply("Hello."))])
+    application = app(h, secret=b"s")
+    async with application.lifespan(application):  # on leaving: every run has ended
+        await leave_before_the_stream(application, path, body)
+    token = Served(h, b"s").token("early")
+    transport = httpx.ASGITransport(app=application)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
+        again = await c.post(
+            URL,
+            json=ASK | {"conversation_id": "early", "conversation_token": token},
+        )
+    assert again.status_code == 200, again.text
+    assert again.json()["choices"][0]["message"]["content"] == "Hello."
+    assert again.json()["innerloop"]["exit_reason"] == "model_complete"
+
+
+async def test_a_stored_run_left_before_the_stream_is_aborted_valid(tmp_path: Path) -> None:
+    """With a store: the run whose client left before the first byte is stored aborted,
+    its history valid; the conversation goes on."""
+    h = waiting_harness(tmp_path / "s.db")
+    application = app(h)
+    async with application.lifespan(application):
+        await leave_before_the_stream(
+            application, URL, ASK | {"stream": True, "conversation_id": "x"}
+        )
+    state = h.checkpoint("x").state
+    assert state.final_state == "aborted"
+    assert state.abort is not None
+    assert state.abort.reason == "the client went away"
+    assert_valid_history(state.history)
