@@ -1,26 +1,38 @@
-"""What serving a harness adds to a run: per protocol, the median time of one run through
-``innerloop serve`` (loopback HTTP, the server in a child process) minus the median time of
-the same run called in process (``await harness.run(...)``).
+"""What serving a harness costs, in two figures.
 
-The model is in-process and scripted (``FakeProvider``: one short answer, no tool call),
-so the figures are the server's and the protocol's own cost: HTTP, JSON, the conversation
-check, the event pump, the protocol's encoding. Clients are plain ``httpx`` (the OpenAI
-and AG-UI routes) and the official ``mcp`` client over one session (MCP); each run is a
-new stateless request (no conversation), one at a time. Target: at most 1 ms median.
+Added time per run: per protocol, the median time of one run through ``innerloop serve``
+(loopback HTTP, the server in a child process) minus the median time of the same run
+called in process (``await harness.run(...)``). The model is in-process and scripted
+(``FakeProvider``: one short answer, no tool call), so the figures are the server's and
+the protocol's own cost: HTTP, JSON, the conversation check, the event pump, the
+protocol's encoding. Clients are plain ``httpx`` (the OpenAI and AG-UI routes) and the
+official ``mcp`` client over one session (MCP); each run is a new stateless request (no
+conversation), one at a time. Target: at most 1 ms median.
 
-    python bench/serve.py [--runs 300]
+Concurrent streams: ``--clients`` (200) streaming clients at once on one served process
+(a child running the app under uvicorn, as ``innerloop serve`` does), per protocol
+(OpenAI chat completions streamed, AG-UI, the AI SDK's UI message stream). Each client is
+its own conversation, and the scripted model answers each with words no other client's
+answer holds, a delta every ``--pause`` seconds; each client's stream is checked whole:
+every event belongs to its conversation, none is lost, doubled or out of order. A
+watchdog task in the server wakes every 5 ms and records how late it woke: the longest
+event-loop stall. Targets: no stall over 50 ms, no lost or mixed event.
+
+    python bench/serve.py [--runs 300] [--clients 200] [--pause 0.02] [--only latency|streams]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import socket
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -108,17 +120,235 @@ async def measure(base: str, runs: int) -> dict[str, float]:
     return figures
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=300)
-    args = parser.parse_args()
+# -- concurrent streams ---------------------------------------------------------------------
+
+WORDS = 30
+"""Words in each client's answer (about 25 deltas of 8 characters)."""
+PROTOCOLS = ("openai", "ag-ui", "ai-sdk")
+
+
+def answer_for(client: int) -> str:
+    """Client ``client``'s answer: words no other client's answer holds, in order."""
+    return " ".join(f"c{client}.{word}" for word in range(WORDS))
+
+
+class _Paced:
+    """A scripted stream giving one event every ``pause`` seconds, as a model streams."""
+
+    def __init__(self, stream: Any, pause: float) -> None:
+        self.stream, self.pause = stream, pause
+
+    async def __aiter__(self) -> AsyncIterator[Any]:
+        async for event in self.stream:
+            await asyncio.sleep(self.pause)
+            yield event
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+class PacedModel(FakeProvider):
+    """Answers the message ``client N`` with :func:`answer_for` ``(N)``, 8 characters a
+    delta, one delta every ``pause`` seconds."""
+
+    def __init__(self, pause: float) -> None:
+        super().__init__(self._answer, chunk_size=8, keep_requests=0)
+        self.pause = pause
+
+    @staticmethod
+    def _answer(request: Any) -> Any:
+        content = request.payload["messages"][-1]["content"]
+        said = content if isinstance(content, str) else content[-1]["text"]
+        return reply(answer_for(int(said.removeprefix("client "))))
+
+    async def open(self, request: Any) -> Any:
+        return _Paced(await super().open(request), self.pause)
+
+
+def paced_harness(pause: float) -> Harness[Any]:
+    return Harness(HarnessParams(model="scripted:m"), [PacedModel(pause)])
+
+
+def _request(protocol: str, client: int, run: str) -> tuple[str, dict[str, Any]]:
+    """The path and body of client ``client``'s streamed request (its own conversation)."""
+    text = f"client {client}"
+    conversation = f"{run}-{client}"
+    if protocol == "openai":
+        body = {
+            "model": "m",
+            "stream": True,
+            "conversation_id": conversation,
+            "messages": [{"role": "user", "content": text}],
+        }
+        return "/v1/chat/completions", body
+    if protocol == "ag-ui":
+        message = {"id": "m", "role": "user", "content": text}
+        return "/ag-ui", {"threadId": conversation, "runId": "r", "messages": [message]}
+    parts = [{"type": "text", "text": text}]
+    return "/ai-sdk", {
+        "id": conversation,
+        "messages": [{"id": "u", "role": "user", "parts": parts}],
+    }
+
+
+def stream_problems(protocol: str, client: int, run: str, data: list[str]) -> list[str]:
+    """What is wrong with client ``client``'s stream (its SSE ``data`` fields, in order):
+    an event of another conversation, a lost, doubled or misplaced delta, a missing end."""
+    conversation, expected = f"{run}-{client}", answer_for(client)
+    problems = []
+    if not data or (protocol != "ag-ui" and data[-1] != "[DONE]"):
+        problems.append("the stream did not end with [DONE]")
+    events = [json.loads(d) for d in data if d != "[DONE]"]
+    if protocol == "openai":
+        ids = {e["id"] for e in events}
+        if len(ids) != 1:
+            problems.append(f"chunks of {len(ids)} completions")
+        others = {e.get("conversation_id") for e in events} - {conversation}
+        text = "".join(c["delta"].get("content") or "" for e in events for c in e["choices"])
+    elif protocol == "ag-ui":
+        others = {e["threadId"] for e in events if "threadId" in e} - {conversation}
+        text = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+        if not events or events[-1]["type"] != "RUN_FINISHED":
+            problems.append("no RUN_FINISHED at the end")
+        elif events[-1]["result"] != expected:
+            problems.append(f"RUN_FINISHED's result is {events[-1]['result']!r}")
+    else:
+        others = set()
+        text = "".join(e["delta"] for e in events if e["type"] == "text-delta")
+        if not events or events[-1]["type"] != "finish":
+            problems.append("no finish at the end")
+    if others:
+        problems.append(f"events of conversations {sorted(others)}")
+    if text != expected:
+        problems.append(f"text {text!r}, expected {expected!r}")
+    return [f"client {client} ({protocol}): {p}" for p in problems]
+
+
+async def one_stream(client: httpx.AsyncClient, protocol: str, number: int, run: str) -> list[str]:
+    """Client ``number``'s request streamed whole; what is wrong with it."""
+    path, body = _request(protocol, number, run)
+    async with client.stream("POST", path, json=body) as response:
+        if response.status_code != 200:
+            await response.aread()
+            return [f"client {number} ({protocol}): HTTP {response.status_code} {response.text}"]
+        data = [line[6:] async for line in response.aiter_lines() if line.startswith("data: ")]
+    return stream_problems(protocol, number, run, data)
+
+
+async def concurrent_streams(
+    client: httpx.AsyncClient, protocol: str, clients: int, run: str
+) -> list[str]:
+    """``clients`` streaming requests at once on ``protocol``: every problem seen."""
+    found = await asyncio.gather(*(one_stream(client, protocol, n, run) for n in range(clients)))
+    return [problem for problems in found for problem in problems]
+
+
+def stream_client(base: str, clients: int) -> httpx.AsyncClient:
+    """A client holding ``clients`` connections at once."""
+    limits = httpx.Limits(max_connections=clients + 10, max_keepalive_connections=clients + 10)
+    return httpx.AsyncClient(base_url=base, limits=limits, timeout=120)
+
+
+async def watchdog(worst: list[float], period: float = 0.005) -> None:
+    """Wake every ``period`` s; ``worst``: how late the latest wake-up so far was (an
+    event-loop stall: a callback that held the loop, too many ready at once, or the
+    process waiting for a core) and the CPU time the process had meanwhile (the stall's
+    own part: the rest was the machine's scheduler)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        asked, cpu = loop.time(), time.process_time()
+        await asyncio.sleep(period)
+        late = loop.time() - asked - period
+        if late > worst[0]:
+            worst[:] = [late, max(0.0, time.process_time() - cpu - period)]
+
+
+def serve_watched(pause: float) -> None:
+    """The child: the served app under uvicorn (as ``innerloop serve`` runs it) and the
+    watchdog; ``POST /bench/stall`` answers the longest stall since the last one."""
+    import contextlib
+
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Mount, Route
+
+    from innerloop.serve import app
+    from innerloop.serve._cli import listen, serve_on
+
+    served = app(paced_harness(pause))
+    worst = [0.0, 0.0]
+
+    async def stall(request: Request) -> JSONResponse:
+        seen, worst[:] = worst[:], [0.0, 0.0]
+        return JSONResponse({"worst_ms": seen[0] * 1000, "cpu_ms": seen[1] * 1000})
+
+    @contextlib.asynccontextmanager
+    async def lifespan(application: Any) -> AsyncIterator[None]:
+        async with served.lifespan(application):
+            task = asyncio.get_running_loop().create_task(watchdog(worst))
+            yield
+            task.cancel()
+
+    routes = [Route("/bench/stall", stall, methods=["POST"]), Mount("/", served)]
+    outer = Starlette(routes=routes, lifespan=lifespan)
+    sock = listen("127.0.0.1", 0)
+    print(f"http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
+    with sock:
+        serve_on(outer, sock)  # as innerloop serve runs it
+
+
+async def measure_streams(
+    base: str, clients: int
+) -> dict[str, tuple[float, dict[str, float], list[str]]]:
+    """Per protocol: the seconds the ``clients`` streams took, the longest stall in the
+    server meanwhile (``worst_ms``, and ``cpu_ms`` the server ran in it), the problems."""
+    figures = {}
+    async with stream_client(base, clients) as client:
+        for protocol in PROTOCOLS:
+            await concurrent_streams(client, protocol, 5, f"warm-{protocol}")
+            (await client.post("/bench/stall")).raise_for_status()  # from now on
+            start = time.perf_counter()
+            problems = await concurrent_streams(client, protocol, clients, protocol)
+            took = time.perf_counter() - start
+            stall = (await client.post("/bench/stall")).json()
+            figures[protocol] = (took, stall, problems)
+    return figures
+
+
+def streams(clients: int, pause: float) -> None:
+    command = [sys.executable, "-m", "bench.serve", "--serve-watched", "--pause", str(pause)]
+    with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True) as server:
+        try:
+            assert server.stdout is not None
+            base = server.stdout.readline().strip()
+            figures = asyncio.run(measure_streams(base, clients))
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    load = os.getloadavg()[0]
+    print(
+        f"{clients} concurrent streaming clients, a delta every {pause * 1000:g} ms "
+        f"(load average {load:.1f} on {os.cpu_count()} cores):"
+    )
+    for protocol, (took, stall, problems) in figures.items():
+        whole = "every stream whole" if not problems else f"{len(problems)} problems"
+        print(
+            f"{protocol:>10}  {took:6.2f} s, longest event-loop stall {stall['worst_ms']:6.1f} ms"
+            f" (the server ran {stall['cpu_ms']:5.1f} ms of it), {whole}"
+        )
+        for problem in problems[:5]:
+            print(f"{'':>12}{problem}")
+
+
+def latency(runs: int) -> None:
     command = [sys.executable, "-m", "innerloop", "serve", "bench.serve:harness", "--port", "0"]
     with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True) as server:
         try:
             assert server.stdout is not None
             line = server.stdout.readline()
             base = line.split()[2].removesuffix("/v1")
-            figures = asyncio.run(measure(base, args.runs))
+            figures = asyncio.run(measure(base, runs))
         finally:
             server.terminate()
             server.wait(timeout=30)
@@ -126,6 +356,23 @@ def main() -> None:
     print(f"{'in process':>22}  {direct:7.3f} ms median per run")
     for name, ms in figures.items():
         print(f"{name:>22}  {ms:7.3f} ms median per run, added {ms - direct:+7.3f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=300)
+    parser.add_argument("--clients", type=int, default=200)
+    parser.add_argument("--pause", type=float, default=0.02)
+    parser.add_argument("--only", choices=["latency", "streams"])
+    parser.add_argument("--serve-watched", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_watched:
+        serve_watched(args.pause)
+        return
+    if args.only != "streams":
+        latency(args.runs)
+    if args.only != "latency":
+        streams(args.clients, args.pause)
 
 
 if __name__ == "__main__":
