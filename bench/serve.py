@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import itertools
 import json
 import os
 import socket
@@ -32,7 +34,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,61 +65,123 @@ async def median_ms(runs: int, once: Callable[[], Awaitable[object]]) -> float:
     return statistics.median(times) * 1000
 
 
-async def over(client: httpx.AsyncClient, runs: int, where: str) -> dict[str, float]:
-    """The OpenAI and AG-UI routes' medians through ``client``."""
+def latency_requests() -> dict[str, tuple[str, Callable[[], dict[str, Any]]]]:
+    """Per route measured: its path and a new request body (a new conversation each)."""
+    numbers = itertools.count()
 
-    async def openai_whole() -> None:
-        (await client.post("/v1/chat/completions", json=ASK)).raise_for_status()
+    def ag_ui() -> dict[str, Any]:
+        message = {"id": "m", "role": "user", "content": "Hi"}
+        return {"threadId": f"t{next(numbers)}", "runId": "r", "messages": [message]}
 
-    async def openai_stream() -> None:
-        body = ASK | {"stream": True}
-        async with client.stream("POST", "/v1/chat/completions", json=body) as r:
-            async for _ in r.aiter_bytes():
-                pass
-
-    async def ag_ui() -> None:
-        body = {
-            "threadId": f"t{time.perf_counter_ns()}",
-            "runId": "r",
-            "messages": [{"id": "m", "role": "user", "content": "Hi"}],
+    def ai_sdk() -> dict[str, Any]:
+        parts = [{"type": "text", "text": "Hi"}]
+        return {
+            "id": f"c{next(numbers)}",
+            "messages": [{"id": "u", "role": "user", "parts": parts}],
         }
-        async with client.stream("POST", "/ag-ui", json=body) as r:
-            async for _ in r.aiter_bytes():
-                pass
 
     return {
-        f"openai {where}": await median_ms(runs, openai_whole),
-        f"openai stream {where}": await median_ms(runs, openai_stream),
-        f"ag-ui {where}": await median_ms(runs, ag_ui),
+        "openai": ("/v1/chat/completions", lambda: ASK),
+        "openai stream": ("/v1/chat/completions", lambda: ASK | {"stream": True}),
+        "ag-ui": ("/ag-ui", ag_ui),
+        "ai-sdk": ("/ai-sdk", ai_sdk),
     }
 
 
-async def measure(base: str, runs: int) -> dict[str, float]:
+async def timed(client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> float:
+    """Seconds from sending the request to the answer's last byte."""
+    start = time.perf_counter()
+    async with client.stream("POST", path, json=body) as response:
+        async for _ in response.aiter_raw():
+            pass
+        response.raise_for_status()
+    return time.perf_counter() - start
+
+
+async def server_cpu(client: httpx.AsyncClient) -> float:
+    """The CPU seconds the server process has used so far."""
+    return float((await client.post("/bench/cpu")).json()["cpu_s"])
+
+
+async def paired(
+    client: httpx.AsyncClient, runs: int
+) -> dict[str, tuple[float, float, float, float]]:
+    """Per route: the median ms of a run served, and of the floor: a bare ASGI endpoint
+    of the same server answering the same bytes in the same writes (uvicorn, HTTP, the
+    socket and this client, without the app). The two alternate, so both see the same
+    load of the machine. Then the server's CPU ms per run, served and floor (what the
+    load of the machine does not stretch)."""
+    figures = {}
+    for name, (path, body) in latency_requests().items():
+        await timed(client, path, body())  # records the answer the floor repeats
+        served, floor = [], []
+        for i in range(runs + 20):
+            one = await timed(client, path, body())
+            bare = await timed(client, f"/bench/floor{path}", body())
+            if i >= 20:  # warmed up
+                served.append(one)
+                floor.append(bare)
+        cpu = []
+        for where in (path, f"/bench/floor{path}"):
+            start = await server_cpu(client)
+            for _ in range(runs):
+                await timed(client, where, body())
+            cpu.append((await server_cpu(client) - start) / runs * 1000)
+        medians = statistics.median(served) * 1000, statistics.median(floor) * 1000
+        figures[name] = (*medians, *cpu)
+    return figures
+
+
+async def measure(
+    base: str, runs: int
+) -> tuple[float, dict[str, tuple[float, float, float, float]], float]:
+    """In process (ms), the routes served and their floor (ms), MCP served (ms)."""
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
-    from innerloop.serve import app
-
     h = harness()
-    figures = {"in process": await median_ms(runs, lambda: h.run("Hi"))}
-    asgi = httpx.ASGITransport(app=app(harness()))  # the app's own cost: no socket
-    async with httpx.AsyncClient(base_url="http://127.0.0.1", transport=asgi) as client:
-        figures |= await over(client, runs, "(ASGI)")
+    direct = await median_ms(runs, lambda: h.run("Hi"))
     # the client's writes unbatched (the headers and the body of a request are two writes:
     # with Nagle's algorithm on, the body waits for the server's delayed ACK)
     nodelay = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
     transport = httpx.AsyncHTTPTransport(socket_options=nodelay)
     async with httpx.AsyncClient(base_url=base, transport=transport) as client:
-        figures |= await over(client, runs, "(HTTP)")
+        routes = await paired(client, runs)
     async with (
         streamable_http_client(f"{base}/mcp") as (read, write),
         ClientSession(read, write) as session,
     ):
         await session.initialize()
-        figures["mcp (HTTP)"] = await median_ms(
-            runs, lambda: session.call_tool("innerloop", {"prompt": "Hi"})
-        )
-    return figures
+        mcp = await median_ms(runs, lambda: session.call_tool("innerloop", {"prompt": "Hi"}))
+    return direct, routes, mcp
+
+
+class Floor:
+    """The served app, each route's latest answer recorded; ``/bench/floor/PATH`` answers
+    PATH's recorded answer again, in the same writes, without the app (its body read)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.recorded: dict[str, list[dict[str, Any]]] = {}
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http":
+            await self.inner(scope, receive, send)
+        elif path.startswith("/bench/floor/"):
+            while (await receive()).get("more_body"):
+                pass
+            for message in self.recorded[path.removeprefix("/bench/floor")]:
+                await send(message)
+        else:
+            messages: list[dict[str, Any]] = []
+
+            async def keep(message: dict[str, Any]) -> None:
+                messages.append(message)
+                await send(message)
+
+            await self.inner(scope, receive, keep)
+            self.recorded[path] = messages
 
 
 # -- concurrent streams ---------------------------------------------------------------------
@@ -264,10 +328,9 @@ async def watchdog(worst: list[float], period: float = 0.005) -> None:
 
 
 def serve_watched(pause: float) -> None:
-    """The child: the served app under uvicorn (as ``innerloop serve`` runs it) and the
-    watchdog; ``POST /bench/stall`` answers the longest stall since the last one."""
-    import contextlib
-
+    """The child: the served app under uvicorn (as ``innerloop serve`` runs it; with no
+    ``pause``, the harness answering at once), the watchdog (``POST /bench/stall``
+    answers the longest stall since the last one) and the floor (:class:`Floor`)."""
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse
@@ -276,7 +339,7 @@ def serve_watched(pause: float) -> None:
     from innerloop.serve import app
     from innerloop.serve._cli import listen, serve_on
 
-    served = app(paced_harness(pause))
+    served = app(paced_harness(pause) if pause else harness())
     worst = [0.0, 0.0]
 
     async def stall(request: Request) -> JSONResponse:
@@ -290,8 +353,15 @@ def serve_watched(pause: float) -> None:
             yield
             task.cancel()
 
-    routes = [Route("/bench/stall", stall, methods=["POST"]), Mount("/", served)]
-    outer = Starlette(routes=routes, lifespan=lifespan)
+    async def cpu(request: Request) -> JSONResponse:
+        return JSONResponse({"cpu_s": time.process_time()})
+
+    routes = [
+        Route("/bench/stall", stall, methods=["POST"]),
+        Route("/bench/cpu", cpu, methods=["POST"]),
+        Mount("/", served),
+    ]
+    outer = Floor(Starlette(routes=routes, lifespan=lifespan))
     sock = listen("127.0.0.1", 0)
     print(f"http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
     with sock:
@@ -316,20 +386,28 @@ async def measure_streams(
     return figures
 
 
-def streams(clients: int, pause: float) -> None:
+@contextlib.contextmanager
+def watched_server(pause: float) -> Iterator[str]:
+    """A child serving the app (:func:`serve_watched`); its URL."""
     command = [sys.executable, "-m", "bench.serve", "--serve-watched", "--pause", str(pause)]
     with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True) as server:
         try:
             assert server.stdout is not None
-            base = server.stdout.readline().strip()
-            figures = asyncio.run(measure_streams(base, clients))
+            yield server.stdout.readline().strip()
         finally:
             server.terminate()
             server.wait(timeout=30)
-    load = os.getloadavg()[0]
+
+
+def machine() -> str:
+    return f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+
+
+def streams(clients: int, pause: float) -> None:
+    with watched_server(pause) as base:
+        figures = asyncio.run(measure_streams(base, clients))
     print(
-        f"{clients} concurrent streaming clients, a delta every {pause * 1000:g} ms "
-        f"(load average {load:.1f} on {os.cpu_count()} cores):"
+        f"{clients} concurrent streaming clients, a delta every {pause * 1000:g} ms ({machine()}):"
     )
     for protocol, (took, stall, problems) in figures.items():
         whole = "every stream whole" if not problems else f"{len(problems)} problems"
@@ -342,20 +420,18 @@ def streams(clients: int, pause: float) -> None:
 
 
 def latency(runs: int) -> None:
-    command = [sys.executable, "-m", "innerloop", "serve", "bench.serve:harness", "--port", "0"]
-    with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True) as server:
-        try:
-            assert server.stdout is not None
-            line = server.stdout.readline()
-            base = line.split()[2].removesuffix("/v1")
-            figures = asyncio.run(measure(base, runs))
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
-    direct = figures.pop("in process")
-    print(f"{'in process':>22}  {direct:7.3f} ms median per run")
-    for name, ms in figures.items():
-        print(f"{name:>22}  {ms:7.3f} ms median per run, added {ms - direct:+7.3f} ms")
+    with watched_server(0) as base:
+        direct, routes, mcp = asyncio.run(measure(base, runs))
+    print(f"added time per run, median of {runs} ({machine()}):")
+    print(f"{'in process':>14}  {direct:7.3f} ms")
+    for name, (served, floor, cpu, floor_cpu) in routes.items():
+        print(
+            f"{name:>14}  {served:7.3f} ms served, added {served - direct:+7.3f} ms; "
+            f"floor {floor:7.3f} ms, added over it {served - floor - direct:+7.3f} ms; "
+            f"server CPU {cpu:6.3f} ms a run, floor {floor_cpu:6.3f} ms, "
+            f"added {cpu - floor_cpu - direct:+6.3f} ms"
+        )
+    print(f"{'mcp':>14}  {mcp:7.3f} ms served, added {mcp - direct:+7.3f} ms (official client)")
 
 
 def main() -> None:

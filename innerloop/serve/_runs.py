@@ -18,12 +18,13 @@ import json
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import attrs
-from sse_starlette import EventSourceResponse
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from innerloop._eventlog import EventLog
 from innerloop._harness import Harness
@@ -35,6 +36,7 @@ from innerloop.fsm import HarnessState, Interrupt, Run
 
 __all__ = [
     "Conversation",
+    "Gone",
     "Reading",
     "Refused",
     "Served",
@@ -45,7 +47,9 @@ __all__ = [
 ]
 
 PING_SECONDS = 15
-"""How often a stream with nothing to say sends a comment (a closed connection shows)."""
+"""How often a stream with nothing to say sends a comment (a proxy keeps it open)."""
+SSE_HEADERS = {"cache-control": "no-store", "x-accel-buffering": "no"}
+"""A stream's headers: nothing caches it, no proxy holds it back."""
 ID_CHARS = 200
 """The longest conversation id taken."""
 IN_MEMORY = 1000
@@ -205,6 +209,9 @@ class Reading:
 
     def __init__(self, run: Run[Any], log: Callable[[Run[Any]], EventLog] | None) -> None:
         self.run = run
+        self.idle: Callable[[bool], Awaitable[None]] | None = None
+        """Awaited when the reader is about to wait for the run (``False``), and again
+        each :data:`PING_SECONDS` the run says nothing (``True``): a stream writes then."""
         self._queue: asyncio.Queue[RunEvent | None] = asyncio.Queue()
         self._ended = False
         self.task = asyncio.get_running_loop().create_task(self._pump(log))
@@ -222,12 +229,24 @@ class Reading:
 
     async def __aiter__(self) -> AsyncIterator[RunEvent]:
         try:
-            while (event := await self._queue.get()) is not None:
+            while (event := await self._next()) is not None:
                 yield event
             self._ended = True
         finally:
             self.close()
         await self.task  # its error, if it raised
+
+    async def _next(self) -> RunEvent | None:
+        queue, idle = self._queue, self.idle
+        if queue.empty() and idle is not None:
+            await idle(False)  # what is ready goes out before the wait
+            while queue.empty():
+                try:
+                    async with asyncio.timeout(PING_SECONDS):
+                        return await queue.get()
+                except TimeoutError:
+                    await idle(True)
+        return await queue.get()
 
     def close(self) -> None:
         """Abort the run unless its events were read to the end (the reader left)."""
@@ -242,9 +261,43 @@ class Reading:
         self.close()
 
 
-class _RunStream(EventSourceResponse):
-    """Server-sent events whose run is aborted when the response ends before the run
-    does: the client went away, even before the stream's first byte."""
+class Gone:
+    """Within ``async with Gone(receive) as gone``: the current task is cancelled when
+    the client goes away (an ``http.disconnect``), the cancellation ends the block
+    quietly, and ``gone.left`` says so afterwards. One task watches; no other is made."""
+
+    def __init__(self, receive: Receive) -> None:
+        self.receive = receive
+        self.left = False
+
+    async def __aenter__(self) -> Gone:
+        task = asyncio.current_task()
+        assert task is not None
+        self.task = task
+        self.watcher = asyncio.get_running_loop().create_task(self._watch())
+        return self
+
+    async def _watch(self) -> None:
+        while (await self.receive())["type"] != "http.disconnect":
+            pass
+        self.left = True
+        self.task.cancel()
+
+    async def __aexit__(self, kind: type[BaseException] | None, *exc: object) -> bool:
+        self.watcher.cancel()
+        if self.left and kind is asyncio.CancelledError:
+            self.task.uncancel()
+            return True
+        return False
+
+
+class _RunStream(Response):
+    """Server-sent events of a run (lines ending in a bare LF, as every client's parser
+    splits them). What is ready goes out in one write when the stream is about to wait
+    for the run (a run's last events, a turn's first ones: fewer writes, one wake-up of
+    the client for them); a comment every :data:`PING_SECONDS` the run is quiet. When the
+    response ends before the run does (the client went away, even before the first
+    byte), the run is aborted."""
 
     def __init__(
         self,
@@ -252,24 +305,44 @@ class _RunStream(EventSourceResponse):
         reading: Reading,
         headers: dict[str, str] | None,
     ) -> None:
-        super().__init__(chunks, ping=PING_SECONDS, sep="\n", headers=headers)
+        self.status_code, self.media_type, self.background = 200, "text/event-stream", None
+        self.init_headers(SSE_HEADERS | (headers or {}))  # no content-length: a stream
+        self.chunks = chunks
         self.reading = reading
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        reading, chunks = self.reading, self.chunks
+        ready: list[str] = []
+
+        async def write(ping: bool = False, more: bool = True) -> None:
+            body = "".join(ready) + (": ping\n\n" if ping else "")
+            ready.clear()
+            if body or not more:
+                await send({"type": "http.response.body", "body": body.encode(), "more_body": more})
+
+        reading.idle = write
         try:
-            await super().__call__(scope, receive, send)
+            async with Gone(receive):
+                await send(
+                    {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
+                )
+                async for chunk in chunks:
+                    ready.append(f"data: {chunk['data']}\n\n")  # noqa: PERF401 (written meanwhile)
+                await write(more=False)
+        except OSError:
+            pass  # the client went away as the server wrote to it
         finally:
-            self.reading.close()
+            await chunks.aclose()  # type: ignore[attr-defined]
+            reading.close()
 
 
 def event_stream(
     chunks: AsyncIterator[dict[str, str]],
     reading: Reading,
     headers: dict[str, str] | None = None,
-) -> EventSourceResponse:
-    """Server-sent events of ``reading``'s run (lines ending in a bare LF, as every
-    client's parser splits them), a comment every :data:`PING_SECONDS`; the client going
-    away, at any time, aborts the run."""
+) -> Response:
+    """Server-sent events of ``reading``'s run: each of ``chunks`` (``{"data": ...}``)
+    an event; the client going away, at any time, aborts the run."""
     return _RunStream(chunks, reading, headers)
 
 
