@@ -49,7 +49,15 @@ from innerloop.events import (
     Transition,
 )
 from innerloop.fsm import HarnessState, Interrupt, Run
-from innerloop.serve._runs import Reading, Refused, Served, answer_of, event_stream, question
+from innerloop.serve._runs import (
+    Reading,
+    Refused,
+    Served,
+    answer_of,
+    event_stream,
+    figures,
+    question,
+)
 
 __all__ = ["ag_ui_run"]
 
@@ -107,17 +115,9 @@ def _start(served: Served, request: Request, run_input: agui.RunAgentInput) -> t
     return session.start(_text(users[-1])), conversation.token
 
 
-def _snapshot(run: Run[Any]) -> agui.StateSnapshotEvent:
-    state = run.state
-    return agui.StateSnapshotEvent(
-        snapshot={
-            "state": run.current,
-            "turns": state.turns,
-            "tokens": state.usage.total_tokens,
-            "cost_usd": state.cost_usd,
-            "exit_reason": state.exit_reason,
-        }
-    )
+def _snapshot(data: dict[str, Any]) -> agui.StateSnapshotEvent:
+    keys = ("state", "turns", "tokens", "cost_usd", "exit_reason")
+    return agui.StateSnapshotEvent(snapshot={key: data[key] for key in keys})
 
 
 def _finished(thread: str, run_id: str, state: HarnessState[Any]) -> agui.RunFinishedEvent:
@@ -146,8 +146,8 @@ def _finished(thread: str, run_id: str, state: HarnessState[Any]) -> agui.RunFin
 class _Translate:
     """The run's events as AG-UI events (a text message per model turn)."""
 
-    def __init__(self, run: Run[Any]) -> None:
-        self.run = run
+    def __init__(self, reading: Reading) -> None:
+        self.reading = reading
         self.message: str | None = None
 
     def _end_text(self) -> list[agui.BaseEvent]:
@@ -192,7 +192,8 @@ class _Translate:
         if kind is MessageComplete:
             return self._end_text()
         if kind is ModelResponseEvent:
-            return [_snapshot(self.run)]
+            assert isinstance(event, ModelResponseEvent)
+            return [_snapshot(self.reading.figures_at(event))]
         if kind is RunStarted:
             assert isinstance(event, RunStarted)
             return [agui.StepStartedEvent(step_name=event.state)]
@@ -219,7 +220,7 @@ async def _events(
             thread_id=thread, run_id=run_id, metadata={"conversation_token": token}
         )
     )
-    translate = _Translate(run)
+    translate = _Translate(reading)
     try:
         async for event in reading:
             if type(event) is Finished:
@@ -232,7 +233,7 @@ async def _events(
     except Exception as exc:  # the run raised: say so in AG-UI's terms
         yield sse(agui.RunErrorEvent(message=f"{type(exc).__name__}: {exc}"))
         return
-    yield sse(_snapshot(run))
+    yield sse(_snapshot(figures(run)))
     yield sse(_finished(thread, run_id, run.state))
 
 

@@ -32,9 +32,17 @@ from innerloop._messages import Message
 from innerloop._session import Session
 from innerloop.events import Finished, TextDelta
 from innerloop.fsm import HarnessState, Run
-from innerloop.serve._runs import Reading, Refused, Served, answer_of, event_json, event_stream
+from innerloop.serve._runs import (
+    Reading,
+    Refused,
+    Served,
+    answer_of,
+    event_json,
+    event_stream,
+    summary,
+)
 
-__all__ = ["chat_completions", "summary"]
+__all__ = ["chat_completions"]
 
 ROLES = {"user": Message.user, "assistant": Message.assistant}
 
@@ -107,23 +115,6 @@ def _usage(state: HarnessState[Any]) -> dict[str, int]:
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
-    }
-
-
-def summary(state: HarnessState[Any]) -> dict[str, Any]:
-    """How the run ended: exit reason, final state, typed output, pending interrupt."""
-    interrupt = state.interrupt
-    return {
-        "exit_reason": state.exit_reason,
-        "final_state": state.final_state,
-        "output": state.output_data,
-        "interrupt": None
-        if interrupt is None or state.final_state != "suspended"
-        else {
-            "kind": interrupt.kind,
-            "payload": interrupt.payload,
-            "path": interrupt.path,
-        },
     }
 
 

@@ -31,7 +31,7 @@ from innerloop._harness import Harness
 from innerloop._secrets import scrub_secrets
 from innerloop._session import Session
 from innerloop.checkpoint import UnknownRunError
-from innerloop.events import RunEvent
+from innerloop.events import ModelResponseEvent, RunEvent
 from innerloop.fsm import HarnessState, Interrupt, Run
 
 __all__ = [
@@ -43,7 +43,9 @@ __all__ = [
     "answer_of",
     "event_json",
     "event_stream",
+    "figures",
     "question",
+    "summary",
 ]
 
 PING_SECONDS = 15
@@ -193,6 +195,34 @@ def answer_of(state: HarnessState[Any]) -> str:
     return f"[the run ended without an answer: {state.exit_reason or state.final_state}]"
 
 
+def summary(state: HarnessState[Any]) -> dict[str, Any]:
+    """How the run ended: exit reason, final state, typed output, pending interrupt."""
+    interrupt = state.interrupt
+    return {
+        "exit_reason": state.exit_reason,
+        "final_state": state.final_state,
+        "output": state.output_data,
+        "interrupt": None
+        if interrupt is None or state.final_state != "suspended"
+        else {
+            "kind": interrupt.kind,
+            "payload": interrupt.payload,
+            "path": interrupt.path,
+        },
+    }
+
+
+def figures(run: Run[Any]) -> dict[str, Any]:
+    """Where ``run`` is: its :func:`summary`, its state, turns, tokens and cost."""
+    state = run.state
+    return summary(state) | {
+        "state": run.current,
+        "turns": state.turns,
+        "tokens": state.usage.total_tokens,
+        "cost_usd": state.cost_usd,
+    }
+
+
 def event_json(event: RunEvent) -> dict[str, Any]:
     """``event`` as the event log writes it (``type`` first), keys and tokens scrubbed."""
     text = json.dumps(event.to_dict(), ensure_ascii=False, default=str)
@@ -213,6 +243,7 @@ class Reading:
         """Awaited when the reader is about to wait for the run (``False``), and again
         each :data:`PING_SECONDS` the run says nothing (``True``): a stream writes then."""
         self._queue: asyncio.Queue[RunEvent | None] = asyncio.Queue()
+        self._turns: dict[int, dict[str, Any]] = {}
         self._ended = False
         self.task = asyncio.get_running_loop().create_task(self._pump(log))
 
@@ -223,6 +254,8 @@ class Reading:
                 async for event in self.run.events():
                     if log is not None:
                         log.write(event)
+                    if type(event) is ModelResponseEvent:
+                        self._turns[id(event)] = figures(self.run)
                     self._queue.put_nowait(event)
             finally:
                 self._queue.put_nowait(None)
@@ -247,6 +280,11 @@ class Reading:
                 except TimeoutError:
                     await idle(True)
         return await queue.get()
+
+    def figures_at(self, event: ModelResponseEvent) -> dict[str, Any]:
+        """The run's :func:`figures` as it answered ``event`` (the reader may be behind
+        it: the run goes on meanwhile)."""
+        return self._turns.pop(id(event), None) or figures(self.run)
 
     def close(self) -> None:
         """Abort the run unless its events were read to the end (the reader left)."""

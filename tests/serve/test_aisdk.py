@@ -52,6 +52,8 @@ def test_use_chat_sees_the_text_the_tool_call_and_the_state(serve: Any, node_cli
     states = [p["data"] for p in parts(message, "data-state")]
     assert states[-1]["exit_reason"] == "model_complete"
     assert states[-1]["turns"] == 2
+    # each turn's state as it was then (the run went on while the stream was written)
+    assert [(s["turns"], s["exit_reason"]) for s in states[:2]] == [(1, None), (2, None)]
     assert len(message["metadata"]["conversation_token"]) == 32
 
 
