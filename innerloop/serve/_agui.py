@@ -26,6 +26,7 @@ abort) aborts the run: its history stays valid and stored.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -143,6 +144,16 @@ def _finished(thread: str, run_id: str, state: HarnessState[Any]) -> agui.RunFin
     return agui.RunFinishedEvent(thread_id=thread, run_id=run_id, result=result, outcome=outcome)
 
 
+Out = agui.BaseEvent | dict[str, Any]
+"""An AG-UI event: one of the package's models, or (the events of every step and delta)
+its wire form made directly, as the model would write it, without the model's cost."""
+
+
+def _wire(kind: str, **fields: Any) -> dict[str, Any]:
+    """The AG-UI event ``kind`` as it goes on the wire (its fields named in camelCase)."""
+    return {"type": kind, **fields}
+
+
 class _Translate:
     """The run's events as AG-UI events (a text message per model turn)."""
 
@@ -150,22 +161,22 @@ class _Translate:
         self.reading = reading
         self.message: str | None = None
 
-    def _end_text(self) -> list[agui.BaseEvent]:
+    def _end_text(self) -> list[Out]:
         if self.message is None:
             return []
         ended, self.message = self.message, None
-        return [agui.TextMessageEndEvent(message_id=ended)]
+        return [_wire("TEXT_MESSAGE_END", messageId=ended)]
 
-    def __call__(self, event: RunEvent) -> list[agui.BaseEvent]:  # noqa: C901 (one case each)
+    def __call__(self, event: RunEvent) -> list[Out]:  # noqa: C901 (one case each)
         kind = type(event)
         if kind is TextDelta:
             assert isinstance(event, TextDelta)
-            out: list[agui.BaseEvent] = []
+            out: list[Out] = []
             if self.message is None:
                 self.message = uuid.uuid4().hex
-                out.append(agui.TextMessageStartEvent(message_id=self.message, role="assistant"))
+                out.append(_wire("TEXT_MESSAGE_START", messageId=self.message, role="assistant"))
             if event.text:
-                out.append(agui.TextMessageContentEvent(message_id=self.message, delta=event.text))
+                out.append(_wire("TEXT_MESSAGE_CONTENT", messageId=self.message, delta=event.text))
             return out
         if kind is ToolUseStart:
             assert isinstance(event, ToolUseStart)
@@ -175,7 +186,7 @@ class _Translate:
             ]
         if kind is ToolInputDelta:
             assert isinstance(event, ToolInputDelta)
-            return [agui.ToolCallArgsEvent(tool_call_id=event.id, delta=event.partial_json)]
+            return [_wire("TOOL_CALL_ARGS", toolCallId=event.id, delta=event.partial_json)]
         if kind is ToolUseComplete:
             assert isinstance(event, ToolUseComplete)
             return [agui.ToolCallEndEvent(tool_call_id=event.tool_use.id)]
@@ -196,12 +207,12 @@ class _Translate:
             return [_snapshot(self.reading.figures_at(event))]
         if kind is RunStarted:
             assert isinstance(event, RunStarted)
-            return [agui.StepStartedEvent(step_name=event.state)]
+            return [_wire("STEP_STARTED", stepName=event.state)]
         if kind is Transition:
             assert isinstance(event, Transition)
             return [
-                agui.StepFinishedEvent(step_name=event.source),
-                agui.StepStartedEvent(step_name=event.target),
+                _wire("STEP_FINISHED", stepName=event.source),
+                _wire("STEP_STARTED", stepName=event.target),
             ]
         return []
 
@@ -211,7 +222,9 @@ async def _events(
 ) -> AsyncIterator[dict[str, str]]:
     run = reading.run
 
-    def sse(event: agui.BaseEvent) -> dict[str, str]:
+    def sse(event: Out) -> dict[str, str]:
+        if isinstance(event, dict):
+            return {"data": json.dumps(event, ensure_ascii=False, separators=(",", ":"))}
         return {"data": event.model_dump_json(by_alias=True)}
 
     thread, run_id = run_input.thread_id, run_input.run_id
@@ -226,7 +239,7 @@ async def _events(
             if type(event) is Finished:
                 for out in translate._end_text():
                     yield sse(out)
-                yield sse(agui.StepFinishedEvent(step_name=run.current))
+                yield sse(_wire("STEP_FINISHED", stepName=run.current))
                 continue
             for out in translate(event):
                 yield sse(out)
