@@ -3,6 +3,8 @@ away aborts its run, which stays valid and stored."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ from innerloop.examples.approval import with_approval
 from innerloop.serve import app
 from innerloop.serve._runs import Served
 from innerloop.testing import FakeProvider, assert_valid_history, reply, tool_call
-from tests.serve.conftest import harness, leave_at, waiting_harness, weather_script
+from tests.serve.conftest import ended, harness, leave_at, waiting_harness, weather_script
 
 URL = "/v1/chat/completions"
 ASK: Any = {"model": "m", "messages": [{"role": "user", "content": "Weather?"}]}
@@ -206,9 +208,6 @@ async def leave_before_the_stream(application: Any, path: str, body: dict[str, A
     """One request to ``application`` (in process) whose client goes away before the
     answer's first byte: the response's start is never sent (the socket does not take it)
     and the client's disconnect is all the server hears after the body."""
-    import asyncio
-    import json
-
     request = {"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}
     messages = [request]
 
@@ -219,7 +218,12 @@ async def leave_before_the_stream(application: Any, path: str, body: dict[str, A
         assert message["type"] == "http.response.start"
         await asyncio.Event().wait()  # a socket that never takes the bytes: cancelled
 
-    scope = {
+    await application(scope(path), receive, send)
+
+
+def scope(path: str) -> dict[str, Any]:
+    """The ASGI scope of a JSON POST to ``path`` on loopback."""
+    return {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
@@ -233,7 +237,6 @@ async def leave_before_the_stream(application: Any, path: str, body: dict[str, A
         "client": ("127.0.0.1", 1),
         "server": ("127.0.0.1", 80),
     }
-    await application(scope, receive, send)
 
 
 def user_parts(text: str) -> list[dict[str, Any]]:
@@ -291,3 +294,48 @@ async def test_a_stored_run_left_before_the_stream_is_aborted_valid(tmp_path: Pa
     assert state.abort is not None
     assert state.abort.reason == "the client went away"
     assert_valid_history(state.history)
+
+
+def test_a_quiet_stream_sends_a_comment_and_its_events_go_out_together(
+    serve: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a tool runs and the run says nothing, the stream sends a comment each
+    PING_SECONDS (a proxy keeps it open); what was ready before went out at once."""
+    from innerloop.serve import _runs
+
+    monkeypatch.setattr(_runs, "PING_SECONDS", 0.05)
+    h = waiting_harness(tmp_path / "s.db")
+    server = serve(h)
+    body = ASK | {"stream": True, "conversation_id": "quiet", "innerloop_events": True}
+    seen = []
+    with httpx.Client(base_url=server.base_url) as c, c.stream("POST", URL, json=body) as r:
+        for line in r.iter_lines():
+            seen.append(line)
+            if line == ": ping":
+                break
+    events = [json.loads(line[6:]) for line in seen if line.startswith("data: ")]
+    kinds = [e["innerloop_event"]["type"] for e in events if "innerloop_event" in e]
+    assert "tool_use_complete" in kinds  # all before the wait, then the comment
+    state = ended(h, "quiet")
+    assert state.final_state == "aborted"
+
+
+async def test_the_events_ready_at_once_go_out_in_one_write() -> None:
+    """A run that ends at once: its dozen events reach the socket in a few writes."""
+    h = Harness(HarnessParams(model="scripted:m"), [FakeProvider(lambda _: reply("Hello."))])
+    application = app(h)
+    writes: list[bytes] = []
+    request = {"type": "http.request", "body": json.dumps(ASK | {"stream": True}).encode()}
+    messages: list[Any] = [request]
+
+    async def receive() -> Any:
+        return messages.pop(0) if messages else await asyncio.Event().wait()
+
+    async def send(message: Any) -> None:
+        if message["type"] == "http.response.body":
+            writes.append(message["body"])
+
+    await application(scope(URL), receive, send)
+    events = b"".join(writes).count(b"data: ")
+    assert events >= 4
+    assert len([w for w in writes if w]) < events
