@@ -134,13 +134,20 @@ async def paired(
 
 async def measure(
     base: str, runs: int
-) -> tuple[float, dict[str, tuple[float, float, float, float]], float]:
-    """In process (ms), the routes served and their floor (ms), MCP served (ms)."""
+) -> tuple[float, float, dict[str, tuple[float, float, float, float]], float]:
+    """In process (ms: the run, and the run with its events read), the routes served and
+    their floor (ms), MCP served (ms)."""
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
     h = harness()
     direct = await median_ms(runs, lambda: h.run("Hi"))
+
+    async def read_events() -> None:
+        async for _ in h.start("Hi").events():
+            pass
+
+    evented = await median_ms(runs, read_events)
     # the client's writes unbatched (the headers and the body of a request are two writes:
     # with Nagle's algorithm on, the body waits for the server's delayed ACK)
     nodelay = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
@@ -153,7 +160,7 @@ async def measure(
     ):
         await session.initialize()
         mcp = await median_ms(runs, lambda: session.call_tool("innerloop", {"prompt": "Hi"}))
-    return direct, routes, mcp
+    return direct, evented, routes, mcp
 
 
 class Floor:
@@ -374,15 +381,18 @@ async def measure_streams(
     """Per protocol: the seconds the ``clients`` streams took, the longest stall in the
     server meanwhile (``worst_ms``, and ``cpu_ms`` the server ran in it), the problems."""
     figures = {}
-    async with stream_client(base, clients) as client:
-        for protocol in PROTOCOLS:
+    for protocol in PROTOCOLS:
+        # a client of its own each time: no connection left idle past the server's
+        # keep-alive (closed by it as the client reuses it: a ReadError, not a figure)
+        async with stream_client(base, 5) as client:
             await concurrent_streams(client, protocol, 5, f"warm-{protocol}")
             (await client.post("/bench/stall")).raise_for_status()  # from now on
+        async with stream_client(base, clients) as client:
             start = time.perf_counter()
             problems = await concurrent_streams(client, protocol, clients, protocol)
             took = time.perf_counter() - start
             stall = (await client.post("/bench/stall")).json()
-            figures[protocol] = (took, stall, problems)
+        figures[protocol] = (took, stall, problems)
     return figures
 
 
@@ -421,9 +431,9 @@ def streams(clients: int, pause: float) -> None:
 
 def latency(runs: int) -> None:
     with watched_server(0) as base:
-        direct, routes, mcp = asyncio.run(measure(base, runs))
+        direct, evented, routes, mcp = asyncio.run(measure(base, runs))
     print(f"added time per run, median of {runs} ({machine()}):")
-    print(f"{'in process':>14}  {direct:7.3f} ms")
+    print(f"{'in process':>14}  {direct:7.3f} ms; its events read: {evented:7.3f} ms")
     for name, (served, floor, cpu, floor_cpu) in routes.items():
         print(
             f"{name:>14}  {served:7.3f} ms served, added {served - direct:+7.3f} ms; "

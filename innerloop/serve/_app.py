@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp
@@ -82,6 +82,8 @@ def _route(served: Served, handler: Handler, limit: int, seconds: float) -> Any:
             async with Gone(request.receive):  # a client gone meanwhile: its run aborted
                 return await handler(served, request, body)
             return Response(status_code=499)  # no one reads it
+        except ClientDisconnect:  # gone before its body was whole: nothing ran
+            return Response(status_code=499)
         except Refused as exc:
             return _error(exc.status, str(exc))
         except (SessionError, ResumeError) as exc:

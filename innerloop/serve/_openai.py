@@ -129,12 +129,12 @@ async def chat_completions(served: Served, request: Request, body: dict[str, Any
     model = body.get("model") if isinstance(body.get("model"), str) else "innerloop"
     head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": model}
     head.update(fields)
-    reading = served.read(run)
-    if body.get("stream"):
-        chunks = _chunks(reading, head, bool(body.get("innerloop_events")))
-        return event_stream(chunks, reading)
     asked = bool(body.get("innerloop_events"))
-    events = [event_json(event) async for event in reading if asked]
+    stream = bool(body.get("stream"))
+    reading = served.read(run, events=stream or asked)
+    if stream:
+        return event_stream(_chunks(reading, head, asked), reading)
+    events = [event_json(event) async for event in reading]
     state = run.state
     extension = summary(state) | ({"events": events} if asked else {})
     message = {"role": "assistant", "content": answer_of(state)}

@@ -157,9 +157,12 @@ class Served:
         while len(self._sessions) > IN_MEMORY:
             del self._sessions[next(iter(self._sessions))]
 
-    def read(self, run: Run[Any]) -> Reading:
-        """``run`` read from now on by a task of its own (see :class:`Reading`)."""
-        reading = Reading(run, None if self.runs_dir is None else self._log)
+    def read(self, run: Run[Any], *, events: bool = True) -> Reading:
+        """``run`` read from now on by a task of its own (see :class:`Reading`); with
+        ``events=False``, when no one wants them (nor the event log), the run goes on
+        without making them (``run.run()``, the quiet path) and the reading yields none."""
+        logged = self.runs_dir is not None
+        reading = Reading(run, self._log if logged else None, events or logged)
         self._tasks.add(reading.task)
         reading.task.add_done_callback(self._done)
         return reading
@@ -237,7 +240,9 @@ class Reading:
     aborts the run, and the task reads it on to its final state: its history stays
     valid, its store keeps it, and its conversation takes the next message."""
 
-    def __init__(self, run: Run[Any], log: Callable[[Run[Any]], EventLog] | None) -> None:
+    def __init__(
+        self, run: Run[Any], log: Callable[[Run[Any]], EventLog] | None, events: bool = True
+    ) -> None:
         self.run = run
         self.idle: Callable[[bool], Awaitable[None]] | None = None
         """Awaited when the reader is about to wait for the run (``False``), and again
@@ -245,7 +250,8 @@ class Reading:
         self._queue: asyncio.Queue[RunEvent | None] = asyncio.Queue()
         self._turns: dict[int, dict[str, Any]] = {}
         self._ended = False
-        self.task = asyncio.get_running_loop().create_task(self._pump(log))
+        pump = self._pump(log) if events else self._quietly()
+        self.task = asyncio.get_running_loop().create_task(pump)
 
     async def _pump(self, opened: Callable[[Run[Any]], EventLog] | None) -> None:
         log = None if opened is None else opened(self.run)
@@ -259,6 +265,12 @@ class Reading:
                     self._queue.put_nowait(event)
             finally:
                 self._queue.put_nowait(None)
+
+    async def _quietly(self) -> None:
+        try:
+            await self.run.run()
+        finally:
+            self._queue.put_nowait(None)
 
     async def __aiter__(self) -> AsyncIterator[RunEvent]:
         try:

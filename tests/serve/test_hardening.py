@@ -12,11 +12,17 @@ import httpx
 import openai
 import pytest
 
-from innerloop import Harness, HarnessParams
+from innerloop import Harness, HarnessParams, tool
 from innerloop.examples.approval import with_approval
 from innerloop.serve import app
 from innerloop.serve._runs import Served
-from innerloop.testing import FakeProvider, assert_valid_history, reply, tool_call
+from innerloop.testing import (
+    FakeProvider,
+    ScriptedProvider,
+    assert_valid_history,
+    reply,
+    tool_call,
+)
 from tests.serve.conftest import ended, harness, leave_at, waiting_harness, weather_script
 
 URL = "/v1/chat/completions"
@@ -339,3 +345,65 @@ async def test_the_events_ready_at_once_go_out_in_one_write() -> None:
     events = b"".join(writes).count(b"data: ")
     assert events >= 4
     assert len([w for w in writes if w]) < events
+
+
+async def test_a_client_gone_while_its_whole_answer_runs_aborts_the_run(tmp_path: Path) -> None:
+    """A request not streamed (its run goes on without making events): the client goes
+    away while a tool runs, and the run is aborted, valid and stored."""
+    entered = asyncio.Event()
+
+    @tool
+    async def slow(reason: str) -> str:
+        """Waits until cancelled."""
+        entered.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    script = [reply("Waiting.", tool_call("slow", {"reason": "test"}))]
+    h = Harness(
+        HarnessParams(model="scripted:m", tools=[slow]),
+        [ScriptedProvider(script)],
+        checkpointer=f"sqlite:///{tmp_path / 's.db'}",
+    )
+    application = app(h)
+    body = json.dumps(ASK | {"conversation_id": "whole"}).encode()
+    messages: list[Any] = [{"type": "http.request", "body": body}]
+    sent: list[Any] = []
+
+    async def receive() -> Any:
+        if messages:
+            return messages.pop(0)
+        await entered.wait()  # the tool runs: now the client goes
+        return {"type": "http.disconnect"}
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    async with application.lifespan(application):
+        await application(scope(URL), receive, send)
+    assert sent[0]["status"] == 499
+    state = h.checkpoint("whole").state
+    assert state.final_state == "aborted"
+    assert_valid_history(state.history)
+
+
+async def test_a_client_gone_before_its_body_is_whole_is_let_go() -> None:
+    """A body cut off by the client leaving: no run starts, and no error is raised (the
+    server would log it as a failure of its own)."""
+    h = Harness(HarnessParams(model="scripted:m"), [FakeProvider(lambda _: reply("Hello."))])
+    application = app(h)
+    messages: list[Any] = [
+        {"type": "http.request", "body": b'{"model": "m", "mess', "more_body": True},
+        {"type": "http.disconnect"},
+    ]
+    sent: list[Any] = []
+
+    async def receive() -> Any:
+        return messages.pop(0)
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    await application(scope(URL), receive, send)
+    assert sent[0]["status"] == 499
+    assert h.providers["scripted"].requests == []  # type: ignore[attr-defined]
