@@ -18,7 +18,8 @@ every event belongs to its conversation, none is lost, doubled or out of order. 
 watchdog task in the server wakes every 5 ms and records how late it woke: the longest
 event-loop stall. Targets: no stall over 50 ms, no lost or mixed event.
 
-    python bench/serve.py [--runs 300] [--clients 200] [--pause 0.02] [--only latency|streams]
+    python bench/serve.py [--runs 300] [--clients 200] [--pause 0.02] [--ramp 0]
+                          [--only latency|streams]
 """
 
 from __future__ import annotations
@@ -134,9 +135,10 @@ async def paired(
 
 async def measure(
     base: str, runs: int
-) -> tuple[float, float, dict[str, tuple[float, float, float, float]], float]:
+) -> tuple[float, float, dict[str, tuple[float, float, float, float]], tuple[float, float]]:
     """In process (ms: the run, and the run with its events read), the routes served and
     their floor (ms), MCP served (ms)."""
+    import httpx2
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
@@ -154,13 +156,23 @@ async def measure(
     transport = httpx.AsyncHTTPTransport(socket_options=nodelay)
     async with httpx.AsyncClient(base_url=base, transport=transport) as client:
         routes = await paired(client, runs)
-    async with (
-        streamable_http_client(f"{base}/mcp") as (read, write),
-        ClientSession(read, write) as session,
+    mcp = []
+    # as the SDK makes its client, and the same with the client's writes unbatched
+    unbatched = httpx2.AsyncHTTPTransport(socket_options=nodelay)
+    for http in (
+        None,
+        httpx2.AsyncClient(transport=unbatched, timeout=httpx2.Timeout(30, read=300)),
     ):
-        await session.initialize()
-        mcp = await median_ms(runs, lambda: session.call_tool("innerloop", {"prompt": "Hi"}))
-    return direct, evented, routes, mcp
+        async with (
+            streamable_http_client(f"{base}/mcp", http_client=http) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            ask = lambda: session.call_tool("innerloop", {"prompt": "Hi"})  # noqa: E731
+            mcp.append(await median_ms(runs, ask))
+        if http is not None:
+            await http.aclose()
+    return direct, evented, routes, (mcp[0], mcp[1])
 
 
 class Floor:
@@ -307,10 +319,16 @@ async def one_stream(client: httpx.AsyncClient, protocol: str, number: int, run:
 
 
 async def concurrent_streams(
-    client: httpx.AsyncClient, protocol: str, clients: int, run: str
+    client: httpx.AsyncClient, protocol: str, clients: int, run: str, ramp: float = 0.0
 ) -> list[str]:
-    """``clients`` streaming requests at once on ``protocol``: every problem seen."""
-    found = await asyncio.gather(*(one_stream(client, protocol, n, run) for n in range(clients)))
+    """``clients`` streaming requests on ``protocol``, all at once or their starts spread
+    over ``ramp`` seconds: every problem seen."""
+
+    async def one(number: int) -> list[str]:
+        await asyncio.sleep(ramp * number / clients)
+        return await one_stream(client, protocol, number, run)
+
+    found = await asyncio.gather(*(one(n) for n in range(clients)))
     return [problem for problems in found for problem in problems]
 
 
@@ -376,7 +394,7 @@ def serve_watched(pause: float) -> None:
 
 
 async def measure_streams(
-    base: str, clients: int
+    base: str, clients: int, ramp: float = 0.0
 ) -> dict[str, tuple[float, dict[str, float], list[str]]]:
     """Per protocol: the seconds the ``clients`` streams took, the longest stall in the
     server meanwhile (``worst_ms``, and ``cpu_ms`` the server ran in it), the problems."""
@@ -389,7 +407,7 @@ async def measure_streams(
             (await client.post("/bench/stall")).raise_for_status()  # from now on
         async with stream_client(base, clients) as client:
             start = time.perf_counter()
-            problems = await concurrent_streams(client, protocol, clients, protocol)
+            problems = await concurrent_streams(client, protocol, clients, protocol, ramp)
             took = time.perf_counter() - start
             stall = (await client.post("/bench/stall")).json()
         figures[protocol] = (took, stall, problems)
@@ -413,11 +431,12 @@ def machine() -> str:
     return f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
 
 
-def streams(clients: int, pause: float) -> None:
+def streams(clients: int, pause: float, ramp: float) -> None:
     with watched_server(pause) as base:
-        figures = asyncio.run(measure_streams(base, clients))
+        figures = asyncio.run(measure_streams(base, clients, ramp))
     print(
-        f"{clients} concurrent streaming clients, a delta every {pause * 1000:g} ms ({machine()}):"
+        f"{clients} concurrent streaming clients, a delta every {pause * 1000:g} ms, started "
+        f"{f'over {ramp:g} s' if ramp else 'at once'} ({machine()}):"
     )
     for protocol, (took, stall, problems) in figures.items():
         whole = "every stream whole" if not problems else f"{len(problems)} problems"
@@ -441,7 +460,11 @@ def latency(runs: int) -> None:
             f"server CPU {cpu:6.3f} ms a run, floor {floor_cpu:6.3f} ms, "
             f"added {cpu - floor_cpu - direct:+6.3f} ms"
         )
-    print(f"{'mcp':>14}  {mcp:7.3f} ms served, added {mcp - direct:+7.3f} ms (official client)")
+    print(
+        f"{'mcp':>14}  {mcp[0]:7.3f} ms served, added {mcp[0] - direct:+7.3f} ms (the mcp "
+        f"client as it comes); {mcp[1]:7.3f} ms, added {mcp[1] - direct:+7.3f} ms (its "
+        "writes unbatched: TCP_NODELAY)"
+    )
 
 
 def main() -> None:
@@ -449,6 +472,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=300)
     parser.add_argument("--clients", type=int, default=200)
     parser.add_argument("--pause", type=float, default=0.02)
+    parser.add_argument("--ramp", type=float, default=0.0, help="seconds to start clients over")
     parser.add_argument("--only", choices=["latency", "streams"])
     parser.add_argument("--serve-watched", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -458,7 +482,7 @@ def main() -> None:
     if args.only != "streams":
         latency(args.runs)
     if args.only != "latency":
-        streams(args.clients, args.pause)
+        streams(args.clients, args.pause, args.ramp)
 
 
 if __name__ == "__main__":

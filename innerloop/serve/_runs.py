@@ -254,6 +254,7 @@ class Reading:
         self.task = asyncio.get_running_loop().create_task(pump)
 
     async def _pump(self, opened: Callable[[Run[Any]], EventLog] | None) -> None:
+        await asyncio.sleep(0)  # the run's first steps in a turn of the loop of their own
         log = None if opened is None else opened(self.run)
         with log if log is not None else contextlib.nullcontext():
             try:
