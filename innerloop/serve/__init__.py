@@ -4,8 +4,10 @@
 
     application = app(harness)          # an ASGI app: uvicorn, or mounted in your own
 
-OpenAI-compatible chat completions at ``/v1/chat/completions`` and MCP (streamable HTTP)
-at ``/mcp``; MCP over stdio with ``innerloop serve --stdio``. See docs/guides/serve.md.
+OpenAI-compatible chat completions at ``/v1/chat/completions``, MCP (streamable HTTP) at
+``/mcp`` and over stdio (``innerloop serve --stdio``), AG-UI at ``/ag-ui``, the Vercel AI
+SDK's UI message stream at ``/ai-sdk`` and A2A at ``/a2a``. See docs/guides/serve.md and
+its page per protocol.
 """
 
 from innerloop.serve._app import MAX_BODY_BYTES, ServedApp, app

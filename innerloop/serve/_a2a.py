@@ -66,15 +66,16 @@ class _Executor(AgentExecutor):
             run = session.start(context.get_user_input())
         else:
             run = session.resume(_approval(context))
-        await updater.start_work()
         self.runs[task_id] = run
         try:
-            async for event in self.served.events(run):
-                if type(event) is TextDelta and event.text:
-                    await updater.update_status(
-                        TaskState.TASK_STATE_WORKING,
-                        new_text_message(event.text, context_id=context_id, task_id=task_id),
-                    )
+            with self.served.read(run) as reading:
+                await updater.start_work()
+                async for event in reading:
+                    if type(event) is TextDelta and event.text:
+                        await updater.update_status(
+                            TaskState.TASK_STATE_WORKING,
+                            new_text_message(event.text, context_id=context_id, task_id=task_id),
+                        )
         finally:
             self.runs.pop(task_id, None)
         state = run.state

@@ -26,6 +26,7 @@ abort) aborts the run: its history stays valid and stored.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -40,6 +41,7 @@ from innerloop.events import (
     MessageComplete,
     ModelResponseEvent,
     RunEvent,
+    RunStarted,
     TextDelta,
     ToolExecuted,
     ToolInputDelta,
@@ -48,7 +50,15 @@ from innerloop.events import (
     Transition,
 )
 from innerloop.fsm import HarnessState, Interrupt, Run
-from innerloop.serve._runs import Refused, Served, answer_of, event_stream, question
+from innerloop.serve._runs import (
+    Reading,
+    Refused,
+    Served,
+    answer_of,
+    event_stream,
+    figures,
+    question,
+)
 
 __all__ = ["ag_ui_run"]
 
@@ -106,17 +116,9 @@ def _start(served: Served, request: Request, run_input: agui.RunAgentInput) -> t
     return session.start(_text(users[-1])), conversation.token
 
 
-def _snapshot(run: Run[Any]) -> agui.StateSnapshotEvent:
-    state = run.state
-    return agui.StateSnapshotEvent(
-        snapshot={
-            "state": run.current,
-            "turns": state.turns,
-            "tokens": state.usage.total_tokens,
-            "cost_usd": state.cost_usd,
-            "exit_reason": state.exit_reason,
-        }
-    )
+def _snapshot(data: dict[str, Any]) -> agui.StateSnapshotEvent:
+    keys = ("state", "turns", "tokens", "cost_usd", "exit_reason")
+    return agui.StateSnapshotEvent(snapshot={key: data[key] for key in keys})
 
 
 def _finished(thread: str, run_id: str, state: HarnessState[Any]) -> agui.RunFinishedEvent:
@@ -142,29 +144,39 @@ def _finished(thread: str, run_id: str, state: HarnessState[Any]) -> agui.RunFin
     return agui.RunFinishedEvent(thread_id=thread, run_id=run_id, result=result, outcome=outcome)
 
 
+Out = agui.BaseEvent | dict[str, Any]
+"""An AG-UI event: one of the package's models, or (the events of every step and delta)
+its wire form made directly, as the model would write it, without the model's cost."""
+
+
+def _wire(kind: str, **fields: Any) -> dict[str, Any]:
+    """The AG-UI event ``kind`` as it goes on the wire (its fields named in camelCase)."""
+    return {"type": kind, **fields}
+
+
 class _Translate:
     """The run's events as AG-UI events (a text message per model turn)."""
 
-    def __init__(self, run: Run[Any]) -> None:
-        self.run = run
+    def __init__(self, reading: Reading) -> None:
+        self.reading = reading
         self.message: str | None = None
 
-    def _end_text(self) -> list[agui.BaseEvent]:
+    def _end_text(self) -> list[Out]:
         if self.message is None:
             return []
         ended, self.message = self.message, None
-        return [agui.TextMessageEndEvent(message_id=ended)]
+        return [_wire("TEXT_MESSAGE_END", messageId=ended)]
 
-    def __call__(self, event: RunEvent) -> list[agui.BaseEvent]:  # noqa: C901 (one case each)
+    def __call__(self, event: RunEvent) -> list[Out]:  # noqa: C901 (one case each)
         kind = type(event)
         if kind is TextDelta:
             assert isinstance(event, TextDelta)
-            out: list[agui.BaseEvent] = []
+            out: list[Out] = []
             if self.message is None:
                 self.message = uuid.uuid4().hex
-                out.append(agui.TextMessageStartEvent(message_id=self.message, role="assistant"))
+                out.append(_wire("TEXT_MESSAGE_START", messageId=self.message, role="assistant"))
             if event.text:
-                out.append(agui.TextMessageContentEvent(message_id=self.message, delta=event.text))
+                out.append(_wire("TEXT_MESSAGE_CONTENT", messageId=self.message, delta=event.text))
             return out
         if kind is ToolUseStart:
             assert isinstance(event, ToolUseStart)
@@ -174,7 +186,7 @@ class _Translate:
             ]
         if kind is ToolInputDelta:
             assert isinstance(event, ToolInputDelta)
-            return [agui.ToolCallArgsEvent(tool_call_id=event.id, delta=event.partial_json)]
+            return [_wire("TOOL_CALL_ARGS", toolCallId=event.id, delta=event.partial_json)]
         if kind is ToolUseComplete:
             assert isinstance(event, ToolUseComplete)
             return [agui.ToolCallEndEvent(tool_call_id=event.tool_use.id)]
@@ -191,20 +203,28 @@ class _Translate:
         if kind is MessageComplete:
             return self._end_text()
         if kind is ModelResponseEvent:
-            return [_snapshot(self.run)]
+            assert isinstance(event, ModelResponseEvent)
+            return [_snapshot(self.reading.figures_at(event))]
+        if kind is RunStarted:
+            assert isinstance(event, RunStarted)
+            return [_wire("STEP_STARTED", stepName=event.state)]
         if kind is Transition:
             assert isinstance(event, Transition)
             return [
-                agui.StepFinishedEvent(step_name=event.source),
-                agui.StepStartedEvent(step_name=event.target),
+                _wire("STEP_FINISHED", stepName=event.source),
+                _wire("STEP_STARTED", stepName=event.target),
             ]
         return []
 
 
 async def _events(
-    served: Served, run: Run[Any], run_input: agui.RunAgentInput, token: str
+    reading: Reading, run_input: agui.RunAgentInput, token: str
 ) -> AsyncIterator[dict[str, str]]:
-    def sse(event: agui.BaseEvent) -> dict[str, str]:
+    run = reading.run
+
+    def sse(event: Out) -> dict[str, str]:
+        if isinstance(event, dict):
+            return {"data": json.dumps(event, ensure_ascii=False, separators=(",", ":"))}
         return {"data": event.model_dump_json(by_alias=True)}
 
     thread, run_id = run_input.thread_id, run_input.run_id
@@ -213,21 +233,20 @@ async def _events(
             thread_id=thread, run_id=run_id, metadata={"conversation_token": token}
         )
     )
-    yield sse(agui.StepStartedEvent(step_name=run.current))
-    translate = _Translate(run)
+    translate = _Translate(reading)
     try:
-        async for event in served.events(run):
+        async for event in reading:
             if type(event) is Finished:
                 for out in translate._end_text():
                     yield sse(out)
-                yield sse(agui.StepFinishedEvent(step_name=run.current))
+                yield sse(_wire("STEP_FINISHED", stepName=run.current))
                 continue
             for out in translate(event):
                 yield sse(out)
     except Exception as exc:  # the run raised: say so in AG-UI's terms
         yield sse(agui.RunErrorEvent(message=f"{type(exc).__name__}: {exc}"))
         return
-    yield sse(_snapshot(run))
+    yield sse(_snapshot(figures(run)))
     yield sse(_finished(thread, run_id, run.state))
 
 
@@ -235,4 +254,5 @@ async def ag_ui_run(served: Served, request: Request, body: dict[str, Any]) -> R
     """Run the thread's next message (or resume its interrupt); AG-UI events back."""
     run_input = _input(body)
     run, token = _start(served, request, run_input)
-    return event_stream(_events(served, run, run_input, token))
+    reading = served.read(run)
+    return event_stream(_events(reading, run_input, token), reading)

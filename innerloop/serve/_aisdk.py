@@ -50,8 +50,7 @@ from innerloop.events import (
     Transition,
 )
 from innerloop.fsm import Run
-from innerloop.serve._openai import summary
-from innerloop.serve._runs import Refused, Served, event_stream
+from innerloop.serve._runs import Reading, Refused, Served, event_stream, figures
 
 __all__ = ["ai_sdk_chat"]
 
@@ -82,11 +81,16 @@ def _start(served: Served, request: Request, body: dict[str, Any]) -> tuple[Run[
     return conversation.session.start(_last_user_text(body.get("messages"))), conversation.token
 
 
+def state(data: dict[str, Any]) -> dict[str, Any]:
+    """The run's state as a data part."""
+    return {"type": "data-state", "data": data}
+
+
 class _Parts:
     """The run's events as UI message chunks (a text part per model turn)."""
 
-    def __init__(self, run: Run[Any]) -> None:
-        self.run = run
+    def __init__(self, reading: Reading) -> None:
+        self.reading, self.run = reading, reading.run
         self.open: dict[str, str] = {}  # "text" / "reasoning" -> the id of the open part
         self.inputs: set[str] = set()  # the tool calls whose input this answer carried
 
@@ -152,23 +156,17 @@ class _Parts:
         if kind is MessageComplete:
             return self._close()
         if kind is ModelResponseEvent:
-            return [self.state(), {"type": "finish-step"}]
+            assert isinstance(event, ModelResponseEvent)
+            return [state(self.reading.figures_at(event)), {"type": "finish-step"}]
         if kind is Transition:
             assert isinstance(event, Transition)
             return [{"type": "start-step"}] if event.target == "call" else []
         return []
 
-    def state(self) -> dict[str, Any]:
-        data = summary(self.run.state) | {
-            "state": self.run.current,
-            "turns": self.run.state.turns,
-            "tokens": self.run.state.usage.total_tokens,
-            "cost_usd": self.run.state.cost_usd,
-        }
-        return {"type": "data-state", "data": data}
 
+async def _chunks(reading: Reading, token: str) -> AsyncIterator[dict[str, str]]:
+    run = reading.run
 
-async def _chunks(served: Served, run: Run[Any], token: str) -> AsyncIterator[dict[str, str]]:
     def sse(part: dict[str, Any]) -> dict[str, str]:
         return {"data": json.dumps(part, ensure_ascii=False)}
 
@@ -179,9 +177,9 @@ async def _chunks(served: Served, run: Run[Any], token: str) -> AsyncIterator[di
             "messageMetadata": {"conversation_token": token},
         }
     )
-    parts = _Parts(run)
+    parts = _Parts(reading)
     try:
-        async for event in served.events(run):
+        async for event in reading:
             if type(event) is Finished:
                 continue
             for part in parts(event):
@@ -191,7 +189,7 @@ async def _chunks(served: Served, run: Run[Any], token: str) -> AsyncIterator[di
         return
     for part in parts._close():
         yield sse(part)
-    yield sse(parts.state())
+    yield sse(state(figures(run)))
     if run.state.final_state == "aborted":
         yield sse({"type": "abort"})
     yield sse({"type": "finish"})
@@ -201,4 +199,5 @@ async def _chunks(served: Served, run: Run[Any], token: str) -> AsyncIterator[di
 async def ai_sdk_chat(served: Served, request: Request, body: dict[str, Any]) -> Response:
     """The chat's next message (or its interrupt's answer) as a UI message stream."""
     run, token = _start(served, request, body)
-    return event_stream(_chunks(served, run, token), HEADERS)
+    reading = served.read(run)
+    return event_stream(_chunks(reading, token), reading, HEADERS)

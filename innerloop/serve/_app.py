@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp
@@ -32,7 +32,7 @@ from starlette.types import ASGIApp
 from innerloop._errors import ResumeError, SessionError
 from innerloop._harness import Harness
 from innerloop.serve._openai import chat_completions
-from innerloop.serve._runs import Refused, Served
+from innerloop.serve._runs import Gone, Refused, Served
 from innerloop.ui._app import LOOPBACK_HOSTS, Guard, host_name
 
 __all__ = ["MAX_BODY_BYTES", "ServedApp", "app"]
@@ -75,31 +75,15 @@ async def _body(request: Request, limit: int, seconds: float) -> dict[str, Any]:
     return body
 
 
-async def _until_disconnect(request: Request, answer: Awaitable[Response]) -> Response:
-    """``answer``, cancelled when the client goes away first (its run is then aborted)."""
-    task = asyncio.ensure_future(answer)
-
-    async def watch() -> None:
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-        task.cancel()
-
-    watcher = asyncio.ensure_future(watch())
-    try:
-        return await task
-    except asyncio.CancelledError:
-        if not watcher.done():
-            raise  # this request itself was cancelled
-        return Response(status_code=499)  # no one reads it
-    finally:
-        watcher.cancel()
-
-
 def _route(served: Served, handler: Handler, limit: int, seconds: float) -> Any:
     async def endpoint(request: Request) -> Response:
         try:
             body = await _body(request, limit, seconds)
-            return await _until_disconnect(request, handler(served, request, body))
+            async with Gone(request.receive):  # a client gone meanwhile: its run aborted
+                return await handler(served, request, body)
+            return Response(status_code=499)  # no one reads it
+        except ClientDisconnect:  # gone before its body was whole: nothing ran
+            return Response(status_code=499)
         except Refused as exc:
             return _error(exc.status, str(exc))
         except (SessionError, ResumeError) as exc:

@@ -19,7 +19,7 @@ from innerloop._harness import Harness
 from innerloop.fsm._locate import import_target
 from innerloop.ui._server import is_loopback
 
-__all__ = ["listen", "load_harness", "run"]
+__all__ = ["listen", "load_harness", "run", "serve_on"]
 
 Usage = Callable[[str], Exception]
 
@@ -65,8 +65,6 @@ def run(args: argparse.Namespace, interrupts: type[BaseException], usage: Usage)
             served = Served(harness, runs_dir=args.runs)
             anyio.run(mcp_server(served, args.name).run_stdio_async)
         return 0
-    import uvicorn
-
     from innerloop.serve._app import app
 
     token = args.token
@@ -92,7 +90,21 @@ def run(args: argparse.Namespace, interrupts: type[BaseException], usage: Usage)
     application = app(
         harness, name=args.name, host=args.host, token=token, runs_dir=args.runs, public_url=base
     )
-    config = uvicorn.Config(application, log_level="warning", timeout_graceful_shutdown=5)
     with sock, contextlib.suppress(interrupts):
-        uvicorn.Server(config).run(sockets=[sock])
+        serve_on(application, sock)
     return 0
+
+
+def serve_on(application: Any, sock: socket.socket) -> None:
+    """Run ``application`` with uvicorn on ``sock`` until it stops. What start-up made
+    (modules, schemas, the harness, token tables: some 200,000 objects) is frozen out of
+    the garbage collector's sight first: a full collection walking them all held the
+    event loop for hundreds of milliseconds, every stream waiting."""
+    import gc
+
+    import uvicorn
+
+    gc.collect()
+    gc.freeze()
+    config = uvicorn.Config(application, log_level="warning", timeout_graceful_shutdown=5)
+    uvicorn.Server(config).run(sockets=[sock])

@@ -110,10 +110,11 @@ def _tool(served: Served) -> Any:
             )
         steps = 0
         while True:
-            async for event in served.events(run):
-                if type(event) is Transition:
-                    steps += 1
-                    await ctx.report_progress(steps, None, event.target)
+            with served.read(run) as reading:
+                async for event in reading:
+                    if type(event) is Transition:
+                        steps += 1
+                        await ctx.report_progress(steps, None, event.target)
             interrupt = run.state.interrupt
             if run.state.final_state != "suspended" or interrupt is None:
                 return _result(run, fields)

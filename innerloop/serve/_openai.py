@@ -32,9 +32,17 @@ from innerloop._messages import Message
 from innerloop._session import Session
 from innerloop.events import Finished, TextDelta
 from innerloop.fsm import HarnessState, Run
-from innerloop.serve._runs import Refused, Served, answer_of, event_json, event_stream
+from innerloop.serve._runs import (
+    Reading,
+    Refused,
+    Served,
+    answer_of,
+    event_json,
+    event_stream,
+    summary,
+)
 
-__all__ = ["chat_completions", "summary"]
+__all__ = ["chat_completions"]
 
 ROLES = {"user": Message.user, "assistant": Message.assistant}
 
@@ -110,23 +118,6 @@ def _usage(state: HarnessState[Any]) -> dict[str, int]:
     }
 
 
-def summary(state: HarnessState[Any]) -> dict[str, Any]:
-    """How the run ended: exit reason, final state, typed output, pending interrupt."""
-    interrupt = state.interrupt
-    return {
-        "exit_reason": state.exit_reason,
-        "final_state": state.final_state,
-        "output": state.output_data,
-        "interrupt": None
-        if interrupt is None or state.final_state != "suspended"
-        else {
-            "kind": interrupt.kind,
-            "payload": interrupt.payload,
-            "path": interrupt.path,
-        },
-    }
-
-
 def _finish_reason(state: HarnessState[Any]) -> str:
     return "length" if state.exit_reason in ("max_turns_exceeded", "budget_exceeded") else "stop"
 
@@ -138,11 +129,12 @@ async def chat_completions(served: Served, request: Request, body: dict[str, Any
     model = body.get("model") if isinstance(body.get("model"), str) else "innerloop"
     head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": model}
     head.update(fields)
-    if body.get("stream"):
-        chunks = _chunks(served, run, head, bool(body.get("innerloop_events")))
-        return event_stream(chunks)
     asked = bool(body.get("innerloop_events"))
-    events = [event_json(event) async for event in served.events(run) if asked]
+    stream = bool(body.get("stream"))
+    reading = served.read(run, events=stream or asked)
+    if stream:
+        return event_stream(_chunks(reading, head, asked), reading)
+    events = [event_json(event) async for event in reading]
     state = run.state
     extension = summary(state) | ({"events": events} if asked else {})
     message = {"role": "assistant", "content": answer_of(state)}
@@ -159,8 +151,9 @@ async def chat_completions(served: Served, request: Request, body: dict[str, Any
 
 
 async def _chunks(
-    served: Served, run: Run[Any], head: dict[str, Any], with_events: bool
+    reading: Reading, head: dict[str, Any], with_events: bool
 ) -> AsyncIterator[dict[str, str]]:
+    run = reading.run
     head = head | {"object": "chat.completion.chunk"}
 
     def chunk(delta: dict[str, Any] | None, **extra: Any) -> dict[str, str]:
@@ -173,7 +166,7 @@ async def _chunks(
 
     yield chunk({"role": "assistant", "content": ""})
     wrote = False
-    async for event in served.events(run):
+    async for event in reading:
         if with_events:
             yield chunk(None, innerloop_event=event_json(event))
         if type(event) is TextDelta and event.text:

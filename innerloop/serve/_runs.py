@@ -18,33 +18,40 @@ import json
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import attrs
-from sse_starlette import EventSourceResponse
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from innerloop._eventlog import EventLog
 from innerloop._harness import Harness
 from innerloop._secrets import scrub_secrets
 from innerloop._session import Session
 from innerloop.checkpoint import UnknownRunError
-from innerloop.events import RunEvent
+from innerloop.events import ModelResponseEvent, RunEvent
 from innerloop.fsm import HarnessState, Interrupt, Run
 
 __all__ = [
     "Conversation",
+    "Gone",
+    "Reading",
     "Refused",
     "Served",
     "answer_of",
     "event_json",
     "event_stream",
+    "figures",
     "question",
+    "summary",
 ]
 
 PING_SECONDS = 15
-"""How often a stream with nothing to say sends a comment (a closed connection shows)."""
+"""How often a stream with nothing to say sends a comment (a proxy keeps it open)."""
+SSE_HEADERS = {"cache-control": "no-store", "x-accel-buffering": "no"}
+"""A stream's headers: nothing caches it, no proxy holds it back."""
 ID_CHARS = 200
 """The longest conversation id taken."""
 IN_MEMORY = 1000
@@ -150,35 +157,15 @@ class Served:
         while len(self._sessions) > IN_MEMORY:
             del self._sessions[next(iter(self._sessions))]
 
-    async def events(self, run: Run[Any]) -> AsyncIterator[RunEvent]:
-        """``run``'s events, read by a task of its own: when the reader stops before the
-        end (the client went away, its request was cancelled), the run is aborted and
-        read on to its final state, so its history stays valid and its store keeps it."""
-        queue: asyncio.Queue[RunEvent | None] = asyncio.Queue()
-
-        async def pump() -> None:
-            with contextlib.ExitStack() as stack:
-                log = None if self.runs_dir is None else stack.enter_context(self._log(run))
-                try:
-                    async for event in run.events():
-                        if log is not None:
-                            log.write(event)
-                        queue.put_nowait(event)
-                finally:
-                    queue.put_nowait(None)
-
-        task = asyncio.get_running_loop().create_task(pump())
-        self._tasks.add(task)
-        task.add_done_callback(self._done)
-        ended = False
-        try:
-            while (event := await queue.get()) is not None:
-                yield event
-            ended = True
-        finally:
-            if not ended:
-                run.abort("the client went away")
-        await task  # its error, if it raised
+    def read(self, run: Run[Any], *, events: bool = True) -> Reading:
+        """``run`` read from now on by a task of its own (see :class:`Reading`); with
+        ``events=False``, when no one wants them (nor the event log), the run goes on
+        without making them (``run.run()``, the quiet path) and the reading yields none."""
+        logged = self.runs_dir is not None
+        reading = Reading(run, self._log if logged else None, events or logged)
+        self._tasks.add(reading.task)
+        reading.task.add_done_callback(self._done)
+        return reading
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -211,6 +198,34 @@ def answer_of(state: HarnessState[Any]) -> str:
     return f"[the run ended without an answer: {state.exit_reason or state.final_state}]"
 
 
+def summary(state: HarnessState[Any]) -> dict[str, Any]:
+    """How the run ended: exit reason, final state, typed output, pending interrupt."""
+    interrupt = state.interrupt
+    return {
+        "exit_reason": state.exit_reason,
+        "final_state": state.final_state,
+        "output": state.output_data,
+        "interrupt": None
+        if interrupt is None or state.final_state != "suspended"
+        else {
+            "kind": interrupt.kind,
+            "payload": interrupt.payload,
+            "path": interrupt.path,
+        },
+    }
+
+
+def figures(run: Run[Any]) -> dict[str, Any]:
+    """Where ``run`` is: its :func:`summary`, its state, turns, tokens and cost."""
+    state = run.state
+    return summary(state) | {
+        "state": run.current,
+        "turns": state.turns,
+        "tokens": state.usage.total_tokens,
+        "cost_usd": state.cost_usd,
+    }
+
+
 def event_json(event: RunEvent) -> dict[str, Any]:
     """``event`` as the event log writes it (``type`` first), keys and tokens scrubbed."""
     text = json.dumps(event.to_dict(), ensure_ascii=False, default=str)
@@ -218,12 +233,168 @@ def event_json(event: RunEvent) -> dict[str, Any]:
     return data
 
 
+class Reading:
+    """A run read by a task of its own from the moment a request made it: its events, for
+    one reader (``async for event in reading``). When that reader leaves before the end,
+    or never comes (the client went away before the answer's first byte), :meth:`close`
+    aborts the run, and the task reads it on to its final state: its history stays
+    valid, its store keeps it, and its conversation takes the next message."""
+
+    def __init__(
+        self, run: Run[Any], log: Callable[[Run[Any]], EventLog] | None, events: bool = True
+    ) -> None:
+        self.run = run
+        self.idle: Callable[[bool], Awaitable[None]] | None = None
+        """Awaited when the reader is about to wait for the run (``False``), and again
+        each :data:`PING_SECONDS` the run says nothing (``True``): a stream writes then."""
+        self._queue: asyncio.Queue[RunEvent | None] = asyncio.Queue()
+        self._turns: dict[int, dict[str, Any]] = {}
+        self._ended = False
+        pump = self._pump(log) if events else self._quietly()
+        self.task = asyncio.get_running_loop().create_task(pump)
+
+    async def _pump(self, opened: Callable[[Run[Any]], EventLog] | None) -> None:
+        await asyncio.sleep(0)  # the run's first steps in a turn of the loop of their own
+        log = None if opened is None else opened(self.run)
+        with log if log is not None else contextlib.nullcontext():
+            try:
+                async for event in self.run.events():
+                    if log is not None:
+                        log.write(event)
+                    if type(event) is ModelResponseEvent:
+                        self._turns[id(event)] = figures(self.run)
+                    self._queue.put_nowait(event)
+            finally:
+                self._queue.put_nowait(None)
+
+    async def _quietly(self) -> None:
+        try:
+            await self.run.run()
+        finally:
+            self._queue.put_nowait(None)
+
+    async def __aiter__(self) -> AsyncIterator[RunEvent]:
+        try:
+            while (event := await self._next()) is not None:
+                yield event
+            self._ended = True
+        finally:
+            self.close()
+        await self.task  # its error, if it raised
+
+    async def _next(self) -> RunEvent | None:
+        queue, idle = self._queue, self.idle
+        if queue.empty() and idle is not None:
+            await idle(False)  # what is ready goes out before the wait
+            while queue.empty():
+                try:
+                    async with asyncio.timeout(PING_SECONDS):
+                        return await queue.get()
+                except TimeoutError:
+                    await idle(True)
+        return await queue.get()
+
+    def figures_at(self, event: ModelResponseEvent) -> dict[str, Any]:
+        """The run's :func:`figures` as it answered ``event`` (the reader may be behind
+        it: the run goes on meanwhile)."""
+        return self._turns.pop(id(event), None) or figures(self.run)
+
+    def close(self) -> None:
+        """Abort the run unless its events were read to the end (the reader left)."""
+        if not self._ended:
+            self._ended = True
+            self.run.abort("the client went away")
+
+    def __enter__(self) -> Reading:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Gone:
+    """Within ``async with Gone(receive) as gone``: the current task is cancelled when
+    the client goes away (an ``http.disconnect``), the cancellation ends the block
+    quietly, and ``gone.left`` says so afterwards. One task watches; no other is made."""
+
+    def __init__(self, receive: Receive) -> None:
+        self.receive = receive
+        self.left = False
+
+    async def __aenter__(self) -> Gone:
+        task = asyncio.current_task()
+        assert task is not None
+        self.task = task
+        self.watcher = asyncio.get_running_loop().create_task(self._watch())
+        return self
+
+    async def _watch(self) -> None:
+        while (await self.receive())["type"] != "http.disconnect":
+            pass
+        self.left = True
+        self.task.cancel()
+
+    async def __aexit__(self, kind: type[BaseException] | None, *exc: object) -> bool:
+        self.watcher.cancel()
+        if self.left and kind is asyncio.CancelledError:
+            self.task.uncancel()
+            return True
+        return False
+
+
+class _RunStream(Response):
+    """Server-sent events of a run (lines ending in a bare LF, as every client's parser
+    splits them). What is ready goes out in one write when the stream is about to wait
+    for the run (a run's last events, a turn's first ones: fewer writes, one wake-up of
+    the client for them); a comment every :data:`PING_SECONDS` the run is quiet. When the
+    response ends before the run does (the client went away, even before the first
+    byte), the run is aborted."""
+
+    def __init__(
+        self,
+        chunks: AsyncIterator[dict[str, str]],
+        reading: Reading,
+        headers: dict[str, str] | None,
+    ) -> None:
+        self.status_code, self.media_type, self.background = 200, "text/event-stream", None
+        self.init_headers(SSE_HEADERS | (headers or {}))  # no content-length: a stream
+        self.chunks = chunks
+        self.reading = reading
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        reading, chunks = self.reading, self.chunks
+        ready: list[str] = []
+
+        async def write(ping: bool = False, more: bool = True) -> None:
+            body = "".join(ready) + (": ping\n\n" if ping else "")
+            ready.clear()
+            if body or not more:
+                await send({"type": "http.response.body", "body": body.encode(), "more_body": more})
+
+        reading.idle = write
+        try:
+            async with Gone(receive):
+                await send(
+                    {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
+                )
+                async for chunk in chunks:
+                    ready.append(f"data: {chunk['data']}\n\n")  # noqa: PERF401 (written meanwhile)
+                await write(more=False)
+        except OSError:
+            pass  # the client went away as the server wrote to it
+        finally:
+            await chunks.aclose()  # type: ignore[attr-defined]
+            reading.close()
+
+
 def event_stream(
-    chunks: AsyncIterator[dict[str, str]], headers: dict[str, str] | None = None
-) -> EventSourceResponse:
-    """Server-sent events (lines ending in a bare LF, as every client's parser splits
-    them), a comment every :data:`PING_SECONDS`; the client going away is seen."""
-    return EventSourceResponse(chunks, ping=PING_SECONDS, sep="\n", headers=headers)
+    chunks: AsyncIterator[dict[str, str]],
+    reading: Reading,
+    headers: dict[str, str] | None = None,
+) -> Response:
+    """Server-sent events of ``reading``'s run: each of ``chunks`` (``{"data": ...}``)
+    an event; the client going away, at any time, aborts the run."""
+    return _RunStream(chunks, reading, headers)
 
 
 def question(interrupt: Interrupt) -> str:

@@ -71,6 +71,8 @@ def test_a_run_streams_text_tool_calls_and_state(serve: Any) -> None:
     assert steps[:3] == ["idle", "assemble", "normalize"]
     assert steps[-1] == "model_complete"
     assert events[-2].snapshot["turns"] == 2
+    turns = [e.snapshot for e in events if e.type.value == "STATE_SNAPSHOT"][:2]
+    assert [(s["turns"], s["exit_reason"]) for s in turns] == [(1, None), (2, None)]
 
 
 def test_an_approval_is_an_interrupt_answered_by_resume(serve: Any) -> None:

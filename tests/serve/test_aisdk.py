@@ -11,13 +11,23 @@ import httpx
 
 from innerloop.examples.approval import with_approval
 from innerloop.testing import assert_valid_history, reply
-from tests.serve.conftest import harness, leave_at, run_node, waiting_harness, weather_script
+from tests.serve.conftest import (
+    ended,
+    harness,
+    leave_at,
+    run_node,
+    waiting_harness,
+    weather_script,
+)
 
 
-def chat(folder: Path, server: Any, chat_id: str, text: str, **body: Any) -> dict[str, Any]:
-    """The assistant's UI message, as useChat would hold it after the request."""
+def chat(
+    folder: Path, server: Any, chat_id: str, text: str, abort: bool = False, **body: Any
+) -> dict[str, Any]:
+    """The assistant's UI message, as useChat would hold it after the request (with
+    ``abort``, the request aborted once a tool call's input has arrived)."""
     messages = [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": text}]}]
-    request = {"chatId": chat_id, "messages": messages, "body": body}
+    request = {"chatId": chat_id, "messages": messages, "body": body, "abortOnToolInput": abort}
     [message] = run_node(
         folder, "ai_sdk_chat.mjs", f"{server.base_url}/ai-sdk", json.dumps(request)
     )
@@ -42,6 +52,8 @@ def test_use_chat_sees_the_text_the_tool_call_and_the_state(serve: Any, node_cli
     states = [p["data"] for p in parts(message, "data-state")]
     assert states[-1]["exit_reason"] == "model_complete"
     assert states[-1]["turns"] == 2
+    # each turn's state as it was then (the run went on while the stream was written)
+    assert [(s["turns"], s["exit_reason"]) for s in states[:2]] == [(1, None), (2, None)]
     assert len(message["metadata"]["conversation_token"]) == 32
 
 
@@ -81,4 +93,21 @@ def test_stop_aborts_the_run(serve: Any, tmp_path: Path) -> None:
     }
     state = leave_at(server, "/ai-sdk", body, '"tool-input-available"', "c4", h)
     assert state.final_state == "aborted"
+    assert_valid_history(state.history)
+
+
+def test_the_ai_sdk_client_aborts_a_run(serve: Any, node_clients: Path, tmp_path: Path) -> None:
+    """The ai package's request aborted by its AbortController (useChat's stop()) once
+    the tool call's input arrived: the server aborts the run, valid and stored, and the
+    chat takes its next message."""
+    h = waiting_harness(tmp_path / "s.db")
+    server = serve(h)
+    message = chat(node_clients, server, "c5", "Wait", abort=True)
+    assert message["aborted"] is True
+    [call] = parts(message, "tool-wait_forever")
+    assert (call["state"], call["input"]) == ("input-available", {"reason": "test"})
+    state = ended(h, "c5")
+    assert state.final_state == "aborted"
+    assert state.abort is not None
+    assert state.abort.reason == "the client went away"
     assert_valid_history(state.history)

@@ -3,6 +3,8 @@ away aborts its run, which stays valid and stored."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,9 +12,18 @@ import httpx
 import openai
 import pytest
 
+from innerloop import Harness, HarnessParams, tool
 from innerloop.examples.approval import with_approval
-from innerloop.testing import assert_valid_history, reply, tool_call
-from tests.serve.conftest import harness, leave_at, waiting_harness, weather_script
+from innerloop.serve import app
+from innerloop.serve._runs import Served
+from innerloop.testing import (
+    FakeProvider,
+    ScriptedProvider,
+    assert_valid_history,
+    reply,
+    tool_call,
+)
+from tests.serve.conftest import ended, harness, leave_at, waiting_harness, weather_script
 
 URL = "/v1/chat/completions"
 ASK: Any = {"model": "m", "messages": [{"role": "user", "content": "Weather?"}]}
@@ -197,3 +208,202 @@ def test_the_models_list_names_the_served_harness(serve: Any) -> None:
         api_key="x", base_url=f"{serve(harness(), name='weather').base_url}/v1", max_retries=0
     ) as c:
         assert [m.id for m in c.models.list()] == ["weather"]
+
+
+async def leave_before_the_stream(application: Any, path: str, body: dict[str, Any]) -> None:
+    """One request to ``application`` (in process) whose client goes away before the
+    answer's first byte: the response's start is never sent (the socket does not take it)
+    and the client's disconnect is all the server hears after the body."""
+    request = {"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}
+    messages = [request]
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        assert message["type"] == "http.response.start"
+        await asyncio.Event().wait()  # a socket that never takes the bytes: cancelled
+
+    await application(scope(path), receive, send)
+
+
+def scope(path: str) -> dict[str, Any]:
+    """The ASGI scope of a JSON POST to ``path`` on loopback."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
+
+
+def user_parts(text: str) -> list[dict[str, Any]]:
+    return [{"id": "u", "role": "user", "parts": [{"type": "text", "text": text}]}]
+
+
+GONE_BEFORE_THE_STREAM = [
+    ("/v1/chat/completions", ASK | {"stream": True, "conversation_id": "early"}),
+    (
+        "/ag-ui",
+        {
+            "threadId": "early",
+            "runId": "r",
+            "messages": [{"id": "m", "role": "user", "content": "Weather?"}],
+        },
+    ),
+    ("/ai-sdk", {"id": "early", "messages": user_parts("Weather?")}),
+]
+
+
+@pytest.mark.parametrize(("path", "body"), GONE_BEFORE_THE_STREAM, ids=lambda p: str(p)[:8])
+async def test_a_client_gone_before_the_stream_leaves_its_conversation_free(
+    path: str, body: dict[str, Any]
+) -> None:
+    """The client goes away before the stream's first byte (its reader never starts):
+    the run is aborted all the same, and the in-memory conversation takes its next
+    message instead of answering 409 for ever."""
+    h = Harness(HarnessParams(model="scripted:m"), [FakeProvider(lambda _: reply("Hello."))])
+    application = app(h, secret=b"s")
+    async with application.lifespan(application):  # on leaving: every run has ended
+        await leave_before_the_stream(application, path, body)
+    token = Served(h, b"s").token("early")
+    transport = httpx.ASGITransport(app=application)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
+        again = await c.post(
+            URL,
+            json=ASK | {"conversation_id": "early", "conversation_token": token},
+        )
+    assert again.status_code == 200, again.text
+    assert again.json()["choices"][0]["message"]["content"] == "Hello."
+    assert again.json()["innerloop"]["exit_reason"] == "model_complete"
+
+
+async def test_a_stored_run_left_before_the_stream_is_aborted_valid(tmp_path: Path) -> None:
+    """With a store: the run whose client left before the first byte is stored aborted,
+    its history valid; the conversation goes on."""
+    h = waiting_harness(tmp_path / "s.db")
+    application = app(h)
+    async with application.lifespan(application):
+        await leave_before_the_stream(
+            application, URL, ASK | {"stream": True, "conversation_id": "x"}
+        )
+    state = h.checkpoint("x").state
+    assert state.final_state == "aborted"
+    assert state.abort is not None
+    assert state.abort.reason == "the client went away"
+    assert_valid_history(state.history)
+
+
+def test_a_quiet_stream_sends_a_comment_and_its_events_go_out_together(
+    serve: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a tool runs and the run says nothing, the stream sends a comment each
+    PING_SECONDS (a proxy keeps it open); what was ready before went out at once."""
+    from innerloop.serve import _runs
+
+    monkeypatch.setattr(_runs, "PING_SECONDS", 0.05)
+    h = waiting_harness(tmp_path / "s.db")
+    server = serve(h)
+    body = ASK | {"stream": True, "conversation_id": "quiet", "innerloop_events": True}
+    seen = []
+    with httpx.Client(base_url=server.base_url) as c, c.stream("POST", URL, json=body) as r:
+        for line in r.iter_lines():
+            seen.append(line)
+            if line == ": ping":
+                break
+    events = [json.loads(line[6:]) for line in seen if line.startswith("data: ")]
+    kinds = [e["innerloop_event"]["type"] for e in events if "innerloop_event" in e]
+    assert "tool_use_complete" in kinds  # all before the wait, then the comment
+    state = ended(h, "quiet")
+    assert state.final_state == "aborted"
+
+
+async def test_the_events_ready_at_once_go_out_in_one_write() -> None:
+    """A run that ends at once: its dozen events reach the socket in a few writes."""
+    h = Harness(HarnessParams(model="scripted:m"), [FakeProvider(lambda _: reply("Hello."))])
+    application = app(h)
+    writes: list[bytes] = []
+    request = {"type": "http.request", "body": json.dumps(ASK | {"stream": True}).encode()}
+    messages: list[Any] = [request]
+
+    async def receive() -> Any:
+        return messages.pop(0) if messages else await asyncio.Event().wait()
+
+    async def send(message: Any) -> None:
+        if message["type"] == "http.response.body":
+            writes.append(message["body"])
+
+    await application(scope(URL), receive, send)
+    events = b"".join(writes).count(b"data: ")
+    assert events >= 4
+    assert len([w for w in writes if w]) < events
+
+
+async def test_a_client_gone_while_its_whole_answer_runs_aborts_the_run(tmp_path: Path) -> None:
+    """A request not streamed (its run goes on without making events): the client goes
+    away while a tool runs, and the run is aborted, valid and stored."""
+    entered = asyncio.Event()
+
+    @tool
+    async def slow(reason: str) -> str:
+        """Waits until cancelled."""
+        entered.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    script = [reply("Waiting.", tool_call("slow", {"reason": "test"}))]
+    h = Harness(
+        HarnessParams(model="scripted:m", tools=[slow]),
+        [ScriptedProvider(script)],
+        checkpointer=f"sqlite:///{tmp_path / 's.db'}",
+    )
+    application = app(h)
+    body = json.dumps(ASK | {"conversation_id": "whole"}).encode()
+    messages: list[Any] = [{"type": "http.request", "body": body}]
+    sent: list[Any] = []
+
+    async def receive() -> Any:
+        if messages:
+            return messages.pop(0)
+        await entered.wait()  # the tool runs: now the client goes
+        return {"type": "http.disconnect"}
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    async with application.lifespan(application):
+        await application(scope(URL), receive, send)
+    assert sent[0]["status"] == 499
+    state = h.checkpoint("whole").state
+    assert state.final_state == "aborted"
+    assert_valid_history(state.history)
+
+
+async def test_a_client_gone_before_its_body_is_whole_is_let_go() -> None:
+    """A body cut off by the client leaving: no run starts, and no error is raised (the
+    server would log it as a failure of its own)."""
+    h = Harness(HarnessParams(model="scripted:m"), [FakeProvider(lambda _: reply("Hello."))])
+    application = app(h)
+    messages: list[Any] = [
+        {"type": "http.request", "body": b'{"model": "m", "mess', "more_body": True},
+        {"type": "http.disconnect"},
+    ]
+    sent: list[Any] = []
+
+    async def receive() -> Any:
+        return messages.pop(0)
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    await application(scope(URL), receive, send)
+    assert sent[0]["status"] == 499
+    assert h.providers["scripted"].requests == []  # type: ignore[attr-defined]
