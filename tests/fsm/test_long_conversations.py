@@ -4,6 +4,7 @@ bounded number of requests."""
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 from typing import Any
 
@@ -118,3 +119,30 @@ def test_a_conversations_call_hashes_only_its_new_messages(
     history.append(Message.user("one more"))
     both(history)
     assert len(texts) < 20, texts  # the new message, the breakpoints' copies, the keys
+
+
+def test_an_ended_message_run_is_freed_at_once(tmp_path: Path) -> None:
+    """A conversation's message run with checkpoints is freed when it ends, not left in a
+    reference cycle (its scope held the checkpoint writer's hook bound to the run): each
+    such run kept its whole history until the garbage collector's next pass, which then
+    walked every one of them."""
+    store = open_checkpointer(f"sqlite:///{tmp_path / 'c.db'}")
+    script = ScriptedProvider([reply(f"a{i}") for i in range(5)])
+    harness = Harness(
+        HarnessParams(model="scripted:m"), [script], checkpointer=store, checkpoint_every="turn"
+    )
+    session = harness.session("c1")
+    with harness:
+        session.send_sync("q0")
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            for i in range(1, 5):
+                session.send_sync(f"q{i}")
+            gc.collect()
+            kept = [type(o).__name__ for o in gc.garbage]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+    store.close()
+    assert not {"Run", "HarnessState", "PhaseContext"} & set(kept), kept
