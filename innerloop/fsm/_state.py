@@ -14,6 +14,7 @@ from typing import Any, Generic
 import attrs
 
 from innerloop._errors import ProviderError
+from innerloop._history import History
 from innerloop._messages import Message, ModelResponse, ToolResultBlock, Usage
 from innerloop._tasks import Task
 from innerloop.fsm._output import OutputT
@@ -128,7 +129,7 @@ class HarnessState(Generic[OutputT]):
     its next phase or stream event.
     """
 
-    history: list[Message] = attrs.Factory(list)
+    history: list[Message] = attrs.Factory(History)
     tasks: list[Task] = attrs.Factory(list)
     usage: Usage = Usage()
     turns: int = 0

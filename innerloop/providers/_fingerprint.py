@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from innerloop._convert import unstructure
+from innerloop._history import Link, chain_of, extends
 from innerloop._messages import Message, encodable
 from innerloop.providers._normalize import WireMessage, WireRequest
 
@@ -123,21 +124,22 @@ def _message_text(message: Message) -> bytes:
 def history_fingerprint(history: Iterable[Message]) -> str:
     """The sha256 (hex) of a canonical history, in the event log's JSON form. The text of
     a list is its items' texts joined, so each message is serialized once; and the first
-    message keeps the last history hashed (its messages and the hasher's state), so a
-    conversation's next fingerprint hashes only the messages added since."""
+    message keeps the last history hashed (the link of its last message, see
+    ``innerloop._history``, and the hasher's state), so a conversation's next fingerprint
+    hashes only the messages added since."""
     messages = history if isinstance(history, list | tuple) else list(history)
     if not messages:
         return hashlib.sha256(b"[]").hexdigest()
     memo = messages[0]._memo
-    kept: Sequence[Message]
-    kept, state = memo.get("fingerprint.history", ((), None))
-    if state is not None and len(kept) <= len(messages) and list(messages[: len(kept)]) == kept:
-        hasher, start = state.copy(), len(kept)
+    head = chain_of(messages)
+    kept: tuple[Link, Any] | None = memo.get("fingerprint.history")
+    if kept is not None and extends(head, kept[0]):
+        hasher, start = kept[1].copy(), kept[0].size
     else:
         hasher, start = hashlib.sha256(), 0
     for n in range(start, len(messages)):
         hasher.update((b"," if n else b"[") + _message_text(messages[n]))
-    memo["fingerprint.history"] = (list(messages), hasher.copy())
+    memo["fingerprint.history"] = (head, hasher.copy())
     hasher.update(b"]")
     digest: str = hasher.hexdigest()
     return digest

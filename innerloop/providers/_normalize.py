@@ -16,6 +16,7 @@ from typing import Any, Literal, TypeAlias
 import attrs
 
 from innerloop._errors import ContentError
+from innerloop._history import Link, chain_of, extends
 from innerloop._json import MAX_JSON_DEPTH
 from innerloop._messages import (
     Block,
@@ -317,17 +318,35 @@ def _anthropic_wire(message: Message) -> WireMessage | None:
     return wire_message
 
 
+def _going_on(
+    messages: Sequence[Message], key: str
+) -> tuple[list[dict[str, Any]], Sequence[Message], Link | None]:
+    """The wire messages kept under ``key`` for the longest start of ``messages`` made
+    before (a new list, to go on with), the messages after that start, and the link of
+    the last message. A conversation's first message keeps the last history converted
+    (the link of its last message, see ``innerloop._history``, and its wire messages): a
+    history that begins with it goes on from there, so a call converts only the messages
+    added since, and knows it begins so without comparing the messages before."""
+    if not messages:
+        return [], messages, None
+    head = chain_of(messages)
+    kept: tuple[Link, tuple[dict[str, Any], ...]] | None = messages[0]._memo.get(key)
+    if kept is not None and extends(head, kept[0]):
+        return list(kept[1]), messages[kept[0].size :], head
+    return [], messages, head
+
+
+def _keep(messages: Sequence[Message], key: str, head: Link | None, out: list[Any]) -> None:
+    """Keep ``out``, the wire messages of ``messages`` (ending at link ``head``), for the
+    next call (see :func:`_going_on`)."""
+    if head is not None:
+        messages[0]._memo[key] = (head, tuple(out))
+
+
 def _anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """The history on Anthropic's wire. A conversation's first message keeps the last
-    history converted (its messages and their wire messages): a history that starts with
-    those goes on from there, so a call converts only the messages added since (the
-    prefix is compared at C speed, by identity first)."""
-    memo = messages[0]._memo if messages else {}
-    kept, done = memo.get("anthropic.history", ((), ()))
-    if len(kept) <= len(messages) and list(messages[: len(kept)]) == kept:
-        out, rest = list(done), messages[len(kept) :]
-    else:
-        out, rest = [], messages
+    """The history on Anthropic's wire, going on from the last history converted (see
+    :func:`_going_on`); consecutive messages of one role merged into one."""
+    out, rest, head = _going_on(messages, "anthropic.history")
     for message in rest:
         wire = _anthropic_wire(message)
         if wire is None:
@@ -338,8 +357,7 @@ def _anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
             out[-1] = {"role": role, "content": content}
         else:
             out.append(wire)
-    if messages:
-        memo["anthropic.history"] = (list(messages), tuple(out))
+    _keep(messages, "anthropic.history", head, out)
     if out and out[0]["role"] != "user":
         out.insert(0, {"role": "user", "content": [{"type": "text", "text": "(continued)"}]})
     return out
@@ -386,25 +404,29 @@ def _openai_user_part(block: Block) -> dict[str, Any] | None:
     return None
 
 
-def _openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+def _openai_wire(message: Message) -> tuple[WireMessage, ...]:
+    """``message`` on Chat Completions' wire (tool results are messages of their own),
+    made once."""
+    memo = message._memo
+    made: tuple[WireMessage, ...] | None = memo.get("openai")
+    if made is not None:
+        return made
     out: list[dict[str, Any]] = []
-    for message in messages:
-        if message.role == "assistant":
-            text = "".join(b.text for b in message.content if isinstance(b, TextBlock))
-            calls = [
-                {
-                    "id": b.id,
-                    "type": "function",
-                    "function": {
-                        "name": b.name,
-                        "arguments": json.dumps(b.input, separators=(",", ":")),
-                    },
-                }
-                for b in message.content
-                if isinstance(b, ToolUseBlock)
-            ]
-            if not text and not calls:
-                continue  # thinking-only turns cannot be sent to OpenAI
+    if message.role == "assistant":
+        text = "".join(b.text for b in message.content if isinstance(b, TextBlock))
+        calls = [
+            {
+                "id": b.id,
+                "type": "function",
+                "function": {
+                    "name": b.name,
+                    "arguments": json.dumps(b.input, separators=(",", ":")),
+                },
+            }
+            for b in message.content
+            if isinstance(b, ToolUseBlock)
+        ]
+        if text or calls:  # thinking-only turns cannot be sent to OpenAI
             # a message of calls alone carries "" as content: OpenAI's schema takes any
             # string there; llama.cpp's server refuses null (a 500) and its chat templates
             # read the key (a 500 without it)
@@ -412,18 +434,27 @@ def _openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
             if calls:
                 wire["tool_calls"] = calls
             out.append(wire)
-            continue
+    else:
         for block in message.content:
             if isinstance(block, ToolResultBlock):
                 content = ERROR_PREFIX + block.content if block.is_error else block.content
                 out.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": content})
         parts = [p for p in (_openai_user_part(b) for b in message.content) if p is not None]
-        if not parts:
-            continue
-        if all(p["type"] == "text" for p in parts):
+        if parts and all(p["type"] == "text" for p in parts):
             out.append({"role": "user", "content": "\n\n".join(p["text"] for p in parts)})
-        else:
+        elif parts:
             out.append({"role": "user", "content": parts})
+    made = memo["openai"] = tuple(WireMessage(w) for w in out)
+    return made
+
+
+def _openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """The history on Chat Completions' wire, going on from the last history converted
+    (see :func:`_going_on`)."""
+    out, rest, head = _going_on(messages, "openai.history")
+    for message in rest:
+        out += _openai_wire(message)
+    _keep(messages, "openai.history", head, out)
     return out
 
 
@@ -482,12 +513,16 @@ def _responses_assistant(message: Message, out: list[dict[str, Any]]) -> None:
             )
 
 
-def _responses_input(messages: Sequence[Message]) -> list[dict[str, Any]]:
+def _responses_wire(message: Message) -> tuple[WireMessage, ...]:
+    """``message`` as Responses input items, made once."""
+    memo = message._memo
+    made: tuple[WireMessage, ...] | None = memo.get("responses")
+    if made is not None:
+        return made
     out: list[dict[str, Any]] = []
-    for message in messages:
-        if message.role == "assistant":
-            _responses_assistant(message, out)
-            continue
+    if message.role == "assistant":
+        _responses_assistant(message, out)
+    else:
         for block in message.content:
             if isinstance(block, ToolResultBlock):
                 content = ERROR_PREFIX + block.content if block.is_error else block.content
@@ -501,6 +536,17 @@ def _responses_input(messages: Sequence[Message]) -> list[dict[str, Any]]:
         parts = [p for p in (_responses_user_part(b) for b in message.content) if p is not None]
         if parts:
             out.append({"role": "user", "content": parts})
+    made = memo["responses"] = tuple(WireMessage(w) for w in out)
+    return made
+
+
+def _responses_input(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """The history as Responses input items, going on from the last history converted
+    (see :func:`_going_on`)."""
+    out, rest, head = _going_on(messages, "responses.history")
+    for message in rest:
+        out += _responses_wire(message)
+    _keep(messages, "responses.history", head, out)
     return out
 
 

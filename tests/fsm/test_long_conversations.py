@@ -146,3 +146,124 @@ def test_an_ended_message_run_is_freed_at_once(tmp_path: Path) -> None:
             gc.garbage.clear()
     store.close()
     assert not {"Run", "HarnessState", "PhaseContext"} & set(kept), kept
+
+
+def _turn(i: int) -> list[Message]:
+    """A user question, a tool call (with thinking and text), its result, an answer."""
+    from innerloop import TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+
+    call = ToolUseBlock(f"c{i}", "grep", {"q": i, "flag": i % 2 == 0})
+    return [
+        Message.user(f"q{i}"),
+        Message.assistant([ThinkingBlock(f"t{i}", f"sig{i}"), TextBlock(f"a{i}"), call]),
+        Message.user([ToolResultBlock(f"c{i}", f"r{i}", is_error=i % 3 == 0)]),
+        Message.assistant(f"done {i}"),
+    ]
+
+
+@pytest.mark.parametrize("dialect", ["anthropic", "openai", "responses"])
+def test_requests_made_call_after_call_are_the_ones_made_whole(dialect: str) -> None:
+    """Each dialect's wire request (its JSON bytes), its fingerprint and the history's
+    fingerprint, made call after call as a conversation goes on (each message's history
+    a copy of the last one's, as a session makes it; a plain list; consecutive user
+    messages merged; a fork whose branches take turns; a compaction that rewrites the
+    beginning; an edit in the middle), are those made from fresh messages."""
+    import json
+
+    from innerloop._history import History
+    from innerloop.fsm import PromptCache
+    from innerloop.fsm._context import request_settings
+    from innerloop.providers._fingerprint import history_fingerprint, request_digests
+    from innerloop.providers._normalize import build_request
+
+    settings = request_settings(
+        HarnessParams(model="scripted:m", system="s", prompt_cache=PromptCache(last_messages=2))
+    )
+
+    def made(messages: list[Message]) -> tuple[bytes, tuple[str, dict[str, str]], str]:
+        request = build_request(settings, messages, dialect, "m")
+        wire = json.dumps(request.payload, ensure_ascii=False).encode()
+        return wire, request_digests(request), history_fingerprint(messages)
+
+    def same(messages: list[Message]) -> None:
+        assert made(messages) == made(_fresh(messages)), len(messages)
+
+    history = History()
+    for i in range(30):
+        history = History(history)  # the next message's run: a copy sharing the chain
+        for message in _turn(i):
+            history.append(message)
+            same(history)
+        if i % 5 == 0:  # a user message merged into the last one, as a session merges
+            history.append(Message.user(f"and {i}"))
+            history[-1] = Message("user", (*history[-1].content, *Message.user("x").content))
+            same(history)
+            same(list(history))  # a plain list of the same messages
+    branches = [History(history), History(history)]  # a fork: two ways from one history
+    for i in range(30, 36):
+        for branch, turn in zip(branches, (_turn(i), _turn(i + 100)), strict=True):
+            branch.extend(turn)
+            same(branch)
+    compacted = History([Message.user("summary"), *history[-8:]])  # a new beginning
+    same(compacted)
+    compacted.extend(_turn(50))
+    same(compacted)
+    history[3] = Message.user("edited")  # an edit in the middle of a history
+    same(history)
+    plain = list(history)
+    plain[5] = Message.user("edited too")  # and of a plain list
+    same(plain)
+    same(plain + _turn(60))
+
+
+@pytest.mark.parametrize(
+    ("dialect", "part"),
+    [("openai", "_openai_user_part"), ("responses", "_responses_user_part")],
+)
+def test_openai_calls_convert_only_new_messages(
+    dialect: str, part: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Chat Completions or Responses call after 300 messages converts only the message
+    added since the last call (as Anthropic's does), not the whole history."""
+    from innerloop._history import History
+    from innerloop.fsm._context import request_settings
+    from innerloop.providers import _normalize
+    from innerloop.providers._normalize import build_request
+
+    settings = request_settings(HarnessParams(model="scripted:m", system="s"))
+    history = History(m for i in range(75) for m in _turn(i))
+    build_request(settings, history, dialect, "m")
+    converted: list[object] = []
+    real = getattr(_normalize, part)
+
+    def counted(block: object) -> object:
+        converted.append(block)
+        return real(block)
+
+    monkeypatch.setattr(_normalize, part, counted)
+    history = History(history)
+    history.append(Message.user("one more"))
+    build_request(settings, history, dialect, "m")
+    assert len(converted) == 1, converted
+
+
+def test_a_long_historys_fingerprint_copies_nothing_of_it() -> None:
+    """The fingerprint of a 20,000-message history that goes on from the last one hashed
+    allocates next to nothing: no copy of the history is made to compare it with the last
+    one (each copy would be 160 KB)."""
+    import tracemalloc
+
+    from innerloop._history import History
+    from innerloop.providers._fingerprint import history_fingerprint
+
+    history = History(Message.user(f"m{i}") for i in range(20_000))
+    history_fingerprint(history)
+    history = History(history)
+    history.append(Message.assistant("next"))
+    tracemalloc.start()
+    try:
+        history_fingerprint(history)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 20_000, peak
