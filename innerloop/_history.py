@@ -7,13 +7,15 @@ them one by one costs the whole history at every call; a long conversation's cal
 grow with it.
 
 A :class:`History` is a list that also keeps its messages as a chain of links, each link
-the last message and the link of the messages before it: appending (or replacing the last
-message, or dropping it) makes one link, and a copy (``History(other)``) shares the
-chain. Links never change, so a link stands for exactly the messages up to it: what was
-made from a history is kept with its last link, and a later history goes on from it when
-walking back from its own last link by the messages added since meets that link
-(:func:`extends`). Any other change to a history (an edit in its middle, an insertion,
-a sort) drops its chain, which is made anew the next time it is asked for.
+the last message and the link of the messages before it: appending (or dropping the last
+message) makes one link, replacing one of the last messages re-links those after it, and
+a copy (``History(other)``) shares the chain. Links never change, so a link stands for
+exactly the messages up to it: what was made from a history is kept with its last link,
+and a later history goes on from it when walking back from its own last link by the
+messages added since meets that link (:func:`extends`). Any other change to a history
+(an edit in its middle, an insertion, a sort) drops its chain, which is made anew the
+next time it is asked for. A request's wire messages are kept as a history too (of wire
+messages), so its fingerprint goes on from the last request's the same way.
 
 Any other sequence of messages (a plain list, a tuple) gets its chain by comparison with
 the last one seen that began with the same message (:func:`chain_of`), as before.
@@ -23,64 +25,90 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable, Sequence
-from typing import Any, SupportsIndex, final, overload
+from typing import Any, Generic, SupportsIndex, TypeVar, final, overload
 
 from innerloop._messages import Message
 
-__all__ = ["History", "Link", "chain_of", "extends"]
+__all__ = ["History", "Link", "chain_of", "extends", "link_at"]
+
+T = TypeVar("T")
+_TAIL = 64
+"""An edit this near the end of a history re-links the messages after it; one further
+back drops the chain."""
 
 
 @final
-class Link:
-    """A message on a chain: ``before`` is the link of the messages before it (None for
-    the first) and ``size`` how many messages the chain holds up to here. Never changed;
-    compared by identity (a link stands for its messages)."""
+class Link(Generic[T]):
+    """An item on a chain (a message, or a wire message): ``before`` is the link of the
+    items before it (None for the first) and ``size`` how many items the chain holds up
+    to here. Never changed; compared by identity (a link stands for its items)."""
 
-    __slots__ = ("before", "message", "size")
+    __slots__ = ("before", "item", "size")
 
-    def __init__(self, before: Link | None, message: Message) -> None:
+    def __init__(self, before: Link[T] | None, item: T) -> None:
         self.before = before
-        self.message = message
+        self.item = item
         self.size: int = 1 if before is None else before.size + 1
 
     def __repr__(self) -> str:
-        return f"<Link {self.size} messages>"
+        return f"<Link {self.size} items>"
 
 
-def _chain(messages: Iterable[Message], head: Link | None = None) -> Link | None:
-    for message in messages:
-        head = Link(head, message)
+def _chain(items: Iterable[T], head: Link[T] | None = None) -> Link[T] | None:
+    for item in items:
+        head = Link(head, item)
     return head
 
 
-def extends(head: Link | None, kept: Link | None) -> bool:
+def _back(head: Link[T] | None, steps: int) -> Link[T] | None:
+    for _ in range(steps):
+        assert head is not None
+        head = head.before
+    return head
+
+
+def link_at(head: Link[T] | None, size: int) -> Link[T] | None:
+    """The link of the first ``size`` items of the chain ending at ``head`` (a walk back
+    over the items after them)."""
+    if head is None:
+        return None
+    return _back(head, head.size - size)
+
+
+def extends(head: Link[Any] | None, kept: Link[Any] | None) -> bool:
     """Whether the chain ending at ``head`` begins with the chain ending at ``kept``: a
     walk back over the links added since, not a comparison of the messages."""
     if kept is None:
         return True
     if head is None or head.size < kept.size:
         return False
-    for _ in range(head.size - kept.size):
-        head = head.before
-        assert head is not None
-    return head is kept
+    return _back(head, head.size - kept.size) is kept
 
 
 @final
-class History(list[Message]):
-    """A run's history: a ``list`` of messages that keeps its chain of :class:`Link`\\ s
-    (see the module). Appending, replacing or dropping the last message and copying cost
-    one link or none; any other change drops the chain (made anew when next asked for).
-    A copy or a pickle of it is a plain history, its chain made when first needed."""
+class History(list[T]):
+    """A run's history: a ``list`` of messages (or of wire messages) that keeps its chain
+    of :class:`Link`\\ s (see the module). Appending, dropping the last item and copying
+    cost one link or none, replacing one of the last 64 items a link for each item from
+    it on; any other change drops the chain (made anew when next asked for). A copy or a
+    pickle of it is a plain history, its chain made when first needed."""
 
     __slots__ = ("_head", "_known")
 
-    def __init__(self, messages: Iterable[Message] = (), /) -> None:
-        super().__init__(messages)
-        self._head: Link | None = None
+    def __init__(self, items: Iterable[T] = (), /) -> None:
+        super().__init__(items)
+        self._head: Link[T] | None = None
         self._known = not self
-        if type(messages) is History and messages._known and len(messages) == len(self):
-            self._head, self._known = messages._head, True
+        if type(items) is History and items._known and len(items) == len(self):
+            self._head, self._known = items._head, True
+
+    @classmethod
+    def made(cls, items: Sequence[T], head: Link[T] | None) -> History[T]:
+        """A history of ``items``, whose chain ends at ``head`` (kept with them: the
+        caller knows it is theirs)."""
+        made = cls(items)
+        made._head, made._known = head, True
+        return made
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (History, (list(self),))
@@ -88,49 +116,52 @@ class History(list[Message]):
     def _forget(self) -> None:
         self._head, self._known = None, False
 
-    def head(self) -> Link | None:
+    def knows(self) -> bool:
+        """Whether the chain is at hand (no edit dropped it since it was last made)."""
+        return self._known
+
+    def head(self) -> Link[T] | None:
         """The link of the last message (None for an empty history); made now when an
         edit dropped it."""
         if not self._known:
             self._head, self._known = _chain(self), True
         return self._head
 
-    def append(self, message: Message, /) -> None:
-        super().append(message)
+    def append(self, item: T, /) -> None:
+        super().append(item)
         if self._known:
-            self._head = Link(self._head, message)
+            self._head = Link(self._head, item)
 
-    def extend(self, messages: Iterable[Message], /) -> None:
-        added = list(messages)
+    def extend(self, items: Iterable[T], /) -> None:
+        added = list(items)
         super().extend(added)
         if self._known:
             self._head = _chain(added, self._head)
 
-    def __iadd__(self, messages: Iterable[Message], /) -> History:  # type: ignore[override,misc]
-        self.extend(messages)
+    def __iadd__(self, items: Iterable[T], /) -> History[T]:  # type: ignore[override,misc]
+        self.extend(items)
         return self
 
     @overload
-    def __setitem__(self, index: SupportsIndex, value: Message, /) -> None: ...
+    def __setitem__(self, index: SupportsIndex, value: T, /) -> None: ...
 
     @overload
-    def __setitem__(self, index: slice, value: Iterable[Message], /) -> None: ...
+    def __setitem__(self, index: slice, value: Iterable[T], /) -> None: ...
 
     def __setitem__(self, index: Any, value: Any, /) -> None:
-        last = len(self) - 1
         super().__setitem__(index, value)
-        head = self._head
-        if (
-            self._known
-            and head is not None
-            and not isinstance(index, slice)
-            and index.__index__() in (last, -1)
-        ):
-            self._head = Link(head.before, value)
-        else:
+        if not self._known or isinstance(index, slice):
             self._forget()
+            return
+        n = len(self)
+        at = index.__index__()
+        at = at + n if at < 0 else at
+        if n - at > _TAIL:
+            self._forget()
+            return
+        self._head = _chain(self[at:], _back(self._head, n - at))
 
-    def pop(self, index: SupportsIndex = -1, /) -> Message:
+    def pop(self, index: SupportsIndex = -1, /) -> T:
         last = len(self) - 1
         message = super().pop(index)
         head = self._head
@@ -144,12 +175,12 @@ class History(list[Message]):
         super().__delitem__(index)
         self._forget()
 
-    def insert(self, index: SupportsIndex, message: Message, /) -> None:
-        super().insert(index, message)
+    def insert(self, index: SupportsIndex, item: T, /) -> None:
+        super().insert(index, item)
         self._forget()
 
-    def remove(self, message: Message, /) -> None:
-        super().remove(message)
+    def remove(self, item: T, /) -> None:
+        super().remove(item)
         self._forget()
 
     def clear(self) -> None:
@@ -164,13 +195,13 @@ class History(list[Message]):
         super().reverse()
         self._forget()
 
-    def __imul__(self, count: SupportsIndex, /) -> History:
+    def __imul__(self, count: SupportsIndex, /) -> History[T]:
         super().__imul__(count)
         self._forget()
         return self
 
 
-def chain_of(messages: Sequence[Message]) -> Link | None:
+def chain_of(messages: Sequence[Message]) -> Link[Message] | None:
     """The link of the last of ``messages``: a :class:`History`'s own; for another
     sequence, made on the one kept from the last sequence seen that began with the same
     message, when this one begins with the same messages (the same objects: an equal
@@ -181,7 +212,7 @@ def chain_of(messages: Sequence[Message]) -> Link | None:
         return None
     memo = messages[0]._memo
     kept: Sequence[Message]
-    head: Link | None
+    head: Link[Message] | None
     kept, head = memo.get("chain", ((), None))
     n = len(kept)
     if n and not (n <= len(messages) and all(map(operator.is_, messages[:n], kept))):

@@ -13,15 +13,15 @@ from innerloop import Message
 from innerloop._history import History, Link, chain_of, extends
 
 
-def _messages_of(head: Link | None) -> list[Message]:
+def _messages_of(head: Link[Message] | None) -> list[Message]:
     out: list[Message] = []
     while head is not None:
-        out.append(head.message)
+        out.append(head.item)
         head = head.before
     return out[::-1]
 
 
-def _holds(history: History) -> None:
+def _holds(history: History[Message]) -> None:
     head = chain_of(history)
     assert _messages_of(head) == list(history)
     assert all(a is b for a, b in zip(_messages_of(head), history, strict=True))
@@ -32,8 +32,8 @@ def test_every_change_keeps_the_chain_exact() -> None:
     middle, slices, deletions, sorts...), the chain holds the history's own messages."""
     rng = random.Random(7)
     pool = [Message.user(f"m{i}") for i in range(40)]
-    history = History()
-    ops: list[Callable[[History], object]] = [
+    history: History[Message] = History()
+    ops: list[Callable[[History[Message]], object]] = [
         lambda h: h.append(rng.choice(pool)),
         lambda h: h.extend(rng.sample(pool, 3)),
         lambda h: h.__iadd__([rng.choice(pool)]),
@@ -115,5 +115,5 @@ def test_a_long_chain_is_freed_without_recursion() -> None:
     """A chain of 200,000 links is freed (and its repr is short)."""
     history = History(Message.user("x") for _ in range(200_000))
     head = chain_of(history)
-    assert repr(head) == "<Link 200000 messages>"
+    assert repr(head) == "<Link 200000 items>"
     del history, head

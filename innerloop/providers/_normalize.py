@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import html
 import json
+import operator
 import re
 from collections.abc import Sequence
 from typing import Any, Literal, TypeAlias
@@ -16,7 +17,7 @@ from typing import Any, Literal, TypeAlias
 import attrs
 
 from innerloop._errors import ContentError
-from innerloop._history import Link, chain_of, extends
+from innerloop._history import History, Link, extends
 from innerloop._json import MAX_JSON_DEPTH
 from innerloop._messages import (
     Block,
@@ -318,29 +319,67 @@ def _anthropic_wire(message: Message) -> WireMessage | None:
     return wire_message
 
 
+_Kept: TypeAlias = tuple[Link[Message], "History[dict[str, Any]]", Link[dict[str, Any]] | None]
+"""What a conversation's first message keeps of the last history converted: the link of
+its last message, its wire messages (the list sent, when nothing was added to it) and
+the link of their last one then."""
+
+
 def _going_on(
-    messages: Sequence[Message], key: str
-) -> tuple[list[dict[str, Any]], Sequence[Message], Link | None]:
+    messages: Sequence[Message], key: str, lead: tuple[dict[str, Any], ...] = ()
+) -> tuple[list[dict[str, Any]], Sequence[Message], Link[Message] | None]:
     """The wire messages kept under ``key`` for the longest start of ``messages`` made
-    before (a new list, to go on with), the messages after that start, and the link of
-    the last message. A conversation's first message keeps the last history converted
-    (the link of its last message, see ``innerloop._history``, and its wire messages): a
-    history that begins with it goes on from there, so a call converts only the messages
-    added since, and knows it begins so without comparing the messages before."""
+    before, after the ``lead`` items (a system message), as a new list to go on with;
+    the messages after that start; and the link of the last message.
+
+    A conversation's first message keeps the last history converted, so a call converts
+    only the messages added since. For a :class:`~innerloop._history.History` (as a run
+    keeps it), it keeps the link of its last message, its wire messages and their link:
+    a history whose chain goes on from that link goes on from them, known without
+    comparing the messages before, and the list is a history of wire messages (its
+    fingerprint goes on alike). The wire messages kept are the very list the last
+    request sent (no copy of them is kept): they are taken while its chain still ends at
+    the link kept, so while nothing changed it since (what adds to a request's messages,
+    a cache breakpoint, adds to a copy). Another sequence is compared with the messages
+    kept."""
     if not messages:
-        return [], messages, None
-    head = chain_of(messages)
-    kept: tuple[Link, tuple[dict[str, Any], ...]] | None = messages[0]._memo.get(key)
-    if kept is not None and extends(head, kept[0]):
-        return list(kept[1]), messages[kept[0].size :], head
-    return [], messages, head
+        return History(lead), messages, None
+    memo = messages[0]._memo
+    if type(messages) is not History:
+        done: tuple[list[Message], tuple[dict[str, Any], ...]] | None = memo.get(key + ".list")
+        if done is not None:
+            n = len(done[0])
+            if n <= len(messages) and list(messages[:n]) == done[0] and _leads(done[1], lead):
+                return list(done[1]), messages[n:], None
+        return list(lead), messages, None
+    head = messages.head()
+    kept: _Kept | None = memo.get(key)
+    if (
+        kept is not None
+        and kept[1].knows()
+        and kept[1].head() is kept[2]
+        and extends(head, kept[0])
+        and _leads(kept[1], lead)
+    ):
+        return History.made(kept[1], kept[2]), messages[kept[0].size :], head
+    return History(lead), messages, head
 
 
-def _keep(messages: Sequence[Message], key: str, head: Link | None, out: list[Any]) -> None:
+def _leads(items: Sequence[dict[str, Any]], lead: tuple[dict[str, Any], ...]) -> bool:
+    return len(items) >= len(lead) and all(map(operator.is_, items, lead))
+
+
+def _keep(
+    messages: Sequence[Message], key: str, head: Link[Message] | None, out: list[dict[str, Any]]
+) -> None:
     """Keep ``out``, the wire messages of ``messages`` (ending at link ``head``), for the
     next call (see :func:`_going_on`)."""
-    if head is not None:
-        messages[0]._memo[key] = (head, tuple(out))
+    if not messages:
+        return
+    if type(out) is History:
+        messages[0]._memo[key] = (head, out, out.head())
+    else:
+        messages[0]._memo[key + ".list"] = (list(messages), tuple(out))
 
 
 def _anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
@@ -358,8 +397,9 @@ def _anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
         else:
             out.append(wire)
     _keep(messages, "anthropic.history", head, out)
-    if out and out[0]["role"] != "user":
-        out.insert(0, {"role": "user", "content": [{"type": "text", "text": "(continued)"}]})
+    if out and out[0]["role"] != "user":  # a copy: the kept list stays as it is
+        first = {"role": "user", "content": [{"type": "text", "text": "(continued)"}]}
+        out = [first, *out]
     return out
 
 
@@ -448,13 +488,21 @@ def _openai_wire(message: Message) -> tuple[WireMessage, ...]:
     return made
 
 
-def _openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """The history on Chat Completions' wire, going on from the last history converted
-    (see :func:`_going_on`)."""
-    out, rest, head = _going_on(messages, "openai.history")
+def _openai_messages(messages: Sequence[Message], system: str = "") -> list[dict[str, Any]]:
+    """The history on Chat Completions' wire, after the ``system`` message when there is
+    one, going on from the last history converted (see :func:`_going_on`)."""
+    lead: tuple[dict[str, Any], ...] = ()
+    key = "openai.history"
+    if system:  # one system message per conversation while it stays: kept with the rest
+        memo = messages[0]._memo if messages else {}
+        kept = memo.get("openai.system")
+        if kept is None or kept["content"] != system:
+            kept = memo["openai.system"] = WireMessage({"role": "system", "content": system})
+        lead, key = (kept,), "openai.history+system"
+    out, rest, head = _going_on(messages, key, lead)
     for message in rest:
         out += _openai_wire(message)
-    _keep(messages, "openai.history", head, out)
+    _keep(messages, key, head, out)
     return out
 
 
@@ -644,15 +692,16 @@ def _anthropic_payload(settings: RequestSettings, history: Sequence[Message]) ->
     last = cache.last_messages
     if not last and settings.cache_last_user_turn and messages and messages[-1]["role"] == "user":
         last = 1
-    mark_messages(messages, last, cache.messages_ttl)
+    if last:  # a copy: the list converted is kept for the next call as it is
+        if type(messages) is History:
+            messages = History.made(messages, messages.head())
+        mark_messages(messages, last, cache.messages_ttl)
     payload["messages"] = messages
     return payload
 
 
 def _openai_payload(settings: RequestSettings, history: Sequence[Message]) -> dict[str, Any]:
-    messages = _openai_messages(history)
-    if settings.system:
-        messages.insert(0, {"role": "system", "content": settings.system})
+    messages = _openai_messages(history, settings.system)
     payload: dict[str, Any] = {
         "max_completion_tokens": settings.max_output_tokens,
         "stream_options": {"include_usage": True},

@@ -415,7 +415,7 @@ class MessageTokenCache:
         self.exact = _exact(counter)
         """The counter again when it can count a whole request exactly, else None."""
         self._counts: dict[int, tuple[Message, int]] = {}
-        self._kept: Link | None = None
+        self._kept: Link[Message] | None = None
         self._total = 0
         """Tokens of the messages up to ``_kept``."""
 

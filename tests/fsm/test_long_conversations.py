@@ -167,7 +167,8 @@ def test_requests_made_call_after_call_are_the_ones_made_whole(dialect: str) -> 
     fingerprint, made call after call as a conversation goes on (each message's history
     a copy of the last one's, as a session makes it; a plain list; consecutive user
     messages merged; a fork whose branches take turns; a compaction that rewrites the
-    beginning; an edit in the middle), are those made from fresh messages."""
+    beginning; an edit in the middle; a host changing a request's messages after it was
+    made), are those made from fresh messages."""
     import json
 
     from innerloop._history import History
@@ -180,15 +181,24 @@ def test_requests_made_call_after_call_are_the_ones_made_whole(dialect: str) -> 
         HarnessParams(model="scripted:m", system="s", prompt_cache=PromptCache(last_messages=2))
     )
 
+    calls = [0]
+
     def made(messages: list[Message]) -> tuple[bytes, tuple[str, dict[str, str]], str]:
         request = build_request(settings, messages, dialect, "m")
         wire = json.dumps(request.payload, ensure_ascii=False).encode()
-        return wire, request_digests(request), history_fingerprint(messages)
+        made = wire, request_digests(request), history_fingerprint(messages)
+        calls[0] += 1
+        sent = request.payload["input" if dialect == "responses" else "messages"]
+        if calls[0] % 3 == 0:  # a host changes a request's messages after it was made
+            sent.append({"role": "user", "content": "added"})
+        elif calls[0] % 3 == 1 and len(sent) > 2:
+            sent[1] = {"role": "user", "content": "replaced"}
+        return made
 
     def same(messages: list[Message]) -> None:
         assert made(messages) == made(_fresh(messages)), len(messages)
 
-    history = History()
+    history: History[Message] = History()
     for i in range(30):
         history = History(history)  # the next message's run: a copy sharing the chain
         for message in _turn(i):
@@ -247,22 +257,30 @@ def test_openai_calls_convert_only_new_messages(
     assert len(converted) == 1, converted
 
 
-def test_a_long_historys_fingerprint_copies_nothing_of_it() -> None:
-    """The fingerprint of a 20,000-message history that goes on from the last one hashed
-    allocates next to nothing: no copy of the history is made to compare it with the last
-    one (each copy would be 160 KB)."""
+@pytest.mark.parametrize("dialect", ["anthropic", "openai", "responses"])
+def test_a_long_historys_fingerprints_copy_nothing_of_it(dialect: str) -> None:
+    """The fingerprints of a 20,000-message history and of its request, when they go on
+    from the last ones made, allocate next to nothing: no copy of the history or of the
+    request's messages is made to compare them with the last ones (each copy would be
+    160 KB)."""
     import tracemalloc
 
     from innerloop._history import History
-    from innerloop.providers._fingerprint import history_fingerprint
+    from innerloop.fsm._context import request_settings
+    from innerloop.providers._fingerprint import history_fingerprint, request_digests
+    from innerloop.providers._normalize import build_request
 
-    history = History(Message.user(f"m{i}") for i in range(20_000))
+    settings = request_settings(HarnessParams(model="scripted:m", system="s"))
+    history = History(m for i in range(5_000) for m in _turn(i))
     history_fingerprint(history)
+    request_digests(build_request(settings, history, dialect, "m"))
     history = History(history)
-    history.append(Message.assistant("next"))
+    history.append(Message.user("next"))
+    request = build_request(settings, history, dialect, "m")
     tracemalloc.start()
     try:
         history_fingerprint(history)
+        request_digests(request)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
