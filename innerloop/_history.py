@@ -7,13 +7,13 @@ them one by one costs the whole history at every call; a long conversation's cal
 grow with it.
 
 A :class:`History` is a list that also keeps its messages as a chain of links, each link
-the last message and the link of the messages before it: appending (or dropping the last
-message) makes one link, replacing one of the last messages re-links those after it, and
-a copy (``History(other)``) shares the chain. Links never change, so a link stands for
-exactly the messages up to it: what was made from a history is kept with its last link,
-and a later history goes on from it when walking back from its own last link by the
-messages added since meets that link (:func:`extends`). Any other change to a history
-(an edit in its middle, an insertion, a sort) drops its chain, which is made anew the
+the last message and the link of the messages before it, made on over the messages
+appended when it is asked for; replacing one of the last messages cuts the chain back to
+before it, and a copy (``History(other)``) shares the chain. Links never change, so a
+link stands for exactly the messages up to it: what was made from a history is kept with
+its last link, and a later history goes on from it when walking back from its own last
+link by the messages added since meets that link (:func:`extends`). Any other change to
+a history (an edit far from its end, a sort) drops its chain, which is made anew the
 next time it is asked for. A request's wire messages are kept as a history too (of wire
 messages), so its fingerprint goes on from the last request's the same way.
 
@@ -87,60 +87,71 @@ def extends(head: Link[Any] | None, kept: Link[Any] | None) -> bool:
 
 @final
 class History(list[T]):
-    """A run's history: a ``list`` of messages (or of wire messages) that keeps its chain
-    of :class:`Link`\\ s (see the module). Appending, dropping the last item and copying
-    cost one link or none, replacing one of the last 64 items a link for each item from
-    it on; any other change drops the chain (made anew when next asked for). A copy or a
-    pickle of it is a plain history, its chain made when first needed."""
+    """A run's history: a ``list`` of messages (or of wire messages) that keeps the chain
+    of :class:`Link`\\ s of its first items (see the module), made on to its end when
+    asked for (:meth:`head`). Appending costs nothing more than a list's append; a copy
+    shares the chain; an edit, an insertion or a removal among the last 64 linked items
+    cuts the chain back to before it; any other change drops it (made anew when next
+    asked for). A copy or a pickle of it is a plain history, its chain made when first
+    needed."""
 
-    __slots__ = ("_head", "_known")
+    __slots__ = ("_head", "_linked")
 
     def __init__(self, items: Iterable[T] = (), /) -> None:
-        super().__init__(items)
+        list.__init__(self, items)
         self._head: Link[T] | None = None
-        self._known = not self
-        if type(items) is History and items._known and len(items) == len(self):
-            self._head, self._known = items._head, True
+        self._linked = 0
+        """How many items the chain ending at ``_head`` holds (-1: none known)."""
+        if type(items) is History and items._linked >= 0 and len(items) == len(self):
+            self._head, self._linked = items._head, items._linked
 
     @classmethod
     def made(cls, items: Sequence[T], head: Link[T] | None) -> History[T]:
-        """A history of ``items``, whose chain ends at ``head`` (kept with them: the
-        caller knows it is theirs)."""
-        made = cls(items)
-        made._head, made._known = head, True
+        """A history of ``items``, the first of which make the chain ending at ``head``
+        (the caller knows it is theirs)."""
+        made = cls.__new__(cls)
+        list.__init__(made, items)
+        made._head, made._linked = head, 0 if head is None else head.size
         return made
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (History, (list(self),))
 
-    def _forget(self) -> None:
-        self._head, self._known = None, False
-
     def knows(self) -> bool:
         """Whether the chain is at hand (no edit dropped it since it was last made)."""
-        return self._known
+        return self._linked >= 0
 
     def head(self) -> Link[T] | None:
-        """The link of the last message (None for an empty history); made now when an
-        edit dropped it."""
-        if not self._known:
-            self._head, self._known = _chain(self), True
+        """The link of the last item (None for an empty history): the chain made on over
+        the items added since it was last asked for (all of them after an edit dropped
+        it)."""
+        linked = self._linked
+        if linked < 0:
+            self._head, linked = None, 0
+        if linked < len(self):
+            self._head = _chain(self[linked:], self._head)
+            self._linked = len(self)
+        elif linked == 0:
+            self._linked = 0
         return self._head
 
-    def append(self, item: T, /) -> None:
-        super().append(item)
-        if self._known:
-            self._head = Link(self._head, item)
+    def _cut(self, index: Any) -> None:
+        """An item at ``index`` (an int) changed or moved: the chain is cut back to the
+        links before it (or dropped, when that is far back)."""
+        linked = self._linked
+        if linked <= 0:
+            return
+        at = index.__index__()
+        at = max(at + len(self), 0) if at < 0 else at
+        if at >= linked:
+            return
+        if linked - at > _TAIL:
+            self._head, self._linked = None, -1
+        else:
+            self._head, self._linked = _back(self._head, linked - at), at
 
-    def extend(self, items: Iterable[T], /) -> None:
-        added = list(items)
-        super().extend(added)
-        if self._known:
-            self._head = _chain(added, self._head)
-
-    def __iadd__(self, items: Iterable[T], /) -> History[T]:  # type: ignore[override,misc]
-        self.extend(items)
-        return self
+    def _forget(self) -> None:
+        self._head, self._linked = None, -1
 
     @overload
     def __setitem__(self, index: SupportsIndex, value: T, /) -> None: ...
@@ -149,54 +160,47 @@ class History(list[T]):
     def __setitem__(self, index: slice, value: Iterable[T], /) -> None: ...
 
     def __setitem__(self, index: Any, value: Any, /) -> None:
-        super().__setitem__(index, value)
-        if not self._known or isinstance(index, slice):
+        if isinstance(index, slice):
+            list.__setitem__(self, index, value)
             self._forget()
             return
-        n = len(self)
-        at = index.__index__()
-        at = at + n if at < 0 else at
-        if n - at > _TAIL:
-            self._forget()
-            return
-        self._head = _chain(self[at:], _back(self._head, n - at))
+        self._cut(index)  # before: a negative index counts from the end as it is now
+        list.__setitem__(self, index, value)
 
     def pop(self, index: SupportsIndex = -1, /) -> T:
-        last = len(self) - 1
-        message = super().pop(index)
-        head = self._head
-        if self._known and head is not None and index.__index__() in (last, -1):
-            self._head = head.before
-        else:
-            self._forget()
-        return message
+        self._cut(index)
+        return list.pop(self, index)
 
     def __delitem__(self, index: SupportsIndex | slice, /) -> None:
-        super().__delitem__(index)
-        self._forget()
+        if isinstance(index, slice):
+            list.__delitem__(self, index)
+            self._forget()
+            return
+        self._cut(index)
+        list.__delitem__(self, index)
 
     def insert(self, index: SupportsIndex, item: T, /) -> None:
-        super().insert(index, item)
-        self._forget()
+        self._cut(index)
+        list.insert(self, index, item)
 
     def remove(self, item: T, /) -> None:
-        super().remove(item)
+        list.remove(self, item)
         self._forget()
 
     def clear(self) -> None:
-        super().clear()
-        self._head, self._known = None, True
+        list.clear(self)
+        self._head, self._linked = None, 0
 
     def sort(self, *args: Any, **kwargs: Any) -> None:
-        super().sort(*args, **kwargs)
+        list.sort(self, *args, **kwargs)
         self._forget()
 
     def reverse(self) -> None:
-        super().reverse()
+        list.reverse(self)
         self._forget()
 
     def __imul__(self, count: SupportsIndex, /) -> History[T]:
-        super().__imul__(count)
+        list.__imul__(self, count)
         self._forget()
         return self
 

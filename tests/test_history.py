@@ -117,3 +117,28 @@ def test_a_long_chain_is_freed_without_recursion() -> None:
     head = chain_of(history)
     assert repr(head) == "<Link 200000 items>"
     del history, head
+
+
+def test_an_edit_far_back_makes_the_chain_anew() -> None:
+    """In a history of 200 messages, an edit, insertion or removal far from the end (the
+    chain made anew) or near it (cut back and made on) leaves the chain exact."""
+    pool = [Message.user(f"m{i}") for i in range(200)]
+    edits: list[Callable[[History[Message]], object]] = [
+
+        lambda h: h.__setitem__(10, pool[0]),
+        lambda h: h.__setitem__(190, pool[0]),
+        lambda h: h.__setitem__(-3, pool[0]),
+        lambda h: h.pop(0),
+        lambda h: h.pop(-2),
+        lambda h: h.insert(5, pool[1]),
+        lambda h: h.insert(-1, pool[1]),
+        lambda h: h.__delitem__(150),
+        lambda h: h.__delitem__(-1),
+    ]
+    for edit in edits:
+        history = History(pool)
+        chain_of(history)
+        edit(history)
+        _holds(history)
+        history.append(pool[2])
+        _holds(history)

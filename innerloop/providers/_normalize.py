@@ -319,6 +319,9 @@ def _anthropic_wire(message: Message) -> WireMessage | None:
     return wire_message
 
 
+_CHAINED_FROM = 256
+"""A history this long or longer goes on by its chain of links; a shorter one by
+comparing its messages with those kept (cheaper for a few messages)."""
 _Kept: TypeAlias = tuple[Link[Message], "History[dict[str, Any]]", Link[dict[str, Any]] | None]
 """What a conversation's first message keeps of the last history converted: the link of
 its last message, its wire messages (the list sent, when nothing was added to it) and
@@ -337,7 +340,8 @@ def _going_on(
     keeps it), it keeps the link of its last message, its wire messages and their link:
     a history whose chain goes on from that link goes on from them, known without
     comparing the messages before, and the list is a history of wire messages (its
-    fingerprint goes on alike). The wire messages kept are the very list the last
+    fingerprint goes on alike; below :data:`_CHAINED_FROM` messages, comparing costs
+    less). The wire messages kept are the very list the last
     request sent (no copy of them is kept): they are taken while its chain still ends at
     the link kept, so while nothing changed it since (what adds to a request's messages,
     a cache breakpoint, adds to a copy). Another sequence is compared with the messages
@@ -345,7 +349,7 @@ def _going_on(
     if not messages:
         return History(lead), messages, None
     memo = messages[0]._memo
-    if type(messages) is not History:
+    if type(messages) is not History or len(messages) < _CHAINED_FROM:
         done: tuple[list[Message], tuple[dict[str, Any], ...]] | None = memo.get(key + ".list")
         if done is not None:
             n = len(done[0])
@@ -366,7 +370,9 @@ def _going_on(
 
 
 def _leads(items: Sequence[dict[str, Any]], lead: tuple[dict[str, Any], ...]) -> bool:
-    return len(items) >= len(lead) and all(map(operator.is_, items, lead))
+    """Whether ``items`` begin with the ``lead`` items themselves (none, or a system
+    message)."""
+    return not lead or (len(items) >= len(lead) and all(map(operator.is_, items, lead)))
 
 
 def _keep(

@@ -161,15 +161,23 @@ def _turn(i: int) -> list[Message]:
     ]
 
 
+@pytest.mark.parametrize("chained_from", [4, 256])
 @pytest.mark.parametrize("dialect", ["anthropic", "openai", "responses"])
-def test_requests_made_call_after_call_are_the_ones_made_whole(dialect: str) -> None:
+def test_requests_made_call_after_call_are_the_ones_made_whole(
+    dialect: str, chained_from: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Each dialect's wire request (its JSON bytes), its fingerprint and the history's
     fingerprint, made call after call as a conversation goes on (each message's history
     a copy of the last one's, as a session makes it; a plain list; consecutive user
     messages merged; a fork whose branches take turns; a compaction that rewrites the
     beginning; an edit in the middle; a host changing a request's messages after it was
-    made), are those made from fresh messages."""
+    made), are those made from fresh messages; whether the history goes on by its chain
+    of links from its fifth message on, or by comparison up to 256."""
     import json
+
+    from innerloop.providers import _normalize
+
+    monkeypatch.setattr(_normalize, "_CHAINED_FROM", chained_from)
 
     from innerloop._history import History
     from innerloop.fsm import PromptCache
