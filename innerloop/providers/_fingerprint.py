@@ -132,9 +132,10 @@ def _message_text(message: Message) -> bytes:
 def history_fingerprint(history: Iterable[Message]) -> str:
     """The sha256 (hex) of a canonical history, in the event log's JSON form. The text of
     a list is its items' texts joined, so each message is serialized once; and the first
-    message keeps the last history hashed (the link of its last message, see
-    ``innerloop._history``, and the hasher's state), so a conversation's next fingerprint
-    hashes only the messages added since."""
+    message keeps the last history hashed (what stands for its messages, and the hasher's
+    state), so a conversation's next fingerprint hashes only the messages added since. A
+    run's history (``HarnessState.history``) tells that it goes on from the last one
+    without comparing the messages before; another list is compared with them."""
     messages = history if isinstance(history, list | tuple) else list(history)
     if not messages:
         return hashlib.sha256(b"[]").hexdigest()

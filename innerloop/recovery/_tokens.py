@@ -403,11 +403,11 @@ def _exact(counter: TokenCounter) -> RequestTokenCounter | None:
 class MessageTokenCache:
     """Counts messages once each: messages are immutable, so a count never goes stale.
 
-    ``count_history`` also remembers the history it last counted (the link of its last
-    message, see ``innerloop._history``) and its total, so when the next history goes on
-    from it (the loop appends), only the new messages are counted, and nothing is
-    compared to know it. Any other change (compaction, a host's edit anywhere in the
-    history) recounts from the per-message cache.
+    ``count_history`` also remembers the history it last counted and its total, so when
+    the next history goes on from it (the loop appends), only the new messages are
+    counted; a run's history (``HarnessState.history``) tells that without comparing the
+    messages before (another list is compared with them). Any other change (compaction,
+    a host's edit anywhere in the history) recounts from the per-message cache.
     """
 
     def __init__(self, counter: TokenCounter) -> None:
