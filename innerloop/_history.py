@@ -33,8 +33,8 @@ __all__ = ["History", "Link", "chain_of", "extends", "link_at"]
 
 T = TypeVar("T")
 _TAIL = 64
-"""An edit this near the end of a history re-links the messages after it; one further
-back drops the chain."""
+"""An edit this near the end of a history's linked messages cuts its chain back to
+before it (made on from there when asked); one further back drops the chain."""
 
 
 @final
