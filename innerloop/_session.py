@@ -24,6 +24,7 @@ import attrs
 
 from innerloop._errors import ResumeError, SessionError, SessionLimitError
 from innerloop._events import Event
+from innerloop._history import History
 from innerloop._messages import Message, Usage
 from innerloop._validators import instance, integer, optional
 from innerloop.checkpoint import (
@@ -121,9 +122,9 @@ def next_message_state(previous: HarnessState | None, message: Message) -> Harne
     other field starts afresh (no final state, no abort or interrupt, no error, the primary
     model), and the limits count from here. ``previous`` is left as it is."""
     if previous is None:
-        state = HarnessState(history=[message])
+        state = HarnessState(history=History([message]))
     else:
-        history = list(previous.history)
+        history = History(previous.history)  # shares its chain: see _history
         if history and history[-1].role == "user":
             history[-1] = Message("user", (*history[-1].content, *message.content))
         else:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 from innerloop._convert import structure, unstructure
+from innerloop._history import History
 from innerloop._json import STORED_JSON_DEPTH, parse_json
 from innerloop._messages import Message
 from innerloop.checkpoint._types import (
@@ -418,5 +419,5 @@ def decode(rows: StoredRows) -> Checkpoint:
         state = structure(data, HarnessState)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise CheckpointCorrupt(info.run_id, info.seq, f"{type(exc).__name__}: {exc}") from exc
-    state.history = history
+    state.history = History(history)
     return Checkpoint(info, state)

@@ -47,6 +47,7 @@ import attrs
 from innerloop import _convert
 from innerloop._errors import SpecError
 from innerloop._events import ChildEvent, Event, ModelResponseEvent
+from innerloop._history import History
 from innerloop._messages import Message, TextBlock, Usage
 from innerloop.fsm._compile import CompiledMachine, compile_spec
 from innerloop.fsm._context import Deps, Mailbox, Nest, PhaseContext, relay, request_settings
@@ -746,7 +747,7 @@ def handoff_handler(child: Child[Any], note: str = HANDOFF_NOTE) -> Handler:
         if child.name in parent.notes.get(CHILD_RUNS, {}):
             run = _continued(ctx, child, child.name, None)
         else:
-            fresh: HarnessState[Any] = HarnessState(history=list(parent.history))
+            fresh: HarnessState[Any] = HarnessState(history=History(parent.history))
             if not fresh.history or fresh.history[-1].role == "assistant":
                 _tell(fresh.history, note)
             run = ChildRun(ctx, child, None, state=fresh)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
+import weakref
 from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
@@ -239,6 +239,23 @@ def _going_on(state: HarnessState[Any]) -> dict[str, Any]:
     return data
 
 
+def _nested_step(
+    within: Callable[[Any, Any, Any], Awaitable[None] | None], run: Run[Any]
+) -> Callable[[Any, Any], Awaitable[None] | None]:
+    """``within(run, machine, transition)`` as a child run calls it, holding ``run``
+    weakly: the run holds it (in its scope), and a cycle would keep each ended run, its
+    history and its last request with it, until the garbage collector's next pass, which
+    then walks them all (a long conversation's message paid for the histories of the
+    messages before it)."""
+    ref = weakref.ref(run)
+
+    def step(machine: Any, transition: Any) -> Awaitable[None] | None:
+        target = ref()
+        return None if target is None else within(target, machine, transition)
+
+    return step
+
+
 class Run(Generic[OutputT]):
     """One run of a compiled machine: the driver.
 
@@ -296,7 +313,7 @@ class Run(Generic[OutputT]):
         self.on_step = on_step
         within = getattr(on_step, "within", None)  # a checkpoint writer: children's steps
         if within is not None:
-            self.scope.nested_step = functools.partial(within, self)
+            self.scope.nested_step = _nested_step(within, self)
         self._after_step: Awaitable[None] | None = None
         self._sm: StateMachine | None = None
         if engine == "statemachine":

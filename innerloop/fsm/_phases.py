@@ -31,6 +31,7 @@ from innerloop._events import (
     ToolExecuted,
     ToolUseComplete,
 )
+from innerloop._history import History
 from innerloop._json import unreadable_reason
 from innerloop._log import log_model_failure
 from innerloop._messages import (
@@ -283,7 +284,7 @@ async def compact(ctx: PhaseContext) -> AsyncIterator[Event]:
         if known and state.cost_usd is None:
             for alert in _unpriced_alert(params, [(result.model, None)]):
                 yield alert
-    state.history = list(result.history)
+    state.history = History(result.history)
     if reason == "max_tokens":
         _append_user_text(state.history, policy.continuation_message)
     tokens.forget_missing(state.history)

@@ -14,6 +14,7 @@ from typing import Any, Generic
 import attrs
 
 from innerloop._errors import ProviderError
+from innerloop._history import History
 from innerloop._messages import Message, ModelResponse, ToolResultBlock, Usage
 from innerloop._tasks import Task
 from innerloop.fsm._output import OutputT
@@ -128,7 +129,12 @@ class HarnessState(Generic[OutputT]):
     its next phase or stream event.
     """
 
-    history: list[Message] = attrs.Factory(list)
+    history: list[Message] = attrs.Factory(History)
+    """The messages so far: a ``list`` that also keeps track of how it changed (an append,
+    an edit of its last messages), so what a call derives from it (its wire messages,
+    the fingerprints, the token count) goes on from the last call's without comparing the
+    messages before; a copy of it (``type(history)(history)``) shares that. Any list may
+    be given or assigned: it is then compared with the last one seen, at each call."""
     tasks: list[Task] = attrs.Factory(list)
     usage: Usage = Usage()
     turns: int = 0

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from innerloop._convert import unstructure
+from innerloop._history import History, Link, chain_of, extends, link_at
 from innerloop._messages import Message, encodable
 from innerloop.providers._normalize import WireMessage, WireRequest
 
@@ -57,7 +58,7 @@ def request_digests(request: WireRequest) -> tuple[str, dict[str, str]]:
         whole.update(b"," if i else b"")
         whole.update(_text(key).encode())
         whole.update(b":")
-        if key == "messages" and isinstance(value, list) and value:
+        if key in ("messages", "input") and isinstance(value, list) and value:
             whole, part = _hash_items(value, whole)
         else:
             text = _text(value).encode()
@@ -80,20 +81,19 @@ def _hash_items(items: list[Any], whole: Any) -> tuple[Any, Any]:
     """``whole`` having read the JSON text of the list ``items`` (wire messages), and a
     hasher of that text alone, going on from where the last request that began alike
     left them: the first wire message keeps, with the digest of what ``whole`` had read
-    before, the messages read then and both hashers' states (up to its last kept wire
-    message: later calls send those as they are). So a conversation's call hashes only
-    its new messages."""
+    before, the mark of the items read then and both hashers' states (up to its last kept
+    wire message: later calls send those as they are). So a conversation's call hashes
+    only its new messages. The mark is the link of that last item when ``items`` is a
+    history of wire messages with its chain at hand (as ``build_request`` makes it, see
+    ``innerloop._history``): a request goes on from it when its own chain walked back over
+    its new items meets it; for another list, the items themselves, compared."""
     first = items[0]
     before = whole.copy().digest()
+    head = items.head() if type(items) is History and items.knows() else None
     kept = first.prefix if type(first) is WireMessage else None
     start = 0
-    if (
-        kept is not None
-        and kept[0] == before
-        and len(kept[1]) <= len(items)
-        and items[: len(kept[1])] == kept[1]
-    ):
-        start = len(kept[1])
+    if kept is not None and kept[0] == before and _goes_on(items, head, kept[1]):
+        start = kept[1].size if type(kept[1]) is Link else len(kept[1])
         whole_state, part_state = kept[2].copy(), kept[3].copy()
     else:
         whole_state, part_state = whole.copy(), hashlib.sha256()
@@ -105,10 +105,19 @@ def _hash_items(items: list[Any], whole: Any) -> tuple[Any, Any]:
         whole_state.update(text)
         part_state.update(text)
         if n + 1 == stable and type(first) is WireMessage:
-            first.prefix = (before, items[:stable], whole_state.copy(), part_state.copy())
+            mark = items[:stable] if head is None else link_at(head, stable)
+            first.prefix = (before, mark, whole_state.copy(), part_state.copy())
     whole_state.update(b"]")
     part_state.update(b"]")
     return whole_state, part_state
+
+
+def _goes_on(items: list[Any], head: Link[Any] | None, mark: Any) -> bool:
+    """Whether ``items`` (whose chain ends at ``head``, None when not at hand) begin with
+    the items ``mark`` stands for (their link, or the items themselves)."""
+    if type(mark) is Link:
+        return head is not None and extends(head, mark)
+    return len(mark) <= len(items) and items[: len(mark)] == mark
 
 
 def _message_text(message: Message) -> bytes:
@@ -123,21 +132,23 @@ def _message_text(message: Message) -> bytes:
 def history_fingerprint(history: Iterable[Message]) -> str:
     """The sha256 (hex) of a canonical history, in the event log's JSON form. The text of
     a list is its items' texts joined, so each message is serialized once; and the first
-    message keeps the last history hashed (its messages and the hasher's state), so a
-    conversation's next fingerprint hashes only the messages added since."""
+    message keeps the last history hashed (what stands for its messages, and the hasher's
+    state), so a conversation's next fingerprint hashes only the messages added since. A
+    run's history (``HarnessState.history``) tells that it goes on from the last one
+    without comparing the messages before; another list is compared with them."""
     messages = history if isinstance(history, list | tuple) else list(history)
     if not messages:
         return hashlib.sha256(b"[]").hexdigest()
     memo = messages[0]._memo
-    kept: Sequence[Message]
-    kept, state = memo.get("fingerprint.history", ((), None))
-    if state is not None and len(kept) <= len(messages) and list(messages[: len(kept)]) == kept:
-        hasher, start = state.copy(), len(kept)
+    head = chain_of(messages)
+    kept: tuple[Link[Message], Any] | None = memo.get("fingerprint.history")
+    if kept is not None and extends(head, kept[0]):
+        hasher, start = kept[1].copy(), kept[0].size
     else:
         hasher, start = hashlib.sha256(), 0
     for n in range(start, len(messages)):
         hasher.update((b"," if n else b"[") + _message_text(messages[n]))
-    memo["fingerprint.history"] = (list(messages), hasher.copy())
+    memo["fingerprint.history"] = (head, hasher.copy())
     hasher.update(b"]")
     digest: str = hasher.hexdigest()
     return digest

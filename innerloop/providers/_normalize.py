@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import html
 import json
+import operator
 import re
 from collections.abc import Sequence
 from typing import Any, Literal, TypeAlias
@@ -16,6 +17,7 @@ from typing import Any, Literal, TypeAlias
 import attrs
 
 from innerloop._errors import ContentError
+from innerloop._history import History, Link, extends
 from innerloop._json import MAX_JSON_DEPTH
 from innerloop._messages import (
     Block,
@@ -317,17 +319,79 @@ def _anthropic_wire(message: Message) -> WireMessage | None:
     return wire_message
 
 
-def _anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """The history on Anthropic's wire. A conversation's first message keeps the last
-    history converted (its messages and their wire messages): a history that starts with
-    those goes on from there, so a call converts only the messages added since (the
-    prefix is compared at C speed, by identity first)."""
-    memo = messages[0]._memo if messages else {}
-    kept, done = memo.get("anthropic.history", ((), ()))
-    if len(kept) <= len(messages) and list(messages[: len(kept)]) == kept:
-        out, rest = list(done), messages[len(kept) :]
+_CHAINED_FROM = 256
+"""A history this long or longer goes on by its chain of links; a shorter one by
+comparing its messages with those kept (cheaper for a few messages)."""
+_Kept: TypeAlias = tuple[Link[Message], "History[dict[str, Any]]", Link[dict[str, Any]] | None]
+"""What a conversation's first message keeps of the last history converted: the link of
+its last message, its wire messages (the list sent, when nothing was added to it) and
+the link of their last one then."""
+
+
+def _going_on(
+    messages: Sequence[Message], key: str, lead: tuple[dict[str, Any], ...] = ()
+) -> tuple[list[dict[str, Any]], Sequence[Message], Link[Message] | None]:
+    """The wire messages kept under ``key`` for the longest start of ``messages`` made
+    before, after the ``lead`` items (a system message), as a new list to go on with;
+    the messages after that start; and the link of the last message.
+
+    A conversation's first message keeps the last history converted, so a call converts
+    only the messages added since. For a :class:`~innerloop._history.History` (as a run
+    keeps it), it keeps the link of its last message, its wire messages and their link:
+    a history whose chain goes on from that link goes on from them, known without
+    comparing the messages before, and the list is a history of wire messages (its
+    fingerprint goes on alike; below :data:`_CHAINED_FROM` messages, comparing costs
+    less). The wire messages kept are the very list the last
+    request sent (no copy of them is kept): they are taken while its chain still ends at
+    the link kept, so while nothing changed it since (what adds to a request's messages,
+    a cache breakpoint, adds to a copy). Another sequence is compared with the messages
+    kept."""
+    if not messages:
+        return History(lead), messages, None
+    memo = messages[0]._memo
+    if type(messages) is not History or len(messages) < _CHAINED_FROM:
+        done: tuple[list[Message], tuple[dict[str, Any], ...]] | None = memo.get(key + ".list")
+        if done is not None:
+            n = len(done[0])
+            if n <= len(messages) and list(messages[:n]) == done[0] and _leads(done[1], lead):
+                return list(done[1]), messages[n:], None
+        return list(lead), messages, None
+    head = messages.head()
+    kept: _Kept | None = memo.get(key)
+    if (
+        kept is not None
+        and kept[1].knows()
+        and kept[1].head() is kept[2]
+        and extends(head, kept[0])
+        and _leads(kept[1], lead)
+    ):
+        return History.made(kept[1], kept[2]), messages[kept[0].size :], head
+    return History(lead), messages, head
+
+
+def _leads(items: Sequence[dict[str, Any]], lead: tuple[dict[str, Any], ...]) -> bool:
+    """Whether ``items`` begin with the ``lead`` items themselves (none, or a system
+    message)."""
+    return not lead or (len(items) >= len(lead) and all(map(operator.is_, items, lead)))
+
+
+def _keep(
+    messages: Sequence[Message], key: str, head: Link[Message] | None, out: list[dict[str, Any]]
+) -> None:
+    """Keep ``out``, the wire messages of ``messages`` (ending at link ``head``), for the
+    next call (see :func:`_going_on`)."""
+    if not messages:
+        return
+    if type(out) is History:
+        messages[0]._memo[key] = (head, out, out.head())
     else:
-        out, rest = [], messages
+        messages[0]._memo[key + ".list"] = (list(messages), tuple(out))
+
+
+def _anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """The history on Anthropic's wire, going on from the last history converted (see
+    :func:`_going_on`); consecutive messages of one role merged into one."""
+    out, rest, head = _going_on(messages, "anthropic.history")
     for message in rest:
         wire = _anthropic_wire(message)
         if wire is None:
@@ -338,10 +402,10 @@ def _anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
             out[-1] = {"role": role, "content": content}
         else:
             out.append(wire)
-    if messages:
-        memo["anthropic.history"] = (list(messages), tuple(out))
-    if out and out[0]["role"] != "user":
-        out.insert(0, {"role": "user", "content": [{"type": "text", "text": "(continued)"}]})
+    _keep(messages, "anthropic.history", head, out)
+    if out and out[0]["role"] != "user":  # a copy: the kept list stays as it is
+        first = {"role": "user", "content": [{"type": "text", "text": "(continued)"}]}
+        out = [first, *out]
     return out
 
 
@@ -386,25 +450,29 @@ def _openai_user_part(block: Block) -> dict[str, Any] | None:
     return None
 
 
-def _openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+def _openai_wire(message: Message) -> tuple[WireMessage, ...]:
+    """``message`` on Chat Completions' wire (tool results are messages of their own),
+    made once."""
+    memo = message._memo
+    made: tuple[WireMessage, ...] | None = memo.get("openai")
+    if made is not None:
+        return made
     out: list[dict[str, Any]] = []
-    for message in messages:
-        if message.role == "assistant":
-            text = "".join(b.text for b in message.content if isinstance(b, TextBlock))
-            calls = [
-                {
-                    "id": b.id,
-                    "type": "function",
-                    "function": {
-                        "name": b.name,
-                        "arguments": json.dumps(b.input, separators=(",", ":")),
-                    },
-                }
-                for b in message.content
-                if isinstance(b, ToolUseBlock)
-            ]
-            if not text and not calls:
-                continue  # thinking-only turns cannot be sent to OpenAI
+    if message.role == "assistant":
+        text = "".join(b.text for b in message.content if isinstance(b, TextBlock))
+        calls = [
+            {
+                "id": b.id,
+                "type": "function",
+                "function": {
+                    "name": b.name,
+                    "arguments": json.dumps(b.input, separators=(",", ":")),
+                },
+            }
+            for b in message.content
+            if isinstance(b, ToolUseBlock)
+        ]
+        if text or calls:  # thinking-only turns cannot be sent to OpenAI
             # a message of calls alone carries "" as content: OpenAI's schema takes any
             # string there; llama.cpp's server refuses null (a 500) and its chat templates
             # read the key (a 500 without it)
@@ -412,18 +480,35 @@ def _openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
             if calls:
                 wire["tool_calls"] = calls
             out.append(wire)
-            continue
+    else:
         for block in message.content:
             if isinstance(block, ToolResultBlock):
                 content = ERROR_PREFIX + block.content if block.is_error else block.content
                 out.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": content})
         parts = [p for p in (_openai_user_part(b) for b in message.content) if p is not None]
-        if not parts:
-            continue
-        if all(p["type"] == "text" for p in parts):
+        if parts and all(p["type"] == "text" for p in parts):
             out.append({"role": "user", "content": "\n\n".join(p["text"] for p in parts)})
-        else:
+        elif parts:
             out.append({"role": "user", "content": parts})
+    made = memo["openai"] = tuple(WireMessage(w) for w in out)
+    return made
+
+
+def _openai_messages(messages: Sequence[Message], system: str = "") -> list[dict[str, Any]]:
+    """The history on Chat Completions' wire, after the ``system`` message when there is
+    one, going on from the last history converted (see :func:`_going_on`)."""
+    lead: tuple[dict[str, Any], ...] = ()
+    key = "openai.history"
+    if system:  # one system message per conversation while it stays: kept with the rest
+        memo = messages[0]._memo if messages else {}
+        kept = memo.get("openai.system")
+        if kept is None or kept["content"] != system:
+            kept = memo["openai.system"] = WireMessage({"role": "system", "content": system})
+        lead, key = (kept,), "openai.history+system"
+    out, rest, head = _going_on(messages, key, lead)
+    for message in rest:
+        out += _openai_wire(message)
+    _keep(messages, key, head, out)
     return out
 
 
@@ -482,12 +567,16 @@ def _responses_assistant(message: Message, out: list[dict[str, Any]]) -> None:
             )
 
 
-def _responses_input(messages: Sequence[Message]) -> list[dict[str, Any]]:
+def _responses_wire(message: Message) -> tuple[WireMessage, ...]:
+    """``message`` as Responses input items, made once."""
+    memo = message._memo
+    made: tuple[WireMessage, ...] | None = memo.get("responses")
+    if made is not None:
+        return made
     out: list[dict[str, Any]] = []
-    for message in messages:
-        if message.role == "assistant":
-            _responses_assistant(message, out)
-            continue
+    if message.role == "assistant":
+        _responses_assistant(message, out)
+    else:
         for block in message.content:
             if isinstance(block, ToolResultBlock):
                 content = ERROR_PREFIX + block.content if block.is_error else block.content
@@ -501,6 +590,17 @@ def _responses_input(messages: Sequence[Message]) -> list[dict[str, Any]]:
         parts = [p for p in (_responses_user_part(b) for b in message.content) if p is not None]
         if parts:
             out.append({"role": "user", "content": parts})
+    made = memo["responses"] = tuple(WireMessage(w) for w in out)
+    return made
+
+
+def _responses_input(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """The history as Responses input items, going on from the last history converted
+    (see :func:`_going_on`)."""
+    out, rest, head = _going_on(messages, "responses.history")
+    for message in rest:
+        out += _responses_wire(message)
+    _keep(messages, "responses.history", head, out)
     return out
 
 
@@ -598,15 +698,16 @@ def _anthropic_payload(settings: RequestSettings, history: Sequence[Message]) ->
     last = cache.last_messages
     if not last and settings.cache_last_user_turn and messages and messages[-1]["role"] == "user":
         last = 1
-    mark_messages(messages, last, cache.messages_ttl)
+    if last:  # a copy: the list converted is kept for the next call as it is
+        if type(messages) is History:
+            messages = History.made(messages, messages.head())
+        mark_messages(messages, last, cache.messages_ttl)
     payload["messages"] = messages
     return payload
 
 
 def _openai_payload(settings: RequestSettings, history: Sequence[Message]) -> dict[str, Any]:
-    messages = _openai_messages(history)
-    if settings.system:
-        messages.insert(0, {"role": "system", "content": settings.system})
+    messages = _openai_messages(history, settings.system)
     payload: dict[str, Any] = {
         "max_completion_tokens": settings.max_output_tokens,
         "stream_options": {"include_usage": True},

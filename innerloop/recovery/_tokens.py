@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from innerloop._errors import InnerloopError
+from innerloop._history import Link, chain_of, extends
 from innerloop._messages import (
     DocumentBlock,
     ImageBlock,
@@ -403,10 +404,10 @@ class MessageTokenCache:
     """Counts messages once each: messages are immutable, so a count never goes stale.
 
     ``count_history`` also remembers the history it last counted and its total, so when
-    the next history extends it (the loop appends), only the new messages are counted.
-    Any other change (compaction, a host's edit anywhere in the history) is told by
-    comparing the counted part message by message (by identity, in C), and recounts
-    from the per-message cache.
+    the next history goes on from it (the loop appends), only the new messages are
+    counted; a run's history (``HarnessState.history``) tells that without comparing the
+    messages before (another list is compared with them). Any other change (compaction,
+    a host's edit anywhere in the history) recounts from the per-message cache.
     """
 
     def __init__(self, counter: TokenCounter) -> None:
@@ -414,9 +415,9 @@ class MessageTokenCache:
         self.exact = _exact(counter)
         """The counter again when it can count a whole request exactly, else None."""
         self._counts: dict[int, tuple[Message, int]] = {}
-        self._seen: list[Message] = []
+        self._kept: Link[Message] | None = None
         self._total = 0
-        """Tokens of ``_seen``."""
+        """Tokens of the messages up to ``_kept``."""
 
     def count(self, message: Message) -> int:
         hit = self._counts.get(id(message))
@@ -428,25 +429,13 @@ class MessageTokenCache:
 
     def count_history(self, history: Sequence[Message]) -> int:
         """Tokens of ``history``; costs only the messages not counted before."""
-        seen = self._seen
-        n = len(seen)
-        # the counted part must be the same messages: the last one first (cheap, and what
-        # a compaction or a rewrite of the end changes), then all of them (an edit in the
-        # middle); list equality tests identity first, so equal messages compare equal
-        if n and (
-            len(history) < n
-            or history[n - 1] is not seen[-1]
-            or (history[:n] if type(history) is list else list(history[:n])) != seen
-        ):
-            seen, n = [], 0
-            self._seen, self._total = seen, 0
-        if len(history) == n:
-            return self._total
-        total = self._total
-        for message in history[n:]:
+        head = chain_of(history)
+        kept, total = self._kept, self._total
+        if not extends(head, kept):
+            kept, total = None, 0
+        for message in history[0 if kept is None else kept.size :]:
             total += self.count(message)
-            seen.append(message)
-        self._total = total
+        self._kept, self._total = head, total
         return total
 
     def count_static(self, system: str, tools: Sequence[dict[str, Any]]) -> int:

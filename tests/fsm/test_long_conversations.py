@@ -4,6 +4,7 @@ bounded number of requests."""
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 from typing import Any
 
@@ -118,3 +119,177 @@ def test_a_conversations_call_hashes_only_its_new_messages(
     history.append(Message.user("one more"))
     both(history)
     assert len(texts) < 20, texts  # the new message, the breakpoints' copies, the keys
+
+
+def test_an_ended_message_run_is_freed_at_once(tmp_path: Path) -> None:
+    """A conversation's message run with checkpoints is freed when it ends, not left in a
+    reference cycle (its scope held the checkpoint writer's hook bound to the run): each
+    such run kept its whole history until the garbage collector's next pass, which then
+    walked every one of them."""
+    store = open_checkpointer(f"sqlite:///{tmp_path / 'c.db'}")
+    script = ScriptedProvider([reply(f"a{i}") for i in range(5)])
+    harness = Harness(
+        HarnessParams(model="scripted:m"), [script], checkpointer=store, checkpoint_every="turn"
+    )
+    session = harness.session("c1")
+    with harness:
+        session.send_sync("q0")
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            for i in range(1, 5):
+                session.send_sync(f"q{i}")
+            gc.collect()
+            kept = [type(o).__name__ for o in gc.garbage]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+    store.close()
+    assert not {"Run", "HarnessState", "PhaseContext"} & set(kept), kept
+
+
+def _turn(i: int) -> list[Message]:
+    """A user question, a tool call (with thinking and text), its result, an answer."""
+    from innerloop import TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+
+    call = ToolUseBlock(f"c{i}", "grep", {"q": i, "flag": i % 2 == 0})
+    return [
+        Message.user(f"q{i}"),
+        Message.assistant([ThinkingBlock(f"t{i}", f"sig{i}"), TextBlock(f"a{i}"), call]),
+        Message.user([ToolResultBlock(f"c{i}", f"r{i}", is_error=i % 3 == 0)]),
+        Message.assistant(f"done {i}"),
+    ]
+
+
+@pytest.mark.parametrize("chained_from", [4, 256])
+@pytest.mark.parametrize("dialect", ["anthropic", "openai", "responses"])
+def test_requests_made_call_after_call_are_the_ones_made_whole(
+    dialect: str, chained_from: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each dialect's wire request (its JSON bytes), its fingerprint and the history's
+    fingerprint, made call after call as a conversation goes on (each message's history
+    a copy of the last one's, as a session makes it; a plain list; consecutive user
+    messages merged; a fork whose branches take turns; a compaction that rewrites the
+    beginning; an edit in the middle; a host changing a request's messages after it was
+    made), are those made from fresh messages; whether the history goes on by its chain
+    of links from its fifth message on, or by comparison up to 256."""
+    import json
+
+    from innerloop.providers import _normalize
+
+    monkeypatch.setattr(_normalize, "_CHAINED_FROM", chained_from)
+
+    from innerloop._history import History
+    from innerloop.fsm import PromptCache
+    from innerloop.fsm._context import request_settings
+    from innerloop.providers._fingerprint import history_fingerprint, request_digests
+    from innerloop.providers._normalize import build_request
+
+    settings = request_settings(
+        HarnessParams(model="scripted:m", system="s", prompt_cache=PromptCache(last_messages=2))
+    )
+
+    calls = [0]
+
+    def made(messages: list[Message]) -> tuple[bytes, tuple[str, dict[str, str]], str]:
+        request = build_request(settings, messages, dialect, "m")
+        wire = json.dumps(request.payload, ensure_ascii=False).encode()
+        made = wire, request_digests(request), history_fingerprint(messages)
+        calls[0] += 1
+        sent = request.payload["input" if dialect == "responses" else "messages"]
+        if calls[0] % 3 == 0:  # a host changes a request's messages after it was made
+            sent.append({"role": "user", "content": "added"})
+        elif calls[0] % 3 == 1 and len(sent) > 2:
+            sent[1] = {"role": "user", "content": "replaced"}
+        return made
+
+    def same(messages: list[Message]) -> None:
+        assert made(messages) == made(_fresh(messages)), len(messages)
+
+    history: History[Message] = History()
+    for i in range(30):
+        history = History(history)  # the next message's run: a copy sharing the chain
+        for message in _turn(i):
+            history.append(message)
+            same(history)
+        if i % 5 == 0:  # a user message merged into the last one, as a session merges
+            history.append(Message.user(f"and {i}"))
+            history[-1] = Message("user", (*history[-1].content, *Message.user("x").content))
+            same(history)
+            same(list(history))  # a plain list of the same messages
+    branches = [History(history), History(history)]  # a fork: two ways from one history
+    for i in range(30, 36):
+        for branch, turn in zip(branches, (_turn(i), _turn(i + 100)), strict=True):
+            branch.extend(turn)
+            same(branch)
+    compacted = History([Message.user("summary"), *history[-8:]])  # a new beginning
+    same(compacted)
+    compacted.extend(_turn(50))
+    same(compacted)
+    history[3] = Message.user("edited")  # an edit in the middle of a history
+    same(history)
+    plain = list(history)
+    plain[5] = Message.user("edited too")  # and of a plain list
+    same(plain)
+    same(plain + _turn(60))
+
+
+@pytest.mark.parametrize(
+    ("dialect", "part"),
+    [("openai", "_openai_user_part"), ("responses", "_responses_user_part")],
+)
+def test_openai_calls_convert_only_new_messages(
+    dialect: str, part: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Chat Completions or Responses call after 300 messages converts only the message
+    added since the last call (as Anthropic's does), not the whole history."""
+    from innerloop._history import History
+    from innerloop.fsm._context import request_settings
+    from innerloop.providers import _normalize
+    from innerloop.providers._normalize import build_request
+
+    settings = request_settings(HarnessParams(model="scripted:m", system="s"))
+    history = History(m for i in range(75) for m in _turn(i))
+    build_request(settings, history, dialect, "m")
+    converted: list[object] = []
+    real = getattr(_normalize, part)
+
+    def counted(block: object) -> object:
+        converted.append(block)
+        return real(block)
+
+    monkeypatch.setattr(_normalize, part, counted)
+    history = History(history)
+    history.append(Message.user("one more"))
+    build_request(settings, history, dialect, "m")
+    assert len(converted) == 1, converted
+
+
+@pytest.mark.parametrize("dialect", ["anthropic", "openai", "responses"])
+def test_a_long_historys_fingerprints_copy_nothing_of_it(dialect: str) -> None:
+    """The fingerprints of a 20,000-message history and of its request, when they go on
+    from the last ones made, allocate next to nothing: no copy of the history or of the
+    request's messages is made to compare them with the last ones (each copy would be
+    160 KB)."""
+    import tracemalloc
+
+    from innerloop._history import History
+    from innerloop.fsm._context import request_settings
+    from innerloop.providers._fingerprint import history_fingerprint, request_digests
+    from innerloop.providers._normalize import build_request
+
+    settings = request_settings(HarnessParams(model="scripted:m", system="s"))
+    history = History(m for i in range(5_000) for m in _turn(i))
+    history_fingerprint(history)
+    request_digests(build_request(settings, history, dialect, "m"))
+    history = History(history)
+    history.append(Message.user("next"))
+    request = build_request(settings, history, dialect, "m")
+    tracemalloc.start()
+    try:
+        history_fingerprint(history)
+        request_digests(request)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 20_000, peak
