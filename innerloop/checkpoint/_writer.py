@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 from innerloop._convert import structure, unstructure
-from innerloop._history import History
+from innerloop._history import History, Link, chain_of, extends, link_at
 from innerloop._json import STORED_JSON_DEPTH, parse_json
 from innerloop._messages import Message
 from innerloop.checkpoint._types import (
@@ -257,6 +257,9 @@ class CheckpointWriter:
         self.seq = seq
         self._start = segment_start
         self._segment = list(segment)
+        self._link: Link[Message] | None = chain_of(segment) if segment else None
+        """The link of the stored segment's last message: a history that goes on from it
+        holds the segment unchanged (:meth:`_extends`)."""
         self._next = segment_start + len(self._segment)
         self._codec = _StateCodec()
         self._base = 0
@@ -311,13 +314,24 @@ class CheckpointWriter:
         return barrier
 
     def _extends(self, history: Sequence[Message]) -> bool:
-        """Is ``history`` the stored segment plus new messages? Messages are frozen, and
-        every rewrite (compaction, a merged user message) makes new ones, so the first and
-        the last stored message being the same objects tells."""
+        """Is ``history`` the stored segment plus new messages? Its chain going on from
+        the segment's last link tells (a walk back over the messages added since); when
+        the chains are not the same (a history made anew from equal messages, a resumed
+        run's), the messages are compared by identity once and the chain taken on. Any
+        change to a stored message, in place or by a rewrite (compaction, a merged user
+        message, a host's redaction), makes it not so: a new segment is written."""
         seg, n = self._segment, len(self._segment)
-        return len(history) >= n and (
-            n == 0 or (history[0] is seg[0] and history[n - 1] is seg[n - 1])
-        )
+        if n == 0:
+            return True
+        if len(history) < n:
+            return False
+        head = chain_of(history)
+        if extends(head, self._link):
+            return True
+        if all(map(operator.is_, history, seg)):
+            self._link = link_at(head, n)
+            return True
+        return False
 
     @property
     def pending(self) -> int:
@@ -361,11 +375,14 @@ class CheckpointWriter:
             raise
         self._committed = self._mark()
 
-    def _mark(self) -> tuple[int, int, list[Message], int, int, int]:
-        return (self.seq, self._start, self._segment, len(self._segment), self._next, self._base)
+    def _mark(self) -> tuple[int, int, list[Message], int, Link[Message] | None, int, int]:
+        segment = self._segment
+        return (self.seq, self._start, segment, len(segment), self._link, self._next, self._base)
 
     def _rollback(self) -> None:
-        self.seq, self._start, self._segment, n, self._next, self._base = self._committed
+        self.seq, self._start, self._segment, n, self._link, self._next, self._base = (
+            self._committed
+        )
         del self._segment[n:]
         self._codec.reset()  # the next checkpoint is whole: nothing depends on a lost one
 
@@ -399,6 +416,7 @@ class CheckpointWriter:
             self._segment = []
         self._start = start
         self._segment.extend(new)
+        self._link = chain_of(history) if history else None
         self._next = max(self._next, start + len(history))
         self.seq = seq
         return info

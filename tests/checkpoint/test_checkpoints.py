@@ -154,6 +154,29 @@ class TestWriting:
         back = decode_latest(store, "long")
         assert back.history == state.history
 
+    def test_a_message_changed_in_place_starts_a_new_segment(self, store: Checkpointer) -> None:
+        """A host that redacts a message in the middle of the history, in place (the first
+        and the last message unchanged), is checkpointed with the redaction: the stored
+        segment is not taken for extended because its ends are the same objects."""
+        store.create_run("r", "innerloop")
+        writer = CheckpointWriter(store, "r")
+        msgs = [Message.user("u0"), Message.assistant("a0"), Message.user("u1")]
+        state = HarnessState(history=list(msgs))
+        writer.save(state, "assemble")
+        state.history[1] = Message.assistant("[redacted]")
+        writer.save(state, "check")
+        state.history.append(Message.assistant("a1"))
+        writer.save(state, "check")
+        infos = store.checkpoints("r")
+        assert [(i.history_start, i.history_len) for i in infos] == [(0, 3), (3, 3), (3, 4)]
+        assert decode_at(store, "r", 1).history == msgs
+        assert decode_latest(store, "r").history == [
+            msgs[0],
+            Message.assistant("[redacted]"),
+            msgs[2],
+            Message.assistant("a1"),
+        ]
+
     def test_compaction_starts_a_new_segment(self, store: Checkpointer) -> None:
         """A rewritten history (compaction) is written once as a new segment; later
         checkpoints extend it, earlier ones still read their own history."""
