@@ -157,14 +157,21 @@ class Served:
         while len(self._sessions) > IN_MEMORY:
             del self._sessions[next(iter(self._sessions))]
 
-    def read(self, run: Run[Any], *, events: bool = True) -> Reading:
+    def read(
+        self, run: Run[Any], *, events: bool = True, session: Session | None = None
+    ) -> Reading:
         """``run`` read from now on by a task of its own (see :class:`Reading`); with
         ``events=False``, when no one wants them (nor the event log), the run goes on
-        without making them (``run.run()``, the quiet path) and the reading yields none."""
+        without making them (``run.run()``, the quiet path) and the reading yields none.
+        ``session``, the conversation ``run`` is a message of, lets go of the run when it
+        ends (it keeps its state: a thousand kept conversations, each holding its last run,
+        made every full garbage collection walk their tasks, scopes and requests)."""
         logged = self.runs_dir is not None
         reading = Reading(run, self._log if logged else None, events or logged)
         self._tasks.add(reading.task)
         reading.task.add_done_callback(self._done)
+        if session is not None:
+            reading.task.add_done_callback(lambda _: session._settle())
         return reading
 
     def _done(self, task: asyncio.Task[None]) -> None:
@@ -335,7 +342,11 @@ class Gone:
         self.task.cancel()
 
     async def __aexit__(self, kind: type[BaseException] | None, *exc: object) -> bool:
-        self.watcher.cancel()
+        # dropped as it is cancelled: its CancelledError's traceback holds its frame, which
+        # holds this object; kept, that cycle would wait for the garbage collector
+        watcher = self.watcher
+        del self.watcher
+        watcher.cancel()
         if self.left and kind is asyncio.CancelledError:
             self.task.uncancel()
             return True
