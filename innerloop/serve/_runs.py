@@ -10,6 +10,7 @@ restart when the secret is given); every later request on that id must carry the
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import hashlib
 import hmac
@@ -40,6 +41,7 @@ __all__ = [
     "Reading",
     "Refused",
     "Served",
+    "Turns",
     "answer_of",
     "event_json",
     "event_stream",
@@ -56,6 +58,8 @@ ID_CHARS = 200
 """The longest conversation id taken."""
 IN_MEMORY = 1000
 """The conversations a server without a checkpoint store keeps (the oldest go first)."""
+BURST = 16
+"""The requests one turn of the event loop sets up at most (see :class:`Turns`)."""
 
 
 class Refused(Exception):
@@ -76,6 +80,40 @@ class Conversation:
     new: bool
 
 
+class Turns:
+    """At most ``burst`` callers of :meth:`take` go on in one turn of the event loop; the
+    others wait, in their order, for the turns after. A request's set-up (its body, its
+    conversation, its run's start) costs about half a millisecond: 200 clients arriving at
+    once were one turn of 100 ms, every stream and the watchdog waiting for it."""
+
+    def __init__(self, burst: int = BURST) -> None:
+        self.burst = burst
+        self._taken = 0
+        self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    async def take(self) -> None:
+        """Return in a turn with room (this one, or a later one)."""
+        loop = asyncio.get_running_loop()
+        if self._taken < self.burst and not self._waiting:
+            if self._taken == 0:
+                loop.call_soon(self._next_turn, loop)
+            self._taken += 1
+            return
+        waiting = loop.create_future()
+        self._waiting.append(waiting)
+        await waiting
+
+    def _next_turn(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._taken = 0
+        while self._waiting and self._taken < self.burst:
+            waiting = self._waiting.popleft()
+            if not waiting.done():  # not cancelled meanwhile
+                waiting.set_result(None)
+                self._taken += 1
+        if self._taken:
+            loop.call_soon(self._next_turn, loop)
+
+
 class Served:
     """A harness as served: its conversations (in memory without a checkpoint store) and
     the tasks reading its runs."""
@@ -91,6 +129,8 @@ class Served:
         self._sessions: dict[str, Session] = {}
         """Conversations held in memory (a harness without a checkpoint store)."""
         self._tasks: set[asyncio.Task[None]] = set()
+        self.turns = Turns()
+        """What spreads the set-up of requests arriving at once over turns of the loop."""
 
     def token(self, conversation_id: str) -> str:
         """The token of ``conversation_id``."""

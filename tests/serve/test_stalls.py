@@ -1,6 +1,7 @@
-"""What a served request leaves behind: nothing in a reference cycle (a full garbage
-collection walks every tracked object while 200 streams wait: bench/serve.py), and a
-conversation holds what the next message needs, not the finished run."""
+"""What keeps a served harness's event loop from stalling under many clients: a served
+request leaves nothing in a reference cycle (a full garbage collection walks every tracked
+object while 200 streams wait: bench/serve.py), a conversation holds what the next message
+needs, not the finished run, and requests arriving at once are set up over several turns."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 
 from bench.serve import answer_for, paced_harness
-from innerloop.serve._runs import Gone, Served
+from innerloop.serve._runs import Gone, Served, Turns
 
 
 @pytest.fixture
@@ -67,3 +68,24 @@ async def test_a_conversation_keeps_its_state_not_its_ended_run(no_gc: None) -> 
     assert [m.text for m in session.history] == ["client 3", answer_for(3)]
     await session.send("client 4")
     assert [m.text for m in session.history][2:] == ["client 4", answer_for(4)]
+
+
+async def test_requests_arriving_at_once_are_set_up_over_turns_of_the_loop() -> None:
+    """Turns(2): of five takers at once, two go on in the first turn, two in a later one,
+    the last after; each in its order."""
+    turns, passed = Turns(2), []
+
+    async def taker(number: int) -> None:
+        await turns.take()
+        passed.append(number)
+
+    tasks = [asyncio.create_task(taker(n)) for n in range(5)]
+    await asyncio.sleep(0)
+    assert passed == [0, 1]
+    seen = [list(passed)]
+    while len(passed) < 5:
+        await asyncio.sleep(0)
+        if passed != seen[-1]:
+            seen.append(list(passed))
+    assert seen == [[0, 1], [0, 1, 2, 3], [0, 1, 2, 3, 4]]
+    await asyncio.gather(*tasks)
