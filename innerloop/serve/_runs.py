@@ -280,6 +280,13 @@ def event_json(event: RunEvent) -> dict[str, Any]:
     return data
 
 
+class _Ping:
+    """What a reading's queue holds when its reader is due a ping."""
+
+
+_PING = _Ping()
+
+
 class Reading:
     """A run read by a task of its own from the moment a request made it: its events, for
     one reader (``async for event in reading``). When that reader leaves before the end,
@@ -294,7 +301,10 @@ class Reading:
         self.idle: Callable[[bool], Awaitable[None]] | None = None
         """Awaited when the reader is about to wait for the run (``False``), and again
         each :data:`PING_SECONDS` the run says nothing (``True``): a stream writes then."""
-        self._queue: asyncio.Queue[RunEvent | None] = asyncio.Queue()
+        self._queue: asyncio.Queue[RunEvent | _Ping | None] = asyncio.Queue()
+        self._said = 0.0
+        """When (the loop's time) the reader last had an event or a ping."""
+        self._pinger: asyncio.TimerHandle | None = None
         self._turns: dict[int, dict[str, Any]] = {}
         self._ended = False
         pump = self._pump(log) if events else self._quietly()
@@ -333,13 +343,23 @@ class Reading:
         queue, idle = self._queue, self.idle
         if queue.empty() and idle is not None:
             await idle(False)  # what is ready goes out before the wait
-            while queue.empty():
-                try:
-                    async with asyncio.timeout(PING_SECONDS):
-                        return await queue.get()
-                except TimeoutError:
-                    await idle(True)
-        return await queue.get()
+            if self._pinger is None:  # one timer a reading, not one a wait
+                self._said = asyncio.get_running_loop().time()
+                self._ping_due()
+        while type(event := await queue.get()) is _Ping:
+            assert idle is not None
+            await idle(True)
+        self._said = asyncio.get_running_loop().time()
+        return event  # type: ignore[return-value]
+
+    def _ping_due(self) -> None:
+        """A ping for the reader when the run has said nothing for :data:`PING_SECONDS`;
+        the timer set again for the next time one may be due."""
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._said >= PING_SECONDS and self._queue.empty():
+            self._queue.put_nowait(_PING)
+            self._said = loop.time()
+        self._pinger = loop.call_at(self._said + PING_SECONDS, self._ping_due)
 
     def figures_at(self, event: ModelResponseEvent) -> dict[str, Any]:
         """The run's :func:`figures` as it answered ``event`` (the reader may be behind
@@ -348,6 +368,8 @@ class Reading:
 
     def close(self) -> None:
         """Abort the run unless its events were read to the end (the reader left)."""
+        if self._pinger is not None:
+            self._pinger.cancel()
         if not self._ended:
             self._ended = True
             self.run.abort("the client went away")
