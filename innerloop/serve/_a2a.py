@@ -68,7 +68,7 @@ class _Executor(AgentExecutor):
             run = session.resume(_approval(context))
         self.runs[task_id] = run
         try:
-            with self.served.read(run) as reading:
+            with self.served.read(run, session=session) as reading:
                 await updater.start_work()
                 async for event in reading:
                     if type(event) is TextDelta and event.text:

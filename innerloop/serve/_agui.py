@@ -36,6 +36,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
+from innerloop._session import Session
 from innerloop.events import (
     Finished,
     MessageComplete,
@@ -93,7 +94,9 @@ def _answer(entries: list[agui.ResumeEntry], expected: str, interrupt: Interrupt
     raise Refused(409, f"resume names no pending interrupt; the thread waits on {expected!r}")
 
 
-def _start(served: Served, request: Request, run_input: agui.RunAgentInput) -> tuple[Run[Any], str]:
+def _start(
+    served: Served, request: Request, run_input: agui.RunAgentInput
+) -> tuple[Run[Any], str, Session]:
     props = run_input.forwarded_props if isinstance(run_input.forwarded_props, dict) else {}
     token = props.get("conversation_token") or request.headers.get("x-conversation-token")
     conversation = served.conversation(run_input.thread_id, token)
@@ -107,13 +110,15 @@ def _start(served: Served, request: Request, run_input: agui.RunAgentInput) -> t
                 "send a user message instead of resume",
             )
         expected = _interrupt_id(run_input.thread_id, state.interrupt)
-        return session.resume(
-            _answer(run_input.resume, expected, state.interrupt)
-        ), conversation.token
+        return (
+            session.resume(_answer(run_input.resume, expected, state.interrupt)),
+            conversation.token,
+            session,
+        )
     users = [m for m in run_input.messages if m.role == "user"]
     if not users:
         raise Refused(400, "messages: a user message (or resume) is wanted")
-    return session.start(_text(users[-1])), conversation.token
+    return session.start(_text(users[-1])), conversation.token, session
 
 
 def _snapshot(data: dict[str, Any]) -> agui.StateSnapshotEvent:
@@ -253,6 +258,6 @@ async def _events(
 async def ag_ui_run(served: Served, request: Request, body: dict[str, Any]) -> Response:
     """Run the thread's next message (or resume its interrupt); AG-UI events back."""
     run_input = _input(body)
-    run, token = _start(served, request, run_input)
-    reading = served.read(run)
+    run, token, session = _start(served, request, run_input)
+    reading = served.read(run, session=session)
     return event_stream(_events(reading, run_input, token), reading)

@@ -36,6 +36,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from innerloop._messages import ToolUseBlock
+from innerloop._session import Session
 from innerloop.events import (
     Finished,
     MessageComplete,
@@ -73,12 +74,13 @@ def _last_user_text(messages: Any) -> str:
     )
 
 
-def _start(served: Served, request: Request, body: dict[str, Any]) -> tuple[Run[Any], str]:
+def _start(served: Served, request: Request, body: dict[str, Any]) -> tuple[Run[Any], str, Session]:
     token = body.get("conversation_token") or request.headers.get("x-conversation-token")
     conversation = served.conversation(body.get("id"), token)
+    session = conversation.session
     if "innerloop_resume" in body:
-        return conversation.session.resume(body["innerloop_resume"]), conversation.token
-    return conversation.session.start(_last_user_text(body.get("messages"))), conversation.token
+        return session.resume(body["innerloop_resume"]), conversation.token, session
+    return session.start(_last_user_text(body.get("messages"))), conversation.token, session
 
 
 def state(data: dict[str, Any]) -> dict[str, Any]:
@@ -198,6 +200,6 @@ async def _chunks(reading: Reading, token: str) -> AsyncIterator[dict[str, str]]
 
 async def ai_sdk_chat(served: Served, request: Request, body: dict[str, Any]) -> Response:
     """The chat's next message (or its interrupt's answer) as a UI message stream."""
-    run, token = _start(served, request, body)
-    reading = served.read(run)
+    run, token, session = _start(served, request, body)
+    reading = served.read(run, session=session)
     return event_stream(_chunks(reading, token), reading, HEADERS)

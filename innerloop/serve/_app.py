@@ -79,6 +79,7 @@ def _route(served: Served, handler: Handler, limit: int, seconds: float) -> Any:
     async def endpoint(request: Request) -> Response:
         try:
             body = await _body(request, limit, seconds)
+            await served.turns.take()  # 200 arriving at once: set up over some turns
             async with Gone(request.receive):  # a client gone meanwhile: its run aborted
                 return await handler(served, request, body)
             return Response(status_code=499)  # no one reads it

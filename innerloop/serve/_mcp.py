@@ -110,7 +110,7 @@ def _tool(served: Served) -> Any:
             )
         steps = 0
         while True:
-            with served.read(run) as reading:
+            with served.read(run, session=session) as reading:
                 async for event in reading:
                     if type(event) is Transition:
                         steps += 1

@@ -83,8 +83,8 @@ def _history(messages: Any) -> tuple[list[Message], str]:
     return history, _text(last, len(messages) - 1)
 
 
-def _start(served: Served, body: dict[str, Any]) -> tuple[Run[Any], dict[str, Any]]:
-    """The run the request asks for, and the answer's conversation fields."""
+def _start(served: Served, body: dict[str, Any]) -> tuple[Run[Any], dict[str, Any], Session | None]:
+    """The run the request asks for, the answer's conversation fields, its conversation."""
     if body.get("tools"):
         raise Refused(400, "tools: the served harness runs its own tools; send none")
     if "conversation_id" not in body:
@@ -95,7 +95,7 @@ def _start(served: Served, body: dict[str, Any]) -> tuple[Run[Any], dict[str, An
                 "conversation_id and conversation_token too",
             )
         history, text = _history(body.get("messages"))
-        return served.harness.start(text, state=HarnessState(history=history)), {}
+        return served.harness.start(text, state=HarnessState(history=history)), {}, None
     conversation = served.conversation(body["conversation_id"], body.get("conversation_token"))
     fields = {
         "conversation_id": conversation.session.conversation_id,
@@ -103,8 +103,8 @@ def _start(served: Served, body: dict[str, Any]) -> tuple[Run[Any], dict[str, An
     }
     session: Session = conversation.session
     if "innerloop_resume" in body:
-        return session.resume(body["innerloop_resume"]), fields
-    return session.start(_history(body.get("messages"))[1]), fields
+        return session.resume(body["innerloop_resume"]), fields, session
+    return session.start(_history(body.get("messages"))[1]), fields, session
 
 
 def _usage(state: HarnessState[Any]) -> dict[str, int]:
@@ -125,13 +125,13 @@ def _finish_reason(state: HarnessState[Any]) -> str:
 async def chat_completions(served: Served, request: Request, body: dict[str, Any]) -> Response:
     """Run the request's message on the served harness; the answer as OpenAI's API gives
     it, streamed (``stream: true``, server-sent events) or whole."""
-    run, fields = _start(served, body)
+    run, fields, session = _start(served, body)
     model = body.get("model") if isinstance(body.get("model"), str) else "innerloop"
     head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": model}
     head.update(fields)
     asked = bool(body.get("innerloop_events"))
     stream = bool(body.get("stream"))
-    reading = served.read(run, events=stream or asked)
+    reading = served.read(run, events=stream or asked, session=session)
     if stream:
         return event_stream(_chunks(reading, head, asked), reading)
     events = [event_json(event) async for event in reading]

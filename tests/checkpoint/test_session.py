@@ -4,11 +4,13 @@ conversation-wide limits, another process, interleaving, forks, suspended messag
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import json
 import os
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -241,6 +243,27 @@ class TestMessages:
 
 
 class TestInMemory:
+    async def test_an_ended_message_leaves_its_state_not_its_run(self, make_harness: Any) -> None:
+        """Once a message's run has ended, the session keeps its state and lets go of the
+        run (its tasks, scopes, requests): with the cyclic collector off, the run is freed
+        as its driver drops it; the conversation goes on from the state."""
+        script = [reply("r1"), reply("r2")]
+        session = make_harness(PARAMS, ScriptedProvider(script)).session("mem")
+        run = session.start("m1")
+        await run.run()
+        gone = weakref.ref(run)
+        gc.collect()
+        gc.disable()
+        try:
+            del run
+            assert session.state is not None  # a look at the conversation lets go of it
+            assert gone() is None
+        finally:
+            gc.enable()
+        assert session.state.exit_reason == "model_complete"
+        assert repr(session) == "<Session 'mem' model_complete turns=1>"
+        assert texts((await session.send("m2")).history) == ["m1", "r1", "m2", "r2"]
+
     def test_messages_limits_and_a_fork_without_a_store(self, make_harness: Any) -> None:
         """Without a checkpoint store the session keeps the state: per-message limits,
         totals, a fork that copies the latest state."""

@@ -1,0 +1,91 @@
+"""What keeps a served harness's event loop from stalling under many clients: a served
+request leaves nothing in a reference cycle (a full garbage collection walks every tracked
+object while 200 streams wait: bench/serve.py), a conversation holds what the next message
+needs, not the finished run, and requests arriving at once are set up over several turns."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from bench.serve import answer_for, paced_harness
+from innerloop.serve._runs import Gone, Served, Turns
+
+
+@pytest.fixture
+def no_gc() -> Iterator[None]:
+    """The cyclic garbage collector off: only reference counts free anything."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+async def test_a_watch_for_the_client_leaving_is_freed_without_the_collector(
+    no_gc: None,
+) -> None:
+    """Leaving ``async with Gone(receive)`` (the client stayed) cancels its watcher; the
+    watcher's CancelledError holds a traceback, its frame the Gone: nothing of it may
+    still hold the Gone once the cancellation was delivered."""
+    never = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        await never.wait()
+        return {"type": "http.disconnect"}
+
+    async with Gone(receive) as gone:
+        await asyncio.sleep(0)  # the watcher waits in receive()
+    left = weakref.ref(gone)
+    del gone
+    for _ in range(3):
+        await asyncio.sleep(0)  # the cancellation delivered, the watcher done
+    assert left() is None
+
+
+async def test_a_conversation_keeps_its_state_not_its_ended_run(no_gc: None) -> None:
+    """Once a served message's run has ended, its conversation holds the state the next
+    message goes on from, not the run (its task, scopes, requests): with the collector
+    off, the run is freed as its reader drops it, and the conversation goes on."""
+    served = Served(paced_harness(0.0))
+    session = served.session("c")
+    run = session.start("client 3")
+    with served.read(run, session=session) as reading:
+        said = [event async for event in reading]
+    assert said
+    await asyncio.sleep(0)  # the reading task's callbacks
+    gone = weakref.ref(run)
+    del run, reading, said
+    assert gone() is None
+    assert session.state is not None
+    assert session.state.final_state == "model_complete"
+    assert [m.text for m in session.history] == ["client 3", answer_for(3)]
+    await session.send("client 4")
+    assert [m.text for m in session.history][2:] == ["client 4", answer_for(4)]
+
+
+async def test_requests_arriving_at_once_are_set_up_over_turns_of_the_loop() -> None:
+    """Turns(2): of five takers at once, two go on in the first turn, two in a later one,
+    the last after; each in its order."""
+    turns, passed = Turns(2), []
+
+    async def taker(number: int) -> None:
+        await turns.take()
+        passed.append(number)
+
+    tasks = [asyncio.create_task(taker(n)) for n in range(5)]
+    await asyncio.sleep(0)
+    assert passed == [0, 1]
+    seen = [list(passed)]
+    while len(passed) < 5:
+        await asyncio.sleep(0)
+        if passed != seen[-1]:
+            seen.append(list(passed))
+    assert seen == [[0, 1], [0, 1, 2, 3], [0, 1, 2, 3, 4]]
+    await asyncio.gather(*tasks)
