@@ -2,11 +2,12 @@
 
 Each mutant is one small change made on the module's syntax tree (a comparison or boolean
 operator turned, a number or flag changed, a member removed from a set, list or tuple
-literal, two neighbours of a list or tuple swapped, ``max`` turned into ``min``), run
-against that module's test files with ``pytest -x -q`` in a fresh interpreter. The
-mutated module is served in place of the file on disk by an import hook that a
-``sitecustomize`` installs, so the tree is never written and the test's own
-subprocesses import the mutant too. A failing (or hanging) test kills the mutant.
+literal, two neighbours of a list or tuple swapped, ``max`` turned into ``min``; in the
+``WIDER`` modules also ``+`` against ``-``, a call or a write to an attribute or item
+deleted, a returned value replaced by None), run against that module's test files with
+``pytest -x -q`` in a fresh interpreter. The mutated module is served in place of the file
+on disk by an import hook that a ``sitecustomize`` installs, so the tree is never written
+and the test's own subprocesses import the mutant too. A failing (or hanging) test kills the mutant.
 
     python bench/mutation.py                      # every module, sampled, seed 22
     python bench/mutation.py --sample 0           # every mutant
@@ -42,6 +43,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 KILLS = "tests/test_mutation_kills.py"
 _RECOVERY = ("tests/recovery/test_scenarios.py",)
+_EVALS = (
+    "tests/test_mutation_kills_evals.py",
+    "tests/evals/test_evals.py",
+    "tests/evals/test_hostile_datasets.py",
+)
 
 # Each module, and the test files that speak for it (the kills file first: it is fast).
 MODULES: dict[str, tuple[str, ...]] = {
@@ -95,6 +101,28 @@ MODULES: dict[str, tuple[str, ...]] = {
     "innerloop/checkpoint/_writer.py": (KILLS, "tests/checkpoint/test_checkpoints.py"),
 }
 
+# The modules added since (children, sessions, replay, evals), mutated with the wider
+# operators too; the modules above keep the mutants (and so the samples and the scores)
+# they were measured with.
+WIDER: dict[str, tuple[str, ...]] = {
+    "innerloop/fsm/_child.py": (
+        KILLS,
+        "tests/test_mutation_kills_children.py",
+        "tests/fsm/test_child.py",
+        "tests/fsm/test_child_turns.py",
+        "tests/fsm/test_child_interrupts.py",
+    ),
+    "innerloop/_session.py": (KILLS, "tests/checkpoint/test_session.py"),
+    "innerloop/testing/_replay.py": (KILLS, "tests/testing/test_replay.py"),
+    "innerloop/evals/_checks.py": (KILLS, *_EVALS),
+    "innerloop/evals/_dataset.py": (KILLS, *_EVALS),
+    "innerloop/evals/_runner.py": (KILLS, *_EVALS, "tests/evals/test_rerun.py"),
+    "innerloop/evals/_summary.py": (KILLS, *_EVALS),
+    "innerloop/evals/_report.py": (KILLS, *_EVALS),
+    "innerloop/evals/_rerun.py": (KILLS, *_EVALS, "tests/evals/test_rerun.py"),
+}
+MODULES.update(WIDER)
+
 _SITECUSTOMIZE = """
 import importlib.abc, importlib.util, os, sys
 
@@ -140,6 +168,18 @@ _COMPARE_SWAP: dict[type[ast.cmpop], type[ast.cmpop]] = {
 }
 
 
+_ARITHMETIC_SWAP: dict[type[ast.operator], type[ast.operator]] = {
+    ast.Add: ast.Sub,
+    ast.Sub: ast.Add,
+}
+
+
+def _stored(target: ast.expr) -> bool:
+    """An assignment to an attribute or an item (state written where others read it), not
+    to a local name (deleting that only raises NameError)."""
+    return isinstance(target, ast.Attribute | ast.Subscript)
+
+
 @attrs.frozen
 class Mutant:
     module: str
@@ -171,8 +211,9 @@ class _Mutator(ast.NodeTransformer):
     """Walks a module in a fixed order; the ``target``-th candidate point is changed (or,
     with ``target`` None, every candidate is only recorded)."""
 
-    def __init__(self, target: int | None) -> None:
+    def __init__(self, target: int | None, wider: bool = False) -> None:
         self.target = target
+        self.wider = wider
         self.found: list[tuple[int, str]] = []
         self._no_swap = 0
 
@@ -185,7 +226,11 @@ class _Mutator(ast.NodeTransformer):
     def visit_Expr(self, node: ast.Expr) -> ast.AST:
         if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
             return node
-        return self.generic_visit(node)
+        self.generic_visit(node)
+        call = node.value.value if isinstance(node.value, ast.Await) else node.value
+        if not self.wider or not isinstance(call, ast.Call):
+            return node
+        return self._point(node, f"{_text(node)}  deleted", ast.Pass())
 
     def visit_JoinedStr(self, node: ast.JoinedStr) -> ast.AST:
         return node
@@ -227,7 +272,37 @@ class _Mutator(ast.NodeTransformer):
             return node
         node.targets = [self.visit(t) for t in node.targets]
         node.value = self._assigned(node.targets, node.value)
-        return node
+        if not self.wider or not all(_stored(t) for t in node.targets):
+            return node
+        return self._point(node, f"{_text(node)}  deleted", ast.Pass())
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> ast.AST:
+        self.generic_visit(node)
+        swap = _ARITHMETIC_SWAP.get(type(node.op))
+        if not self.wider or swap is None:
+            return node
+        after = ast.AugAssign(target=node.target, op=swap(), value=node.value)
+        return self._point(node, f"{_text(node)}  ->  {_text(after)}", after)
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        swap = _ARITHMETIC_SWAP.get(type(node.op))
+        if not self.wider or swap is None:
+            return node
+        after = ast.BinOp(left=node.left, op=swap(), right=node.right)
+        return self._point(node, f"{_text(node)}  ->  {_text(after)}", after)
+
+    def visit_Return(self, node: ast.Return) -> ast.AST:
+        self.generic_visit(node)
+        value = node.value
+        if (
+            not self.wider
+            or value is None
+            or (isinstance(value, ast.Constant) and value.value is None)
+        ):
+            return node
+        after = ast.Return(value=ast.Constant(value=None))
+        return self._point(node, f"{_text(node)}  ->  return None", after)
 
     def _assigned(self, targets: list[ast.expr], value: ast.expr) -> ast.expr:
         unordered = any(isinstance(t, ast.Name) and t.id in UNORDERED for t in targets)
@@ -342,14 +417,14 @@ class _Mutator(ast.NodeTransformer):
 
 def mutants(module: str) -> list[Mutant]:
     tree = ast.parse((ROOT / module).read_text())
-    walker = _Mutator(None)
+    walker = _Mutator(None, wider=module in WIDER)
     walker.visit(tree)
     return [Mutant(module, i, line, text) for i, (line, text) in enumerate(walker.found)]
 
 
 def mutated_source(mutant: Mutant) -> str:
     tree = ast.parse((ROOT / mutant.module).read_text())
-    walker = _Mutator(mutant.index)
+    walker = _Mutator(mutant.index, wider=mutant.module in WIDER)
     tree = ast.fix_missing_locations(walker.visit(tree))
     return ast.unparse(tree)
 
