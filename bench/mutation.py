@@ -111,6 +111,7 @@ WIDER: dict[str, tuple[str, ...]] = {
         "tests/fsm/test_child.py",
         "tests/fsm/test_child_turns.py",
         "tests/fsm/test_child_interrupts.py",
+        "tests/fsm/test_child_checkpoints.py::test_a_child_state_left_early_goes_on_where_its_child_stopped",
     ),
     "innerloop/_session.py": (KILLS, "tests/checkpoint/test_session.py"),
     "innerloop/testing/_replay.py": (KILLS, "tests/testing/test_replay.py"),
