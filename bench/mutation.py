@@ -17,7 +17,8 @@ Docstrings, annotations, ``Literal[...]`` types (an alias such as
 ``CheckpointEvery = Literal["transition", "turn", "final"]`` is a type: a mutant of it
 changes nothing at run time), f-strings and ``__all__`` are left alone, and so is the order
 of the tables in ``UNORDERED``, of the members of a literal tested with ``in``, and of an
-``isinstance`` or ``except`` tuple. With ``--sample N``
+``isinstance`` or ``except`` tuple; the mutants in ``EQUIVALENT`` (each with why no
+behaviour can tell it) are not drawn. With ``--sample N``
 at most N mutants are drawn per module, uniformly with ``random.Random(f"{seed}:{module}")``,
 so a seed names one sample.
 """
@@ -113,7 +114,11 @@ WIDER: dict[str, tuple[str, ...]] = {
         "tests/fsm/test_child_interrupts.py",
         "tests/fsm/test_child_checkpoints.py::test_a_child_state_left_early_goes_on_where_its_child_stopped",
     ),
-    "innerloop/_session.py": (KILLS, "tests/checkpoint/test_session.py"),
+    "innerloop/_session.py": (
+        KILLS,
+        "tests/test_mutation_kills_sessions.py",
+        "tests/checkpoint/test_session.py",
+    ),
     "innerloop/testing/_replay.py": (KILLS, "tests/testing/test_replay.py"),
     "innerloop/evals/_checks.py": (KILLS, *_EVALS),
     "innerloop/evals/_dataset.py": (KILLS, *_EVALS),
@@ -123,6 +128,28 @@ WIDER: dict[str, tuple[str, ...]] = {
     "innerloop/evals/_rerun.py": (KILLS, *_EVALS, "tests/evals/test_rerun.py"),
 }
 MODULES.update(WIDER)
+
+EQUIVALENT: dict[tuple[str, str], str] = {
+    ("innerloop/fsm/_child.py", "left < own  ->  left <= own"): (
+        "at left == own the child's turn count is lowered by own - left, which is 0"
+    ),
+    (
+        "innerloop/fsm/_child.py",
+        "run.state.final_state == 'suspended' and run.state.interr...  ->  "
+        "run.state.final_state == 'suspended' or run.state.interru...",
+    ): (
+        "a child run ends suspended exactly when it holds an unanswered interrupt (the "
+        "state that takes an answer clears it before the run can end otherwise)"
+    ),
+    ("innerloop/_session.py", "left < params.max_turns  ->  left <= params.max_turns"): (
+        "at left == max_turns the message's max_turns is set to the value it has"
+    ),
+    ("innerloop/_session.py", "tokens removed from (tokens, dollars)"): (
+        "the params then always get SpendBudget(tokens, dollars), the limits they had"
+    ),
+}
+"""Mutants no behaviour can tell from the module (by module and description), each with
+why: they are not drawn."""
 
 _SITECUSTOMIZE = """
 import importlib.abc, importlib.util, os, sys
@@ -420,7 +447,11 @@ def mutants(module: str) -> list[Mutant]:
     tree = ast.parse((ROOT / module).read_text())
     walker = _Mutator(None, wider=module in WIDER)
     walker.visit(tree)
-    return [Mutant(module, i, line, text) for i, (line, text) in enumerate(walker.found)]
+    return [
+        Mutant(module, i, line, text)
+        for i, (line, text) in enumerate(walker.found)
+        if (module, text) not in EQUIVALENT
+    ]
 
 
 def mutated_source(mutant: Mutant) -> str:
