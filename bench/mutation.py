@@ -18,7 +18,7 @@ Docstrings, annotations, ``Literal[...]`` types (an alias such as
 changes nothing at run time), f-strings and ``__all__`` are left alone, and so is the order
 of the tables in ``UNORDERED``, of the members of a literal tested with ``in``, and of an
 ``isinstance`` or ``except`` tuple; the mutants in ``EQUIVALENT`` (each with why no
-behaviour can tell it) are not drawn. With ``--sample N``
+behaviour can tell it) are drawn but not run. With ``--sample N``
 at most N mutants are drawn per module, uniformly with ``random.Random(f"{seed}:{module}")``,
 so a seed names one sample.
 """
@@ -147,9 +147,16 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("innerloop/_session.py", "tokens removed from (tokens, dollars)"): (
         "the params then always get SpendBudget(tokens, dollars), the limits they had"
     ),
+    ("innerloop/testing/_replay.py", "return False  ->  return None"): (
+        "_answered_whole's one caller reads it as a condition, where None is False"
+    ),
+    ("innerloop/testing/_replay.py", "not self.path  ->  self.path"): (
+        "the top player steps each transition before the run goes on, so its current "
+        "state is the run's"
+    ),
 }
 """Mutants no behaviour can tell from the module (by module and description), each with
-why: they are not drawn."""
+why: drawn (so a seed names the same sample) but not run."""
 
 _SITECUSTOMIZE = """
 import importlib.abc, importlib.util, os, sys
@@ -447,11 +454,7 @@ def mutants(module: str) -> list[Mutant]:
     tree = ast.parse((ROOT / module).read_text())
     walker = _Mutator(None, wider=module in WIDER)
     walker.visit(tree)
-    return [
-        Mutant(module, i, line, text)
-        for i, (line, text) in enumerate(walker.found)
-        if (module, text) not in EQUIVALENT
-    ]
+    return [Mutant(module, i, line, text) for i, (line, text) in enumerate(walker.found)]
 
 
 def mutated_source(mutant: Mutant) -> str:
@@ -551,6 +554,7 @@ def _select(args: argparse.Namespace) -> Iterator[tuple[str, list[Mutant], int]]
         if args.sample and len(chosen) > args.sample:
             chosen = random.Random(f"{args.seed}:{module}").sample(chosen, args.sample)
             chosen.sort(key=lambda m: m.index)
+        chosen = [m for m in chosen if (module, m.description) not in EQUIVALENT]
         yield module, chosen, len(found)
 
 
