@@ -119,7 +119,11 @@ WIDER: dict[str, tuple[str, ...]] = {
         "tests/test_mutation_kills_sessions.py",
         "tests/checkpoint/test_session.py",
     ),
-    "innerloop/testing/_replay.py": (KILLS, "tests/testing/test_replay.py"),
+    "innerloop/testing/_replay.py": (
+        KILLS,
+        "tests/test_mutation_kills_replay.py",
+        "tests/testing/test_replay.py",
+    ),
     "innerloop/evals/_checks.py": (KILLS, *_EVALS),
     "innerloop/evals/_dataset.py": (KILLS, *_EVALS),
     "innerloop/evals/_runner.py": (KILLS, *_EVALS, "tests/evals/test_rerun.py"),
