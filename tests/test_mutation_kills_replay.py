@@ -4,16 +4,34 @@ more calls than the run did, a changed tool set named in the request's differenc
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from innerloop import HarnessState, Message, ModelResponse, ToolSpec, Usage
+from innerloop import (
+    Harness,
+    HarnessParams,
+    HarnessState,
+    Message,
+    ModelResponse,
+    ToolSpec,
+    Usage,
+)
+from innerloop.checkpoint import MemoryCheckpointer
+from innerloop.events import ToolExecuted
 from innerloop.examples import with_guardrail
-from innerloop.testing import Divergence, ReplayResult, replay
+from innerloop.testing import (
+    Divergence,
+    ReplayResult,
+    ScriptedProvider,
+    replay,
+    reply,
+    tool_call,
+)
 from innerloop.tools import ToolContext, ToolOutput
-from tests.testing.test_replay import record
+from tests.testing.test_replay import ADD, PARAMS, SCRIPT, record
 
 
 def _edited(log: Path, change: Callable[[dict[str, Any]], None]) -> Path:
@@ -129,3 +147,53 @@ def test_a_changed_tool_set_is_named_in_the_requests_difference(tmp_path: Path) 
     assert d.response is not None
     assert not isinstance(d.response, Exception)
     assert d.response.usage == Usage(10, 5)
+
+
+async def _ask(args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+    ctx.interrupt({"question": "which?"})
+
+
+def test_a_stored_run_suspended_in_a_batch_replays_the_same() -> None:
+    """A stored run that suspended on a tool's question, beside a call that had finished
+    (its result kept in the interrupt): the replay serves the finished call from the
+    interrupt, asks the question again, and ends the same, waiting on the same question.
+    (A store's record once dropped the interrupt, so such a run parted at its first tool
+    call.)"""
+    params = HarnessParams(
+        model="scripted:scripted-model-20250101",
+        tools=[ADD, ToolSpec("ask", "Ask.", {"type": "object"}, _ask)],
+    )
+    script = [
+        reply(tool_call("add", {"a": 2, "b": 2}, id="call_1"), tool_call("ask", {}, id="call_2"))
+    ]
+    store = MemoryCheckpointer()
+    harness = Harness(params, [ScriptedProvider(script)], checkpointer=store)
+    assert harness.run_sync("Go.", run_id="r1").exit_reason == "suspended"
+    result = replay(store, "r1", params=params).assert_same()
+    asked = result.state.interrupt
+    assert asked is not None
+    assert (asked.kind, asked.tool_use_ids) == ("question", ("call_2",))
+    assert [(b.tool_use_id, b.content) for b in asked.done] == [("call_1", "4")]
+
+
+async def _aborted_after_the_call() -> list[dict[str, Any]]:
+    harness = Harness(PARAMS, [ScriptedProvider(SCRIPT)])
+    run = harness.start("What is 2 + 2?")
+    events = []
+    async for event in run.events():
+        events.append(event.to_dict())
+        if isinstance(event, ToolExecuted):
+            run.abort("the host said stop")
+    return events
+
+
+def test_a_host_abort_after_the_batchs_last_call_finished_replays_the_same() -> None:
+    """The host aborts as the batch's only call reports its result: the replay serves
+    the abort in the same batch, after that call, and ends ``aborted`` with its result
+    in the history, as the run did."""
+    events = asyncio.run(_aborted_after_the_call())
+    assert events[-1]["exit_reason"] == "aborted"
+    result = replay(events).assert_same()
+    assert result.state.exit_reason == "aborted"
+    tool_results = [(b.tool_use_id, b.content) for b in result.state.history[-1].tool_results]
+    assert tool_results == [("call_1", "4")]
