@@ -46,6 +46,7 @@ KILLS = "tests/test_mutation_kills.py"
 _RECOVERY = ("tests/recovery/test_scenarios.py",)
 _EVALS = (
     "tests/test_mutation_kills_evals.py",
+    "tests/test_mutation_kills_eval_runs.py",
     "tests/evals/test_evals.py",
     "tests/evals/test_hostile_datasets.py",
 )
@@ -150,6 +151,13 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ),
     ("innerloop/_session.py", "tokens removed from (tokens, dollars)"): (
         "the params then always get SpendBudget(tokens, dollars), the limits they had"
+    ),
+    (
+        "innerloop/evals/_dataset.py",
+        "str removed from (str, Callable[[CheckContext], bool | str])",
+    ): ("Predicates is a type alias, read by type checkers only"),
+    ("innerloop/evals/_dataset.py", "swapped *_BUILDERS <-> 'Predicate'"): (
+        "the list is sorted right after: the order of its members means nothing"
     ),
     ("innerloop/testing/_replay.py", "return False  ->  return None"): (
         "_answered_whole's one caller reads it as a condition, where None is False"
