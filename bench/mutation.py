@@ -129,7 +129,7 @@ WIDER: dict[str, tuple[str, ...]] = {
     "innerloop/evals/_dataset.py": (KILLS, *_EVALS),
     "innerloop/evals/_runner.py": (KILLS, *_EVALS, "tests/evals/test_rerun.py"),
     "innerloop/evals/_summary.py": (KILLS, "tests/test_mutation_kills_eval_summary.py", *_EVALS),
-    "innerloop/evals/_report.py": (KILLS, *_EVALS),
+    "innerloop/evals/_report.py": (KILLS, "tests/test_mutation_kills_eval_report.py", *_EVALS),
     "innerloop/evals/_rerun.py": (KILLS, *_EVALS, "tests/evals/test_rerun.py"),
 }
 MODULES.update(WIDER)
