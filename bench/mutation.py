@@ -130,7 +130,12 @@ WIDER: dict[str, tuple[str, ...]] = {
     "innerloop/evals/_runner.py": (KILLS, *_EVALS, "tests/evals/test_rerun.py"),
     "innerloop/evals/_summary.py": (KILLS, "tests/test_mutation_kills_eval_summary.py", *_EVALS),
     "innerloop/evals/_report.py": (KILLS, "tests/test_mutation_kills_eval_report.py", *_EVALS),
-    "innerloop/evals/_rerun.py": (KILLS, *_EVALS, "tests/evals/test_rerun.py"),
+    "innerloop/evals/_rerun.py": (
+        KILLS,
+        "tests/test_mutation_kills_eval_rerun.py",
+        *_EVALS,
+        "tests/evals/test_rerun.py",
+    ),
 }
 MODULES.update(WIDER)
 
