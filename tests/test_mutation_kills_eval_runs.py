@@ -6,6 +6,7 @@ limits."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 from pathlib import Path
 from typing import Any
@@ -170,3 +171,10 @@ def test_an_unregistered_predicate_is_shown_cut_to_120_characters() -> None:
     shown = repr(name)[:120]
     assert str(refused.value).startswith(f"d: case 'case 1': evaluators[0]: Predicate {shown} is")
     assert f"{shown}p" not in str(refused.value)
+
+
+def test_each_check_gets_120_seconds_by_default() -> None:
+    """The documented default of ``check_seconds`` (the evals guide: 120 s a check), for
+    ``run_eval`` and ``run_eval_sync`` alike."""
+    for fn in (run_eval, run_eval_sync):
+        assert inspect.signature(fn).parameters["check_seconds"].default == 120.0
