@@ -164,6 +164,9 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("innerloop/evals/_dataset.py", "swapped *_BUILDERS <-> 'Predicate'"): (
         "the list is sorted right after: the order of its members means nothing"
     ),
+    ("innerloop/evals/_rerun.py", "swapped self.original.path <-> self.rerun.path"): (
+        "where two paths part does not depend on which is read first"
+    ),
     ("innerloop/testing/_replay.py", "return False  ->  return None"): (
         "_answered_whole's one caller reads it as a condition, where None is False"
     ),

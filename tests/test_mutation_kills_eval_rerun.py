@@ -5,9 +5,11 @@ the paths part, whether the outputs agree."""
 
 from __future__ import annotations
 
-from innerloop import Usage
+from innerloop import Harness, HarnessParams, Usage
+from innerloop.checkpoint import MemoryCheckpointer
 from innerloop.evals import Recoveries, RunSummary, Step
-from innerloop.evals._rerun import RunComparison
+from innerloop.evals._rerun import RunComparison, rerun_sync
+from innerloop.testing import ScriptedProvider, reply
 
 P1 = (
     Step("idle", "assemble"),
@@ -66,3 +68,16 @@ def test_where_two_paths_part() -> None:
     assert str(same).splitlines()[-1] == "same path; same output"
     cut = RunSummary(P1[:2], None, "x" * 310, "t", 1, Usage(), 0.0, 0.0, Recoveries(), "r3")
     assert RunComparison("r1", 1, "idle", (), A, cut).divergence() == 2
+
+
+def test_a_rerun_reads_the_harnesss_own_store_when_given_none() -> None:
+    """Without ``store=``, a rerun reads the run from the harness's checkpoint store and
+    stores its fork there."""
+    store = MemoryCheckpointer()
+    model = ScriptedProvider([reply("first"), reply("again")])
+    harness = Harness(HarnessParams(model="scripted:m"), [model], checkpointer=store)
+    harness.run_sync("q", run_id="r1")
+    compared = rerun_sync(harness, "r1", new_run_id="r2")
+    assert (compared.original.output, compared.rerun.output) == ("first", "again")
+    assert (compared.rerun.run_id, compared.rerun.exit_reason) == ("r2", "model_complete")
+    assert sorted(r.run_id for r in store.runs()) == ["r1", "r2"]
