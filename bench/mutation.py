@@ -2,11 +2,12 @@
 
 Each mutant is one small change made on the module's syntax tree (a comparison or boolean
 operator turned, a number or flag changed, a member removed from a set, list or tuple
-literal, two neighbours of a list or tuple swapped, ``max`` turned into ``min``), run
-against that module's test files with ``pytest -x -q`` in a fresh interpreter. The
-mutated module is served in place of the file on disk by an import hook that a
-``sitecustomize`` installs, so the tree is never written and the test's own
-subprocesses import the mutant too. A failing (or hanging) test kills the mutant.
+literal, two neighbours of a list or tuple swapped, ``max`` turned into ``min``; in the
+``WIDER`` modules also ``+`` against ``-``, a call or a write to an attribute or item
+deleted, a returned value replaced by None), run against that module's test files with
+``pytest -x -q`` in a fresh interpreter. The mutated module is served in place of the file
+on disk by an import hook that a ``sitecustomize`` installs, so the tree is never written
+and the test's own subprocesses import the mutant too. A failing (or hanging) test kills the mutant.
 
     python bench/mutation.py                      # every module, sampled, seed 22
     python bench/mutation.py --sample 0           # every mutant
@@ -16,7 +17,8 @@ Docstrings, annotations, ``Literal[...]`` types (an alias such as
 ``CheckpointEvery = Literal["transition", "turn", "final"]`` is a type: a mutant of it
 changes nothing at run time), f-strings and ``__all__`` are left alone, and so is the order
 of the tables in ``UNORDERED``, of the members of a literal tested with ``in``, and of an
-``isinstance`` or ``except`` tuple. With ``--sample N``
+``isinstance`` or ``except`` tuple; the mutants in ``EQUIVALENT`` (each with why no
+behaviour can tell it) are drawn but not run. With ``--sample N``
 at most N mutants are drawn per module, uniformly with ``random.Random(f"{seed}:{module}")``,
 so a seed names one sample.
 """
@@ -42,6 +44,12 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 KILLS = "tests/test_mutation_kills.py"
 _RECOVERY = ("tests/recovery/test_scenarios.py",)
+_EVALS = (
+    "tests/test_mutation_kills_evals.py",
+    "tests/test_mutation_kills_eval_runs.py",
+    "tests/evals/test_evals.py",
+    "tests/evals/test_hostile_datasets.py",
+)
 
 # Each module, and the test files that speak for it (the kills file first: it is fast).
 MODULES: dict[str, tuple[str, ...]] = {
@@ -95,6 +103,88 @@ MODULES: dict[str, tuple[str, ...]] = {
     "innerloop/checkpoint/_writer.py": (KILLS, "tests/checkpoint/test_checkpoints.py"),
 }
 
+# The modules added since (children, sessions, replay, evals), mutated with the wider
+# operators too; the modules above keep the mutants (and so the samples and the scores)
+# they were measured with.
+WIDER: dict[str, tuple[str, ...]] = {
+    "innerloop/fsm/_child.py": (
+        KILLS,
+        "tests/test_mutation_kills_children.py",
+        "tests/fsm/test_child.py",
+        "tests/fsm/test_child_turns.py",
+        "tests/fsm/test_child_interrupts.py",
+        "tests/fsm/test_child_checkpoints.py::test_a_child_state_left_early_goes_on_where_its_child_stopped",
+    ),
+    "innerloop/_session.py": (
+        KILLS,
+        "tests/test_mutation_kills_sessions.py",
+        "tests/checkpoint/test_session.py",
+    ),
+    "innerloop/testing/_replay.py": (
+        KILLS,
+        "tests/test_mutation_kills_replay.py",
+        "tests/testing/test_replay.py",
+    ),
+    "innerloop/evals/_checks.py": (KILLS, *_EVALS),
+    "innerloop/evals/_dataset.py": (KILLS, *_EVALS),
+    "innerloop/evals/_runner.py": (KILLS, *_EVALS, "tests/evals/test_rerun.py"),
+    "innerloop/evals/_summary.py": (KILLS, "tests/test_mutation_kills_eval_summary.py", *_EVALS),
+    "innerloop/evals/_report.py": (KILLS, "tests/test_mutation_kills_eval_report.py", *_EVALS),
+    "innerloop/evals/_rerun.py": (
+        KILLS,
+        "tests/test_mutation_kills_eval_rerun.py",
+        *_EVALS,
+        "tests/evals/test_rerun.py",
+    ),
+}
+MODULES.update(WIDER)
+
+EQUIVALENT: dict[tuple[str, str], str] = {
+    ("innerloop/fsm/_child.py", "left < own  ->  left <= own"): (
+        "at left == own the child's turn count is lowered by own - left, which is 0"
+    ),
+    (
+        "innerloop/fsm/_child.py",
+        "run.state.final_state == 'suspended' and run.state.interr...  ->  "
+        "run.state.final_state == 'suspended' or run.state.interru...",
+    ): (
+        "a child run ends suspended exactly when it holds an unanswered interrupt (the "
+        "state that takes an answer clears it before the run can end otherwise)"
+    ),
+    ("innerloop/_session.py", "left < params.max_turns  ->  left <= params.max_turns"): (
+        "at left == max_turns the message's max_turns is set to the value it has"
+    ),
+    ("innerloop/_session.py", "tokens removed from (tokens, dollars)"): (
+        "the params then always get SpendBudget(tokens, dollars), the limits they had"
+    ),
+    (
+        "innerloop/evals/_dataset.py",
+        "str removed from (str, Callable[[CheckContext], bool | str])",
+    ): ("Predicates is a type alias, read by type checkers only"),
+    ("innerloop/evals/_dataset.py", "swapped *_BUILDERS <-> 'Predicate'"): (
+        "the list is sorted right after: the order of its members means nothing"
+    ),
+    ("innerloop/evals/_rerun.py", "swapped self.original.path <-> self.rerun.path"): (
+        "where two paths part does not depend on which is read first"
+    ),
+    ("innerloop/testing/_replay.py", "return False  ->  return None"): (
+        "_answered_whole's one caller reads it as a condition, where None is False"
+    ),
+    (
+        "innerloop/testing/_replay.py",
+        "return attrs.evolve(ended, history=history_fingerprint(st...  ->  return None",
+    ): (
+        "the replay reads its run's events, so the finished event it compares always "
+        "holds the history's fingerprint: that branch never runs"
+    ),
+    ("innerloop/testing/_replay.py", "not self.path  ->  self.path"): (
+        "the top player steps each transition before the run goes on, so its current "
+        "state is the run's"
+    ),
+}
+"""Mutants no behaviour can tell from the module (by module and description), each with
+why: drawn (so a seed names the same sample) but not run."""
+
 _SITECUSTOMIZE = """
 import importlib.abc, importlib.util, os, sys
 
@@ -140,6 +230,18 @@ _COMPARE_SWAP: dict[type[ast.cmpop], type[ast.cmpop]] = {
 }
 
 
+_ARITHMETIC_SWAP: dict[type[ast.operator], type[ast.operator]] = {
+    ast.Add: ast.Sub,
+    ast.Sub: ast.Add,
+}
+
+
+def _stored(target: ast.expr) -> bool:
+    """An assignment to an attribute or an item (state written where others read it), not
+    to a local name (deleting that only raises NameError)."""
+    return isinstance(target, ast.Attribute | ast.Subscript)
+
+
 @attrs.frozen
 class Mutant:
     module: str
@@ -171,8 +273,9 @@ class _Mutator(ast.NodeTransformer):
     """Walks a module in a fixed order; the ``target``-th candidate point is changed (or,
     with ``target`` None, every candidate is only recorded)."""
 
-    def __init__(self, target: int | None) -> None:
+    def __init__(self, target: int | None, wider: bool = False) -> None:
         self.target = target
+        self.wider = wider
         self.found: list[tuple[int, str]] = []
         self._no_swap = 0
 
@@ -185,7 +288,11 @@ class _Mutator(ast.NodeTransformer):
     def visit_Expr(self, node: ast.Expr) -> ast.AST:
         if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
             return node
-        return self.generic_visit(node)
+        self.generic_visit(node)
+        call = node.value.value if isinstance(node.value, ast.Await) else node.value
+        if not self.wider or not isinstance(call, ast.Call):
+            return node
+        return self._point(node, f"{_text(node)}  deleted", ast.Pass())
 
     def visit_JoinedStr(self, node: ast.JoinedStr) -> ast.AST:
         return node
@@ -227,7 +334,37 @@ class _Mutator(ast.NodeTransformer):
             return node
         node.targets = [self.visit(t) for t in node.targets]
         node.value = self._assigned(node.targets, node.value)
-        return node
+        if not self.wider or not all(_stored(t) for t in node.targets):
+            return node
+        return self._point(node, f"{_text(node)}  deleted", ast.Pass())
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> ast.AST:
+        self.generic_visit(node)
+        swap = _ARITHMETIC_SWAP.get(type(node.op))
+        if not self.wider or swap is None:
+            return node
+        after = ast.AugAssign(target=node.target, op=swap(), value=node.value)
+        return self._point(node, f"{_text(node)}  ->  {_text(after)}", after)
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        swap = _ARITHMETIC_SWAP.get(type(node.op))
+        if not self.wider or swap is None:
+            return node
+        after = ast.BinOp(left=node.left, op=swap(), right=node.right)
+        return self._point(node, f"{_text(node)}  ->  {_text(after)}", after)
+
+    def visit_Return(self, node: ast.Return) -> ast.AST:
+        self.generic_visit(node)
+        value = node.value
+        if (
+            not self.wider
+            or value is None
+            or (isinstance(value, ast.Constant) and value.value is None)
+        ):
+            return node
+        after = ast.Return(value=ast.Constant(value=None))
+        return self._point(node, f"{_text(node)}  ->  return None", after)
 
     def _assigned(self, targets: list[ast.expr], value: ast.expr) -> ast.expr:
         unordered = any(isinstance(t, ast.Name) and t.id in UNORDERED for t in targets)
@@ -342,14 +479,14 @@ class _Mutator(ast.NodeTransformer):
 
 def mutants(module: str) -> list[Mutant]:
     tree = ast.parse((ROOT / module).read_text())
-    walker = _Mutator(None)
+    walker = _Mutator(None, wider=module in WIDER)
     walker.visit(tree)
     return [Mutant(module, i, line, text) for i, (line, text) in enumerate(walker.found)]
 
 
 def mutated_source(mutant: Mutant) -> str:
     tree = ast.parse((ROOT / mutant.module).read_text())
-    walker = _Mutator(mutant.index)
+    walker = _Mutator(mutant.index, wider=mutant.module in WIDER)
     tree = ast.fix_missing_locations(walker.visit(tree))
     return ast.unparse(tree)
 
@@ -444,6 +581,7 @@ def _select(args: argparse.Namespace) -> Iterator[tuple[str, list[Mutant], int]]
         if args.sample and len(chosen) > args.sample:
             chosen = random.Random(f"{args.seed}:{module}").sample(chosen, args.sample)
             chosen.sort(key=lambda m: m.index)
+        chosen = [m for m in chosen if (module, m.description) not in EQUIVALENT]
         yield module, chosen, len(found)
 
 

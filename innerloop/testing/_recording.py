@@ -12,6 +12,7 @@ from typing import Any
 
 import attrs
 
+from innerloop._convert import unstructure
 from innerloop._errors import InnerloopError
 from innerloop._eventlog import iter_event_log, pick_run, split_runs
 from innerloop._events import (
@@ -29,7 +30,7 @@ from innerloop._messages import Message, ModelResponse, ToolResultBlock
 from innerloop.checkpoint._open import open_checkpointer, store_errors
 from innerloop.checkpoint._types import Checkpoint, Checkpointer
 from innerloop.checkpoint._writer import decode
-from innerloop.fsm._state import Outcome
+from innerloop.fsm._state import Interrupt, Outcome
 from innerloop.providers._fingerprint import history_fingerprint
 from innerloop.tools._runner import ABORTED_TOOL
 
@@ -370,6 +371,7 @@ def _stored_recording(
         last.usage,
         last.cost_usd,
         history_fingerprint(last.history),
+        None if last.interrupt is None else unstructure(last.interrupt, Interrupt),
     )
     transitions = tuple(
         Transition(c.info.source or "", c.info.state, c.info.guard) for c in checkpoints[1:]
