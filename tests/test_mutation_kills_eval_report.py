@@ -1,4 +1,3 @@
-# ruff: noqa: E501  (the printed table, line by line)
 """Behaviour of the eval report that `make mutation` found untested: its two tables as
 printed (each column, each figure, passed, failed and error rows), its totals and JSON."""
 
@@ -32,21 +31,21 @@ REPORT = EvalReport(
 )
 
 PRINTED = [
-    'eval smoke',
-    ' case    status  exit                turns  tokens      cost     s  recoveries',
-    '──────────────────────────────────────────────────────────────────────────────────────────────',
-    ' adds    passed  model_complete          2   1,234   $0.0123  0.25  backed_off 1, fell_back 1',
-    ' loops   failed  max_turns_exceeded      3      15  unpriced  2.50  -',
-    ' breaks  error   -                       -       -   $0.0000     -  -',
-    'loops: exit_reason: the run ended in max_turns_exceeded',
-    'breaks: the run raised RuntimeError: boom',
-    '',
-    ' passed      1/3 (33%), 1 failed, 1 errors',
-    ' tokens      1,249 (input 1,210, output 39); judges 40',
-    ' cost        unpriced',
-    ' latency     p50 250.0 ms, p90 2.50 s, p95 2.50 s, p99 2.50 s, max 2.50 s',
-    ' recoveries  backed_off 1/2, fell_back 1/2, retried 0/2, compacted 0/2, repaired 0/2',
-    ' wall time   3.50 s at concurrency 4',
+    "eval smoke",
+    " case    status  exit                turns  tokens      cost     s  recoveries",
+    "──────────────────────────────────────────────────────────────────────────────────────────────",
+    " adds    passed  model_complete          2   1,234   $0.0123  0.25  backed_off 1, fell_back 1",
+    " loops   failed  max_turns_exceeded      3      15  unpriced  2.50  -",
+    " breaks  error   -                       -       -   $0.0000     -  -",
+    "loops: exit_reason: the run ended in max_turns_exceeded",
+    "breaks: the run raised RuntimeError: boom",
+    "",
+    " passed      1/3 (33%), 1 failed, 1 errors",
+    " tokens      1,249 (input 1,210, output 39); judges 40",
+    " cost        unpriced",
+    " latency     p50 250.0 ms, p90 2.50 s, p95 2.50 s, p99 2.50 s, max 2.50 s",
+    " recoveries  backed_off 1/2, fell_back 1/2, retried 0/2, compacted 0/2, repaired 0/2",
+    " wall time   3.50 s at concurrency 4",
 ]
 
 
