@@ -147,21 +147,29 @@ def to_dot(diagram: Diagram) -> str:
 def _child_clusters(g: graphviz.Digraph, d: Diagram, prefix: str) -> None:
     """Each child state's machine as a cluster beside it (its states named
     ``state__inner``), joined to the state by a dotted ``runs`` line, with its own
-    trace; a grandchild's inside its parent's cluster."""
+    trace; a grandchild's inside its parent's cluster. A fan-out over several different
+    children draws a cluster per child, labelled by its name (states named
+    ``state__child__inner``)."""
     for s in d.states:
-        child = s.child
-        if child is None:
-            continue
-        own = f"{prefix}{s.name}__"
-        with g.subgraph(name=f"cluster_child_{own}") as c:
-            c.attr(label=f"{s.name}: runs {child.name}", style="rounded", color=INK)
-            c.attr(fontcolor=INK, fontsize="11")
-            for inner in child.states:
-                c.node(own + inner.name, **_state_attrs(child, inner))
-            for group in child.edge_groups():
-                c.edge(own + group.source, own + group.target, **_edge_attrs(child, group))
-            _child_clusters(c, child, own)
-        g.edge(prefix + s.name, own + child.initial, style="dotted", arrowhead="none", label="runs")
+        several = len(s.children) > 1
+        for child in s.children:
+            machine = child.diagram
+            own = f"{prefix}{s.name}__" + (f"{child.name}__" if several else "")
+            label = f"{s.name}: runs {machine.name}"
+            if several:
+                label = f"{s.name}: {child.name} runs {machine.name}"
+            with g.subgraph(name=f"cluster_child_{own}") as c:
+                c.attr(label=label, style="rounded", color=INK)
+                c.attr(fontcolor=INK, fontsize="11")
+                for inner in machine.states:
+                    c.node(own + inner.name, **_state_attrs(machine, inner))
+                for group in machine.edge_groups():
+                    c.edge(own + group.source, own + group.target, **_edge_attrs(machine, group))
+                _child_clusters(c, machine, own)
+            runs = f"runs {child.name}" if several else "runs"
+            g.edge(
+                prefix + s.name, own + machine.initial, style="dotted", arrowhead="none", label=runs
+            )
 
 
 def _beside(d: Diagram) -> list[tuple[str, str]]:

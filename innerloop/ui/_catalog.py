@@ -14,6 +14,7 @@ from typing import Any
 
 from innerloop.checkpoint import Checkpointer, RunInfo, decode, store_errors
 from innerloop.diagrams import build_diagram, render
+from innerloop.diagrams._model import child_machines
 from innerloop.fsm._compile import CompiledMachine
 from innerloop.fsm._default import DEFAULT_SPEC
 from innerloop.fsm._locate import MachineNotFound, MachineRecord, find_machine
@@ -61,23 +62,22 @@ class UnknownChild(UnknownRun):
 def _nested(spec: MachineSpec) -> list[MachineSpec]:
     """The machines ``spec``'s states run as children (and theirs, all the way down)."""
     found: list[MachineSpec] = []
-    for handler in spec.handlers.values():
-        compiled = getattr(getattr(handler, "child", None), "compiled", None)
-        if isinstance(compiled, CompiledMachine) and compiled.spec not in found:
-            found.append(compiled.spec)
-            found += [s for s in _nested(compiled.spec) if s not in found]
+    for state in spec.handlers:
+        for _, compiled in child_machines(spec, state):
+            if compiled.spec not in found:
+                found.append(compiled.spec)
+                found += [s for s in _nested(compiled.spec) if s not in found]
     return found
 
 
 def _named_child(spec: MachineSpec, path: str) -> MachineSpec | None:
     """The machine of ``spec``'s child that the last level of ``path`` names (a fan-out
-    branch ``web#2`` by ``web``), looked for all the way down."""
+    branch ``web#2`` by ``web``; each child of a fan-out over several by its own name),
+    looked for all the way down."""
     last = path.rpartition("/")[2].partition("#")[0]
-    for handler in spec.handlers.values():
-        child = getattr(handler, "child", None)
-        compiled = getattr(child, "compiled", None)
-        if isinstance(compiled, CompiledMachine):
-            if getattr(child, "name", None) == last:
+    for state in spec.handlers:
+        for name, compiled in child_machines(spec, state):
+            if name == last:
                 return compiled.spec
             deeper = _named_child(compiled.spec, path)
             if deeper is not None:
