@@ -139,3 +139,31 @@ def test_svg_and_png_through_dot_hold_every_childs_cluster() -> None:
     assert "survey: code runs code&#45;machine" in svg
     assert "<title>survey__code__review</title>" in svg
     assert render(diagram, "png").startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_children_not_open_are_one_node_each_saying_where_they_are() -> None:
+    """``open`` names the clusters drawn open; every other child is one node (its id the
+    cluster's) naming the child, its machine and its exit, joined by its ``runs`` line."""
+    diagram = build_diagram(specialists(), trace=_events())
+    dot = to_dot(diagram, open=set())
+    assert "cluster_child_" not in dot
+    assert not _nodes(dot, "survey__web__")
+    assert not _nodes(dot, "survey__code__")
+    web = re.search(r"^\s*survey__web__ \[(.*?)\]$", dot, re.M | re.S)
+    assert web is not None
+    assert 'label="▸ web: web-machine\nexit model_complete, 6 transitions"' in web.group(1)
+    assert "class=collapsed" in web.group(1)
+    assert 'survey -> survey__code__ [label="runs code"' in dot
+    opened = to_dot(diagram, open={"survey__code__"})
+    assert "subgraph cluster_child_survey__code__ {" in opened
+    assert "cluster_child_survey__code__review__" not in opened  # the grandchild stays shut
+    assert re.search(r"^\s*survey__code__review__ \[", opened, re.M)
+    assert re.search(r"^\s*survey__web__ \[", opened, re.M)
+    static = to_dot(build_diagram(specialists()), open=())
+    assert 'label="▸ code: code-machine"' in static  # no run: no place to say
+
+
+def test_a_child_not_run_is_greyed_when_collapsed() -> None:
+    events = [{"type": "transition", "source": "idle", "target": "survey", "guard": None}]
+    dot = to_dot(build_diagram(specialists(), trace=events), open=())
+    assert 'label="▸ web: web-machine\nnot run"' in dot

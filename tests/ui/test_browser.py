@@ -44,6 +44,8 @@ FLAGS = (
     "--window-size=1280,800",
     "--hide-scrollbars",
 )
+OPEN = "\N{BLACK RIGHT-POINTING SMALL TRIANGLE}"
+"""In front of a collapsed child's name (a click opens it)."""
 SIZE = (1280, 800)
 """The size every page is looked at (and shot) in."""
 
@@ -315,7 +317,9 @@ def test_a_nested_run_reads_at_page_size(
     """The demo's nested run, one row across its suspension: its chart has a bar per
     turn of its own and per child run (its tokens are mostly theirs), the writer's typed
     Brief among its messages, and a finished list says none, not none yet; its diagram
-    zooms (buttons, wheel) and a double click zooms onto a child run's cluster."""
+    draws each child state's machine collapsed (one node naming the child and its exit)
+    until a click opens it, zooms (buttons, wheel) and a double click zooms onto a child
+    run's cluster."""
     from innerloop._demo import NESTED_SPEC
 
     server = serve(Catalog(demo_runs, machines=[NESTED_SPEC]))
@@ -332,7 +336,23 @@ def test_a_nested_run_reads_at_page_size(
     assert diagram.get_attribute("data-zoom") == "1.50"
     browser.find_element(By.ID, "zoom-fit").click()
     assert diagram.get_attribute("data-zoom") == "1.00"
+    folded = "#diagram g.node.collapsed"
+    assert sorted(_texts(browser, f"{folded} title")) == ["survey__", "write__"]
+    assert _texts(browser, "#diagram g.cluster title") == ["cluster_recovery"]
+    assert OPEN + " scout: scout" in _texts(browser, f"{folded} text")
+    assert any(t.startswith("exit model_complete, ") for t in _texts(browser, f"{folded} text"))
     shoot(browser, "guides/img/live-view-nested.png", tmp_path)
+    (scouts,) = [
+        g
+        for g in browser.find_elements(By.CSS_SELECTOR, folded)
+        if g.find_element(By.TAG_NAME, "title").get_attribute("textContent") == "survey__"
+    ]
+    scouts.click()
+    _until(
+        lambda: "cluster_child_survey__" in _texts(browser, "#diagram g.cluster title"),
+        message="the scouts' cluster opened",
+    )
+    assert _texts(browser, f"{folded} title") == ["write__"]
     (cluster,) = [
         g
         for g in browser.find_elements(By.CSS_SELECTOR, "#diagram g.cluster")

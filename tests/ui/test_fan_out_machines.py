@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from innerloop import Harness, HarnessParams, tool
@@ -110,3 +112,21 @@ def test_each_child_of_a_stored_run_has_its_own_machine(tmp_path: Path) -> None:
         }
     finally:
         catalog.close()
+
+
+@needs_dot
+def test_the_diagram_api_opens_only_the_clusters_named(research: Path, serve: Any) -> None:
+    """``?open=`` (empty): every child one node; ``?open=survey__code__``: that cluster
+    open, its grandchild and the other child still one node each; no ``open``: all open."""
+    server = serve(Catalog(research, machines=[specialists()]))
+    url = server.url + f"api/diagram/{RUN}"
+    shut = httpx.get(url, params={"open": ""}, timeout=10).text
+    assert "cluster_child_" not in shut
+    assert shut.count('class="node collapsed"') == 2
+    code = httpx.get(url, params=[("open", ""), ("open", "survey__code__")], timeout=10).text
+    assert "<title>cluster_child_survey__code__</title>" in code
+    assert "<title>cluster_child_survey__code__review__</title>" not in code
+    assert code.count('class="node collapsed"') == 2  # web, and code's lint
+    every = httpx.get(url, timeout=10).text
+    assert "<title>cluster_child_survey__code__review__</title>" in every
+    assert 'collapsed"' not in every

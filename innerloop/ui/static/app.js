@@ -23,10 +23,14 @@ const answered = new Set();  // "run|interrupt" answered from this page (until t
 let listStatus = new Map();  // each run's status in the list, as last seen
 
 // an API URL: the run id encoded whole (ids may hold "#", "?", "/"), the query's values too
-// (a child's path, ?child=, holds "#", "/", "[" as well; null: left out), the token added
+// (a child's path, ?child=, holds "#", "/", "[" as well; null: left out; a list: the key
+// once per value), the token added
 function api(path, id, query) {
   const url = new URL(path + (id === undefined ? "" : encodeURIComponent(id)), window.location.origin);
-  for (const [k, v] of Object.entries(query || {})) if (v !== null && v !== undefined) url.searchParams.set(k, v);
+  for (const [k, v] of Object.entries(query || {})) {
+    if (Array.isArray(v)) for (const one of v) url.searchParams.append(k, one);
+    else if (v !== null && v !== undefined) url.searchParams.set(k, v);
+  }
   if (TOKEN) url.searchParams.set("token", TOKEN);
   return url.toString();
 }
@@ -134,6 +138,7 @@ function select(id, path) {
   child = path;
   diagramKey = null;
   lastDetail = null;
+  opened = new Set();  // a run's child clusters start collapsed
   const url = new URL(window.location);
   url.searchParams.set("run", id);
   if (path === null) url.searchParams.delete("child"); else url.searchParams.set("child", path);
@@ -382,14 +387,19 @@ function drawRecoveries(items) {
   document.getElementById("recoveries-box").hidden = items.length === 0;
 }
 
+// the child clusters drawn open (their ids, "survey__", "survey__web__"); the others are
+// one node each, naming the child and where it is: a click opens one, a click on an open
+// cluster's title closes it
+let opened = new Set();
+
 function refreshDiagram(run) {
-  const key = run.id + "|" + run.child + "|" + run.totals.transitions + "|" + run.status + "|" + JSON.stringify((run.children || []).map((c) => c.events));
+  const key = run.id + "|" + run.child + "|" + run.totals.transitions + "|" + run.status + "|" + JSON.stringify((run.children || []).map((c) => c.events)) + "|" + [...opened].sort().join("|");
   if (key === diagramKey) return;
   diagramWanted = key;
   if (diagramBusy) return;
   diagramBusy = true;
   const id = run.id, path = run.child;
-  fetch(api("/api/diagram/", id, { child: path })).then((r) =>
+  fetch(api("/api/diagram/", id, { child: path, open: ["", ...opened] })).then((r) =>
     r.ok ? r.text() : r.json().then((j) => ({ error: j.error || r.statusText }))
   ).then((text) => {
     if (!lastDetail || id !== lastDetail.id || path !== lastDetail.child) return;
@@ -462,16 +472,40 @@ function setUpZoom() {
     const r = box.getBoundingClientRect();
     zoomBy(e.deltaY < 0 ? 1.25 : 1 / 1.25, e.clientX - r.left, e.clientY - r.top);
   }, { passive: false });
-  let drag = null;
+  let drag = null, moved = 0;
   box.addEventListener("pointerdown", (e) => {
     drag = { x: e.clientX - zoom.x, y: e.clientY - zoom.y };
+    moved = 0;
     box.setPointerCapture(e.pointerId);
     box.classList.add("dragging");
   });
   box.addEventListener("pointermove", (e) => {
     if (!drag) return;
+    moved += Math.abs(e.movementX) + Math.abs(e.movementY);
     zoom = { ...zoom, x: e.clientX - drag.x, y: e.clientY - drag.y };
     applyZoom();
+  });
+  box.addEventListener("click", (e) => {
+    if (moved > 4 || !lastDetail) return;  // the end of a drag
+    const hit = (node) => {
+      const r = node.getBoundingClientRect();
+      return e.clientX >= r.left && e.clientX <= r.right && e.clientY >= r.top && e.clientY <= r.bottom;
+    };
+    const titled = (node) => (node.querySelector("title") || {}).textContent || "";
+    const folded = [...box.querySelectorAll("g.node.collapsed")].find(hit);
+    if (folded) {
+      opened.add(titled(folded));
+      refreshDiagram(lastDetail);
+      return;
+    }
+    for (const c of box.querySelectorAll("g.cluster")) {
+      const label = c.querySelector(":scope > text");
+      const id = titled(c).replace(/^cluster_child_/, "");
+      if (!label || !hit(label) || !opened.has(id)) continue;
+      for (const o of [...opened]) if (o.startsWith(id)) opened.delete(o);
+      refreshDiagram(lastDetail);
+      return;
+    }
   });
   const stop = () => { drag = null; box.classList.remove("dragging"); };
   box.addEventListener("pointerup", stop);
