@@ -290,6 +290,30 @@ class Diagram:
                 )
         return attrs.evolve(self, trace=trace)
 
+    def taken(self) -> Diagram:
+        """Only what the traced run used: the states it was in (and the live one) and the
+        edges it took, each child's machine likewise (a child that did not run left out);
+        without a trace, the same diagram. A run's path reads at a size the whole machine
+        does not."""
+        if self.trace is None:
+            return self
+        keep = self.visited | {self.current}
+        counts = self.counts
+        states = tuple(
+            attrs.evolve(
+                s,
+                children=tuple(
+                    attrs.evolve(c, diagram=c.diagram.taken())
+                    for c in s.children
+                    if c.diagram.trace is None or c.diagram.trace.steps
+                ),
+            )
+            for s in self.states
+            if s.name in keep
+        )
+        edges = tuple(e for e in self.edges if counts.get(e.key))
+        return attrs.evolve(self, states=states, edges=edges)
+
     # -- what renderers ask ----------------------------------------------------------------
 
     def edge_groups(self) -> tuple[DiagramEdgeGroup, ...]:

@@ -457,12 +457,18 @@ class Catalog:
         return find_machine(record, self.machines, what=f"run {run_id}")
 
     def diagram(
-        self, run_id: str, child: str | None = None, open: frozenset[str] | None = None
+        self,
+        run_id: str,
+        child: str | None = None,
+        open: frozenset[str] | None = None,
+        *,
+        taken: bool = False,
     ) -> bytes:
         """The machine's SVG with the run's trace on it (edge counts, path to the exit),
         its child runs' traces on the clusters of the states that ran them; of the child
         at path ``child`` when given. ``open``: the child clusters drawn open, the others
-        one node each (``None``: all open; see :func:`~innerloop.diagrams.to_dot`)."""
+        one node each (``None``: all open; see :func:`~innerloop.diagrams.to_dot`);
+        ``taken``: only the states and edges the run used (:meth:`Diagram.taken`)."""
         view, _, _ = self._view(run_id, child)
         detail = view.summary()
         machine = self._machine(run_id, child)
@@ -471,7 +477,7 @@ class Catalog:
         final = detail["current"] if detail["status"] != "running" else None
         below = _child_steps(self._log_run(run_id)[2], child) if run_id.startswith("log:") else []
         key: tuple[Any, ...] = (machine.name, machine.fingerprint, tuple(steps), tuple(below))
-        key += (final, detail["exit_reason"], open)
+        key += (final, detail["exit_reason"], open, taken)
         with self._lock:
             cached = self._svg.get(key)
         if cached is not None:
@@ -486,7 +492,8 @@ class Catalog:
             trace.append(
                 {"type": "finished", "final_state": final, "exit_reason": detail["exit_reason"]}
             )
-        svg = render(build_diagram(machine, trace=trace), "svg", open=open)
+        drawn = build_diagram(machine, trace=trace)
+        svg = render(drawn.taken() if taken else drawn, "svg", open=open)
         with self._lock:
             self._svg[key] = svg
             while len(self._svg) > SVG_CACHE:  # a live run makes a new picture per step

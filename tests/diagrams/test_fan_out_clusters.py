@@ -167,3 +167,23 @@ def test_a_child_not_run_is_greyed_when_collapsed() -> None:
     events = [{"type": "transition", "source": "idle", "target": "survey", "guard": None}]
     dot = to_dot(build_diagram(specialists(), trace=events), open=())
     assert 'label="▸ web: web-machine\nnot run"' in dot
+
+
+def test_taken_keeps_only_what_the_run_used_children_too() -> None:
+    """The run's states and edges, each child's likewise; a child that did not run is
+    left out; without a trace the diagram is the same."""
+    diagram = build_diagram(specialists(), trace=_events()).taken()
+    assert {s.name for s in diagram.states} == {
+        "idle", "survey", "assemble", "normalize", "call", "stream", "check", "model_complete"
+    }  # fmt: skip
+    assert all(diagram.counts.get(e.key) for e in diagram.edges)
+    web, code = (c.diagram for c in diagram.state("survey").children)
+    assert "review" not in {s.name for s in web.states}
+    assert "backoff" not in {s.name for s in code.states}
+    assert {s.name for s in code.state("review").children[0].diagram.states} >= {"check"}
+    dot = to_dot(diagram)
+    assert not _nodes(dot, "backoff")
+    first = [{"type": "transition", "source": "idle", "target": "survey", "guard": None}]
+    assert build_diagram(specialists(), trace=first).taken().state("survey").children == ()
+    whole = build_diagram(specialists())
+    assert whole.taken() is whole

@@ -317,9 +317,9 @@ def test_a_nested_run_reads_at_page_size(
     """The demo's nested run, one row across its suspension: its chart has a bar per
     turn of its own and per child run (its tokens are mostly theirs), the writer's typed
     Brief among its messages, and a finished list says none, not none yet; its diagram
-    draws each child state's machine collapsed (one node naming the child and its exit)
-    until a click opens it, zooms (buttons, wheel) and a double click zooms onto a child
-    run's cluster."""
+    draws the path taken, each child state's machine collapsed (one node naming the child
+    and its exit) until a click opens it, the whole machine on asking, zooms (buttons,
+    wheel) and a double click zooms onto a child run's cluster."""
     from innerloop._demo import NESTED_SPEC
 
     server = serve(Catalog(demo_runs, machines=[NESTED_SPEC]))
@@ -338,7 +338,8 @@ def test_a_nested_run_reads_at_page_size(
     assert diagram.get_attribute("data-zoom") == "1.00"
     folded = "#diagram g.node.collapsed"
     assert sorted(_texts(browser, f"{folded} title")) == ["survey__", "write__"]
-    assert _texts(browser, "#diagram g.cluster title") == ["cluster_recovery"]
+    assert _texts(browser, "#diagram g.cluster title") == []  # no recovery: none drawn
+    assert "backoff" not in _texts(browser, "#diagram g.node title")  # the path taken only
     assert OPEN + " scout: scout" in _texts(browser, f"{folded} text")
     assert any(t.startswith("exit model_complete, ") for t in _texts(browser, f"{folded} text"))
     shoot(browser, "guides/img/live-view-nested.png", tmp_path)
@@ -363,6 +364,12 @@ def test_a_nested_run_reads_at_page_size(
     assert float(diagram.get_attribute("data-zoom") or 0) > 1.5
     assert browser.execute_script("return window.refused") == []
     shoot(browser, "guides/img/live-view-zoomed.png", tmp_path)
+    browser.find_element(By.ID, "diagram-whole").click()
+    _until(
+        lambda: "backoff" in _texts(browser, "#diagram g.node title"), message="the whole machine"
+    )
+    assert "cluster_recovery" in _texts(browser, "#diagram g.cluster title")
+    assert "cluster_child_survey__" in _texts(browser, "#diagram g.cluster title")  # still open
 
 
 def test_the_report_pages_at_page_size(browser: WebDriver, tmp_path: Path, serve: Any) -> None:

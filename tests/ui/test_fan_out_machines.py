@@ -130,3 +130,14 @@ def test_the_diagram_api_opens_only_the_clusters_named(research: Path, serve: An
     every = httpx.get(url, timeout=10).text
     assert "<title>cluster_child_survey__code__review__</title>" in every
     assert 'collapsed"' not in every
+
+
+@needs_dot
+def test_the_diagram_api_draws_the_path_taken_on_asking(research: Path, serve: Any) -> None:
+    server = serve(Catalog(research, machines=[specialists()]))
+    url = server.url + f"api/diagram/{RUN}"
+    taken = httpx.get(url, params={"taken": "1"}, timeout=10).text
+    assert "<title>survey__code__review__check</title>" in taken
+    assert "<title>backoff</title>" not in taken
+    assert "<title>survey__web__backoff</title>" not in taken
+    assert "<title>backoff</title>" in httpx.get(url, timeout=10).text

@@ -391,15 +391,17 @@ function drawRecoveries(items) {
 // one node each, naming the child and where it is: a click opens one, a click on an open
 // cluster's title closes it
 let opened = new Set();
+// the whole machine, or (the default) only the states and edges the run used
+let wholeMachine = false;
 
 function refreshDiagram(run) {
-  const key = run.id + "|" + run.child + "|" + run.totals.transitions + "|" + run.status + "|" + JSON.stringify((run.children || []).map((c) => c.events)) + "|" + [...opened].sort().join("|");
+  const key = run.id + "|" + run.child + "|" + run.totals.transitions + "|" + run.status + "|" + JSON.stringify((run.children || []).map((c) => c.events)) + "|" + [...opened].sort().join("|") + "|" + wholeMachine;
   if (key === diagramKey) return;
   diagramWanted = key;
   if (diagramBusy) return;
   diagramBusy = true;
   const id = run.id, path = run.child;
-  fetch(api("/api/diagram/", id, { child: path, open: ["", ...opened] })).then((r) =>
+  fetch(api("/api/diagram/", id, { child: path, open: ["", ...opened], taken: wholeMachine ? null : "1" })).then((r) =>
     r.ok ? r.text() : r.json().then((j) => ({ error: j.error || r.statusText }))
   ).then((text) => {
     if (!lastDetail || id !== lastDetail.id || path !== lastDetail.child) return;
@@ -467,6 +469,14 @@ function setUpZoom() {
   document.getElementById("zoom-in").addEventListener("click", () => zoomBy(1.5, ...centre()));
   document.getElementById("zoom-out").addEventListener("click", () => zoomBy(1 / 1.5, ...centre()));
   document.getElementById("zoom-fit").addEventListener("click", resetZoom);
+  const whole = document.getElementById("diagram-whole");
+  whole.addEventListener("click", () => {
+    wholeMachine = !wholeMachine;
+    whole.setAttribute("aria-pressed", String(wholeMachine));
+    whole.textContent = wholeMachine ? "path taken" : "whole machine";
+    resetZoom();
+    if (lastDetail) refreshDiagram(lastDetail);
+  });
   box.addEventListener("wheel", (e) => {
     e.preventDefault();
     const r = box.getBoundingClientRect();
