@@ -135,7 +135,7 @@ def test_the_highlighted_state_follows_a_live_run(
         if lit and (not seen or seen[-1] != lit[0]):
             assert lit == [current]
             seen.append(lit[0])
-        if current == "model_complete":
+        if lit == ["model_complete"]:  # drawn with the path's next picture
             break
         time.sleep(0.05)
     page = browser.execute_script("return document.body.innerHTML")

@@ -413,7 +413,14 @@ function refreshDiagram(run) {
     }
     box.innerHTML = text;
     const drawn = box.querySelector("svg");
-    if (drawn) { drawn.removeAttribute("width"); drawn.removeAttribute("height"); }
+    if (drawn) {  // as wide as the box, but never past its own size (a short path stays 1:1)
+      const natural = drawn.getAttribute("width");
+      drawn.removeAttribute("width"); drawn.removeAttribute("height");
+      if (natural) {
+        drawn.style.maxWidth = natural;
+        drawn.dataset.natural = String(parseFloat(natural) * (natural.endsWith("pt") ? 4 / 3 : 1));
+      }
+    }
     applyZoom();  // a live run's new picture keeps the zoom its reader chose
     diagramKey = key;
     highlight(lastDetail.current);
@@ -457,7 +464,12 @@ function zoomOnto(node) {
   const r = node.getBoundingClientRect();
   const w = r.width / zoom.scale, h = r.height / zoom.scale;
   const ux = (r.left - box.left - zoom.x) / zoom.scale, uy = (r.top - box.top - zoom.y) / zoom.scale;
-  const scale = Math.min(MAX_ZOOM, Math.max(1, 0.96 * box.width / w));
+  // never past half again the drawing's own size: its text at most 18 px, not a poster
+  const drawn = document.querySelector("#diagram svg");
+  const fitted = drawn ? drawn.getBoundingClientRect().width / zoom.scale : 0;
+  const own = drawn && fitted ? Number(drawn.dataset.natural || 0) / fitted : 0;
+  const most = own ? Math.min(MAX_ZOOM, Math.max(1, 1.5 * own)) : MAX_ZOOM;
+  const scale = Math.min(most, Math.max(1, 0.96 * box.width / w));
   const y = h * scale <= box.height ? box.height / 2 - (uy + h / 2) * scale : 8 - uy * scale;
   zoom = { scale, x: box.width / 2 - (ux + w / 2) * scale, y };
   applyZoom();
