@@ -12,6 +12,7 @@ from innerloop.diagrams._files import write_all
 from innerloop.diagrams._mermaid import to_mermaid
 from innerloop.diagrams._model import (
     Diagram,
+    DiagramChild,
     DiagramEdge,
     DiagramEdgeGroup,
     DiagramState,
@@ -23,6 +24,7 @@ from innerloop.diagrams._model import (
 
 __all__ = [
     "Diagram",
+    "DiagramChild",
     "DiagramEdge",
     "DiagramEdgeGroup",
     "DiagramState",

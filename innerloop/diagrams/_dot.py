@@ -9,6 +9,7 @@ are greyed, each taken edge shows its count, and the path to the exit is drawn t
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Collection
 from typing import Literal
 
 import graphviz
@@ -102,8 +103,14 @@ def _edge_attrs(d: Diagram, g: DiagramEdgeGroup) -> dict[str, str]:
     return out
 
 
-def to_dot(diagram: Diagram) -> str:
-    """The diagram as DOT text (built with the ``graphviz`` package; no binary needed)."""
+def to_dot(diagram: Diagram, *, open: Collection[str] | None = None) -> str:
+    """The diagram as DOT text (built with the ``graphviz`` package; no binary needed).
+
+    ``open`` names the child clusters drawn open (by their id, ``survey__``, a fan-out's
+    ``survey__web__``, a grandchild's ``survey__code__review__``; the prefix of their
+    states' names); each other child is drawn collapsed, as one node of that id labelled
+    with the child's name, machine and where its runs are. ``None`` (the default) opens
+    them all."""
     g = graphviz.Digraph(diagram.name, comment=f"innerloop machine {diagram.name!r}")
     g.attr(
         rankdir="TB",
@@ -140,28 +147,68 @@ def to_dot(diagram: Diagram) -> str:
     g.edge(START, diagram.initial, color=INK)
     for group in diagram.edge_groups():
         g.edge(group.source, group.target, **_edge_attrs(diagram, group))
-    _child_clusters(g, diagram, "")
+    _child_clusters(g, diagram, "", open)
     return str(g.source)
 
 
-def _child_clusters(g: graphviz.Digraph, d: Diagram, prefix: str) -> None:
+def _child_clusters(
+    g: graphviz.Digraph, d: Diagram, prefix: str, open: Collection[str] | None
+) -> None:
     """Each child state's machine as a cluster beside it (its states named
     ``state__inner``), joined to the state by a dotted ``runs`` line, with its own
-    trace; a grandchild's inside its parent's cluster."""
+    trace; a grandchild's inside its parent's cluster. A fan-out over several different
+    children draws a cluster per child, labelled by its name (states named
+    ``state__child__inner``). A child not ``open`` is one node instead (see
+    :func:`to_dot`)."""
     for s in d.states:
-        child = s.child
-        if child is None:
-            continue
-        own = f"{prefix}{s.name}__"
-        with g.subgraph(name=f"cluster_child_{own}") as c:
-            c.attr(label=f"{s.name}: runs {child.name}", style="rounded", color=INK)
-            c.attr(fontcolor=INK, fontsize="11")
-            for inner in child.states:
-                c.node(own + inner.name, **_state_attrs(child, inner))
-            for group in child.edge_groups():
-                c.edge(own + group.source, own + group.target, **_edge_attrs(child, group))
-            _child_clusters(c, child, own)
-        g.edge(prefix + s.name, own + child.initial, style="dotted", arrowhead="none", label="runs")
+        several = len(s.children) > 1
+        for child in s.children:
+            machine = child.diagram
+            own = f"{prefix}{s.name}__" + (f"{child.name}__" if several else "")
+            runs = f"runs {child.name}" if several else "runs"
+            if open is not None and own not in open:
+                g.node(own, **_collapsed_attrs(d, child.name, machine))
+                g.edge(prefix + s.name, own, style="dotted", arrowhead="none", label=runs)
+                continue
+            label = f"{s.name}: runs {machine.name}"
+            if several:
+                label = f"{s.name}: {child.name} runs {machine.name}"
+            with g.subgraph(name=f"cluster_child_{own}") as c:
+                c.attr(label=label, style="rounded", color=INK)
+                c.attr(fontcolor=INK, fontsize="11")
+                for inner in machine.states:
+                    c.node(own + inner.name, **_state_attrs(machine, inner))
+                for group in machine.edge_groups():
+                    c.edge(own + group.source, own + group.target, **_edge_attrs(machine, group))
+                _child_clusters(c, machine, own, open)
+            g.edge(
+                prefix + s.name, own + machine.initial, style="dotted", arrowhead="none", label=runs
+            )
+
+
+def _collapsed_attrs(parent: Diagram, name: str | None, machine: Diagram) -> dict[str, str]:
+    """A collapsed child: its name and machine, and where its runs are (ended, in a
+    state, not run), filled as its state would be."""
+    lines = [f"{name}: {machine.name}" if name else machine.name]
+    out = {"shape": "folder", "class": "collapsed", "fillcolor": FILL["phase"]}
+    out.update(color=BORDER["phase"], tooltip=f"{lines[0]} (click to open)")
+    trace = machine.trace
+    if machine.current is not None:
+        lines.append(f"in {machine.current}")
+        out.update(fillcolor=CURRENT_FILL, penwidth="2")
+    elif trace is not None and trace.steps and machine.end_state is not None:
+        end = machine.state(machine.end_state)
+        if end.final:
+            lines.append(f"exit {trace.exit_reason or end.exit_reason}")
+            out.update(fillcolor=END_FILL, penwidth="2")
+        else:
+            lines.append(f"in {end.name}")
+        lines[-1] += f", {len(trace.steps)} transitions"
+    elif parent.trace is not None:
+        lines.append("not run")
+        out.update(fillcolor="#f7f7f7", color=GREY, fontcolor=GREY_TEXT)
+    out["label"] = "\n".join(["\N{BLACK RIGHT-POINTING SMALL TRIANGLE} " + lines[0], *lines[1:]])
+    return out
 
 
 def _beside(d: Diagram) -> list[tuple[str, str]]:
@@ -209,12 +256,15 @@ def _stamp_svg(svg: bytes, dot: str) -> bytes:
     return head + sep + stamp + rest if sep else stamp + svg
 
 
-def render(diagram: Diagram, format: ImageFormat = "svg") -> bytes:
-    """The diagram as SVG or PNG bytes. Needs the Graphviz ``dot`` binary; raises
-    :class:`GraphvizNotFound` naming the package to install when it is missing."""
+def render(
+    diagram: Diagram, format: ImageFormat = "svg", *, open: Collection[str] | None = None
+) -> bytes:
+    """The diagram as SVG or PNG bytes (``open``: the child clusters drawn open, see
+    :func:`to_dot`). Needs the Graphviz ``dot`` binary; raises :class:`GraphvizNotFound`
+    naming the package to install when it is missing."""
     if format not in ("svg", "png"):
         raise ValueError(f"format must be 'svg' or 'png', got {format!r}")
-    dot = to_dot(diagram)
+    dot = to_dot(diagram, open=open)
     try:
         data: bytes = graphviz.Source(dot).pipe(format=format)
     except graphviz.ExecutableNotFound:

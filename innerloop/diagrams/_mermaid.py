@@ -11,6 +11,8 @@ classed ``current``.
 
 from __future__ import annotations
 
+import re
+
 from innerloop.diagrams._model import TIMES, Diagram, DiagramEdgeGroup
 
 __all__ = ["to_mermaid"]
@@ -89,26 +91,48 @@ def to_mermaid(diagram: Diagram) -> str:
     return "\n".join(lines) + "\n"
 
 
+NOT_ID = re.compile(r"\W")
+"""What a Mermaid state id cannot hold (a child's name's other characters become ``_``)."""
+
+
+def _own(prefix: str, state: str, name: str | None, several: bool) -> str:
+    """The prefix of a child machine's state ids: ``state__`` (``state__child__`` for
+    one of several different children, its name's other characters made ``_``)."""
+    if not several:
+        return f"{prefix}{state}__"
+    return f"{prefix}{state}__{NOT_ID.sub('_', name or '')}__"
+
+
 def _children(d: Diagram, prefix: str, indent: str) -> list[str]:
     """Each child state as a composite state holding its child machine, whose states
-    are named ``state__inner`` (a grandchild's ``state__inner__innermost``)."""
+    are named ``state__inner`` (a grandchild's ``state__inner__innermost``); a fan-out
+    over several different children holds one composite state per child
+    (``state__child``), its states named ``state__child__inner``."""
     lines: list[str] = []
     for s in d.states:
-        child = s.child
-        if child is None:
+        if not s.children:
             continue
-        own = f"{prefix}{s.name}__"
+        several = len(s.children) > 1
         inner = indent + "    "
         lines.append(f"{indent}state {prefix}{s.name} {{")
-        lines.append(f"{inner}%% child machine: {child.name}")
-        lines.extend(f'{inner}state "{c.name}" as {own}{c.name}' for c in child.states)
-        lines.append(f"{inner}[*] --> {own}{child.initial}")
-        for g in child.edge_groups():
-            label = _label(child, g)
-            edge = f"{inner}{own}{g.source} --> {own}{g.target}"
-            lines.append(edge + (f" : {label}" if label else ""))
-        lines.extend(f"{inner}{own}{c.name} --> [*]" for c in child.states if c.final)
-        lines.extend(_children(child, own, inner))
+        for child in s.children:
+            machine = child.diagram
+            own = _own(prefix, s.name, child.name, several)
+            body = inner
+            if several:
+                lines.append(f'{inner}state "{child.name}: {machine.name}" as {own[:-2]} {{')
+                body = inner + "    "
+            lines.append(f"{body}%% child machine: {machine.name}")
+            lines.extend(f'{body}state "{c.name}" as {own}{c.name}' for c in machine.states)
+            lines.append(f"{body}[*] --> {own}{machine.initial}")
+            for g in machine.edge_groups():
+                label = _label(machine, g)
+                edge = f"{body}{own}{g.source} --> {own}{g.target}"
+                lines.append(edge + (f" : {label}" if label else ""))
+            lines.extend(f"{body}{own}{c.name} --> [*]" for c in machine.states if c.final)
+            lines.extend(_children(machine, own, body))
+            if several:
+                lines.append(f"{inner}}}")
         lines.append(f"{indent}}}")
     return lines
 
@@ -116,10 +140,10 @@ def _children(d: Diagram, prefix: str, indent: str) -> list[str]:
 def _child_classes(d: Diagram, prefix: str) -> list[str]:
     lines: list[str] = []
     for s in d.states:
-        if s.child is None:
-            continue
-        own = f"{prefix}{s.name}__"
-        for cls, names in _classes(s.child).items():
-            lines.append(f"    class {','.join(own + n for n in names)} {cls}")
-        lines.extend(_child_classes(s.child, own))
+        several = len(s.children) > 1
+        for child in s.children:
+            own = _own(prefix, s.name, child.name, several)
+            for cls, names in _classes(child.diagram).items():
+                lines.append(f"    class {','.join(own + n for n in names)} {cls}")
+            lines.extend(_child_classes(child.diagram, own))
     return lines

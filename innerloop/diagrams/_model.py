@@ -24,6 +24,7 @@ from innerloop.fsm._spec import EdgeKey, EdgeKind, MachineSpec, StateKind
 
 __all__ = [
     "Diagram",
+    "DiagramChild",
     "DiagramEdge",
     "DiagramEdgeGroup",
     "DiagramState",
@@ -41,6 +42,16 @@ TIMES = "\N{MULTIPLICATION SIGN}"
 
 
 @attrs.frozen
+class DiagramChild:
+    """A machine a child state runs, drawn inside it as a cluster with its own trace."""
+
+    name: str | None
+    """The child's name: the first level of its runs' event paths (``web`` of
+    ``web#2``), by which their events are laid over its cluster."""
+    diagram: Diagram
+
+
+@attrs.frozen
 class DiagramState:
     """A state as drawn: its kind, and for a final state the exit reason it reports."""
 
@@ -48,12 +59,20 @@ class DiagramState:
     kind: StateKind
     exit_reason: str | None = None
     doc: str = ""
-    child: Diagram | None = None
-    """The machine a child state runs (``child_handler``, ``fan_out_handler``,
-    ``handoff_handler``), drawn inside it as a cluster, with its own trace."""
-    child_name: str | None = None
-    """The name of the child it runs: the first level of its runs' event paths
-    (``web`` of ``web#2``), by which their events are laid over the cluster."""
+    children: tuple[DiagramChild, ...] = ()
+    """The machines a child state runs (``child_handler``, ``handoff_handler``: one;
+    ``fan_out_handler`` over a list of different children: one per child, in its
+    order), each drawn inside it as a cluster, with its own trace."""
+
+    @property
+    def child(self) -> Diagram | None:
+        """The first child's machine (the only one but for a fan-out over several)."""
+        return self.children[0].diagram if self.children else None
+
+    @property
+    def child_name(self) -> str | None:
+        """The first child's name."""
+        return self.children[0].name if self.children else None
 
     @property
     def final(self) -> bool:
@@ -250,10 +269,14 @@ class Diagram:
             trace = trace_from_events(events)
             states = tuple(
                 attrs.evolve(
-                    s, child=s.child.with_trace(child_events(events, s.child_name or s.name))
+                    s,
+                    children=tuple(
+                        attrs.evolve(
+                            c, diagram=c.diagram.with_trace(child_events(events, c.name or s.name))
+                        )
+                        for c in s.children
+                    ),
                 )
-                if s.child is not None
-                else s
                 for s in self.states
             )
             return attrs.evolve(self, states=states).with_trace(trace)
@@ -266,6 +289,30 @@ class Diagram:
                     f"machine {self.name!r} does not have; pass the spec the run used (--spec)"
                 )
         return attrs.evolve(self, trace=trace)
+
+    def taken(self) -> Diagram:
+        """Only what the traced run used: the states it was in (and the live one) and the
+        edges it took, each child's machine likewise (a child that did not run left out);
+        without a trace, the same diagram. A run's path reads at a size the whole machine
+        does not."""
+        if self.trace is None:
+            return self
+        keep = self.visited | {self.current}
+        counts = self.counts
+        states = tuple(
+            attrs.evolve(
+                s,
+                children=tuple(
+                    attrs.evolve(c, diagram=c.diagram.taken())
+                    for c in s.children
+                    if c.diagram.trace is None or c.diagram.trace.steps
+                ),
+            )
+            for s in self.states
+            if s.name in keep
+        )
+        edges = tuple(e for e in self.edges if counts.get(e.key))
+        return attrs.evolve(self, states=states, edges=edges)
 
     # -- what renderers ask ----------------------------------------------------------------
 
@@ -306,16 +353,28 @@ def _spec_of(machine: MachineSpec | CompiledMachine | Run) -> MachineSpec:
     return machine
 
 
-def _child_diagram(spec: MachineSpec, state: str) -> tuple[Diagram | None, str | None]:
-    """The diagram of the machine state ``state``'s handler runs as a child, and the
-    child's name, if any (a handler made by ``child_handler`` and the like names its
-    ``child``)."""
-    child = getattr(spec.handlers.get(state), "child", None)
-    compiled = getattr(child, "compiled", None)
-    if not isinstance(compiled, CompiledMachine):
-        return None, None
-    name = getattr(child, "name", None)
-    return build_diagram(compiled), name if isinstance(name, str) else None
+def child_machines(spec: MachineSpec, state: str) -> list[tuple[str | None, CompiledMachine]]:
+    """The machines state ``state``'s handler runs as children, each with the child's
+    name: a handler made by ``child_handler`` and the like names its ``child``, a
+    ``fan_out_handler`` over a list of different children names them all (``children``)."""
+    handler = spec.handlers.get(state)
+    children = getattr(handler, "children", None)
+    if not isinstance(children, tuple | list):
+        children = [getattr(handler, "child", None)]
+    out: list[tuple[str | None, CompiledMachine]] = []
+    for child in children:
+        compiled = getattr(child, "compiled", None)
+        if isinstance(compiled, CompiledMachine):
+            name = getattr(child, "name", None)
+            out.append((name if isinstance(name, str) else None, compiled))
+    return out
+
+
+def _child_diagrams(spec: MachineSpec, state: str) -> tuple[DiagramChild, ...]:
+    return tuple(
+        DiagramChild(name, build_diagram(compiled))
+        for name, compiled in child_machines(spec, state)
+    )
 
 
 def build_diagram(
@@ -331,7 +390,7 @@ def build_diagram(
     ``trace`` is a :class:`Trace` or the run's event dicts."""
     spec = _spec_of(machine)
     states = tuple(
-        DiagramState(s.name, s.kind, s.exit_reason, s.doc, *_child_diagram(spec, s.name))
+        DiagramState(s.name, s.kind, s.exit_reason, s.doc, _child_diagrams(spec, s.name))
         for s in spec.states
     )
     edges: list[DiagramEdge] = []

@@ -12,6 +12,10 @@
                                  event id (``Last-Event-ID``), then ``end`` once it finished
     ?child=PATH                  on the three above: the run's child run at that path
                                  (``survey/web#2``; a run's detail lists its ``children``)
+    ?open=ID (repeated)          on the diagram: the child clusters drawn open (``survey__``,
+                                 ``survey__web__``), each other child one node (an empty
+                                 ``open=``: none open); without it, every cluster is open
+    ?taken=1                     on the diagram: only the states and edges the run used
     POST /api/answer/{id}        answer the question the run waits on: JSON ``{"interrupt":
                                  ID, "answer": VALUE}``, from the page only (its header
                                  ``X-Innerloop-Page`` and a same-origin request); lands in
@@ -369,8 +373,11 @@ def create_app(
 
     async def diagram(request: Request) -> Response:
         run_id, child = request.path_params["run_id"], request.query_params.get("child")
+        opened = request.query_params.getlist("open")
+        shown = frozenset(o for o in opened if o) if opened else None
         try:
-            svg = await run_in_threadpool(catalog.diagram, run_id, child)
+            taken = request.query_params.get("taken") == "1"
+            svg = await run_in_threadpool(catalog.diagram, run_id, child, shown, taken=taken)
         except (UnknownRun, GraphvizNotFound, MachineNotFound, ValueError) as exc:
             return _diagram_error(exc)
         return Response(svg, media_type="image/svg+xml")

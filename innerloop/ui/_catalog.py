@@ -14,6 +14,7 @@ from typing import Any
 
 from innerloop.checkpoint import Checkpointer, RunInfo, decode, store_errors
 from innerloop.diagrams import build_diagram, render
+from innerloop.diagrams._model import child_machines
 from innerloop.fsm._compile import CompiledMachine
 from innerloop.fsm._default import DEFAULT_SPEC
 from innerloop.fsm._locate import MachineNotFound, MachineRecord, find_machine
@@ -61,23 +62,22 @@ class UnknownChild(UnknownRun):
 def _nested(spec: MachineSpec) -> list[MachineSpec]:
     """The machines ``spec``'s states run as children (and theirs, all the way down)."""
     found: list[MachineSpec] = []
-    for handler in spec.handlers.values():
-        compiled = getattr(getattr(handler, "child", None), "compiled", None)
-        if isinstance(compiled, CompiledMachine) and compiled.spec not in found:
-            found.append(compiled.spec)
-            found += [s for s in _nested(compiled.spec) if s not in found]
+    for state in spec.handlers:
+        for _, compiled in child_machines(spec, state):
+            if compiled.spec not in found:
+                found.append(compiled.spec)
+                found += [s for s in _nested(compiled.spec) if s not in found]
     return found
 
 
 def _named_child(spec: MachineSpec, path: str) -> MachineSpec | None:
     """The machine of ``spec``'s child that the last level of ``path`` names (a fan-out
-    branch ``web#2`` by ``web``), looked for all the way down."""
+    branch ``web#2`` by ``web``; each child of a fan-out over several by its own name),
+    looked for all the way down."""
     last = path.rpartition("/")[2].partition("#")[0]
-    for handler in spec.handlers.values():
-        child = getattr(handler, "child", None)
-        compiled = getattr(child, "compiled", None)
-        if isinstance(compiled, CompiledMachine):
-            if getattr(child, "name", None) == last:
+    for state in spec.handlers:
+        for name, compiled in child_machines(spec, state):
+            if name == last:
                 return compiled.spec
             deeper = _named_child(compiled.spec, path)
             if deeper is not None:
@@ -456,10 +456,19 @@ class Catalog:
             return self._find_child_machine(record, run_id, child)
         return find_machine(record, self.machines, what=f"run {run_id}")
 
-    def diagram(self, run_id: str, child: str | None = None) -> bytes:
+    def diagram(
+        self,
+        run_id: str,
+        child: str | None = None,
+        open: frozenset[str] | None = None,
+        *,
+        taken: bool = False,
+    ) -> bytes:
         """The machine's SVG with the run's trace on it (edge counts, path to the exit),
         its child runs' traces on the clusters of the states that ran them; of the child
-        at path ``child`` when given."""
+        at path ``child`` when given. ``open``: the child clusters drawn open, the others
+        one node each (``None``: all open; see :func:`~innerloop.diagrams.to_dot`);
+        ``taken``: only the states and edges the run used (:meth:`Diagram.taken`)."""
         view, _, _ = self._view(run_id, child)
         detail = view.summary()
         machine = self._machine(run_id, child)
@@ -468,7 +477,7 @@ class Catalog:
         final = detail["current"] if detail["status"] != "running" else None
         below = _child_steps(self._log_run(run_id)[2], child) if run_id.startswith("log:") else []
         key: tuple[Any, ...] = (machine.name, machine.fingerprint, tuple(steps), tuple(below))
-        key += (final, detail["exit_reason"])
+        key += (final, detail["exit_reason"], open, taken)
         with self._lock:
             cached = self._svg.get(key)
         if cached is not None:
@@ -483,7 +492,8 @@ class Catalog:
             trace.append(
                 {"type": "finished", "final_state": final, "exit_reason": detail["exit_reason"]}
             )
-        svg = render(build_diagram(machine, trace=trace), "svg")
+        drawn = build_diagram(machine, trace=trace)
+        svg = render(drawn.taken() if taken else drawn, "svg", open=open)
         with self._lock:
             self._svg[key] = svg
             while len(self._svg) > SVG_CACHE:  # a live run makes a new picture per step

@@ -44,6 +44,8 @@ FLAGS = (
     "--window-size=1280,800",
     "--hide-scrollbars",
 )
+OPEN = "\N{BLACK RIGHT-POINTING SMALL TRIANGLE}"
+"""In front of a collapsed child's name (a click opens it)."""
 SIZE = (1280, 800)
 """The size every page is looked at (and shot) in."""
 
@@ -133,7 +135,7 @@ def test_the_highlighted_state_follows_a_live_run(
         if lit and (not seen or seen[-1] != lit[0]):
             assert lit == [current]
             seen.append(lit[0])
-        if current == "model_complete":
+        if lit == ["model_complete"]:  # drawn with the path's next picture
             break
         time.sleep(0.05)
     page = browser.execute_script("return document.body.innerHTML")
@@ -315,7 +317,9 @@ def test_a_nested_run_reads_at_page_size(
     """The demo's nested run, one row across its suspension: its chart has a bar per
     turn of its own and per child run (its tokens are mostly theirs), the writer's typed
     Brief among its messages, and a finished list says none, not none yet; its diagram
-    zooms (buttons, wheel) and a double click zooms onto a child run's cluster."""
+    draws the path taken, each child state's machine collapsed (one node naming the child
+    and its exit) until a click opens it, the whole machine on asking, zooms (buttons,
+    wheel) and a double click zooms onto a child run's cluster."""
     from innerloop._demo import NESTED_SPEC
 
     server = serve(Catalog(demo_runs, machines=[NESTED_SPEC]))
@@ -332,7 +336,24 @@ def test_a_nested_run_reads_at_page_size(
     assert diagram.get_attribute("data-zoom") == "1.50"
     browser.find_element(By.ID, "zoom-fit").click()
     assert diagram.get_attribute("data-zoom") == "1.00"
+    folded = "#diagram g.node.collapsed"
+    assert sorted(_texts(browser, f"{folded} title")) == ["survey__", "write__"]
+    assert _texts(browser, "#diagram g.cluster title") == []  # no recovery: none drawn
+    assert "backoff" not in _texts(browser, "#diagram g.node title")  # the path taken only
+    assert OPEN + " scout: scout" in _texts(browser, f"{folded} text")
+    assert any(t.startswith("exit model_complete, ") for t in _texts(browser, f"{folded} text"))
     shoot(browser, "guides/img/live-view-nested.png", tmp_path)
+    (scouts,) = [
+        g
+        for g in browser.find_elements(By.CSS_SELECTOR, folded)
+        if g.find_element(By.TAG_NAME, "title").get_attribute("textContent") == "survey__"
+    ]
+    scouts.click()
+    _until(
+        lambda: "cluster_child_survey__" in _texts(browser, "#diagram g.cluster title"),
+        message="the scouts' cluster opened",
+    )
+    assert _texts(browser, f"{folded} title") == ["write__"]
     (cluster,) = [
         g
         for g in browser.find_elements(By.CSS_SELECTOR, "#diagram g.cluster")
@@ -343,6 +364,12 @@ def test_a_nested_run_reads_at_page_size(
     assert float(diagram.get_attribute("data-zoom") or 0) > 1.5
     assert browser.execute_script("return window.refused") == []
     shoot(browser, "guides/img/live-view-zoomed.png", tmp_path)
+    browser.find_element(By.ID, "diagram-whole").click()
+    _until(
+        lambda: "backoff" in _texts(browser, "#diagram g.node title"), message="the whole machine"
+    )
+    assert "cluster_recovery" in _texts(browser, "#diagram g.cluster title")
+    assert "cluster_child_survey__" in _texts(browser, "#diagram g.cluster title")  # still open
 
 
 def test_the_report_pages_at_page_size(browser: WebDriver, tmp_path: Path, serve: Any) -> None:

@@ -23,10 +23,14 @@ const answered = new Set();  // "run|interrupt" answered from this page (until t
 let listStatus = new Map();  // each run's status in the list, as last seen
 
 // an API URL: the run id encoded whole (ids may hold "#", "?", "/"), the query's values too
-// (a child's path, ?child=, holds "#", "/", "[" as well; null: left out), the token added
+// (a child's path, ?child=, holds "#", "/", "[" as well; null: left out; a list: the key
+// once per value), the token added
 function api(path, id, query) {
   const url = new URL(path + (id === undefined ? "" : encodeURIComponent(id)), window.location.origin);
-  for (const [k, v] of Object.entries(query || {})) if (v !== null && v !== undefined) url.searchParams.set(k, v);
+  for (const [k, v] of Object.entries(query || {})) {
+    if (Array.isArray(v)) for (const one of v) url.searchParams.append(k, one);
+    else if (v !== null && v !== undefined) url.searchParams.set(k, v);
+  }
   if (TOKEN) url.searchParams.set("token", TOKEN);
   return url.toString();
 }
@@ -134,6 +138,7 @@ function select(id, path) {
   child = path;
   diagramKey = null;
   lastDetail = null;
+  opened = new Set();  // a run's child clusters start collapsed
   const url = new URL(window.location);
   url.searchParams.set("run", id);
   if (path === null) url.searchParams.delete("child"); else url.searchParams.set("child", path);
@@ -382,14 +387,21 @@ function drawRecoveries(items) {
   document.getElementById("recoveries-box").hidden = items.length === 0;
 }
 
+// the child clusters drawn open (their ids, "survey__", "survey__web__"); the others are
+// one node each, naming the child and where it is: a click opens one, a click on an open
+// cluster's title closes it
+let opened = new Set();
+// the whole machine, or (the default) only the states and edges the run used
+let wholeMachine = false;
+
 function refreshDiagram(run) {
-  const key = run.id + "|" + run.child + "|" + run.totals.transitions + "|" + run.status + "|" + JSON.stringify((run.children || []).map((c) => c.events));
+  const key = run.id + "|" + run.child + "|" + run.totals.transitions + "|" + run.status + "|" + JSON.stringify((run.children || []).map((c) => c.events)) + "|" + [...opened].sort().join("|") + "|" + wholeMachine;
   if (key === diagramKey) return;
   diagramWanted = key;
   if (diagramBusy) return;
   diagramBusy = true;
   const id = run.id, path = run.child;
-  fetch(api("/api/diagram/", id, { child: path })).then((r) =>
+  fetch(api("/api/diagram/", id, { child: path, open: ["", ...opened], taken: wholeMachine ? null : "1" })).then((r) =>
     r.ok ? r.text() : r.json().then((j) => ({ error: j.error || r.statusText }))
   ).then((text) => {
     if (!lastDetail || id !== lastDetail.id || path !== lastDetail.child) return;
@@ -401,7 +413,14 @@ function refreshDiagram(run) {
     }
     box.innerHTML = text;
     const drawn = box.querySelector("svg");
-    if (drawn) { drawn.removeAttribute("width"); drawn.removeAttribute("height"); }
+    if (drawn) {  // as wide as the box, but never past its own size (a short path stays 1:1)
+      const natural = drawn.getAttribute("width");
+      drawn.removeAttribute("width"); drawn.removeAttribute("height");
+      if (natural) {
+        drawn.style.maxWidth = natural;
+        drawn.dataset.natural = String(parseFloat(natural) * (natural.endsWith("pt") ? 4 / 3 : 1));
+      }
+    }
     applyZoom();  // a live run's new picture keeps the zoom its reader chose
     diagramKey = key;
     highlight(lastDetail.current);
@@ -445,7 +464,12 @@ function zoomOnto(node) {
   const r = node.getBoundingClientRect();
   const w = r.width / zoom.scale, h = r.height / zoom.scale;
   const ux = (r.left - box.left - zoom.x) / zoom.scale, uy = (r.top - box.top - zoom.y) / zoom.scale;
-  const scale = Math.min(MAX_ZOOM, Math.max(1, 0.96 * box.width / w));
+  // never past half again the drawing's own size: its text at most 18 px, not a poster
+  const drawn = document.querySelector("#diagram svg");
+  const fitted = drawn ? drawn.getBoundingClientRect().width / zoom.scale : 0;
+  const own = drawn && fitted ? Number(drawn.dataset.natural || 0) / fitted : 0;
+  const most = own ? Math.min(MAX_ZOOM, Math.max(1, 1.5 * own)) : MAX_ZOOM;
+  const scale = Math.min(most, Math.max(1, 0.96 * box.width / w));
   const y = h * scale <= box.height ? box.height / 2 - (uy + h / 2) * scale : 8 - uy * scale;
   zoom = { scale, x: box.width / 2 - (ux + w / 2) * scale, y };
   applyZoom();
@@ -457,21 +481,53 @@ function setUpZoom() {
   document.getElementById("zoom-in").addEventListener("click", () => zoomBy(1.5, ...centre()));
   document.getElementById("zoom-out").addEventListener("click", () => zoomBy(1 / 1.5, ...centre()));
   document.getElementById("zoom-fit").addEventListener("click", resetZoom);
+  const whole = document.getElementById("diagram-whole");
+  whole.addEventListener("click", () => {
+    wholeMachine = !wholeMachine;
+    whole.setAttribute("aria-pressed", String(wholeMachine));
+    whole.textContent = wholeMachine ? "path taken" : "whole machine";
+    resetZoom();
+    if (lastDetail) refreshDiagram(lastDetail);
+  });
   box.addEventListener("wheel", (e) => {
     e.preventDefault();
     const r = box.getBoundingClientRect();
     zoomBy(e.deltaY < 0 ? 1.25 : 1 / 1.25, e.clientX - r.left, e.clientY - r.top);
   }, { passive: false });
-  let drag = null;
+  let drag = null, moved = 0;
   box.addEventListener("pointerdown", (e) => {
     drag = { x: e.clientX - zoom.x, y: e.clientY - zoom.y };
+    moved = 0;
     box.setPointerCapture(e.pointerId);
     box.classList.add("dragging");
   });
   box.addEventListener("pointermove", (e) => {
     if (!drag) return;
+    moved += Math.abs(e.movementX) + Math.abs(e.movementY);
     zoom = { ...zoom, x: e.clientX - drag.x, y: e.clientY - drag.y };
     applyZoom();
+  });
+  box.addEventListener("click", (e) => {
+    if (moved > 4 || !lastDetail) return;  // the end of a drag
+    const hit = (node) => {
+      const r = node.getBoundingClientRect();
+      return e.clientX >= r.left && e.clientX <= r.right && e.clientY >= r.top && e.clientY <= r.bottom;
+    };
+    const titled = (node) => (node.querySelector("title") || {}).textContent || "";
+    const folded = [...box.querySelectorAll("g.node.collapsed")].find(hit);
+    if (folded) {
+      opened.add(titled(folded));
+      refreshDiagram(lastDetail);
+      return;
+    }
+    for (const c of box.querySelectorAll("g.cluster")) {
+      const label = c.querySelector(":scope > text");
+      const id = titled(c).replace(/^cluster_child_/, "");
+      if (!label || !hit(label) || !opened.has(id)) continue;
+      for (const o of [...opened]) if (o.startsWith(id)) opened.delete(o);
+      refreshDiagram(lastDetail);
+      return;
+    }
   });
   const stop = () => { drag = null; box.classList.remove("dragging"); };
   box.addEventListener("pointerup", stop);
