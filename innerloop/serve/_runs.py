@@ -228,9 +228,14 @@ class Served:
         return EventLog(self.runs_dir / f"{name}.jsonl", header)
 
     async def wait(self) -> None:
-        """Until every run being read has ended (aborted runs included)."""
+        """Until every run being read has ended (aborted runs included). The tasks
+        waited for are let go here, not only by their done callbacks: awaiting a gather of
+        tasks already done need not yield to the loop (3.12 on), so the callbacks would
+        never run and this would spin."""
         while self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            tasks = tuple(self._tasks)
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self._tasks.difference_update(tasks)
 
 
 def answer_of(state: HarnessState[Any]) -> str:
