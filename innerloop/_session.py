@@ -248,19 +248,24 @@ class Session:
 
     def _latest(self) -> HarnessState | None:
         if self._run is not None:
-            self._settle()
+            self.settle()
         if self._run is not None:
             return self._run.state
         if self._state is None and self._store is not None and not self._read:
             self._load()
         return self._state
 
-    def _settle(self) -> None:
+    def settle(self) -> None:
         """Let go of the last message's run once it has ended (a final state other than
-        ``suspended``): the conversation goes on from its state, which it keeps; the run
-        (its tasks, scopes, requests, child runs) is freed as soon as its reader drops it.
-        Done by every look at the conversation; a server holding many calls it as each
-        run ends."""
+        ``suspended``; otherwise nothing happens): the session keeps the run's state,
+        which the next message goes on from, and the run (its tasks, scopes, requests,
+        child runs) is freed as soon as its reader drops it.
+
+        Every look at the session (:attr:`state`, :attr:`history`, the next
+        :meth:`start`...) does this first; a host that keeps many sessions and drives
+        their runs itself (``session.start(...)``) calls it as each run ends, e.g. from a
+        done callback of the task reading it, so an idle conversation holds its state
+        alone."""
         run = self._run
         if run is not None and run.state.final_state not in (None, "suspended"):
             self._state, self._at, self._run = run.state, run.current, None
