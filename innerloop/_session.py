@@ -26,7 +26,7 @@ from innerloop._errors import ResumeError, SessionError, SessionLimitError
 from innerloop._events import Event
 from innerloop._history import History
 from innerloop._messages import Message, Usage
-from innerloop._validators import instance, integer, optional
+from innerloop._validators import field_check, instance, integer, optional
 from innerloop.checkpoint import (
     Checkpoint,
     Checkpointer,
@@ -142,6 +142,12 @@ def next_message_state(previous: HarnessState | None, message: Message) -> Harne
         )
     state.start_run()
     return state
+
+
+def _check_max_turns(max_turns: int | None) -> None:
+    """A message's own ``max_turns`` checked as ``HarnessParams.max_turns`` is (None: the
+    params' own): :class:`~innerloop.ParamsError` naming ``max_turns`` otherwise."""
+    optional(field_check(HarnessParams, "max_turns")).verify("max_turns", max_turns)
 
 
 def _user_message(message: str | Message) -> Message:
@@ -297,7 +303,7 @@ class Session:
 
         :class:`SessionError` when the last message's run waits for an answer or has not
         ended; :class:`SessionLimitError` when a conversation-wide limit is spent."""
-        optional(integer(ge=1)).verify("max_turns", max_turns)
+        _check_max_turns(max_turns)
         user = _user_message(message)
         try:
             return self._start(user, max_turns)
@@ -388,7 +394,7 @@ class Session:
         """:meth:`send` for hosts without an event loop, on the harness's sync facade
         (``with harness:`` shares one loop between the calls); ``on_event`` sees each
         event."""
-        optional(integer(ge=1)).verify("max_turns", max_turns)  # at the call, not in the loop
+        _check_max_turns(max_turns)  # at the call, not in the loop
         return self.harness._drive_sync(
             lambda: self.start(message, max_turns=max_turns),
             on_event,
