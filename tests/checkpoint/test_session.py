@@ -284,6 +284,34 @@ class TestInMemory:
             gc.enable()
         assert repr(session) == "<Session 'mem' model_complete turns=1>"
 
+    async def test_settle_keeps_a_suspended_run(self, make_harness: Any) -> None:
+        """A run suspended for an answer is kept by ``settle()``: its resume by this
+        session goes on from it (``resumed_from``, the message's own ``max_turns``)."""
+
+        async def delete(args: Any, ctx: ToolContext) -> ToolOutput:
+            return ToolOutput("deleted")
+
+        params = HarnessParams(
+            model="scripted:m", tools=[ToolSpec("delete", "Delete", OBJ, delete, category="file")]
+        )
+        script = [reply(tool_call("delete", {"path": "a.log"}, id="d1")), reply("gone")]
+        harness = make_harness(params, ScriptedProvider(script), machine=with_approval())
+        session = harness.session("mem")
+        run = session.start("remove a.log", max_turns=1)
+        assert (await run.run()).final_state == "suspended"
+        gone = weakref.ref(run)
+        gc.collect()
+        gc.disable()
+        try:
+            del run
+            session.settle()
+            assert gone() is not None
+        finally:
+            gc.enable()
+        resumed = session.resume(True)
+        assert resumed.resumed_from is gone()
+        assert (await resumed.run()).exit_reason == "max_turns_exceeded"
+
     def test_messages_limits_and_a_fork_without_a_store(self, make_harness: Any) -> None:
         """Without a checkpoint store the session keeps the state: per-message limits,
         totals, a fork that copies the latest state."""
