@@ -86,7 +86,8 @@ _ANSWERS: frozenset[type[Event]] = frozenset({ModelResponseEvent})
 SUCCESS: tuple[str, ...] = ("model_complete", "tasks_complete")
 """The child's final states that count as success by default."""
 NOTES = "children"
-"""``state.notes`` key: per child state, what its child (or children) ended with."""
+"""``state.notes`` key: per child state, what its child (or children) ended with (exit
+reason, output, turns, machine name)."""
 
 
 def last_user_text(state: HarnessState) -> str:
@@ -433,18 +434,24 @@ def _tell(history: list[Message], text: str) -> None:
         history.append(Message("user", (block,)))
 
 
+def _ended(run: ChildRun[Any]) -> dict[str, Any]:
+    """What the parent notes of a child run that ended (``notes["children"]``): its exit
+    reason, answer and turns, and its machine's name (what a stored run's list of
+    children shows, as a log's ``run_started`` names it)."""
+    state = run.state
+    return {
+        "exit_reason": state.exit_reason,
+        "output": child_result(state),
+        "turns": state.turns,
+        "machine": run.run.machine.name,
+    }
+
+
 def _record(ctx: PhaseContext, name: str | None, runs: Sequence[ChildRun[Any]], many: bool) -> None:
     """Note what the children ended with (under ``name``: one record, or with ``many``
     a list; with no ``name``, each under its own child's name), tell the parent's model
     their answers in one user message (in order), and record the outcome."""
-    ended = [
-        {
-            "exit_reason": r.state.exit_reason,
-            "output": child_result(r.state),
-            "turns": r.state.turns,
-        }
-        for r in runs
-    ]
+    ended = [_ended(r) for r in runs]
     notes = ctx.state.notes.setdefault(NOTES, {})
     if name is None:
         notes.update((r.child.name, e) for r, e in zip(runs, ended, strict=True))
@@ -762,11 +769,7 @@ def handoff_handler(child: Child[Any], note: str = HANDOFF_NOTE) -> Handler:
         parent.history[:] = state.history
         parent.output_data = state.output_data
         parent.output = state.output
-        parent.notes.setdefault(NOTES, {})[child.name] = {
-            "exit_reason": state.exit_reason,
-            "output": child_result(state),
-            "turns": state.turns,
-        }
+        parent.notes.setdefault(NOTES, {})[child.name] = _ended(run)
         parent.outcome = ChildOutcome.SUCCEEDED if run.succeeded else ChildOutcome.FAILED
 
     hand_off.__qualname__ = f"handoff_handler.<{child.name}>"
