@@ -59,7 +59,7 @@ from innerloop.fsm._interrupts import CHILD_RUNS, deliver_answer
 from innerloop.fsm._output import OutputT
 from innerloop.fsm._params import HarnessParams, SpendBudget
 from innerloop.fsm._spec import Guard, Handler, MachineSpec, StateSpec, TransitionSpec
-from innerloop.fsm._state import HarnessState, OutcomeEnum
+from innerloop.fsm._state import HarnessState, Interrupt, OutcomeEnum
 from innerloop.providers._base import Provider
 from innerloop.providers._normalize import RequestSettings
 from innerloop.recovery._tokens import MessageTokenCache
@@ -71,12 +71,15 @@ __all__ = [
     "Child",
     "ChildOutcome",
     "ChildRun",
+    "ChildSnapshot",
     "agent_tool",
     "child_handler",
     "child_result",
     "child_transitions",
     "fan_out_handler",
     "handoff_handler",
+    "snapshot",
+    "states_taken",
     "with_child_state",
 ]
 
@@ -250,6 +253,7 @@ class ChildRun(Generic[OutputT]):
         scope = parent.scope
         if scope.children is None:
             scope.children = []
+        self._place = len(scope.children)
         scope.children.append(self.run)  # the tree of a live run (RunTree.of)
         if parent.scope.nested_step is not None:  # the parent's checkpoints keep children
             self.run.on_step = self._stepped
@@ -322,6 +326,7 @@ class ChildRun(Generic[OutputT]):
         (none when nobody reads or watches the parent's), rolling its spending up."""
         path, forward = self.path, self.parent.scope.forward
         if self.run.state.final_state is not None:  # saved when it ended: not run again
+            self._release()
             return
         try:
             if not forward:  # nobody reads or watches the parent's events: none are made
@@ -341,6 +346,16 @@ class ChildRun(Generic[OutputT]):
             self._roll_up()
             if self.run.stopped_at is not None:  # the parent's reader left: it goes on here
                 _keep(self.parent, self)
+            self._release()
+
+    def _release(self) -> None:
+        """Once the child's run has ended (suspended too): its parent keeps what the tree
+        of a live run shows of it, a :class:`ChildSnapshot`, in place of the ``Run``, so
+        the ended run (its history, tools, requests, its own children) can be freed."""
+        children = self.parent.scope.children
+        if self.run.state.final_state is not None and children is not None:
+            if children[self._place] is self.run:
+                children[self._place] = snapshot(self.run)
 
     async def _pump(self) -> None:
         async with contextlib.aclosing(self._passed_up()) as events:
@@ -389,6 +404,49 @@ class ChildRun(Generic[OutputT]):
             async for event in events:
                 emit(event)
         return self.run.state
+
+
+@attrs.frozen
+class ChildSnapshot:
+    """A child run as the tree of a live run (:meth:`~innerloop.RunTree.of`) shows it:
+    its path, machine, the states it took, how it ended and its totals, and its own
+    children's; plain data, holding no run."""
+
+    path: str
+    machine: str
+    taken: tuple[str, ...]
+    """Its start, then each transition's target (empty when it took none)."""
+    final_state: str | None
+    exit_reason: str | None
+    turns: int
+    usage: Usage
+    cost_usd: float | None
+    interrupt: Interrupt | None
+    children: tuple[ChildSnapshot, ...]
+
+
+def states_taken(path: Sequence[TransitionSpec]) -> tuple[str, ...]:
+    """The states a run's ``path`` (its transitions) went through: its start, then each
+    transition's target; none when it took no transition."""
+    return (path[0].source, *(t.target for t in path)) if path else ()
+
+
+def snapshot(run: Run[Any]) -> ChildSnapshot:
+    """What the tree of a live run shows of the child run ``run`` now (its children's
+    ended runs as their parent kept them, the others as they stand)."""
+    nest, state = run.scope.nest, run.state
+    return ChildSnapshot(
+        nest.path if nest is not None else "?",
+        run.machine.name,
+        states_taken(run.path),
+        state.final_state,
+        state.exit_reason,
+        state.turns,
+        state.usage,
+        state.cost_usd,
+        state.interrupt,
+        tuple(c if isinstance(c, ChildSnapshot) else snapshot(c) for c in run.scope.children or ()),
+    )
 
 
 def child_result(state: HarnessState) -> Any:
@@ -483,12 +541,11 @@ def _keep(ctx: PhaseContext, run: ChildRun[Any]) -> None:
     with its machine's name and the states this stretch of it took (what
     ``RunTree.from_store`` reads)."""
     child = run.run
-    taken = [t.target for t in child.path]
     saved = {
         "at": resume_point(child.current),
         "state": _convert.unstructure(run.state),
         "machine": child.machine.name,
-        "taken": [child.path[0].source, *taken] if taken else [child.current],
+        "taken": [*states_taken(child.path)] or [child.current],
     }
     ctx.state.notes.setdefault(CHILD_RUNS, {})[run.path] = saved
 
