@@ -152,8 +152,8 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "a child run ends suspended exactly when it holds an unanswered interrupt (the "
         "state that takes an answer clears it before the run can end otherwise)"
     ),
-    ("innerloop/_session.py", "left < params.max_turns  ->  left <= params.max_turns"): (
-        "at left == max_turns the message's max_turns is set to the value it has"
+    ("innerloop/_session.py", "left < own  ->  left <= own"): (
+        "at left == own the message's max_turns is set to the value it has"
     ),
     ("innerloop/_session.py", "tokens removed from (tokens, dollars)"): (
         "the params then always get SpendBudget(tokens, dollars), the limits they had"
