@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import copy
 import importlib
 import os
 import random
@@ -151,8 +152,8 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "a child run ends suspended exactly when it holds an unanswered interrupt (the "
         "state that takes an answer clears it before the run can end otherwise)"
     ),
-    ("innerloop/_session.py", "left < params.max_turns  ->  left <= params.max_turns"): (
-        "at left == max_turns the message's max_turns is set to the value it has"
+    ("innerloop/_session.py", "left < own  ->  left <= own"): (
+        "at left == own the message's max_turns is set to the value it has"
     ),
     ("innerloop/_session.py", "tokens removed from (tokens, dollars)"): (
         "the params then always get SpendBudget(tokens, dollars), the limits they had"
@@ -338,21 +339,17 @@ class _Mutator(ast.NodeTransformer):
             return node
         return self._point(node, f"{_text(node)}  deleted", ast.Pass())
 
-    def visit_AugAssign(self, node: ast.AugAssign) -> ast.AST:
+    def _arithmetic(self, node: ast.AugAssign | ast.BinOp) -> ast.AST:
+        """``a + b`` and ``a += b`` alike: the operator swapped, the operands kept."""
         self.generic_visit(node)
         swap = _ARITHMETIC_SWAP.get(type(node.op))
         if not self.wider or swap is None:
             return node
-        after = ast.AugAssign(target=node.target, op=swap(), value=node.value)
+        after = copy.copy(node)
+        after.op = swap()
         return self._point(node, f"{_text(node)}  ->  {_text(after)}", after)
 
-    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
-        self.generic_visit(node)
-        swap = _ARITHMETIC_SWAP.get(type(node.op))
-        if not self.wider or swap is None:
-            return node
-        after = ast.BinOp(left=node.left, op=swap(), right=node.right)
-        return self._point(node, f"{_text(node)}  ->  {_text(after)}", after)
+    visit_AugAssign = visit_BinOp = _arithmetic
 
     def visit_Return(self, node: ast.Return) -> ast.AST:
         self.generic_visit(node)

@@ -26,7 +26,7 @@ from innerloop._errors import ResumeError, SessionError, SessionLimitError
 from innerloop._events import Event
 from innerloop._history import History
 from innerloop._messages import Message, Usage
-from innerloop._validators import instance, integer, optional
+from innerloop._validators import field_check, instance, integer, optional
 from innerloop.checkpoint import (
     Checkpoint,
     Checkpointer,
@@ -144,6 +144,12 @@ def next_message_state(previous: HarnessState | None, message: Message) -> Harne
     return state
 
 
+def _check_max_turns(max_turns: int | None) -> None:
+    """A message's own ``max_turns`` checked as ``HarnessParams.max_turns`` is (None: the
+    params' own): :class:`~innerloop.ParamsError` naming ``max_turns`` otherwise."""
+    optional(field_check(HarnessParams, "max_turns")).verify("max_turns", max_turns)
+
+
 def _user_message(message: str | Message) -> Message:
     if isinstance(message, str):
         return Message.user(message)
@@ -248,19 +254,24 @@ class Session:
 
     def _latest(self) -> HarnessState | None:
         if self._run is not None:
-            self._settle()
+            self.settle()
         if self._run is not None:
             return self._run.state
         if self._state is None and self._store is not None and not self._read:
             self._load()
         return self._state
 
-    def _settle(self) -> None:
+    def settle(self) -> None:
         """Let go of the last message's run once it has ended (a final state other than
-        ``suspended``): the conversation goes on from its state, which it keeps; the run
-        (its tasks, scopes, requests, child runs) is freed as soon as its reader drops it.
-        Done by every look at the conversation; a server holding many calls it as each
-        run ends."""
+        ``suspended``; otherwise nothing happens): the session keeps the run's state,
+        which the next message goes on from, and the run (its tasks, scopes, requests,
+        child runs) is freed as soon as its reader drops it.
+
+        Every look at the session (:attr:`state`, :attr:`history`, the next
+        :meth:`start`...) does this first; a host that keeps many sessions and drives
+        their runs itself (``session.start(...)``) calls it as each run ends, e.g. from a
+        done callback of the task reading it, so an idle conversation holds its state
+        alone."""
         run = self._run
         if run is not None and run.state.final_state not in (None, "suspended"):
             self._state, self._at, self._run = run.state, run.current, None
@@ -292,7 +303,7 @@ class Session:
 
         :class:`SessionError` when the last message's run waits for an answer or has not
         ended; :class:`SessionLimitError` when a conversation-wide limit is spent."""
-        optional(integer(ge=1)).verify("max_turns", max_turns)
+        _check_max_turns(max_turns)
         user = _user_message(message)
         try:
             return self._start(user, max_turns)
@@ -383,7 +394,7 @@ class Session:
         """:meth:`send` for hosts without an event loop, on the harness's sync facade
         (``with harness:`` shares one loop between the calls); ``on_event`` sees each
         event."""
-        optional(integer(ge=1)).verify("max_turns", max_turns)  # at the call, not in the loop
+        _check_max_turns(max_turns)  # at the call, not in the loop
         return self.harness._drive_sync(
             lambda: self.start(message, max_turns=max_turns),
             on_event,

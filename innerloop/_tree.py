@@ -27,9 +27,9 @@ from innerloop._eventlog import iter_event_log
 from innerloop._events import Event
 from innerloop._messages import Usage
 from innerloop.checkpoint import Checkpointer, decode, open_checkpointer
+from innerloop.fsm._child import ChildSnapshot, snapshot, states_taken
 from innerloop.fsm._driver import Run
 from innerloop.fsm._interrupts import CHILD_RUNS
-from innerloop.fsm._spec import TransitionSpec
 from innerloop.fsm._state import HarnessState, Interrupt
 
 __all__ = ["RunTree"]
@@ -100,7 +100,7 @@ class RunTree:
             at = at.resumed_from
         fold = _Fold(run.run_id)
         for each in reversed(chain):
-            fold.stretch("", each.machine.name, _taken(each.path))
+            fold.stretch("", each.machine.name, states_taken(each.path))
             _live_children(fold, each)
         fold.ended("", run.state)
         return fold.tree()
@@ -233,8 +233,8 @@ class _Fold:
         elif len(states) > 1:
             node.states.append(list(states))
 
-    def ended(self, path: str, state: HarnessState[Any]) -> None:
-        """What the run at ``path`` stands at: ``state``."""
+    def ended(self, path: str, state: HarnessState[Any] | ChildSnapshot) -> None:
+        """What the run at ``path`` stands at: ``state`` (or a child's snapshot)."""
         asked = state.interrupt if state.final_state == "suspended" else None
         self._node(path).end = (
             state.exit_reason if state.final_state is not None else None,
@@ -287,17 +287,17 @@ class _Fold:
         )
 
 
-def _taken(path: Sequence[TransitionSpec]) -> list[str]:
-    return [path[0].source, *(t.target for t in path)] if path else []
-
-
 def _live_children(fold: _Fold, run: Run[Any]) -> None:
     for child in run.scope.children or ():
-        nest = child.scope.nest
-        where = nest.path if nest is not None else "?"
-        fold.stretch(where, child.machine.name, _taken(child.path))
-        fold.ended(where, child.state)
-        _live_children(fold, child)
+        _snapshot(fold, child if isinstance(child, ChildSnapshot) else snapshot(child))
+
+
+def _snapshot(fold: _Fold, child: ChildSnapshot) -> None:
+    """A child run as its parent keeps it once it ended (or as it stands), and its own."""
+    fold.stretch(child.path, child.machine, child.taken)
+    fold.ended(child.path, child)
+    for below in child.children:
+        _snapshot(fold, below)
 
 
 def _stored(store: Checkpointer, run_id: str) -> RunTree:

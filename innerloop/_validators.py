@@ -29,6 +29,7 @@ __all__ = [
     "check_changed",
     "check_fields",
     "checked",
+    "field_check",
     "instance",
     "integer",
     "mapping_of",
@@ -263,6 +264,21 @@ def _checks_by_name(
     defaults, checks = _field_checks(cls)
     by_name = {a.name: (d, v, a) for (v, a), d in zip(checks, defaults, strict=True)}
     return MappingProxyType(by_name)
+
+
+def field_check(cls: type, name: str) -> Check:
+    """The :class:`Check` of ``cls``'s ``checked`` field ``name``: what checks an argument
+    standing in for that field as the field itself is checked (the same rule, the same
+    message), e.g. ``optional(field_check(HarnessParams, "max_turns")).verify(...)``.
+    :class:`TypeError` when the field is not checked by one :class:`Check` alone."""
+    found = _checks_by_name(cls).get(name)
+    validators = () if found is None else found[1]
+    if len(validators) != 1 or not isinstance(validators[0], Check):
+        raise TypeError(
+            f"{cls.__qualname__}.{name} is not checked by one Check alone "
+            f"(its checks: {validators!r}); check the argument with a Check of its own"
+        )
+    return validators[0]
 
 
 def check_changed(instance: attrs.AttrsInstance, names: Iterable[str]) -> None:

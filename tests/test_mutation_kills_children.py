@@ -134,6 +134,7 @@ def test_a_quiet_childs_usage_is_rolled_up_at_each_answer(make_harness: Any) -> 
         "exit_reason": "model_complete",
         "output": "Done.",
         "turns": 3,
+        "machine": "innerloop",
     }
     assert state.usage == FIRST + SECOND + SECOND + PARENT
     assert state.turns == 4

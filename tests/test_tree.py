@@ -4,7 +4,9 @@ suspensions and conversations; stores and logs read as data; the printer's lines
 
 from __future__ import annotations
 
+import gc
 import sys
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -369,3 +371,46 @@ def test_damaged_or_older_saved_children_are_read_as_far_as_they_go() -> None:
         ("web#1", "?", (), 2),
         ("web#4", "m", (("idle", "3", "check"),), 0),
     ]
+
+
+class _Started:
+    """A run observer keeping each run it sees start (child runs too), weakly."""
+
+    def __init__(self) -> None:
+        self.runs: list[weakref.ref[Run[Any]]] = []
+
+    def start_run(self, run: Run[Any]) -> None:
+        self.runs.append(weakref.ref(run))
+
+
+def test_a_live_tree_lets_its_ended_child_runs_go() -> None:
+    """A run keeps what its tree shows of each child run that ended, not the child's
+    ``Run``: with the top runs (the one answered and the one it went on from) alive, the
+    ended child runs (a fan-out's branches, a grandchild) are freed, and the tree built
+    before is the tree built after."""
+    started = _Started()
+    harness = Harness(
+        HarnessParams(model="scripted:m"),
+        [ScriptedProvider([reply("All done.")])],
+        machine=_custom_spec(),
+        clock=FakeClock(),
+        observers=[started],
+    )
+    first = harness.start("Tidy the disk")
+    for _ in first.iter_sync():
+        pass
+    run = harness.resume(first, answer=True)
+    for _ in run.iter_sync():
+        pass
+    tree = RunTree.of(run)
+    assert [(r.path, r.exit_reason) for r in tree.walk()][1:] == [
+        ("cleaner", "model_complete"),
+        ("inspector", "model_complete"),
+        ("inspector/probe", "model_complete"),
+    ]
+    gc.collect()
+    alive = [r() for r in started.runs]
+    assert [r for r in alive if r is not None and r not in (first, run)] == []
+    assert len(alive) == 6  # the two top runs, the cleaner twice, the inspector, its probe
+    del alive
+    assert RunTree.of(run) == tree

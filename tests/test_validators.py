@@ -8,7 +8,7 @@ import attrs
 import pytest
 
 from innerloop._errors import ParamsError
-from innerloop._validators import check_fields, checked, integer, optional
+from innerloop._validators import check_fields, checked, field_check, integer, optional
 
 
 def _counting(seen: list[tuple[str, object]]) -> Any:
@@ -84,3 +84,19 @@ def test_fields_without_checks_and_none_where_allowed_pass() -> None:
     assert _Sparse(plain=-1, bare=-1, limit=None).limit is None
     with pytest.raises(ParamsError, match="limit: must be None or an integer >= 1, got 0"):
         _Sparse(bare=-1, limit=0)
+
+
+def test_field_check_is_the_check_a_field_runs() -> None:
+    """``field_check`` hands out a field's own Check, so an argument standing in for the
+    field is refused with the field's rule and message; a field checked otherwise (by
+    more than one validator, by none, or not at all) is a TypeError saying so."""
+    check = field_check(_Sparse, "limit")
+    with pytest.raises(ParamsError, match="limit: must be None or an integer >= 1, got 0"):
+        check.verify("limit", 0)
+    assert check is attrs.fields(_Sparse).limit.metadata["innerloop.checks"][0]
+    for name in ("size", "table"):
+        with pytest.raises(TypeError, match=rf"_Params\.{name} is not checked by one Check"):
+            field_check(_Params, name)
+    for name in ("bare", "plain"):
+        with pytest.raises(TypeError, match=rf"_Sparse\.{name} is not checked by one Check"):
+            field_check(_Sparse, name)

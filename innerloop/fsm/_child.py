@@ -59,7 +59,7 @@ from innerloop.fsm._interrupts import CHILD_RUNS, deliver_answer
 from innerloop.fsm._output import OutputT
 from innerloop.fsm._params import HarnessParams, SpendBudget
 from innerloop.fsm._spec import Guard, Handler, MachineSpec, StateSpec, TransitionSpec
-from innerloop.fsm._state import HarnessState, OutcomeEnum
+from innerloop.fsm._state import HarnessState, Interrupt, OutcomeEnum
 from innerloop.providers._base import Provider
 from innerloop.providers._normalize import RequestSettings
 from innerloop.recovery._tokens import MessageTokenCache
@@ -71,12 +71,15 @@ __all__ = [
     "Child",
     "ChildOutcome",
     "ChildRun",
+    "ChildSnapshot",
     "agent_tool",
     "child_handler",
     "child_result",
     "child_transitions",
     "fan_out_handler",
     "handoff_handler",
+    "snapshot",
+    "states_taken",
     "with_child_state",
 ]
 
@@ -86,7 +89,8 @@ _ANSWERS: frozenset[type[Event]] = frozenset({ModelResponseEvent})
 SUCCESS: tuple[str, ...] = ("model_complete", "tasks_complete")
 """The child's final states that count as success by default."""
 NOTES = "children"
-"""``state.notes`` key: per child state, what its child (or children) ended with."""
+"""``state.notes`` key: per child state, what its child (or children) ended with (exit
+reason, output, turns, machine name)."""
 
 
 def last_user_text(state: HarnessState) -> str:
@@ -249,6 +253,7 @@ class ChildRun(Generic[OutputT]):
         scope = parent.scope
         if scope.children is None:
             scope.children = []
+        self._place = len(scope.children)
         scope.children.append(self.run)  # the tree of a live run (RunTree.of)
         if parent.scope.nested_step is not None:  # the parent's checkpoints keep children
             self.run.on_step = self._stepped
@@ -321,6 +326,7 @@ class ChildRun(Generic[OutputT]):
         (none when nobody reads or watches the parent's), rolling its spending up."""
         path, forward = self.path, self.parent.scope.forward
         if self.run.state.final_state is not None:  # saved when it ended: not run again
+            self._release()
             return
         try:
             if not forward:  # nobody reads or watches the parent's events: none are made
@@ -340,6 +346,16 @@ class ChildRun(Generic[OutputT]):
             self._roll_up()
             if self.run.stopped_at is not None:  # the parent's reader left: it goes on here
                 _keep(self.parent, self)
+            self._release()
+
+    def _release(self) -> None:
+        """Once the child's run has ended (suspended too): its parent keeps what the tree
+        of a live run shows of it, a :class:`ChildSnapshot`, in place of the ``Run``, so
+        the ended run (its history, tools, requests, its own children) can be freed."""
+        children = self.parent.scope.children
+        if self.run.state.final_state is not None and children is not None:
+            if children[self._place] is self.run:
+                children[self._place] = snapshot(self.run)
 
     async def _pump(self) -> None:
         async with contextlib.aclosing(self._passed_up()) as events:
@@ -390,6 +406,49 @@ class ChildRun(Generic[OutputT]):
         return self.run.state
 
 
+@attrs.frozen
+class ChildSnapshot:
+    """A child run as the tree of a live run (:meth:`~innerloop.RunTree.of`) shows it:
+    its path, machine, the states it took, how it ended and its totals, and its own
+    children's; plain data, holding no run."""
+
+    path: str
+    machine: str
+    taken: tuple[str, ...]
+    """Its start, then each transition's target (empty when it took none)."""
+    final_state: str | None
+    exit_reason: str | None
+    turns: int
+    usage: Usage
+    cost_usd: float | None
+    interrupt: Interrupt | None
+    children: tuple[ChildSnapshot, ...]
+
+
+def states_taken(path: Sequence[TransitionSpec]) -> tuple[str, ...]:
+    """The states a run's ``path`` (its transitions) went through: its start, then each
+    transition's target; none when it took no transition."""
+    return (path[0].source, *(t.target for t in path)) if path else ()
+
+
+def snapshot(run: Run[Any]) -> ChildSnapshot:
+    """What the tree of a live run shows of the child run ``run`` now (its children's
+    ended runs as their parent kept them, the others as they stand)."""
+    nest, state = run.scope.nest, run.state
+    return ChildSnapshot(
+        nest.path if nest is not None else "?",
+        run.machine.name,
+        states_taken(run.path),
+        state.final_state,
+        state.exit_reason,
+        state.turns,
+        state.usage,
+        state.cost_usd,
+        state.interrupt,
+        tuple(c if isinstance(c, ChildSnapshot) else snapshot(c) for c in run.scope.children or ()),
+    )
+
+
 def child_result(state: HarnessState) -> Any:
     """What a child answered: its typed output's data when it has an ``output_type``,
     else the text of its last assistant message."""
@@ -433,18 +492,24 @@ def _tell(history: list[Message], text: str) -> None:
         history.append(Message("user", (block,)))
 
 
+def _ended(run: ChildRun[Any]) -> dict[str, Any]:
+    """What the parent notes of a child run that ended (``notes["children"]``): its exit
+    reason, answer and turns, and its machine's name (what a stored run's list of
+    children shows, as a log's ``run_started`` names it)."""
+    state = run.state
+    return {
+        "exit_reason": state.exit_reason,
+        "output": child_result(state),
+        "turns": state.turns,
+        "machine": run.run.machine.name,
+    }
+
+
 def _record(ctx: PhaseContext, name: str | None, runs: Sequence[ChildRun[Any]], many: bool) -> None:
     """Note what the children ended with (under ``name``: one record, or with ``many``
     a list; with no ``name``, each under its own child's name), tell the parent's model
     their answers in one user message (in order), and record the outcome."""
-    ended = [
-        {
-            "exit_reason": r.state.exit_reason,
-            "output": child_result(r.state),
-            "turns": r.state.turns,
-        }
-        for r in runs
-    ]
+    ended = [_ended(r) for r in runs]
     notes = ctx.state.notes.setdefault(NOTES, {})
     if name is None:
         notes.update((r.child.name, e) for r, e in zip(runs, ended, strict=True))
@@ -476,12 +541,11 @@ def _keep(ctx: PhaseContext, run: ChildRun[Any]) -> None:
     with its machine's name and the states this stretch of it took (what
     ``RunTree.from_store`` reads)."""
     child = run.run
-    taken = [t.target for t in child.path]
     saved = {
         "at": resume_point(child.current),
         "state": _convert.unstructure(run.state),
         "machine": child.machine.name,
-        "taken": [child.path[0].source, *taken] if taken else [child.current],
+        "taken": [*states_taken(child.path)] or [child.current],
     }
     ctx.state.notes.setdefault(CHILD_RUNS, {})[run.path] = saved
 
@@ -762,11 +826,7 @@ def handoff_handler(child: Child[Any], note: str = HANDOFF_NOTE) -> Handler:
         parent.history[:] = state.history
         parent.output_data = state.output_data
         parent.output = state.output
-        parent.notes.setdefault(NOTES, {})[child.name] = {
-            "exit_reason": state.exit_reason,
-            "output": child_result(state),
-            "turns": state.turns,
-        }
+        parent.notes.setdefault(NOTES, {})[child.name] = _ended(run)
         parent.outcome = ChildOutcome.SUCCEEDED if run.succeeded else ChildOutcome.FAILED
 
     hand_off.__qualname__ = f"handoff_handler.<{child.name}>"

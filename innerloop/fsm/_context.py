@@ -231,8 +231,9 @@ class TurnScope:
     """Where this run sits when it is a child run (set by ``ChildRun``); None for a top
     run."""
     children: list[Any] | None = None
-    """The runs of this run's children (their ``Run``, in the order they started; set by
-    ``ChildRun``): what :class:`~innerloop.RunTree` reads of a live run."""
+    """This run's child runs, in the order they started (set by ``ChildRun``): a child's
+    ``Run`` while it runs, its ``ChildSnapshot`` once it has ended (so the ended run can
+    be freed): what :class:`~innerloop.RunTree` reads of a live run."""
     delegate: Callable[[], None] | None = None
     """Set while a child runs in the handler's own task (``ChildRun.inline``): an abort
     of this run is handed to it (it aborts the child) instead of cancelling the

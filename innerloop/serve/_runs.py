@@ -211,7 +211,7 @@ class Served:
         self._tasks.add(reading.task)
         reading.task.add_done_callback(self._done)
         if session is not None:
-            reading.task.add_done_callback(lambda _: session._settle())
+            reading.task.add_done_callback(lambda _: session.settle())
         return reading
 
     def _done(self, task: asyncio.Task[None]) -> None:

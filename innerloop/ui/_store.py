@@ -134,7 +134,7 @@ def _ended(path: str, ended: Any) -> StoredChild:
     text = output if isinstance(output, str) else json.dumps(output, default=str)
     messages = [{"t": None, "role": "assistant", "text": text[:MESSAGE_CHARS]}] if text else []
     lists: dict[str, list[Any]] = {kind: [] for kind in LISTS} | {"messages": messages}
-    return StoredChild({"path": path, **summary}, {**summary, **lists})
+    return StoredChild({"path": path, **summary, "machine": _name(note)}, {**summary, **lists})
 
 
 def _kept(path: str, saved: Any) -> StoredChild | None:
@@ -160,7 +160,15 @@ def _kept(path: str, saved: Any) -> StoredChild | None:
     lists: dict[str, list[Any]] = {kind: [] for kind in LISTS}
     lists |= {"tools": _tools(state), "messages": _messages(state)}
     waits = _asks(state) if summary["status"] == "suspended" else []
-    return StoredChild({"path": path, **summary}, {**summary, **lists, "interrupts": waits})
+    row = {"path": path, **summary, "machine": _name(saved)}
+    return StoredChild(row, {**summary, **lists, "interrupts": waits})
+
+
+def _name(recorded: dict[str, Any]) -> str | None:
+    """The machine name a child's record holds (None in one written before records named
+    it, or a damaged one): data, shown as text."""
+    machine = recorded.get("machine")
+    return machine if isinstance(machine, str) else None
 
 
 def _asks(state: HarnessState) -> list[dict[str, Any]]:
@@ -230,8 +238,7 @@ def store_detail(store: Checkpointer, info: RunInfo) -> dict[str, Any]:
         "recoveries": [],
         "messages": _messages(state),
         "children": [
-            {**c.row, "parent": None, "depth": 0, "machine": None, "error": None}
-            for c in children.values()
+            {**c.row, "parent": None, "depth": 0, "error": None} for c in children.values()
         ],
         "children_total": len(children),
         "child_views": children,

@@ -264,6 +264,54 @@ class TestInMemory:
         assert repr(session) == "<Session 'mem' model_complete turns=1>"
         assert texts((await session.send("m2")).history) == ["m1", "r1", "m2", "r2"]
 
+    async def test_settle_lets_go_of_an_ended_run_only(self, make_harness: Any) -> None:
+        """``session.settle()`` (what a host keeping many sessions calls as each run ends)
+        keeps a run that has not ended, and lets go of one that has: with the cyclic
+        collector off, the ended run is freed then, no other look at the session needed."""
+        session = make_harness(PARAMS, ScriptedProvider([reply("r1")])).session("mem")
+        run = session.start("m1")
+        gone = weakref.ref(run)
+        gc.collect()
+        gc.disable()
+        try:
+            session.settle()  # not ended yet: the session keeps it
+            await run.run()
+            del run
+            assert gone() is not None
+            session.settle()
+            assert gone() is None
+        finally:
+            gc.enable()
+        assert repr(session) == "<Session 'mem' model_complete turns=1>"
+
+    async def test_settle_keeps_a_suspended_run(self, make_harness: Any) -> None:
+        """A run suspended for an answer is kept by ``settle()``: its resume by this
+        session goes on from it (``resumed_from``, the message's own ``max_turns``)."""
+
+        async def delete(args: Any, ctx: ToolContext) -> ToolOutput:
+            return ToolOutput("deleted")
+
+        params = HarnessParams(
+            model="scripted:m", tools=[ToolSpec("delete", "Delete", OBJ, delete, category="file")]
+        )
+        script = [reply(tool_call("delete", {"path": "a.log"}, id="d1")), reply("gone")]
+        harness = make_harness(params, ScriptedProvider(script), machine=with_approval())
+        session = harness.session("mem")
+        run = session.start("remove a.log", max_turns=1)
+        assert (await run.run()).final_state == "suspended"
+        gone = weakref.ref(run)
+        gc.collect()
+        gc.disable()
+        try:
+            del run
+            session.settle()
+            assert gone() is not None
+        finally:
+            gc.enable()
+        resumed = session.resume(True)
+        assert resumed.resumed_from is gone()
+        assert (await resumed.run()).exit_reason == "max_turns_exceeded"
+
     def test_messages_limits_and_a_fork_without_a_store(self, make_harness: Any) -> None:
         """Without a checkpoint store the session keeps the state: per-message limits,
         totals, a fork that copies the latest state."""
