@@ -19,6 +19,12 @@ messages), so its fingerprint goes on from the last request's the same way.
 
 Any other sequence of messages (a plain list, a tuple) gets its chain by comparison with
 the last one seen that began with the same message (:func:`chain_of`), as before.
+
+What a message would otherwise copy of the conversation, it takes over when nothing else
+holds it (:func:`unshared`): the next message's history is the last one's list (the
+earlier state reads its history again from the chain), a request's wire messages the last
+request's list once that request is gone; and ``run_started.messages`` is made from the
+chain when read (:func:`tuple_later`).
 """
 
 from __future__ import annotations
@@ -116,7 +122,8 @@ def unshared(item: object, holders: int = 1) -> bool:
     attribute, a list's item), passed as read from one of them (``unshared(state.history)``,
     not a local name): then the caller may take it over (append to it, hand it on) where
     it would otherwise copy it, and nobody can see the difference. The count is the
-    interpreter's own reference count."""
+    interpreter's own reference count: any reference more (a host's name, a debugger's
+    frame, pytest's rewritten ``assert``) only makes the caller copy."""
     return _references(item) - _ALONE <= holders
 
 
