@@ -36,7 +36,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         store = open_checkpointer(f"sqlite:///{Path(folder) / 'chat.db'}")
         script = ScriptedProvider(
-            [reply(f"Answer number {i:05d}.") for i in range(args.messages)], keep_requests=1
+            # no request kept, as a real provider keeps none: a kept request holds its
+            # messages, so the next one would copy them instead of going on with them
+            [reply(f"Answer number {i:05d}.") for i in range(args.messages)],
+            keep_requests=0,
         )
         harness = Harness(
             HarnessParams(model="scripted:model-20250101"),

@@ -7,8 +7,8 @@ driver. A run yields both, in order, as one async stream. Each event has a ``typ
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar, Literal, Self, TypeAlias
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self, TypeAlias
 
 import attrs
 
@@ -177,7 +177,9 @@ class RunStarted(Event):
     output type by its import path and schema), what a replay rebuilds them from. Made
     only when read (writing the log), so a run nobody logs does not pay for it."""
     messages: tuple[Message, ...] = attrs.field(default=(), eq=False, repr=False)
-    """The history the run starts from (the prompt, or a conversation's messages)."""
+    """The history the run starts from (the prompt, or a conversation's messages). A live
+    run's event makes the tuple when it is first read (writing a log, a live view), so a
+    conversation's message does not copy the whole conversation for nobody."""
     turns: int = 0
     """The turns counted before the run (a conversation's earlier messages)."""
     usage: Usage = Usage()
@@ -191,6 +193,28 @@ class RunStarted(Event):
     the rest of the state it goes on with, as JSON data (the answered ``interrupt``, the
     counters, ``notes``), its history and tasks being ``messages`` and ``tasks``. None
     for a run from the machine's first state."""
+    _later: Callable[[], tuple[Message, ...]] | None = attrs.field(
+        default=None, init=False, eq=False, repr=False
+    )
+    """What makes ``messages`` when first read (see :meth:`_messages_later`)."""
+
+    def _messages_later(self, make: Callable[[], tuple[Message, ...]]) -> Self:
+        """This event, its ``messages`` made by ``make()`` when first read."""
+        object.__setattr__(self, "_later", make)
+        object.__delattr__(self, "messages")
+        return self
+
+    if not TYPE_CHECKING:  # (a type checker would take any attribute name then)
+
+        def __getattr__(self, name: str) -> Any:
+            """Only ever called for ``messages`` after :meth:`_messages_later`."""
+            later = self._later if name == "messages" else None
+            if later is None:
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            messages = later()
+            object.__setattr__(self, "messages", messages)
+            object.__setattr__(self, "_later", None)
+            return messages
 
 
 @attrs.frozen

@@ -19,17 +19,33 @@ messages), so its fingerprint goes on from the last request's the same way.
 
 Any other sequence of messages (a plain list, a tuple) gets its chain by comparison with
 the last one seen that began with the same message (:func:`chain_of`), as before.
+
+What a message would otherwise copy of the conversation, it takes over when nothing else
+holds it (:func:`unshared`): the next message's history is the last one's list (the
+earlier state reads its history again from the chain), a request's wire messages the last
+request's list once that request is gone; and ``run_started.messages`` is made from the
+chain when read (:func:`tuple_later`).
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Sequence
+import sys
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Generic, SupportsIndex, TypeVar, final, overload
 
 from innerloop._messages import Message
 
-__all__ = ["History", "Link", "chain_of", "extends", "link_at"]
+__all__ = [
+    "History",
+    "Link",
+    "chain_of",
+    "extends",
+    "items_of",
+    "link_at",
+    "tuple_later",
+    "unshared",
+]
 
 T = TypeVar("T")
 _TAIL = 64
@@ -65,6 +81,50 @@ def _back(head: Link[T] | None, steps: int) -> Link[T] | None:
         assert head is not None
         head = head.before
     return head
+
+
+def items_of(head: Link[T] | None) -> list[T]:
+    """The items of the chain ending at ``head``, first to last (a walk back over all of
+    them)."""
+    items: list[T] = []
+    while head is not None:
+        items.append(head.item)
+        head = head.before
+    items.reverse()
+    return items
+
+
+def tuple_later(items: Sequence[T]) -> Callable[[], tuple[T, ...]] | None:
+    """What makes a tuple of ``items`` as they are now when called later, after they may
+    have changed: for a :class:`History`, from the link of its last item (its chain made
+    on now, over the items added since it was last made); None for another sequence (to be
+    copied now)."""
+    if type(items) is not History:
+        return None
+    head = items.head()
+    return lambda: tuple(items_of(head))
+
+
+def _references(item: object) -> int:
+    return sys.getrefcount(item)
+
+
+def _lone(item: object) -> int:
+    return _references(item)  # as unshared counts: through one call with it as argument
+
+
+_ALONE = _lone([[]][0])
+"""What :func:`unshared` counts of a value nothing holds but the read passing it."""
+
+
+def unshared(item: object, holders: int = 1) -> bool:
+    """Whether nothing holds ``item`` but the ``holders`` its caller knows of (an object's
+    attribute, a list's item), passed as read from one of them (``unshared(state.history)``,
+    not a local name): then the caller may take it over (append to it, hand it on) where
+    it would otherwise copy it, and nobody can see the difference. The count is the
+    interpreter's own reference count: any reference more (a host's name, a debugger's
+    frame, pytest's rewritten ``assert``) only makes the caller copy."""
+    return _references(item) - _ALONE <= holders
 
 
 def link_at(head: Link[T] | None, size: int) -> Link[T] | None:

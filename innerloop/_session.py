@@ -124,7 +124,7 @@ def next_message_state(previous: HarnessState | None, message: Message) -> Harne
     if previous is None:
         state = HarnessState(history=History([message]))
     else:
-        history = History(previous.history)  # shares its chain: see _history
+        history = previous._hand_on_history()  # the list itself, when nobody else holds it
         if history and history[-1].role == "user":
             history[-1] = Message("user", (*history[-1].content, *message.content))
         else:

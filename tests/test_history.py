@@ -10,15 +10,10 @@ import random
 from collections.abc import Callable
 
 from innerloop import Message
-from innerloop._history import History, Link, chain_of, extends
+from innerloop._history import History, chain_of, extends, items_of, unshared
+from innerloop.fsm import HarnessState
 
-
-def _messages_of(head: Link[Message] | None) -> list[Message]:
-    out: list[Message] = []
-    while head is not None:
-        out.append(head.item)
-        head = head.before
-    return out[::-1]
+_messages_of = items_of
 
 
 def _holds(history: History[Message]) -> None:
@@ -124,7 +119,6 @@ def test_an_edit_far_back_makes_the_chain_anew() -> None:
     chain made anew) or near it (cut back and made on) leaves the chain exact."""
     pool = [Message.user(f"m{i}") for i in range(200)]
     edits: list[Callable[[History[Message]], object]] = [
-
         lambda h: h.__setitem__(10, pool[0]),
         lambda h: h.__setitem__(190, pool[0]),
         lambda h: h.__setitem__(-3, pool[0]),
@@ -142,3 +136,62 @@ def test_an_edit_far_back_makes_the_chain_anew() -> None:
         _holds(history)
         history.append(pool[2])
         _holds(history)
+
+
+class _Holder:
+    items: list[int]
+
+
+def test_unshared_counts_who_holds_a_value() -> None:
+    """A value read from the one attribute that holds it is unshared; with one more
+    name or container holding it, it is not, unless the caller counts that holder.
+    (Counted outside ``assert``: pytest's rewritten asserts hold what they read.)"""
+    holder = _Holder()
+    holder.items = [1]
+    alone = unshared(holder.items)
+    other = holder.items
+    named, counted = unshared(holder.items), unshared(holder.items, 2)
+    del other
+    pair = (holder.items,)
+    paired, both = unshared(holder.items), unshared(pair[0], 2)
+    assert (alone, named, counted, paired, both) == (True, False, True, False, True)
+
+
+def _handed_on() -> tuple[HarnessState, History[Message]]:
+    """A state whose history list was handed on, and that list, added to since."""
+    state = HarnessState(history=History([Message.user("a"), Message.assistant("b")]))
+    handed = state._hand_on_history()
+    handed.append(Message.user("c"))
+    return state, handed
+
+
+def test_a_state_whose_history_was_handed_on_reads_it_as_it_was() -> None:
+    """After its list was handed on (to a conversation's next message), a state reads
+    its history as it was, whatever reads it: the attribute, a copy, ``attrs.evolve``,
+    a pickle, its JSON form, its repr; the list made again is a history whose chain goes
+    on with it; a list something else holds is copied, not handed on."""
+    import attrs
+
+    from innerloop.durable._codec import state_to_dict
+
+    def texts(messages: list[Message]) -> list[str]:
+        return [m.text for m in messages]
+
+    state, handed = _handed_on()
+    assert type(state.history) is History
+    assert texts(state.history) == ["a", "b"]
+    assert extends(chain_of(handed), chain_of(state.history))
+    assert texts(handed) == ["a", "b", "c"]
+    assert texts(copy.deepcopy(_handed_on()[0]).history) == ["a", "b"]
+    assert texts(attrs.evolve(_handed_on()[0]).history) == ["a", "b"]
+    assert texts(pickle.loads(pickle.dumps(_handed_on()[0])).history) == ["a", "b"]
+    assert [m["content"][0]["text"] for m in state_to_dict(_handed_on()[0])["history"]] == [
+        "a",
+        "b",
+    ]
+    assert "messages=2" in repr(_handed_on()[0])
+    held = state.history
+    copied = state._hand_on_history()
+    assert copied is not held
+    assert state.history is held
+    assert copied == held

@@ -28,6 +28,7 @@ from statemachine import StateMachine
 
 from innerloop._convert import unstructure
 from innerloop._events import ChildEvent, Event, Finished, RunEvent, RunStarted, Transition
+from innerloop._history import tuple_later
 from innerloop._log import event_logger, logger
 from innerloop.fsm._compile import CompiledMachine
 from innerloop.fsm._context import AbortSignal, Deps, PhaseContext, TurnScope, request_settings
@@ -585,6 +586,7 @@ class Run(Generic[OutputT]):
         self, watch: Callable[[RunEvent], None], watched: Container[type[Event]]
     ) -> RunStarted:
         spec, state = self.machine.spec, self.state
+        later = tuple_later(state.history)  # no copy of a conversation per message
         ev = RunStarted(
             spec.name,
             self.machine.fingerprint,
@@ -592,13 +594,15 @@ class Run(Generic[OutputT]):
             self.current,
             self.run_id,
             ParamsRecord(self.params),
-            tuple(state.history),
+            () if later is not None else tuple(state.history),
             state.turns,
             state.usage,
             state.cost_usd,
             tuple(attrs.evolve(t) for t in state.tasks) if state.tasks else (),
             _going_on(state) if self.current != spec.initial or state.interrupt else None,
         )
+        if later is not None:
+            ev = ev._messages_later(later)
         if RunStarted in watched:
             watch(ev)
         return ev

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import time
 from enum import StrEnum
-from typing import Any, Generic
+from typing import TYPE_CHECKING, Any, Generic
 
 import attrs
 
 from innerloop._errors import ProviderError
-from innerloop._history import History
+from innerloop._history import History, Link, items_of, unshared
 from innerloop._messages import Message, ModelResponse, ToolResultBlock, Usage
 from innerloop._tasks import Task
 from innerloop.fsm._output import OutputT
@@ -134,7 +134,11 @@ class HarnessState(Generic[OutputT]):
     an edit of its last messages), so what a call derives from it (its wire messages,
     the fingerprints, the token count) goes on from the last call's without comparing the
     messages before; a copy of it (``type(history)(history)``) shares that. Any list may
-    be given or assigned: it is then compared with the last one seen, at each call."""
+    be given or assigned: it is then compared with the last one seen, at each call.
+
+    A conversation's next message goes on with this very list when nothing else holds it
+    (:class:`~innerloop.Session`): this state's ``history`` then reads as it was, a list
+    made again from the conversation's messages when first read."""
     tasks: list[Task] = attrs.Factory(list)
     usage: Usage = Usage()
     turns: int = 0
@@ -199,6 +203,37 @@ class HarnessState(Generic[OutputT]):
     """Answers sent back to the model for repair so far."""
     notes: dict[str, Any] = attrs.Factory(dict)
     """Free space for custom states and hosts (JSON values, so the state stays data)."""
+    _handed_on: tuple[Link[Message] | None] | None = attrs.field(
+        default=None, init=False, eq=False, repr=False
+    )
+    """The link of the history's last message when the list was handed on (see
+    :meth:`_hand_on_history`): what ``history`` is made again from when next read."""
+
+    def _hand_on_history(self) -> History[Message]:
+        """The history for the state going on from this one (a conversation's next
+        message) to add to: the list itself when nothing else holds it, so a message costs
+        no copy of the conversation (this state then reads its ``history`` as it was, made
+        again from its chain of links when read: see :meth:`__getattr__`); else a copy of
+        it (sharing its chain)."""
+        history = self.history
+        if type(history) is not History or not unshared(self.history, 2):  # and `history`
+            return History(history)
+        self._handed_on = (history.head(),)
+        del self.history
+        return history
+
+    if not TYPE_CHECKING:  # (a type checker would take any attribute name then)
+
+        def __getattr__(self, name: str) -> Any:
+            """Only ever called for ``history`` after :meth:`_hand_on_history` gave the
+            list away: the list of this state's messages, made again from the chain."""
+            if name == "history":
+                handed = self._handed_on
+                if handed is not None:
+                    history = History.made(items_of(handed[0]), handed[0])
+                    self.history, self._handed_on = history, None
+                    return history
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __repr__(self) -> str:
         # bounded: asyncio formats the main task's repr while a run goes on, and a

@@ -17,7 +17,7 @@ from typing import Any, Literal, TypeAlias
 import attrs
 
 from innerloop._errors import ContentError
-from innerloop._history import History, Link, extends
+from innerloop._history import History, Link, extends, unshared
 from innerloop._json import MAX_JSON_DEPTH
 from innerloop._messages import (
     Block,
@@ -332,8 +332,10 @@ def _going_on(
     messages: Sequence[Message], key: str, lead: tuple[dict[str, Any], ...] = ()
 ) -> tuple[list[dict[str, Any]], Sequence[Message], Link[Message] | None]:
     """The wire messages kept under ``key`` for the longest start of ``messages`` made
-    before, after the ``lead`` items (a system message), as a new list to go on with;
-    the messages after that start; and the link of the last message.
+    before, after the ``lead`` items (a system message), as a list to go on with (a copy,
+    or the list itself when only the memo still holds it: the request that sent it is
+    gone, so nobody sees it grow); the messages after that start; and the link of the
+    last message.
 
     A conversation's first message keeps the last history converted, so a call converts
     only the messages added since. For a :class:`~innerloop._history.History` (as a run
@@ -365,7 +367,10 @@ def _going_on(
         and extends(head, kept[0])
         and _leads(kept[1], lead)
     ):
-        return History.made(kept[1], kept[2]), messages[kept[0].size :], head
+        rest = messages[kept[0].size :]
+        if unshared(kept[1]):  # the last request is gone: its list goes on, not a copy
+            return kept[1], rest, head
+        return History.made(kept[1], kept[2]), rest, head
     return History(lead), messages, head
 
 

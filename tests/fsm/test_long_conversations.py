@@ -293,3 +293,106 @@ def test_a_long_historys_fingerprints_copy_nothing_of_it(dialect: str) -> None:
     finally:
         tracemalloc.stop()
     assert peak < 20_000, peak
+
+
+def test_a_message_goes_on_with_the_last_ones_history_list() -> None:
+    """A conversation's next message goes on with the last message's history list itself
+    (no copy of the conversation per message) when nothing else holds it: the earlier
+    state still reads its history as it was (made again when read, once); a list the
+    host holds is copied instead, and stays as it was."""
+    from innerloop._history import History
+
+    script = ScriptedProvider([reply(f"a{i}") for i in range(4)], keep_requests=0)
+    session = Harness(HarnessParams(model="scripted:m"), [script]).session()
+    first = session.send_sync("q0")
+    handed = id(first.history)
+    second = session.send_sync("q1")
+    assert id(second.history) == handed  # `first` lives: its list's id is not reused
+    assert [m.text for m in first.history] == ["q0", "a0"]
+    assert type(first.history) is History
+    assert first.history is first.history
+    assert [m.text for m in second.history] == ["q0", "a0", "q1", "a1"]
+    first.history.append(Message.user("mine"))  # the earlier state's list is its own
+    held = second.history
+    third = session.send_sync("q2")
+    assert third.history is not held
+    assert len(held) == 4
+    assert [m.text for m in third.history][-2:] == ["q2", "a2"]
+    assert [m.text for m in session.send_sync("q3").history][:4] == ["q0", "a0", "q1", "a1"]
+
+
+def test_run_started_makes_its_messages_when_read() -> None:
+    """A conversation's ``run_started`` keeps no copy of the history until its
+    ``messages`` are read; read after the run went on, they are the history it started
+    from, in the event's JSON form too."""
+    from innerloop.events import RunStarted
+
+    script = ScriptedProvider([reply(f"a{i}") for i in range(2)], keep_requests=0)
+    session = Harness(HarnessParams(model="scripted:m"), [script]).session()
+    session.send_sync("q0")
+    run = session.start("q1")
+    started = next(e for e in list(run.iter_sync()) if isinstance(e, RunStarted))
+    assert run.state.exit_reason == "model_complete"
+    assert len(run.state.history) == 4
+    with pytest.raises(AttributeError):
+        object.__getattribute__(started, "messages")  # not made yet
+    assert [m.text for m in started.messages] == ["q0", "a0", "q1"]
+    assert started.messages is started.messages
+    assert len(started.to_dict()["messages"]) == 3
+    with pytest.raises(AttributeError, match="'RunStarted' object has no attribute 'nope'"):
+        _ = started.nope  # type: ignore[attr-defined]
+
+
+def test_a_request_goes_on_with_the_last_requests_list_when_it_is_gone() -> None:
+    """A request's wire messages go on with the last request's list itself once that
+    request is gone (no 20,000-item copy per call); while a host still holds the last
+    request, its messages are copied and stay as they were."""
+    import tracemalloc
+
+    from innerloop._history import History
+    from innerloop.fsm._context import request_settings
+    from innerloop.providers._normalize import build_request
+
+    settings = request_settings(HarnessParams(model="scripted:m", system="s"))
+    history = History(m for i in range(5_000) for m in _turn(i))
+    kept = build_request(settings, history, "anthropic", "m")
+    history.append(Message.user("next"))
+    request = build_request(settings, history, "anthropic", "m")
+    assert len(kept.payload["messages"]) == 20_000  # held: not grown
+    assert len(request.payload["messages"]) == 20_001
+    del kept, request
+    history.append(Message.assistant("answer"))
+    tracemalloc.start()
+    try:
+        request = build_request(settings, history, "anthropic", "m")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(request.payload["messages"]) == 20_002
+    assert peak < 20_000, peak  # a copy of the list would be 160 KB
+
+
+def test_a_long_conversations_message_copies_nothing_of_it(tmp_path: Path) -> None:
+    """One message of a 5,000-message conversation (events read, SQLite checkpoints at
+    each turn) allocates less at its peak than one list of its history: the session's
+    next history, the request's messages and ``run_started.messages`` are no copies."""
+    import tracemalloc
+
+    store = open_checkpointer(f"sqlite:///{tmp_path / 'c.db'}")
+    script = ScriptedProvider([reply(f"a{i}") for i in range(2_501)], keep_requests=0)
+    harness = Harness(
+        HarnessParams(model="scripted:m"), [script], checkpointer=store, checkpoint_every="turn"
+    )
+    session = harness.session("long")
+    with harness:
+        for i in range(2_500):
+            session.send_sync(f"q{i}")
+        tracemalloc.start()
+        try:
+            state = session.send_sync("one more")
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    store.close()
+    assert len(state.history) == 5_002
+    assert peak < 5_000 * 8, peak  # one list of 5,000 messages: 40 KB
