@@ -177,21 +177,29 @@ async def measure(
 
 class Floor:
     """The served app, each route's latest answer recorded; ``/bench/floor/PATH`` answers
-    PATH's recorded answer again, in the same writes, without the app (its body read)."""
+    PATH's recorded answer again, in the same writes, without the app (its body read).
 
-    def __init__(self, inner: Any) -> None:
+    The plain SSE app, what streaming costs any ASGI app on this machine:
+    ``/bench/keep/PATH`` keeps PATH's latest answer (a stream of the served app, taken
+    unloaded: one write a delta); ``/bench/plain/PATH`` streams it again, the same bytes
+    in the same writes, one every ``pause`` seconds (as the scripted model's deltas
+    come), with nothing of the app; ``/bench/kept/PATH`` answers those bytes at once."""
+
+    def __init__(self, inner: Any, pause: float = 0.0) -> None:
         self.inner = inner
+        self.pause = pause
         self.recorded: dict[str, list[dict[str, Any]]] = {}
+        self.kept: dict[str, list[dict[str, Any]]] = {}
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         path = scope.get("path", "")
-        if scope["type"] != "http":
-            await self.inner(scope, receive, send)
-        elif path.startswith("/bench/floor/"):
+        kind = path.split("/")[2] if path.startswith("/bench/") else ""
+        if scope["type"] == "http" and kind in ("floor", "keep", "kept", "plain"):
             while (await receive()).get("more_body"):
                 pass
-            for message in self.recorded[path.removeprefix("/bench/floor")]:
-                await send(message)
+            await self._bench(kind, path, send)
+        elif scope["type"] != "http":
+            await self.inner(scope, receive, send)
         else:
             messages: list[dict[str, Any]] = []
 
@@ -201,6 +209,29 @@ class Floor:
 
             await self.inner(scope, receive, keep)
             self.recorded[path] = messages
+
+    async def _bench(self, kind: str, path: str, send: Any) -> None:
+        route = path.removeprefix(f"/bench/{kind}")
+        if kind == "floor":
+            for message in self.recorded[route]:
+                await send(message)
+            return
+        if kind == "keep":
+            self.kept[route] = self.recorded[route]
+            await send({"type": "http.response.start", "status": 204, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        start, *writes = self.kept[route]
+        if kind == "kept":
+            body = b"".join(message.get("body", b"") for message in writes)
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await send(start)
+        for at, message in enumerate(writes):
+            if at:
+                await asyncio.sleep(self.pause)
+            await send(message)
 
 
 # -- concurrent streams ---------------------------------------------------------------------
@@ -307,55 +338,117 @@ def stream_problems(protocol: str, client: int, run: str, data: list[str]) -> li
     return [f"client {client} ({protocol}): {p}" for p in problems]
 
 
-async def one_stream(client: httpx.AsyncClient, protocol: str, number: int, run: str) -> list[str]:
+async def post_raw(base: str, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
+    """POST ``body`` to ``base + path`` on a connection of its own, the answer read whole
+    as it comes (each read only kept: no parsing while the streams run, so the clients
+    take little of the cores the server needs), then its status and body (dechunked)."""
+    host, port = base.removeprefix("http://").rsplit(":", 1)
+    payload = json.dumps(body).encode()
+    head = (
+        f"POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(payload)}\r\nconnection: close\r\n\r\n"
+    )
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(head.encode() + payload)
+        parts = []
+        while part := await reader.read(1 << 16):
+            parts.append(part)
+    finally:
+        writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return _http_answer(b"".join(parts))
+
+
+def _http_answer(raw: bytes) -> tuple[int, bytes]:
+    """An HTTP/1.1 answer's status and body (its chunked transfer coding undone)."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    if "transfer-encoding: chunked" not in (line.lower() for line in lines[1:]):
+        return status, body
+    out, at = [], 0
+    while True:
+        end = body.index(b"\r\n", at)
+        size = int(body[at:end].split(b";")[0], 16)
+        if size == 0:
+            return status, b"".join(out)
+        out.append(body[end + 2 : end + 2 + size])
+        at = end + 4 + size
+
+
+def sse_data(body: bytes) -> list[str]:
+    """The ``data`` fields of a stream of server-sent events, in order."""
+    return [line[6:] for line in body.decode().split("\n") if line.startswith("data: ")]
+
+
+async def one_stream(base: str, protocol: str, number: int, run: str) -> list[str]:
     """Client ``number``'s request streamed whole; what is wrong with it."""
     path, body = _request(protocol, number, run)
-    async with client.stream("POST", path, json=body) as response:
-        if response.status_code != 200:
-            await response.aread()
-            return [f"client {number} ({protocol}): HTTP {response.status_code} {response.text}"]
-        data = [line[6:] async for line in response.aiter_lines() if line.startswith("data: ")]
-    return stream_problems(protocol, number, run, data)
+    status, answer = await post_raw(base, path, body)
+    if status != 200:
+        return [f"client {number} ({protocol}): HTTP {status} {answer.decode()}"]
+    return stream_problems(protocol, number, run, sse_data(answer))
 
 
 async def concurrent_streams(
-    client: httpx.AsyncClient, protocol: str, clients: int, run: str, ramp: float = 0.0
+    base: str, protocol: str, clients: int, run: str, ramp: float = 0.0
 ) -> list[str]:
     """``clients`` streaming requests on ``protocol``, all at once or their starts spread
-    over ``ramp`` seconds: every problem seen."""
+    over ``ramp`` seconds, each on a connection of its own: every problem seen."""
 
     async def one(number: int) -> list[str]:
         await asyncio.sleep(ramp * number / clients)
-        return await one_stream(client, protocol, number, run)
+        return await one_stream(base, protocol, number, run)
 
     found = await asyncio.gather(*(one(n) for n in range(clients)))
     return [problem for problems in found for problem in problems]
 
 
-def stream_client(base: str, clients: int) -> httpx.AsyncClient:
-    """A client holding ``clients`` connections at once."""
-    limits = httpx.Limits(max_connections=clients + 10, max_keepalive_connections=clients + 10)
-    return httpx.AsyncClient(base_url=base, limits=limits, timeout=120)
+async def plain_streams(base: str, protocol: str, clients: int, ramp: float = 0.0) -> list[str]:
+    """``clients`` streams of the plain SSE app (:class:`Floor`) at once, each replaying
+    the kept stream of ``protocol``'s route: each checked to be those bytes whole."""
+    path = _request(protocol, 0, "")[0]
+    expected = await post_raw(base, f"/bench/kept{path}", {})
+
+    async def one(number: int) -> list[str]:
+        await asyncio.sleep(ramp * number / clients)
+        if await post_raw(base, f"/bench/plain{path}", {}) != expected:
+            return [f"plain client {number} ({protocol}): not the kept stream"]
+        return []
+
+    found = await asyncio.gather(*(one(n) for n in range(clients)))
+    return [problem for problems in found for problem in problems]
 
 
-async def watchdog(worst: list[float], period: float = 0.005) -> None:
-    """Wake every ``period`` s; ``worst``: how late the latest wake-up so far was (an
-    event-loop stall: a callback that held the loop, too many ready at once, or the
-    process waiting for a core) and the CPU time the process had meanwhile (the stall's
-    own part: the rest was the machine's scheduler)."""
+def percentile(sorted_values: list[float], fraction: float) -> float:
+    if not sorted_values:
+        return 0.0
+    return sorted_values[min(len(sorted_values) - 1, int(fraction * len(sorted_values)))]
+
+
+async def watchdog(lags: list[float], worst: list[float], period: float = 0.005) -> None:
+    """Wake every ``period`` s; ``lags``: how late each wake-up was (s), ``worst``: the
+    latest one so far and the CPU time the process had meanwhile (the stall's own part:
+    the rest was the machine's scheduler: the process waiting for a core). A late wake-up
+    is an event-loop stall: a callback that held the loop, too many ready at once, or the
+    process waiting for a core."""
     loop = asyncio.get_running_loop()
     while True:
         asked, cpu = loop.time(), time.process_time()
         await asyncio.sleep(period)
-        late = loop.time() - asked - period
+        late = max(0.0, loop.time() - asked - period)
+        lags.append(late)
         if late > worst[0]:
             worst[:] = [late, max(0.0, time.process_time() - cpu - period)]
 
 
 def serve_watched(pause: float) -> None:
     """The child: the served app under uvicorn (as ``innerloop serve`` runs it; with no
-    ``pause``, the harness answering at once), the watchdog (``POST /bench/stall``
-    answers the longest stall since the last one) and the floor (:class:`Floor`)."""
+    ``pause``, the harness answering at once), the watchdog (``POST /bench/stall`` answers
+    the event loop's lags since the last one, and the CPU the process ran meanwhile) and
+    the floor and plain app (:class:`Floor`)."""
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse
@@ -365,16 +458,30 @@ def serve_watched(pause: float) -> None:
     from innerloop.serve._cli import listen, serve_on
 
     served = app(paced_harness(pause) if pause else harness())
+    lags: list[float] = []
     worst = [0.0, 0.0]
+    since = [time.process_time()]
 
     async def stall(request: Request) -> JSONResponse:
         seen, worst[:] = worst[:], [0.0, 0.0]
-        return JSONResponse({"worst_ms": seen[0] * 1000, "cpu_ms": seen[1] * 1000})
+        ordered = sorted(lags)
+        lags.clear()
+        cpu, since[0] = time.process_time() - since[0], time.process_time()
+        return JSONResponse(
+            {
+                "worst_ms": seen[0] * 1000,
+                "cpu_ms": seen[1] * 1000,
+                "p50_ms": percentile(ordered, 0.5) * 1000,
+                "p99_ms": percentile(ordered, 0.99) * 1000,
+                "wakes": len(ordered),
+                "cpu_s": cpu,
+            }
+        )
 
     @contextlib.asynccontextmanager
     async def lifespan(application: Any) -> AsyncIterator[None]:
         async with served.lifespan(application):
-            task = asyncio.get_running_loop().create_task(watchdog(worst))
+            task = asyncio.get_running_loop().create_task(watchdog(lags, worst))
             yield
             task.cancel()
 
@@ -386,31 +493,43 @@ def serve_watched(pause: float) -> None:
         Route("/bench/cpu", cpu, methods=["POST"]),
         Mount("/", served),
     ]
-    outer = Floor(Starlette(routes=routes, lifespan=lifespan))
+    outer = Floor(Starlette(routes=routes, lifespan=lifespan), pause)
     sock = listen("127.0.0.1", 0)
     print(f"http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
     with sock:
         serve_on(outer, sock)  # as innerloop serve runs it
 
 
+Phase = tuple[float, dict[str, float], list[str]]
+"""Seconds the streams took, the server's ``/bench/stall`` figures meanwhile, problems."""
+
+
+async def timed_phase(base: str, streams: Awaitable[list[str]]) -> Phase:
+    async with httpx.AsyncClient(base_url=base) as client:
+        (await client.post("/bench/stall")).raise_for_status()  # from now on
+        start = time.perf_counter()
+        problems = await streams
+        took = time.perf_counter() - start
+        stall = (await client.post("/bench/stall")).json()
+    return took, stall, problems
+
+
 async def measure_streams(
     base: str, clients: int, ramp: float = 0.0
-) -> dict[str, tuple[float, dict[str, float], list[str]]]:
-    """Per protocol: the seconds the ``clients`` streams took, the longest stall in the
-    server meanwhile (``worst_ms``, and ``cpu_ms`` the server ran in it), the problems."""
+) -> dict[str, tuple[Phase, Phase]]:
+    """Per protocol: the ``clients`` streams served, then the same bytes from the plain
+    SSE app (:class:`Floor`) at the same pace: each phase's :data:`Phase`."""
     figures = {}
     for protocol in PROTOCOLS:
-        # a client of its own each time: no connection left idle past the server's
-        # keep-alive (closed by it as the client reuses it: a ReadError, not a figure)
-        async with stream_client(base, 5) as client:
-            await concurrent_streams(client, protocol, 5, f"warm-{protocol}")
-            (await client.post("/bench/stall")).raise_for_status()  # from now on
-        async with stream_client(base, clients) as client:
-            start = time.perf_counter()
-            problems = await concurrent_streams(client, protocol, clients, protocol, ramp)
-            took = time.perf_counter() - start
-            stall = (await client.post("/bench/stall")).json()
-        figures[protocol] = (took, stall, problems)
+        await concurrent_streams(base, protocol, 1, f"kept-{protocol}")  # recorded
+        await post_raw(base, f"/bench/keep{_request(protocol, 0, '')[0]}", {})
+        await concurrent_streams(base, protocol, 5, f"warm-{protocol}")
+        await plain_streams(base, protocol, 5)
+        served = await timed_phase(
+            base, concurrent_streams(base, protocol, clients, protocol, ramp)
+        )
+        plain = await timed_phase(base, plain_streams(base, protocol, clients, ramp))
+        figures[protocol] = (served, plain)
     return figures
 
 
@@ -431,21 +550,42 @@ def machine() -> str:
     return f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
 
 
+def client_loop() -> Callable[[], asyncio.AbstractEventLoop]:
+    """uvloop's loop where it is installed (the clients' CPU is the machine's, shared with
+    the server's), asyncio's otherwise."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop
+    return uvloop.new_event_loop  # type: ignore[no-any-return]
+
+
+def _phase_line(label: str, clients: int, phase: Phase) -> str:
+    took, stall, problems = phase
+    whole = "every stream whole" if not problems else f"{len(problems)} problems"
+    return (
+        f"{label:>12}  {took:5.2f} s; loop lag p50 {stall['p50_ms']:5.1f}, p99 "
+        f"{stall['p99_ms']:6.1f}, max {stall['worst_ms']:6.1f} ms (the server ran "
+        f"{stall['cpu_ms']:5.1f} ms of it); server CPU {stall['cpu_s'] * 1000 / clients:5.2f} "
+        f"ms a client; {whole}"
+    )
+
+
 def streams(clients: int, pause: float, ramp: float) -> None:
-    with watched_server(pause) as base:
-        figures = asyncio.run(measure_streams(base, clients, ramp))
+    with watched_server(pause) as base, asyncio.Runner(loop_factory=client_loop()) as runner:
+        figures = runner.run(measure_streams(base, clients, ramp))
     print(
         f"{clients} concurrent streaming clients, a delta every {pause * 1000:g} ms, started "
-        f"{f'over {ramp:g} s' if ramp else 'at once'} ({machine()}):"
+        f"{f'over {ramp:g} s' if ramp else 'at once'} ({machine()}); then the plain SSE "
+        "app streaming the same bytes in the same writes at the same pace:"
     )
-    for protocol, (took, stall, problems) in figures.items():
-        whole = "every stream whole" if not problems else f"{len(problems)} problems"
-        print(
-            f"{protocol:>10}  {took:6.2f} s, longest event-loop stall {stall['worst_ms']:6.1f} ms"
-            f" (the server ran {stall['cpu_ms']:5.1f} ms of it), {whole}"
-        )
-        for problem in problems[:5]:
-            print(f"{'':>12}{problem}")
+    for protocol, (served, plain) in figures.items():
+        print(_phase_line(protocol, clients, served))
+        print(_phase_line("plain", clients, plain))
+        ratio = served[1]["cpu_s"] / max(plain[1]["cpu_s"], 1e-9)
+        print(f"{'':>14}served/plain: server CPU x{ratio:.2f}")
+        for problem in (served[2] + plain[2])[:5]:
+            print(f"{'':>14}{problem}")
 
 
 def latency(runs: int) -> None:

@@ -13,7 +13,6 @@ from bench.serve import (
     answer_for,
     concurrent_streams,
     paced_harness,
-    stream_client,
     stream_problems,
 )
 
@@ -24,8 +23,7 @@ async def test_twenty_streams_at_once_are_each_whole_and_unmixed(serve: Any, pro
     interleave in the server): every client gets all of its own answer, in order, and no
     event of another conversation."""
     server = serve(paced_harness(0.001))
-    async with stream_client(server.base_url, 20) as client:
-        assert await concurrent_streams(client, protocol, 20, "t") == []
+    assert await concurrent_streams(server.base_url, protocol, 20, "t") == []
 
 
 def test_a_lost_or_mixed_event_is_seen() -> None:
