@@ -14,12 +14,20 @@ Concurrent streams: ``--clients`` (200) streaming clients at once on one served 
 (OpenAI chat completions streamed, AG-UI, the AI SDK's UI message stream). Each client is
 its own conversation, and the scripted model answers each with words no other client's
 answer holds, a delta every ``--pause`` seconds; each client's stream is checked whole:
-every event belongs to its conversation, none is lost, doubled or out of order. A
-watchdog task in the server wakes every 5 ms and records how late it woke: the longest
-event-loop stall. Targets: no stall over 50 ms, no lost or mixed event.
+every event belongs to its conversation, none is lost, doubled or out of order. The
+clients are one process of their own (raw sockets, each stream parsed once it ended:
+little CPU taken from the cores the server shares with them). A watchdog task in the
+server wakes every 5 ms and records how late it woke (the server's own loop lag: its p50,
+p99 and the longest stall, with the CPU the server ran in that one; the rest of a stall is
+the process waiting for a core), and the server's CPU per client. Then a plain ASGI SSE
+app in the same server streams the same bytes in the same writes at the same pace (one
+served stream replayed, nothing of innerloop): what streaming costs any Python server on
+this machine, the same run, the same load. Targets: no stall over 50 ms, no lost or mixed
+event. ``--pure`` serves with h11 and asyncio's loop (without the serve extra's httptools
+and uvloop).
 
     python bench/serve.py [--runs 300] [--clients 200] [--pause 0.02] [--ramp 0]
-                          [--only latency|streams]
+                          [--only latency|streams] [--pure]
 """
 
 from __future__ import annotations
@@ -444,7 +452,7 @@ async def watchdog(lags: list[float], worst: list[float], period: float = 0.005)
             worst[:] = [late, max(0.0, time.process_time() - cpu - period)]
 
 
-def serve_watched(pause: float) -> None:
+def serve_watched(pause: float, pure: bool = False) -> None:
     """The child: the served app under uvicorn (as ``innerloop serve`` runs it; with no
     ``pause``, the harness answering at once), the watchdog (``POST /bench/stall`` answers
     the event loop's lags since the last one, and the CPU the process ran meanwhile) and
@@ -497,7 +505,9 @@ def serve_watched(pause: float) -> None:
     sock = listen("127.0.0.1", 0)
     print(f"http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
     with sock:
-        serve_on(outer, sock)  # as innerloop serve runs it
+        # as innerloop serve runs it (or with h11 and asyncio's loop, as it runs without
+        # the serve extra's httptools and uvloop)
+        serve_on(outer, sock, **({"http": "h11", "loop": "asyncio"} if pure else {}))
 
 
 Phase = tuple[float, dict[str, float], list[str]]
@@ -534,9 +544,10 @@ async def measure_streams(
 
 
 @contextlib.contextmanager
-def watched_server(pause: float) -> Iterator[str]:
+def watched_server(pause: float, pure: bool = False) -> Iterator[str]:
     """A child serving the app (:func:`serve_watched`); its URL."""
     command = [sys.executable, "-m", "bench.serve", "--serve-watched", "--pause", str(pause)]
+    command += ["--pure"] if pure else []
     with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True) as server:
         try:
             assert server.stdout is not None
@@ -571,8 +582,8 @@ def _phase_line(label: str, clients: int, phase: Phase) -> str:
     )
 
 
-def streams(clients: int, pause: float, ramp: float) -> None:
-    with watched_server(pause) as base, asyncio.Runner(loop_factory=client_loop()) as runner:
+def streams(clients: int, pause: float, ramp: float, pure: bool) -> None:
+    with watched_server(pause, pure) as base, asyncio.Runner(loop_factory=client_loop()) as runner:
         figures = runner.run(measure_streams(base, clients, ramp))
     print(
         f"{clients} concurrent streaming clients, a delta every {pause * 1000:g} ms, started "
@@ -588,8 +599,8 @@ def streams(clients: int, pause: float, ramp: float) -> None:
             print(f"{'':>14}{problem}")
 
 
-def latency(runs: int) -> None:
-    with watched_server(0) as base:
+def latency(runs: int, pure: bool) -> None:
+    with watched_server(0, pure) as base:
         direct, evented, routes, mcp = asyncio.run(measure(base, runs))
     print(f"added time per run, median of {runs} ({machine()}):")
     print(f"{'in process':>14}  {direct:7.3f} ms; its events read: {evented:7.3f} ms")
@@ -614,15 +625,20 @@ def main() -> None:
     parser.add_argument("--pause", type=float, default=0.02)
     parser.add_argument("--ramp", type=float, default=0.0, help="seconds to start clients over")
     parser.add_argument("--only", choices=["latency", "streams"])
+    parser.add_argument(
+        "--pure",
+        action="store_true",
+        help="serve with h11 and asyncio's loop (as without the serve extra's httptools, uvloop)",
+    )
     parser.add_argument("--serve-watched", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_watched:
-        serve_watched(args.pause)
+        serve_watched(args.pause, args.pure)
         return
     if args.only != "streams":
-        latency(args.runs)
+        latency(args.runs, args.pure)
     if args.only != "latency":
-        streams(args.clients, args.pause, args.ramp)
+        streams(args.clients, args.pause, args.ramp, args.pure)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ aborts the run.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -51,7 +50,7 @@ from innerloop.events import (
     Transition,
 )
 from innerloop.fsm import Run
-from innerloop.serve._runs import Reading, Refused, Served, event_stream, figures
+from innerloop.serve._runs import Reading, Refused, Served, event_stream, figures, wire_json
 
 __all__ = ["ai_sdk_chat"]
 
@@ -166,12 +165,9 @@ class _Parts:
         return []
 
 
-async def _chunks(reading: Reading, token: str) -> AsyncIterator[dict[str, str]]:
+async def _chunks(reading: Reading, token: str) -> AsyncIterator[str]:
     run = reading.run
-
-    def sse(part: dict[str, Any]) -> dict[str, str]:
-        return {"data": json.dumps(part, ensure_ascii=False)}
-
+    sse = wire_json
     yield sse(
         {
             "type": "start",
@@ -195,7 +191,7 @@ async def _chunks(reading: Reading, token: str) -> AsyncIterator[dict[str, str]]
     if run.state.final_state == "aborted":
         yield sse({"type": "abort"})
     yield sse({"type": "finish"})
-    yield {"data": "[DONE]"}
+    yield "[DONE]"
 
 
 async def ai_sdk_chat(served: Served, request: Request, body: dict[str, Any]) -> Response:

@@ -95,8 +95,11 @@ def run(args: argparse.Namespace, interrupts: type[BaseException], usage: Usage)
     return 0
 
 
-def serve_on(application: Any, sock: socket.socket) -> None:
-    """Run ``application`` with uvicorn on ``sock`` until it stops. What start-up made
+def serve_on(application: Any, sock: socket.socket, **options: Any) -> None:
+    """Run ``application`` with uvicorn on ``sock`` until it stops; ``options``, more of
+    ``uvicorn.Config``'s. uvicorn parses and writes HTTP with httptools and runs uvloop's
+    event loop where they are installed (the serve extra: a third of the CPU a stream
+    costs with h11 and asyncio's loop, bench/serve.py). What start-up made
     (modules, schemas, the harness, token tables: some 200,000 objects) is frozen out of
     the garbage collector's sight first: a full collection walking them all held the
     event loop for hundreds of milliseconds, every stream waiting."""
@@ -106,5 +109,7 @@ def serve_on(application: Any, sock: socket.socket) -> None:
 
     gc.collect()
     gc.freeze()
-    config = uvicorn.Config(application, log_level="warning", timeout_graceful_shutdown=5)
+    config = uvicorn.Config(
+        application, log_level="warning", timeout_graceful_shutdown=5, **options
+    )
     uvicorn.Server(config).run(sockets=[sock])

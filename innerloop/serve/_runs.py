@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import pydantic_core
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
@@ -48,6 +49,7 @@ __all__ = [
     "figures",
     "question",
     "summary",
+    "wire_json",
 ]
 
 PING_SECONDS = 15
@@ -285,6 +287,13 @@ def event_json(event: RunEvent) -> dict[str, Any]:
     return data
 
 
+def wire_json(data: Any) -> str:
+    """``data`` as one line of JSON for a stream: compact, non-ASCII kept, NaN and the
+    infinities as null; written by pydantic-core's encoder (a tenth of ``json.dumps``'s
+    time on a stream's small events; the one the AG-UI package's models write with)."""
+    return pydantic_core.to_json(data, inf_nan_mode="null").decode()
+
+
 class _Ping:
     """What a reading's queue holds when its reader is due a ping."""
 
@@ -430,7 +439,7 @@ class _RunStream(Response):
 
     def __init__(
         self,
-        chunks: AsyncIterator[dict[str, str]],
+        chunks: AsyncIterator[str],
         reading: Reading,
         headers: dict[str, str] | None,
     ) -> None:
@@ -456,7 +465,7 @@ class _RunStream(Response):
                     {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
                 )
                 async for chunk in chunks:
-                    ready.append(f"data: {chunk['data']}\n\n")  # noqa: PERF401 (written meanwhile)
+                    ready.append(f"data: {chunk}\n\n")  # noqa: PERF401 (written meanwhile)
                 await write(more=False)
         except OSError:
             pass  # the client went away as the server wrote to it
@@ -466,11 +475,9 @@ class _RunStream(Response):
 
 
 def event_stream(
-    chunks: AsyncIterator[dict[str, str]],
-    reading: Reading,
-    headers: dict[str, str] | None = None,
+    chunks: AsyncIterator[str], reading: Reading, headers: dict[str, str] | None = None
 ) -> Response:
-    """Server-sent events of ``reading``'s run: each of ``chunks`` (``{"data": ...}``)
+    """Server-sent events of ``reading``'s run: each of ``chunks`` (one line: its data)
     an event; the client going away, at any time, aborts the run."""
     return _RunStream(chunks, reading, headers)
 

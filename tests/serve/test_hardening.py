@@ -160,7 +160,7 @@ def test_a_client_going_away_aborts_its_run_which_stays_stored(serve: Any, tmp_p
     h = waiting_harness(tmp_path / "s.db")
     server = serve(h)
     body = ASK | {"stream": True, "conversation_id": "gone", "innerloop_events": True}
-    state = leave_at(server, URL, body, '"type": "tool_use_complete"', "gone", h)
+    state = leave_at(server, URL, body, '"type":"tool_use_complete"', "gone", h)
     assert state.final_state == "aborted"
     assert state.abort is not None
     assert state.abort.reason == "the client went away"
