@@ -441,12 +441,12 @@ async def watchdog(lags: list[float], worst: list[float], period: float = 0.005)
     latest one so far and the CPU time the process had meanwhile (the stall's own part:
     the rest was the machine's scheduler: the process waiting for a core). A late wake-up
     is an event-loop stall: a callback that held the loop, too many ready at once, or the
-    process waiting for a core."""
-    loop = asyncio.get_running_loop()
+    process waiting for a core. Timed by the wall clock, not the loop's (uvloop's is
+    read once per turn of the loop: a long turn would hide in it)."""
     while True:
-        asked, cpu = loop.time(), time.process_time()
+        asked, cpu = time.perf_counter(), time.process_time()
         await asyncio.sleep(period)
-        late = max(0.0, loop.time() - asked - period)
+        late = max(0.0, time.perf_counter() - asked - period)
         lags.append(late)
         if late > worst[0]:
             worst[:] = [late, max(0.0, time.process_time() - cpu - period)]

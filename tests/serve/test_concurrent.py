@@ -10,11 +10,17 @@ import pytest
 
 from bench.serve import (
     PROTOCOLS,
+    Floor,
     answer_for,
     concurrent_streams,
     paced_harness,
+    plain_streams,
+    post_raw,
+    sse_data,
     stream_problems,
 )
+from innerloop.serve import app
+from tests.serve.conftest import Server
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -24,6 +30,23 @@ async def test_twenty_streams_at_once_are_each_whole_and_unmixed(serve: Any, pro
     event of another conversation."""
     server = serve(paced_harness(0.001))
     assert await concurrent_streams(server.base_url, protocol, 20, "t") == []
+
+
+async def test_the_plain_sse_app_replays_a_kept_stream_in_its_writes() -> None:
+    """The bench's yardstick: a served stream kept, then streamed again by the plain app
+    to several clients at once: the same bytes, in the writes it was served in."""
+    served = app(paced_harness(0.001))
+    floor = Floor(served, 0.001)
+    with Server(floor) as server:
+        assert await concurrent_streams(server.base_url, "ai-sdk", 1, "k") == []
+        await post_raw(server.base_url, "/bench/keep/ai-sdk", {})
+        status, kept = await post_raw(server.base_url, "/bench/kept/ai-sdk", {})
+        assert await plain_streams(server.base_url, "ai-sdk", 3) == []
+    assert status == 200
+    assert stream_problems("ai-sdk", 0, "k", sse_data(kept)) == []
+    writes = floor.kept["/ai-sdk"]
+    assert writes[0]["type"] == "http.response.start"
+    assert b"".join(m["body"] for m in writes[1:]) == kept
 
 
 def test_a_lost_or_mixed_event_is_seen() -> None:
