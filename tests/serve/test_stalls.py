@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from bench.serve import answer_for, paced_harness
+from innerloop.serve._cli import YOUNG_OBJECTS, collect_for_serving
 from innerloop.serve._runs import Gone, Served, Turns
 
 
@@ -89,3 +90,17 @@ async def test_requests_arriving_at_once_are_set_up_over_turns_of_the_loop() -> 
             seen.append(list(passed))
     assert seen == [[0, 1], [0, 1, 2, 3], [0, 1, 2, 3, 4]]
     await asyncio.gather(*tasks)
+
+
+def test_serving_freezes_what_start_up_made_and_collects_the_young_less_often() -> None:
+    """After collect_for_serving, start-up's objects are out of the collector's sight and
+    the youngest generation is collected every YOUNG_OBJECTS allocations."""
+    made = [{"start-up": n} for n in range(1000)]
+    thresholds = gc.get_threshold()
+    try:
+        collect_for_serving()
+        assert gc.get_freeze_count() >= len(made)
+        assert gc.get_threshold() == (YOUNG_OBJECTS, *thresholds[1:])
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
