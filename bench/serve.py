@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import itertools
 import json
 import os
@@ -469,14 +470,28 @@ def serve_watched(pause: float, pure: bool = False) -> None:
     lags: list[float] = []
     worst = [0.0, 0.0]
     since = [time.process_time()]
+    collections: list[float] = []  # each collection's seconds, the one under way's start
+    collecting = [0.0]
+
+    def collected(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collecting[0] = time.perf_counter()
+        else:
+            collections.append(time.perf_counter() - collecting[0])
+
+    gc.callbacks.append(collected)
 
     async def stall(request: Request) -> JSONResponse:
         seen, worst[:] = worst[:], [0.0, 0.0]
         ordered = sorted(lags)
         lags.clear()
         cpu, since[0] = time.process_time() - since[0], time.process_time()
+        pauses = list(collections)
+        collections.clear()
         return JSONResponse(
             {
+                "gc_ms": sum(pauses) * 1000,
+                "gc_max_ms": max(pauses, default=0.0) * 1000,
                 "worst_ms": seen[0] * 1000,
                 "cpu_ms": seen[1] * 1000,
                 "p50_ms": percentile(ordered, 0.5) * 1000,
@@ -578,7 +593,8 @@ def _phase_line(label: str, clients: int, phase: Phase) -> str:
         f"{label:>12}  {took:5.2f} s; loop lag p50 {stall['p50_ms']:5.1f}, p99 "
         f"{stall['p99_ms']:6.1f}, max {stall['worst_ms']:6.1f} ms (the server ran "
         f"{stall['cpu_ms']:5.1f} ms of it); server CPU {stall['cpu_s'] * 1000 / clients:5.2f} "
-        f"ms a client; {whole}"
+        f"ms a client; garbage collections {stall['gc_ms']:5.1f} ms, the longest "
+        f"{stall['gc_max_ms']:4.1f} ms; {whole}"
     )
 
 
