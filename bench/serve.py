@@ -470,14 +470,14 @@ def serve_watched(pause: float, pure: bool = False) -> None:
     lags: list[float] = []
     worst = [0.0, 0.0]
     since = [time.process_time()]
-    collections: list[float] = []  # each collection's seconds, the one under way's start
-    collecting = [0.0]
+    collections: list[float] = []  # each collection's CPU seconds
+    collecting = [0.0]  # the CPU time the one under way started at
 
     def collected(phase: str, info: dict[str, int]) -> None:
         if phase == "start":
-            collecting[0] = time.perf_counter()
+            collecting[0] = time.process_time()
         else:
-            collections.append(time.perf_counter() - collecting[0])
+            collections.append(time.process_time() - collecting[0])
 
     gc.callbacks.append(collected)
 
@@ -593,7 +593,7 @@ def _phase_line(label: str, clients: int, phase: Phase) -> str:
         f"{label:>12}  {took:5.2f} s; loop lag p50 {stall['p50_ms']:5.1f}, p99 "
         f"{stall['p99_ms']:6.1f}, max {stall['worst_ms']:6.1f} ms (the server ran "
         f"{stall['cpu_ms']:5.1f} ms of it); server CPU {stall['cpu_s'] * 1000 / clients:5.2f} "
-        f"ms a client; garbage collections {stall['gc_ms']:5.1f} ms, the longest "
+        f"ms a client; garbage collections {stall['gc_ms']:5.1f} ms CPU, the longest "
         f"{stall['gc_max_ms']:4.1f} ms; {whole}"
     )
 
