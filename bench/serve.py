@@ -7,7 +7,10 @@ called in process (``await harness.run(...)``). The model is in-process and scri
 the protocol's own cost: HTTP, JSON, the conversation check, the event pump, the
 protocol's encoding. Clients are plain ``httpx`` (the OpenAI and AG-UI routes) and the
 official ``mcp`` client over one session (MCP); each run is a new stateless request (no
-conversation), one at a time. Target: at most 1 ms median.
+conversation), one at a time. Target: at most 1 ms median. Each route is also timed
+against its floor (the same bytes from a bare endpoint of the same server), by the
+server's CPU, and through the app called in process (ASGI, no socket): on a loaded
+machine the wall time over loopback is mostly the scheduler's, these are the app's.
 
 Concurrent streams: ``--clients`` (200) streaming clients at once on one served process
 (a child running the app under uvicorn, as ``innerloop serve`` does), per protocol
@@ -19,12 +22,12 @@ clients are one process of their own (raw sockets, each stream parsed once it en
 little CPU taken from the cores the server shares with them). A watchdog task in the
 server wakes every 5 ms and records how late it woke (the server's own loop lag: its p50,
 p99 and the longest stall, with the CPU the server ran in that one; the rest of a stall is
-the process waiting for a core), and the server's CPU per client. Then a plain ASGI SSE
-app in the same server streams the same bytes in the same writes at the same pace (one
-served stream replayed, nothing of innerloop): what streaming costs any Python server on
-this machine, the same run, the same load. Targets: no stall over 50 ms, no lost or mixed
-event. ``--pure`` serves with h11 and asyncio's loop (without the serve extra's httptools
-and uvloop).
+the process waiting for a core), the server's CPU per client and its garbage collections'
+CPU. Then a plain ASGI SSE app in the same server streams the same bytes in the same
+writes at the same pace (one served stream replayed, nothing of innerloop): what streaming
+costs any Python server on this machine, the same run, the same load. Targets: no stall
+over 50 ms, no lost or mixed event. ``--pure`` serves with h11 and asyncio's loop (without
+the serve extra's httptools and uvloop).
 
     python bench/serve.py [--runs 300] [--clients 200] [--pause 0.02] [--ramp 0]
                           [--only latency|streams] [--pure]
@@ -142,11 +145,69 @@ async def paired(
     return figures
 
 
+async def asgi_call(application: Any, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """``application`` called in process for one POST of ``body`` to ``path`` (no socket,
+    no HTTP: the ASGI messages only); what it sent."""
+    messages = [{"type": "http.request", "body": json.dumps(body).encode()}]
+    answered = asyncio.Event()
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop()
+        await answered.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
+    await application(scope, receive, send)
+    answered.set()
+    return sent
+
+
+async def app_alone(runs: int) -> dict[str, float]:
+    """Per route: the median ms of a run through the served app called in process
+    (:func:`asgi_call`): the app's own time, what neither HTTP nor the machine's
+    scheduler between two processes adds to."""
+    from innerloop.serve import app
+
+    served = app(harness())
+    figures = {}
+    async with served.lifespan(served):
+        for name, (path, body) in latency_requests().items():
+            figures[name] = await median_ms(
+                runs, lambda path=path, body=body: asgi_call(served, path, body())
+            )
+    return figures
+
+
 async def measure(
     base: str, runs: int
-) -> tuple[float, float, dict[str, tuple[float, float, float, float]], tuple[float, float]]:
-    """In process (ms: the run, and the run with its events read), the routes served and
-    their floor (ms), MCP served (ms)."""
+) -> tuple[
+    float,
+    float,
+    dict[str, float],
+    dict[str, tuple[float, float, float, float]],
+    tuple[float, float],
+]:
+    """In process (ms: the run, the run with its events read, and each route's run
+    through the app called in process), the routes served and their floor (ms), MCP
+    served (ms)."""
     import httpx2
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
@@ -159,6 +220,7 @@ async def measure(
             pass
 
     evented = await median_ms(runs, read_events)
+    alone = await app_alone(runs)
     # the client's writes unbatched (the headers and the body of a request are two writes:
     # with Nagle's algorithm on, the body waits for the server's delayed ACK)
     nodelay = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
@@ -181,7 +243,7 @@ async def measure(
             mcp.append(await median_ms(runs, ask))
         if http is not None:
             await http.aclose()
-    return direct, evented, routes, (mcp[0], mcp[1])
+    return direct, evented, alone, routes, (mcp[0], mcp[1])
 
 
 class Floor:
@@ -617,9 +679,13 @@ def streams(clients: int, pause: float, ramp: float, pure: bool) -> None:
 
 def latency(runs: int, pure: bool) -> None:
     with watched_server(0, pure) as base:
-        direct, evented, routes, mcp = asyncio.run(measure(base, runs))
+        direct, evented, alone, routes, mcp = asyncio.run(measure(base, runs))
     print(f"added time per run, median of {runs} ({machine()}):")
     print(f"{'in process':>14}  {direct:7.3f} ms; its events read: {evented:7.3f} ms")
+    print("the served app alone, called in process (ASGI, no socket):")
+    for name, ms in alone.items():
+        print(f"{name:>14}  {ms:7.3f} ms, added {ms - direct:+7.3f} ms")
+    print("served over loopback HTTP (uvicorn in a child process):")
     for name, (served, floor, cpu, floor_cpu) in routes.items():
         print(
             f"{name:>14}  {served:7.3f} ms served, added {served - direct:+7.3f} ms; "

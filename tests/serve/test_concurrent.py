@@ -12,7 +12,10 @@ from bench.serve import (
     PROTOCOLS,
     Floor,
     answer_for,
+    asgi_call,
     concurrent_streams,
+    harness,
+    latency_requests,
     paced_harness,
     plain_streams,
     post_raw,
@@ -47,6 +50,19 @@ async def test_the_plain_sse_app_replays_a_kept_stream_in_its_writes() -> None:
     writes = floor.kept["/ai-sdk"]
     assert writes[0]["type"] == "http.response.start"
     assert b"".join(m["body"] for m in writes[1:]) == kept
+
+
+async def test_the_app_alone_answers_each_timed_route_in_process() -> None:
+    """The bench's in-process figure times whole runs: each route's call answers 200 and
+    its answer, the run's last event included."""
+    served = app(harness())
+    async with served.lifespan(served):
+        for path, body in latency_requests().values():
+            sent = await asgi_call(served, path, body())
+            assert sent[0]["status"] == 200
+            answer = b"".join(m.get("body", b"") for m in sent[1:])
+            assert b"Hello." in answer
+            assert not sent[-1].get("more_body")
 
 
 def test_a_lost_or_mixed_event_is_seen() -> None:
