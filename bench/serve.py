@@ -145,6 +145,24 @@ async def paired(
     return figures
 
 
+def post_scope(path: str) -> dict[str, Any]:
+    """The ASGI scope of a JSON POST to ``path`` on loopback."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
+
+
 async def asgi_call(application: Any, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
     """``application`` called in process for one POST of ``body`` to ``path`` (no socket,
     no HTTP: the ASGI messages only); what it sent."""
@@ -161,21 +179,7 @@ async def asgi_call(application: Any, path: str, body: dict[str, Any]) -> list[d
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "root_path": "",
-        "query_string": b"",
-        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")],
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 80),
-    }
-    await application(scope, receive, send)
+    await application(post_scope(path), receive, send)
     answered.set()
     return sent
 

@@ -12,6 +12,7 @@ import httpx
 import openai
 import pytest
 
+from bench.serve import post_scope as scope
 from innerloop import Harness, HarnessParams, tool
 from innerloop.examples.approval import with_approval
 from innerloop.serve import app
@@ -225,24 +226,6 @@ async def leave_before_the_stream(application: Any, path: str, body: dict[str, A
         await asyncio.Event().wait()  # a socket that never takes the bytes: cancelled
 
     await application(scope(path), receive, send)
-
-
-def scope(path: str) -> dict[str, Any]:
-    """The ASGI scope of a JSON POST to ``path`` on loopback."""
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")],
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 80),
-    }
 
 
 def user_parts(text: str) -> list[dict[str, Any]]:
