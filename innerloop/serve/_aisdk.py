@@ -167,8 +167,7 @@ class _Parts:
 
 async def _chunks(reading: Reading, token: str) -> AsyncIterator[str]:
     run = reading.run
-    sse = wire_json
-    yield sse(
+    yield wire_json(
         {
             "type": "start",
             "messageId": uuid.uuid4().hex,
@@ -181,16 +180,16 @@ async def _chunks(reading: Reading, token: str) -> AsyncIterator[str]:
             if type(event) is Finished:
                 continue
             for part in parts(event):
-                yield sse(part)
+                yield wire_json(part)
     except Exception as exc:  # the run raised: the stream's error part says so
-        yield sse({"type": "error", "errorText": f"{type(exc).__name__}: {exc}"})
+        yield wire_json({"type": "error", "errorText": f"{type(exc).__name__}: {exc}"})
         return
     for part in parts._close():
-        yield sse(part)
-    yield sse(state(figures(run)))
+        yield wire_json(part)
+    yield wire_json(state(figures(run)))
     if run.state.final_state == "aborted":
-        yield sse({"type": "abort"})
-    yield sse({"type": "finish"})
+        yield wire_json({"type": "abort"})
+    yield wire_json({"type": "finish"})
     yield "[DONE]"
 
 
