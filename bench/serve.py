@@ -53,7 +53,8 @@ from typing import Any
 
 import httpx
 
-from innerloop import Harness, HarnessParams
+from innerloop import Harness, HarnessParams, Message, ModelResponse, Usage
+from innerloop._events import MessageComplete, TextDelta
 from innerloop.testing import FakeProvider, reply
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -251,8 +252,10 @@ async def measure(
 
 
 class Floor:
-    """The served app, each route's latest answer recorded; ``/bench/floor/PATH`` answers
-    PATH's recorded answer again, in the same writes, without the app (its body read).
+    """The bench's routes (``inner``) around the served app (``served``), each route's
+    latest answer recorded (one at a time: a path's answers meanwhile are not);
+    ``/bench/floor/PATH`` answers PATH's recorded answer again, in the same writes,
+    without the app (its body read).
 
     The plain SSE app, what streaming costs any ASGI app on this machine:
     ``/bench/keep/PATH`` keeps PATH's latest answer (a stream of the served app, taken
@@ -260,10 +263,11 @@ class Floor:
     in the same writes, one every ``pause`` seconds (as the scripted model's deltas
     come), with nothing of the app; ``/bench/kept/PATH`` answers those bytes at once."""
 
-    def __init__(self, inner: Any, pause: float = 0.0) -> None:
-        self.inner = inner
+    def __init__(self, inner: Any, served: Any, pause: float = 0.0) -> None:
+        self.inner, self.served = inner, served
         self.pause = pause
         self.recorded: dict[str, list[dict[str, Any]]] = {}
+        self.recording: set[str] = set()
         self.kept: dict[str, list[dict[str, Any]]] = {}
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -275,6 +279,8 @@ class Floor:
             await self._bench(kind, path, send)
         elif scope["type"] != "http":
             await self.inner(scope, receive, send)
+        elif path in self.recording:  # one answer of a path recorded at a time
+            await self._app(path)(scope, receive, send)
         else:
             messages: list[dict[str, Any]] = []
 
@@ -282,8 +288,17 @@ class Floor:
                 messages.append(message)
                 await send(message)
 
-            await self.inner(scope, receive, keep)
+            self.recording.add(path)
+            try:
+                await self._app(path)(scope, receive, keep)
+            finally:
+                self.recording.discard(path)
             self.recorded[path] = messages
+
+    def _app(self, path: str) -> Any:
+        """The served app itself for its paths, as ``innerloop serve`` serves it (the
+        bench's routes around it add nothing to a served request)."""
+        return self.inner if path.startswith("/bench/") else self.served
 
     async def _bench(self, kind: str, path: str, send: Any) -> None:
         route = path.removeprefix(f"/bench/{kind}")
@@ -321,37 +336,49 @@ def answer_for(client: int) -> str:
     return " ".join(f"c{client}.{word}" for word in range(WORDS))
 
 
-class _Paced:
-    """A scripted stream giving one event every ``pause`` seconds, as a model streams."""
+CHUNK = 8
+"""Characters in each delta of the scripted answers."""
 
-    def __init__(self, stream: Any, pause: float) -> None:
-        self.stream, self.pause = stream, pause
+
+class _Paced:
+    """A scripted answer streamed as a model streams it: a delta of :data:`CHUNK`
+    characters every ``pause`` seconds, each made when it is due (a model's stream holds
+    none before it came), then the whole message."""
+
+    def __init__(self, text: str, model: str, pause: float) -> None:
+        self.text, self.model, self.pause = text, model, pause
 
     async def __aiter__(self) -> AsyncIterator[Any]:
-        async for event in self.stream:
+        text = self.text
+        for at in range(0, len(text), CHUNK):
             await asyncio.sleep(self.pause)
-            yield event
+            yield TextDelta(0, text[at : at + CHUNK])
+        await asyncio.sleep(self.pause)
+        response = ModelResponse(Message.assistant(text), "end_turn", Usage(10, 5), self.model)
+        yield MessageComplete(response)
 
     async def aclose(self) -> None:
-        await self.stream.aclose()
+        return None
 
 
-class PacedModel(FakeProvider):
-    """Answers the message ``client N`` with :func:`answer_for` ``(N)``, 8 characters a
-    delta, one delta every ``pause`` seconds."""
+class PacedModel:
+    """Answers the message ``client N`` with :func:`answer_for` ``(N)``, :data:`CHUNK`
+    characters a delta, one delta every ``pause`` seconds."""
+
+    name = "scripted"
+    dialect = "anthropic"
 
     def __init__(self, pause: float) -> None:
-        super().__init__(self._answer, chunk_size=8, keep_requests=0)
         self.pause = pause
 
-    @staticmethod
-    def _answer(request: Any) -> Any:
+    async def open(self, request: Any) -> _Paced:
         content = request.payload["messages"][-1]["content"]
         said = content if isinstance(content, str) else content[-1]["text"]
-        return reply(answer_for(int(said.removeprefix("client "))))
+        text = answer_for(int(said.removeprefix("client ")))
+        return _Paced(text, request.model or "scripted-model", self.pause)
 
-    async def open(self, request: Any) -> Any:
-        return _Paced(await super().open(request), self.pause)
+    async def aclose(self) -> None:
+        return None
 
 
 def paced_harness(pause: float) -> Harness[Any]:
@@ -582,7 +609,7 @@ def serve_watched(pause: float, pure: bool = False) -> None:
         Route("/bench/cpu", cpu, methods=["POST"]),
         Mount("/", served),
     ]
-    outer = Floor(Starlette(routes=routes, lifespan=lifespan), pause)
+    outer = Floor(Starlette(routes=routes, lifespan=lifespan), served, pause)
     sock = listen("127.0.0.1", 0)
     print(f"http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
     with sock:

@@ -39,7 +39,7 @@ async def test_the_plain_sse_app_replays_a_kept_stream_in_its_writes() -> None:
     """The bench's yardstick: a served stream kept, then streamed again by the plain app
     to several clients at once: the same bytes, in the writes it was served in."""
     served = app(paced_harness(0.001))
-    floor = Floor(served, 0.001)
+    floor = Floor(served, served, 0.001)
     with Server(floor) as server:
         assert await concurrent_streams(server.base_url, "ai-sdk", 1, "k") == []
         await post_raw(server.base_url, "/bench/keep/ai-sdk", {})
