@@ -23,11 +23,12 @@ little CPU taken from the cores the server shares with them). A watchdog task in
 server wakes every 5 ms and records how late it woke (the server's own loop lag: its p50,
 p99 and the longest stall, with the CPU the server ran in that one; the rest of a stall is
 the process waiting for a core), the server's CPU per client and its garbage collections'
-CPU. Then a plain ASGI SSE app in the same server streams the same bytes in the same
-writes at the same pace (one served stream replayed, nothing of innerloop): what streaming
-costs any Python server on this machine, the same run, the same load. Targets: no stall
-over 50 ms, no lost or mixed event. ``--pure`` serves with h11 and asyncio's loop (without
-the serve extra's httptools and uvloop).
+CPU (the total, the longest, how many were full). Then a plain ASGI SSE app in the same
+server streams the same bytes in the same writes at the same pace (one served stream
+replayed, nothing of innerloop): what streaming costs any Python server on this machine,
+the same run, the same load. Targets: no stall over 50 ms, no lost or mixed event.
+``--pure`` serves with h11 and asyncio's loop (without the serve extra's httptools and
+uvloop).
 
     python bench/serve.py [--runs 300] [--clients 200] [--pause 0.02] [--ramp 0]
                           [--only latency|streams] [--pure]
@@ -563,14 +564,14 @@ def serve_watched(pause: float, pure: bool = False) -> None:
     lags: list[float] = []
     worst = [0.0, 0.0]
     since = [time.process_time()]
-    collections: list[float] = []  # each collection's CPU seconds
+    collections: list[tuple[int, float]] = []  # each collection's generation, CPU seconds
     collecting = [0.0]  # the CPU time the one under way started at
 
     def collected(phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             collecting[0] = time.process_time()
         else:
-            collections.append(time.process_time() - collecting[0])
+            collections.append((info["generation"], time.process_time() - collecting[0]))
 
     gc.callbacks.append(collected)
 
@@ -583,8 +584,9 @@ def serve_watched(pause: float, pure: bool = False) -> None:
         collections.clear()
         return JSONResponse(
             {
-                "gc_ms": sum(pauses) * 1000,
-                "gc_max_ms": max(pauses, default=0.0) * 1000,
+                "gc_ms": sum(cpu for _, cpu in pauses) * 1000,
+                "gc_max_ms": max((cpu for _, cpu in pauses), default=0.0) * 1000,
+                "gc_full": sum(1 for generation, _ in pauses if generation == 2),
                 "worst_ms": seen[0] * 1000,
                 "cpu_ms": seen[1] * 1000,
                 "p50_ms": percentile(ordered, 0.5) * 1000,
@@ -687,7 +689,7 @@ def _phase_line(label: str, clients: int, phase: Phase) -> str:
         f"{stall['p99_ms']:6.1f}, max {stall['worst_ms']:6.1f} ms (the server ran "
         f"{stall['cpu_ms']:5.1f} ms of it); server CPU {stall['cpu_s'] * 1000 / clients:5.2f} "
         f"ms a client; garbage collections {stall['gc_ms']:5.1f} ms CPU, the longest "
-        f"{stall['gc_max_ms']:4.1f} ms; {whole}"
+        f"{stall['gc_max_ms']:4.1f} ms, {stall['gc_full']} full; {whole}"
     )
 
 
