@@ -28,10 +28,12 @@ server streams the same bytes in the same writes at the same pace (one served st
 replayed, nothing of innerloop): what streaming costs any Python server on this machine,
 the same run, the same load. Targets: no stall over 50 ms, no lost or mixed event.
 ``--pure`` serves with h11 and asyncio's loop (without the serve extra's httptools and
-uvloop).
+uvloop). ``--collect S`` forces a full garbage collection in the server S seconds into
+each protocol's streams (the worst a collection falling among them does: its CPU and the
+objects it walked are reported).
 
     python bench/serve.py [--runs 300] [--clients 200] [--pause 0.02] [--ramp 0]
-                          [--only latency|streams] [--pure]
+                          [--only latency|streams] [--pure] [--collect 0]
 """
 
 from __future__ import annotations
@@ -606,9 +608,16 @@ def serve_watched(pause: float, pure: bool = False) -> None:
     async def cpu(request: Request) -> JSONResponse:
         return JSONResponse({"cpu_s": time.process_time()})
 
+    async def collect(request: Request) -> JSONResponse:
+        start = time.process_time()
+        gc.collect()
+        cpu = time.process_time() - start
+        return JSONResponse({"forced_ms": cpu * 1000, "forced_objects": len(gc.get_objects())})
+
     routes = [
         Route("/bench/stall", stall, methods=["POST"]),
         Route("/bench/cpu", cpu, methods=["POST"]),
+        Route("/bench/collect", collect, methods=["POST"]),
         Mount("/", served),
     ]
     outer = Floor(Starlette(routes=routes, lifespan=lifespan), served, pause)
@@ -624,18 +633,30 @@ Phase = tuple[float, dict[str, float], list[str]]
 """Seconds the streams took, the server's ``/bench/stall`` figures meanwhile, problems."""
 
 
-async def timed_phase(base: str, streams: Awaitable[list[str]]) -> Phase:
+async def timed_phase(base: str, streams: Awaitable[list[str]], collect: float = 0.0) -> Phase:
+    """The streams timed, with the server's figures meanwhile; with ``collect``, a full
+    garbage collection forced in the server that many seconds in (its CPU and the objects
+    it walked added to them)."""
     async with httpx.AsyncClient(base_url=base) as client:
+
+        async def forced() -> dict[str, float]:
+            await asyncio.sleep(collect)
+            answer: dict[str, float] = (await client.post("/bench/collect")).json()
+            return answer
+
         (await client.post("/bench/stall")).raise_for_status()  # from now on
         start = time.perf_counter()
+        forcing = asyncio.ensure_future(forced()) if collect else None
         problems = await streams
         took = time.perf_counter() - start
         stall = (await client.post("/bench/stall")).json()
+        if forcing is not None:
+            stall |= await forcing
     return took, stall, problems
 
 
 async def measure_streams(
-    base: str, clients: int, ramp: float = 0.0
+    base: str, clients: int, ramp: float = 0.0, collect: float = 0.0
 ) -> dict[str, tuple[Phase, Phase]]:
     """Per protocol: the ``clients`` streams served, then the same bytes from the plain
     SSE app (:class:`Floor`) at the same pace: each phase's :data:`Phase`."""
@@ -646,7 +667,7 @@ async def measure_streams(
         await concurrent_streams(base, protocol, 5, f"warm-{protocol}")
         await plain_streams(base, protocol, 5)
         served = await timed_phase(
-            base, concurrent_streams(base, protocol, clients, protocol, ramp)
+            base, concurrent_streams(base, protocol, clients, protocol, ramp), collect
         )
         plain = await timed_phase(base, plain_streams(base, protocol, clients, ramp))
         figures[protocol] = (served, plain)
@@ -693,9 +714,9 @@ def _phase_line(label: str, clients: int, phase: Phase) -> str:
     )
 
 
-def streams(clients: int, pause: float, ramp: float, pure: bool) -> None:
+def streams(clients: int, pause: float, ramp: float, pure: bool, collect: float = 0.0) -> None:
     with watched_server(pause, pure) as base, asyncio.Runner(loop_factory=client_loop()) as runner:
-        figures = runner.run(measure_streams(base, clients, ramp))
+        figures = runner.run(measure_streams(base, clients, ramp, collect))
     print(
         f"{clients} concurrent streaming clients, a delta every {pause * 1000:g} ms, started "
         f"{f'over {ramp:g} s' if ramp else 'at once'} ({machine()}); then the plain SSE "
@@ -703,6 +724,11 @@ def streams(clients: int, pause: float, ramp: float, pure: bool) -> None:
     )
     for protocol, (served, plain) in figures.items():
         print(_phase_line(protocol, clients, served))
+        if "forced_ms" in served[1]:
+            print(
+                f"{'':>14}a full collection forced {collect:g} s in: "
+                f"{served[1]['forced_ms']:.1f} ms CPU, {served[1]['forced_objects']:.0f} objects"
+            )
         print(_phase_line("plain", clients, plain))
         ratio = served[1]["cpu_s"] / max(plain[1]["cpu_s"], 1e-9)
         print(f"{'':>14}served/plain: server CPU x{ratio:.2f}")
@@ -741,6 +767,13 @@ def main() -> None:
     parser.add_argument("--ramp", type=float, default=0.0, help="seconds to start clients over")
     parser.add_argument("--only", choices=["latency", "streams"])
     parser.add_argument(
+        "--collect",
+        type=float,
+        default=0.0,
+        help="force a full garbage collection in the server this many seconds into each "
+        "protocol's streams",
+    )
+    parser.add_argument(
         "--pure",
         action="store_true",
         help="serve with h11 and asyncio's loop (as without the serve extra's httptools, uvloop)",
@@ -753,7 +786,7 @@ def main() -> None:
     if args.only != "streams":
         latency(args.runs, args.pure)
     if args.only != "latency":
-        streams(args.clients, args.pause, args.ramp, args.pure)
+        streams(args.clients, args.pause, args.ramp, args.pure, args.collect)
 
 
 if __name__ == "__main__":
