@@ -7,19 +7,33 @@ called in process (``await harness.run(...)``). The model is in-process and scri
 the protocol's own cost: HTTP, JSON, the conversation check, the event pump, the
 protocol's encoding. Clients are plain ``httpx`` (the OpenAI and AG-UI routes) and the
 official ``mcp`` client over one session (MCP); each run is a new stateless request (no
-conversation), one at a time. Target: at most 1 ms median.
+conversation), one at a time. Target: at most 1 ms median. Each route is also timed
+against its floor (the same bytes from a bare endpoint of the same server), by the
+server's CPU, and through the app called in process (ASGI, no socket): on a loaded
+machine the wall time over loopback is mostly the scheduler's, these are the app's.
 
 Concurrent streams: ``--clients`` (200) streaming clients at once on one served process
 (a child running the app under uvicorn, as ``innerloop serve`` does), per protocol
 (OpenAI chat completions streamed, AG-UI, the AI SDK's UI message stream). Each client is
 its own conversation, and the scripted model answers each with words no other client's
 answer holds, a delta every ``--pause`` seconds; each client's stream is checked whole:
-every event belongs to its conversation, none is lost, doubled or out of order. A
-watchdog task in the server wakes every 5 ms and records how late it woke: the longest
-event-loop stall. Targets: no stall over 50 ms, no lost or mixed event.
+every event belongs to its conversation, none is lost, doubled or out of order. The
+clients are one process of their own (raw sockets, each stream parsed once it ended:
+little CPU taken from the cores the server shares with them). A watchdog task in the
+server wakes every 5 ms and records how late it woke (the server's own loop lag: its p50,
+p99 and the longest stall, with the CPU the server ran in that one; the rest of a stall is
+the process waiting for a core), the server's CPU per client and its garbage collections'
+CPU (the total, the longest, how many were full). Then a plain ASGI SSE app in the same
+server streams the same bytes in the same writes at the same pace (one served stream
+replayed, nothing of innerloop): what streaming costs any Python server on this machine,
+the same run, the same load. Targets: no stall over 50 ms, no lost or mixed event.
+``--pure`` serves with h11 and asyncio's loop (without the serve extra's httptools and
+uvloop). ``--collect S`` forces a full garbage collection in the server S seconds into
+each protocol's streams (the worst a collection falling among them does: its CPU and the
+objects it walked are reported).
 
     python bench/serve.py [--runs 300] [--clients 200] [--pause 0.02] [--ramp 0]
-                          [--only latency|streams]
+                          [--only latency|streams] [--pure] [--collect 0]
 """
 
 from __future__ import annotations
@@ -27,6 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import itertools
 import json
 import os
@@ -41,7 +56,8 @@ from typing import Any
 
 import httpx
 
-from innerloop import Harness, HarnessParams
+from innerloop import Harness, HarnessParams, Message, ModelResponse, Usage
+from innerloop._events import MessageComplete, TextDelta
 from innerloop.testing import FakeProvider, reply
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,11 +149,73 @@ async def paired(
     return figures
 
 
+def post_scope(path: str) -> dict[str, Any]:
+    """The ASGI scope of a JSON POST to ``path`` on loopback."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
+
+
+async def asgi_call(application: Any, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """``application`` called in process for one POST of ``body`` to ``path`` (no socket,
+    no HTTP: the ASGI messages only); what it sent."""
+    messages = [{"type": "http.request", "body": json.dumps(body).encode()}]
+    answered = asyncio.Event()
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop()
+        await answered.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await application(post_scope(path), receive, send)
+    answered.set()
+    return sent
+
+
+async def app_alone(runs: int) -> dict[str, float]:
+    """Per route: the median ms of a run through the served app called in process
+    (:func:`asgi_call`): the app's own time, what neither HTTP nor the machine's
+    scheduler between two processes adds to."""
+    from innerloop.serve import app
+
+    served = app(harness())
+    figures = {}
+    async with served.lifespan(served):
+        for name, (path, body) in latency_requests().items():
+            figures[name] = await median_ms(
+                runs, lambda path=path, body=body: asgi_call(served, path, body())
+            )
+    return figures
+
+
 async def measure(
     base: str, runs: int
-) -> tuple[float, float, dict[str, tuple[float, float, float, float]], tuple[float, float]]:
-    """In process (ms: the run, and the run with its events read), the routes served and
-    their floor (ms), MCP served (ms)."""
+) -> tuple[
+    float,
+    float,
+    dict[str, float],
+    dict[str, tuple[float, float, float, float]],
+    tuple[float, float],
+]:
+    """In process (ms: the run, the run with its events read, and each route's run
+    through the app called in process), the routes served and their floor (ms), MCP
+    served (ms)."""
     import httpx2
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
@@ -150,6 +228,7 @@ async def measure(
             pass
 
     evented = await median_ms(runs, read_events)
+    alone = await app_alone(runs)
     # the client's writes unbatched (the headers and the body of a request are two writes:
     # with Nagle's algorithm on, the body waits for the server's delayed ACK)
     nodelay = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
@@ -172,26 +251,39 @@ async def measure(
             mcp.append(await median_ms(runs, ask))
         if http is not None:
             await http.aclose()
-    return direct, evented, routes, (mcp[0], mcp[1])
+    return direct, evented, alone, routes, (mcp[0], mcp[1])
 
 
 class Floor:
-    """The served app, each route's latest answer recorded; ``/bench/floor/PATH`` answers
-    PATH's recorded answer again, in the same writes, without the app (its body read)."""
+    """The bench's routes (``inner``) around the served app (``served``), each route's
+    latest answer recorded (one at a time: a path's answers meanwhile are not);
+    ``/bench/floor/PATH`` answers PATH's recorded answer again, in the same writes,
+    without the app (its body read).
 
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
+    The plain SSE app, what streaming costs any ASGI app on this machine:
+    ``/bench/keep/PATH`` keeps PATH's latest answer (a stream of the served app, taken
+    unloaded: one write a delta); ``/bench/plain/PATH`` streams it again, the same bytes
+    in the same writes, one every ``pause`` seconds (as the scripted model's deltas
+    come), with nothing of the app; ``/bench/kept/PATH`` answers those bytes at once."""
+
+    def __init__(self, inner: Any, served: Any, pause: float = 0.0) -> None:
+        self.inner, self.served = inner, served
+        self.pause = pause
         self.recorded: dict[str, list[dict[str, Any]]] = {}
+        self.recording: set[str] = set()
+        self.kept: dict[str, list[dict[str, Any]]] = {}
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         path = scope.get("path", "")
-        if scope["type"] != "http":
-            await self.inner(scope, receive, send)
-        elif path.startswith("/bench/floor/"):
+        kind = path.split("/")[2] if path.startswith("/bench/") else ""
+        if scope["type"] == "http" and kind in ("floor", "keep", "kept", "plain"):
             while (await receive()).get("more_body"):
                 pass
-            for message in self.recorded[path.removeprefix("/bench/floor")]:
-                await send(message)
+            await self._bench(kind, path, send)
+        elif scope["type"] != "http":
+            await self.inner(scope, receive, send)
+        elif path in self.recording:  # one answer of a path recorded at a time
+            await self._app(path)(scope, receive, send)
         else:
             messages: list[dict[str, Any]] = []
 
@@ -199,8 +291,40 @@ class Floor:
                 messages.append(message)
                 await send(message)
 
-            await self.inner(scope, receive, keep)
+            self.recording.add(path)
+            try:
+                await self._app(path)(scope, receive, keep)
+            finally:
+                self.recording.discard(path)
             self.recorded[path] = messages
+
+    def _app(self, path: str) -> Any:
+        """The served app itself for its paths, as ``innerloop serve`` serves it (the
+        bench's routes around it add nothing to a served request)."""
+        return self.inner if path.startswith("/bench/") else self.served
+
+    async def _bench(self, kind: str, path: str, send: Any) -> None:
+        route = path.removeprefix(f"/bench/{kind}")
+        if kind == "floor":
+            for message in self.recorded[route]:
+                await send(message)
+            return
+        if kind == "keep":
+            self.kept[route] = self.recorded[route]
+            await send({"type": "http.response.start", "status": 204, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        start, *writes = self.kept[route]
+        if kind == "kept":
+            body = b"".join(message.get("body", b"") for message in writes)
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await send(start)
+        for at, message in enumerate(writes):
+            if at:
+                await asyncio.sleep(self.pause)
+            await send(message)
 
 
 # -- concurrent streams ---------------------------------------------------------------------
@@ -215,37 +339,49 @@ def answer_for(client: int) -> str:
     return " ".join(f"c{client}.{word}" for word in range(WORDS))
 
 
-class _Paced:
-    """A scripted stream giving one event every ``pause`` seconds, as a model streams."""
+CHUNK = 8
+"""Characters in each delta of the scripted answers."""
 
-    def __init__(self, stream: Any, pause: float) -> None:
-        self.stream, self.pause = stream, pause
+
+class _Paced:
+    """A scripted answer streamed as a model streams it: a delta of :data:`CHUNK`
+    characters every ``pause`` seconds, each made when it is due (a model's stream holds
+    none before it came), then the whole message."""
+
+    def __init__(self, text: str, model: str, pause: float) -> None:
+        self.text, self.model, self.pause = text, model, pause
 
     async def __aiter__(self) -> AsyncIterator[Any]:
-        async for event in self.stream:
+        text = self.text
+        for at in range(0, len(text), CHUNK):
             await asyncio.sleep(self.pause)
-            yield event
+            yield TextDelta(0, text[at : at + CHUNK])
+        await asyncio.sleep(self.pause)
+        response = ModelResponse(Message.assistant(text), "end_turn", Usage(10, 5), self.model)
+        yield MessageComplete(response)
 
     async def aclose(self) -> None:
-        await self.stream.aclose()
+        return None
 
 
-class PacedModel(FakeProvider):
-    """Answers the message ``client N`` with :func:`answer_for` ``(N)``, 8 characters a
-    delta, one delta every ``pause`` seconds."""
+class PacedModel:
+    """Answers the message ``client N`` with :func:`answer_for` ``(N)``, :data:`CHUNK`
+    characters a delta, one delta every ``pause`` seconds."""
+
+    name = "scripted"
+    dialect = "anthropic"
 
     def __init__(self, pause: float) -> None:
-        super().__init__(self._answer, chunk_size=8, keep_requests=0)
         self.pause = pause
 
-    @staticmethod
-    def _answer(request: Any) -> Any:
+    async def open(self, request: Any) -> _Paced:
         content = request.payload["messages"][-1]["content"]
         said = content if isinstance(content, str) else content[-1]["text"]
-        return reply(answer_for(int(said.removeprefix("client "))))
+        text = answer_for(int(said.removeprefix("client ")))
+        return _Paced(text, request.model or "scripted-model", self.pause)
 
-    async def open(self, request: Any) -> Any:
-        return _Paced(await super().open(request), self.pause)
+    async def aclose(self) -> None:
+        return None
 
 
 def paced_harness(pause: float) -> Harness[Any]:
@@ -307,55 +443,117 @@ def stream_problems(protocol: str, client: int, run: str, data: list[str]) -> li
     return [f"client {client} ({protocol}): {p}" for p in problems]
 
 
-async def one_stream(client: httpx.AsyncClient, protocol: str, number: int, run: str) -> list[str]:
+async def post_raw(base: str, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
+    """POST ``body`` to ``base + path`` on a connection of its own, the answer read whole
+    as it comes (each read only kept: no parsing while the streams run, so the clients
+    take little of the cores the server needs), then its status and body (dechunked)."""
+    host, port = base.removeprefix("http://").rsplit(":", 1)
+    payload = json.dumps(body).encode()
+    head = (
+        f"POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(payload)}\r\nconnection: close\r\n\r\n"
+    )
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(head.encode() + payload)
+        parts = []
+        while part := await reader.read(1 << 16):
+            parts.append(part)
+    finally:
+        writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return _http_answer(b"".join(parts))
+
+
+def _http_answer(raw: bytes) -> tuple[int, bytes]:
+    """An HTTP/1.1 answer's status and body (its chunked transfer coding undone)."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    if "transfer-encoding: chunked" not in (line.lower() for line in lines[1:]):
+        return status, body
+    out, at = [], 0
+    while True:
+        end = body.index(b"\r\n", at)
+        size = int(body[at:end].split(b";")[0], 16)
+        if size == 0:
+            return status, b"".join(out)
+        out.append(body[end + 2 : end + 2 + size])
+        at = end + 4 + size
+
+
+def sse_data(body: bytes) -> list[str]:
+    """The ``data`` fields of a stream of server-sent events, in order."""
+    return [line[6:] for line in body.decode().split("\n") if line.startswith("data: ")]
+
+
+async def one_stream(base: str, protocol: str, number: int, run: str) -> list[str]:
     """Client ``number``'s request streamed whole; what is wrong with it."""
     path, body = _request(protocol, number, run)
-    async with client.stream("POST", path, json=body) as response:
-        if response.status_code != 200:
-            await response.aread()
-            return [f"client {number} ({protocol}): HTTP {response.status_code} {response.text}"]
-        data = [line[6:] async for line in response.aiter_lines() if line.startswith("data: ")]
-    return stream_problems(protocol, number, run, data)
+    status, answer = await post_raw(base, path, body)
+    if status != 200:
+        return [f"client {number} ({protocol}): HTTP {status} {answer.decode()}"]
+    return stream_problems(protocol, number, run, sse_data(answer))
 
 
 async def concurrent_streams(
-    client: httpx.AsyncClient, protocol: str, clients: int, run: str, ramp: float = 0.0
+    base: str, protocol: str, clients: int, run: str, ramp: float = 0.0
 ) -> list[str]:
     """``clients`` streaming requests on ``protocol``, all at once or their starts spread
-    over ``ramp`` seconds: every problem seen."""
+    over ``ramp`` seconds, each on a connection of its own: every problem seen."""
 
     async def one(number: int) -> list[str]:
         await asyncio.sleep(ramp * number / clients)
-        return await one_stream(client, protocol, number, run)
+        return await one_stream(base, protocol, number, run)
 
     found = await asyncio.gather(*(one(n) for n in range(clients)))
     return [problem for problems in found for problem in problems]
 
 
-def stream_client(base: str, clients: int) -> httpx.AsyncClient:
-    """A client holding ``clients`` connections at once."""
-    limits = httpx.Limits(max_connections=clients + 10, max_keepalive_connections=clients + 10)
-    return httpx.AsyncClient(base_url=base, limits=limits, timeout=120)
+async def plain_streams(base: str, protocol: str, clients: int, ramp: float = 0.0) -> list[str]:
+    """``clients`` streams of the plain SSE app (:class:`Floor`) at once, each replaying
+    the kept stream of ``protocol``'s route: each checked to be those bytes whole."""
+    path = _request(protocol, 0, "")[0]
+    expected = await post_raw(base, f"/bench/kept{path}", {})
+
+    async def one(number: int) -> list[str]:
+        await asyncio.sleep(ramp * number / clients)
+        if await post_raw(base, f"/bench/plain{path}", {}) != expected:
+            return [f"plain client {number} ({protocol}): not the kept stream"]
+        return []
+
+    found = await asyncio.gather(*(one(n) for n in range(clients)))
+    return [problem for problems in found for problem in problems]
 
 
-async def watchdog(worst: list[float], period: float = 0.005) -> None:
-    """Wake every ``period`` s; ``worst``: how late the latest wake-up so far was (an
-    event-loop stall: a callback that held the loop, too many ready at once, or the
-    process waiting for a core) and the CPU time the process had meanwhile (the stall's
-    own part: the rest was the machine's scheduler)."""
-    loop = asyncio.get_running_loop()
+def percentile(sorted_values: list[float], fraction: float) -> float:
+    if not sorted_values:
+        return 0.0
+    return sorted_values[min(len(sorted_values) - 1, int(fraction * len(sorted_values)))]
+
+
+async def watchdog(lags: list[float], worst: list[float], period: float = 0.005) -> None:
+    """Wake every ``period`` s; ``lags``: how late each wake-up was (s), ``worst``: the
+    latest one so far and the CPU time the process had meanwhile (the stall's own part:
+    the rest was the machine's scheduler: the process waiting for a core). A late wake-up
+    is an event-loop stall: a callback that held the loop, too many ready at once, or the
+    process waiting for a core. Timed by the wall clock, not the loop's (uvloop's is
+    read once per turn of the loop: a long turn would hide in it)."""
     while True:
-        asked, cpu = loop.time(), time.process_time()
+        asked, cpu = time.perf_counter(), time.process_time()
         await asyncio.sleep(period)
-        late = loop.time() - asked - period
+        late = max(0.0, time.perf_counter() - asked - period)
+        lags.append(late)
         if late > worst[0]:
             worst[:] = [late, max(0.0, time.process_time() - cpu - period)]
 
 
-def serve_watched(pause: float) -> None:
+def serve_watched(pause: float, pure: bool = False) -> None:
     """The child: the served app under uvicorn (as ``innerloop serve`` runs it; with no
-    ``pause``, the harness answering at once), the watchdog (``POST /bench/stall``
-    answers the longest stall since the last one) and the floor (:class:`Floor`)."""
+    ``pause``, the harness answering at once), the watchdog (``POST /bench/stall`` answers
+    the event loop's lags since the last one, and the CPU the process ran meanwhile) and
+    the floor and plain app (:class:`Floor`)."""
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse
@@ -365,59 +563,122 @@ def serve_watched(pause: float) -> None:
     from innerloop.serve._cli import listen, serve_on
 
     served = app(paced_harness(pause) if pause else harness())
+    lags: list[float] = []
     worst = [0.0, 0.0]
+    since = [time.process_time()]
+    collections: list[tuple[int, float]] = []  # each collection's generation, CPU seconds
+    collecting = [0.0]  # the CPU time the one under way started at
+
+    def collected(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collecting[0] = time.process_time()
+        else:
+            collections.append((info["generation"], time.process_time() - collecting[0]))
+
+    gc.callbacks.append(collected)
 
     async def stall(request: Request) -> JSONResponse:
         seen, worst[:] = worst[:], [0.0, 0.0]
-        return JSONResponse({"worst_ms": seen[0] * 1000, "cpu_ms": seen[1] * 1000})
+        ordered = sorted(lags)
+        lags.clear()
+        cpu, since[0] = time.process_time() - since[0], time.process_time()
+        pauses = list(collections)
+        collections.clear()
+        return JSONResponse(
+            {
+                "gc_ms": sum(cpu for _, cpu in pauses) * 1000,
+                "gc_max_ms": max((cpu for _, cpu in pauses), default=0.0) * 1000,
+                "gc_full": sum(1 for generation, _ in pauses if generation == 2),
+                "worst_ms": seen[0] * 1000,
+                "cpu_ms": seen[1] * 1000,
+                "p50_ms": percentile(ordered, 0.5) * 1000,
+                "p99_ms": percentile(ordered, 0.99) * 1000,
+                "wakes": len(ordered),
+                "cpu_s": cpu,
+            }
+        )
 
     @contextlib.asynccontextmanager
     async def lifespan(application: Any) -> AsyncIterator[None]:
         async with served.lifespan(application):
-            task = asyncio.get_running_loop().create_task(watchdog(worst))
+            task = asyncio.get_running_loop().create_task(watchdog(lags, worst))
             yield
             task.cancel()
 
     async def cpu(request: Request) -> JSONResponse:
         return JSONResponse({"cpu_s": time.process_time()})
 
+    async def collect(request: Request) -> JSONResponse:
+        start = time.process_time()
+        gc.collect()
+        cpu = time.process_time() - start
+        return JSONResponse({"forced_ms": cpu * 1000, "forced_objects": len(gc.get_objects())})
+
     routes = [
         Route("/bench/stall", stall, methods=["POST"]),
         Route("/bench/cpu", cpu, methods=["POST"]),
+        Route("/bench/collect", collect, methods=["POST"]),
         Mount("/", served),
     ]
-    outer = Floor(Starlette(routes=routes, lifespan=lifespan))
+    outer = Floor(Starlette(routes=routes, lifespan=lifespan), served, pause)
     sock = listen("127.0.0.1", 0)
     print(f"http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
     with sock:
-        serve_on(outer, sock)  # as innerloop serve runs it
+        # as innerloop serve runs it (or with h11 and asyncio's loop, as it runs without
+        # the serve extra's httptools and uvloop)
+        serve_on(outer, sock, **({"http": "h11", "loop": "asyncio"} if pure else {}))
+
+
+Phase = tuple[float, dict[str, float], list[str]]
+"""Seconds the streams took, the server's ``/bench/stall`` figures meanwhile, problems."""
+
+
+async def timed_phase(base: str, streams: Awaitable[list[str]], collect: float = 0.0) -> Phase:
+    """The streams timed, with the server's figures meanwhile; with ``collect``, a full
+    garbage collection forced in the server that many seconds in (its CPU and the objects
+    it walked added to them)."""
+    async with httpx.AsyncClient(base_url=base) as client:
+
+        async def forced() -> dict[str, float]:
+            await asyncio.sleep(collect)
+            answer: dict[str, float] = (await client.post("/bench/collect")).json()
+            return answer
+
+        (await client.post("/bench/stall")).raise_for_status()  # from now on
+        start = time.perf_counter()
+        forcing = asyncio.ensure_future(forced()) if collect else None
+        problems = await streams
+        took = time.perf_counter() - start
+        stall = (await client.post("/bench/stall")).json()
+        if forcing is not None:
+            stall |= await forcing
+    return took, stall, problems
 
 
 async def measure_streams(
-    base: str, clients: int, ramp: float = 0.0
-) -> dict[str, tuple[float, dict[str, float], list[str]]]:
-    """Per protocol: the seconds the ``clients`` streams took, the longest stall in the
-    server meanwhile (``worst_ms``, and ``cpu_ms`` the server ran in it), the problems."""
+    base: str, clients: int, ramp: float = 0.0, collect: float = 0.0
+) -> dict[str, tuple[Phase, Phase]]:
+    """Per protocol: the ``clients`` streams served, then the same bytes from the plain
+    SSE app (:class:`Floor`) at the same pace: each phase's :data:`Phase`."""
     figures = {}
     for protocol in PROTOCOLS:
-        # a client of its own each time: no connection left idle past the server's
-        # keep-alive (closed by it as the client reuses it: a ReadError, not a figure)
-        async with stream_client(base, 5) as client:
-            await concurrent_streams(client, protocol, 5, f"warm-{protocol}")
-            (await client.post("/bench/stall")).raise_for_status()  # from now on
-        async with stream_client(base, clients) as client:
-            start = time.perf_counter()
-            problems = await concurrent_streams(client, protocol, clients, protocol, ramp)
-            took = time.perf_counter() - start
-            stall = (await client.post("/bench/stall")).json()
-        figures[protocol] = (took, stall, problems)
+        await concurrent_streams(base, protocol, 1, f"kept-{protocol}")  # recorded
+        await post_raw(base, f"/bench/keep{_request(protocol, 0, '')[0]}", {})
+        await concurrent_streams(base, protocol, 5, f"warm-{protocol}")
+        await plain_streams(base, protocol, 5)
+        served = await timed_phase(
+            base, concurrent_streams(base, protocol, clients, protocol, ramp), collect
+        )
+        plain = await timed_phase(base, plain_streams(base, protocol, clients, ramp))
+        figures[protocol] = (served, plain)
     return figures
 
 
 @contextlib.contextmanager
-def watched_server(pause: float) -> Iterator[str]:
+def watched_server(pause: float, pure: bool = False) -> Iterator[str]:
     """A child serving the app (:func:`serve_watched`); its URL."""
     command = [sys.executable, "-m", "bench.serve", "--serve-watched", "--pause", str(pause)]
+    command += ["--pure"] if pure else []
     with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True) as server:
         try:
             assert server.stdout is not None
@@ -431,28 +692,59 @@ def machine() -> str:
     return f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
 
 
-def streams(clients: int, pause: float, ramp: float) -> None:
-    with watched_server(pause) as base:
-        figures = asyncio.run(measure_streams(base, clients, ramp))
+def client_loop() -> Callable[[], asyncio.AbstractEventLoop]:
+    """uvloop's loop where it is installed (the clients' CPU is the machine's, shared with
+    the server's), asyncio's otherwise."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop
+    return uvloop.new_event_loop  # type: ignore[no-any-return]
+
+
+def _phase_line(label: str, clients: int, phase: Phase) -> str:
+    took, stall, problems = phase
+    whole = "every stream whole" if not problems else f"{len(problems)} problems"
+    return (
+        f"{label:>12}  {took:5.2f} s; loop lag p50 {stall['p50_ms']:5.1f}, p99 "
+        f"{stall['p99_ms']:6.1f}, max {stall['worst_ms']:6.1f} ms (the server ran "
+        f"{stall['cpu_ms']:5.1f} ms of it); server CPU {stall['cpu_s'] * 1000 / clients:5.2f} "
+        f"ms a client; garbage collections {stall['gc_ms']:5.1f} ms CPU, the longest "
+        f"{stall['gc_max_ms']:4.1f} ms, {stall['gc_full']} full; {whole}"
+    )
+
+
+def streams(clients: int, pause: float, ramp: float, pure: bool, collect: float = 0.0) -> None:
+    with watched_server(pause, pure) as base, asyncio.Runner(loop_factory=client_loop()) as runner:
+        figures = runner.run(measure_streams(base, clients, ramp, collect))
     print(
         f"{clients} concurrent streaming clients, a delta every {pause * 1000:g} ms, started "
-        f"{f'over {ramp:g} s' if ramp else 'at once'} ({machine()}):"
+        f"{f'over {ramp:g} s' if ramp else 'at once'} ({machine()}); then the plain SSE "
+        "app streaming the same bytes in the same writes at the same pace:"
     )
-    for protocol, (took, stall, problems) in figures.items():
-        whole = "every stream whole" if not problems else f"{len(problems)} problems"
-        print(
-            f"{protocol:>10}  {took:6.2f} s, longest event-loop stall {stall['worst_ms']:6.1f} ms"
-            f" (the server ran {stall['cpu_ms']:5.1f} ms of it), {whole}"
-        )
-        for problem in problems[:5]:
-            print(f"{'':>12}{problem}")
+    for protocol, (served, plain) in figures.items():
+        print(_phase_line(protocol, clients, served))
+        if "forced_ms" in served[1]:
+            print(
+                f"{'':>14}a full collection forced {collect:g} s in: "
+                f"{served[1]['forced_ms']:.1f} ms CPU, {served[1]['forced_objects']:.0f} objects"
+            )
+        print(_phase_line("plain", clients, plain))
+        ratio = served[1]["cpu_s"] / max(plain[1]["cpu_s"], 1e-9)
+        print(f"{'':>14}served/plain: server CPU x{ratio:.2f}")
+        for problem in (served[2] + plain[2])[:5]:
+            print(f"{'':>14}{problem}")
 
 
-def latency(runs: int) -> None:
-    with watched_server(0) as base:
-        direct, evented, routes, mcp = asyncio.run(measure(base, runs))
+def latency(runs: int, pure: bool) -> None:
+    with watched_server(0, pure) as base:
+        direct, evented, alone, routes, mcp = asyncio.run(measure(base, runs))
     print(f"added time per run, median of {runs} ({machine()}):")
     print(f"{'in process':>14}  {direct:7.3f} ms; its events read: {evented:7.3f} ms")
+    print("the served app alone, called in process (ASGI, no socket):")
+    for name, ms in alone.items():
+        print(f"{name:>14}  {ms:7.3f} ms, added {ms - direct:+7.3f} ms")
+    print("served over loopback HTTP (uvicorn in a child process):")
     for name, (served, floor, cpu, floor_cpu) in routes.items():
         print(
             f"{name:>14}  {served:7.3f} ms served, added {served - direct:+7.3f} ms; "
@@ -474,15 +766,27 @@ def main() -> None:
     parser.add_argument("--pause", type=float, default=0.02)
     parser.add_argument("--ramp", type=float, default=0.0, help="seconds to start clients over")
     parser.add_argument("--only", choices=["latency", "streams"])
+    parser.add_argument(
+        "--collect",
+        type=float,
+        default=0.0,
+        help="force a full garbage collection in the server this many seconds into each "
+        "protocol's streams",
+    )
+    parser.add_argument(
+        "--pure",
+        action="store_true",
+        help="serve with h11 and asyncio's loop (as without the serve extra's httptools, uvloop)",
+    )
     parser.add_argument("--serve-watched", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_watched:
-        serve_watched(args.pause)
+        serve_watched(args.pause, args.pure)
         return
     if args.only != "streams":
-        latency(args.runs)
+        latency(args.runs, args.pure)
     if args.only != "latency":
-        streams(args.clients, args.pause, args.ramp)
+        streams(args.clients, args.pause, args.ramp, args.pure, args.collect)
 
 
 if __name__ == "__main__":

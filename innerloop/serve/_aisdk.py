@@ -27,7 +27,6 @@ aborts the run.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -51,7 +50,7 @@ from innerloop.events import (
     Transition,
 )
 from innerloop.fsm import Run
-from innerloop.serve._runs import Reading, Refused, Served, event_stream, figures
+from innerloop.serve._runs import Reading, Refused, Served, event_stream, figures, wire_json
 
 __all__ = ["ai_sdk_chat"]
 
@@ -166,13 +165,9 @@ class _Parts:
         return []
 
 
-async def _chunks(reading: Reading, token: str) -> AsyncIterator[dict[str, str]]:
+async def _chunks(reading: Reading, token: str) -> AsyncIterator[str]:
     run = reading.run
-
-    def sse(part: dict[str, Any]) -> dict[str, str]:
-        return {"data": json.dumps(part, ensure_ascii=False)}
-
-    yield sse(
+    yield wire_json(
         {
             "type": "start",
             "messageId": uuid.uuid4().hex,
@@ -185,17 +180,17 @@ async def _chunks(reading: Reading, token: str) -> AsyncIterator[dict[str, str]]
             if type(event) is Finished:
                 continue
             for part in parts(event):
-                yield sse(part)
+                yield wire_json(part)
     except Exception as exc:  # the run raised: the stream's error part says so
-        yield sse({"type": "error", "errorText": f"{type(exc).__name__}: {exc}"})
+        yield wire_json({"type": "error", "errorText": f"{type(exc).__name__}: {exc}"})
         return
     for part in parts._close():
-        yield sse(part)
-    yield sse(state(figures(run)))
+        yield wire_json(part)
+    yield wire_json(state(figures(run)))
     if run.state.final_state == "aborted":
-        yield sse({"type": "abort"})
-    yield sse({"type": "finish"})
-    yield {"data": "[DONE]"}
+        yield wire_json({"type": "abort"})
+    yield wire_json({"type": "finish"})
+    yield "[DONE]"
 
 
 async def ai_sdk_chat(served: Served, request: Request, body: dict[str, Any]) -> Response:

@@ -27,7 +27,7 @@ from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from innerloop._errors import ResumeError, SessionError
 from innerloop._harness import Harness
@@ -75,13 +75,25 @@ async def _body(request: Request, limit: int, seconds: float) -> dict[str, Any]:
     return body
 
 
-def _route(served: Served, handler: Handler, limit: int, seconds: float) -> Any:
-    async def endpoint(request: Request) -> Response:
+class _Endpoint:
+    """One POST route of a run (``handler``) as a plain ASGI app: Starlette's route wraps
+    a function endpoint in closures and coroutines of its own for each request, which a
+    stream holds as long as it lasts (every full garbage collection walks them, 200
+    streams waiting: bench/serve.py)."""
+
+    def __init__(self, served: Served, handler: Handler, limit: int, seconds: float) -> None:
+        self.served, self.handler, self.limit, self.seconds = served, handler, limit, seconds
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = await self.answer(Request(scope, receive))
+        await response(scope, receive, send)
+
+    async def answer(self, request: Request) -> Response:
         try:
-            body = await _body(request, limit, seconds)
-            await served.turns.take()  # 200 arriving at once: set up over some turns
+            body = await _body(request, self.limit, self.seconds)
+            await self.served.turns.take()  # 200 arriving at once: set up over some turns
             async with Gone(request.receive):  # a client gone meanwhile: its run aborted
-                return await handler(served, request, body)
+                return await self.handler(self.served, request, body)
             return Response(status_code=499)  # no one reads it
         except ClientDisconnect:  # gone before its body was whole: nothing ran
             return Response(status_code=499)
@@ -90,7 +102,29 @@ def _route(served: Served, handler: Handler, limit: int, seconds: float) -> Any:
         except (SessionError, ResumeError) as exc:
             return _error(409, str(exc))
 
-    return endpoint
+
+def _route_path(scope: Scope) -> str:
+    """The path a request names within the app (mounted, under its ``root_path``)."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    return path[len(root) :] if root and path.startswith(root) else path
+
+
+class _Direct:
+    """``routes`` (path: ASGI app) answered without going through ``inner`` (a Starlette
+    app: its middleware and router add coroutines and closures to every request) when
+    POSTed to; everything else goes to ``inner``."""
+
+    def __init__(self, routes: dict[str, ASGIApp], inner: ASGIApp) -> None:
+        self.routes, self.inner = routes, inner
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            route = self.routes.get(_route_path(scope))
+            if route is not None:
+                await route(scope, receive, send)
+                return
+        await self.inner(scope, receive, send)
 
 
 def app(
@@ -135,22 +169,22 @@ def app(
             yield
         await served.wait()
 
+    runs = {
+        path: _Endpoint(served, handler, max_body_bytes, body_seconds)
+        for path, handler in (
+            ("/v1/chat/completions", chat_completions),
+            ("/ai-sdk", ai_sdk_chat),
+            ("/ag-ui", ag_ui_run),
+        )
+    }
     routes = [
-        Route(
-            "/v1/chat/completions",
-            _route(served, chat_completions, max_body_bytes, body_seconds),
-            methods=["POST"],
-        ),
+        *(Route(path, endpoint, methods=["POST"]) for path, endpoint in runs.items()),
         Route("/v1/models", models),
-        Route(
-            "/ai-sdk", _route(served, ai_sdk_chat, max_body_bytes, body_seconds), methods=["POST"]
-        ),
-        Route("/ag-ui", _route(served, ag_ui_run, max_body_bytes, body_seconds), methods=["POST"]),
         *a2a_routes(served, name, f"{public_url.rstrip('/')}/a2a"),
         Mount("/", mcp),
     ]
     hosts = LOOPBACK_HOSTS | ({host_name(host)} if host else set())
-    inner = Starlette(routes=routes, lifespan=lifespan)
+    inner = _Direct(dict(runs), Starlette(routes=routes, lifespan=lifespan))
     return ServedApp(inner, hosts, token, f"the served harness {name!r}", lifespan)
 
 

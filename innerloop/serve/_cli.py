@@ -19,7 +19,7 @@ from innerloop._harness import Harness
 from innerloop.fsm._locate import import_target
 from innerloop.ui._server import is_loopback
 
-__all__ = ["listen", "load_harness", "run", "serve_on"]
+__all__ = ["YOUNG_OBJECTS", "collect_for_serving", "listen", "load_harness", "run", "serve_on"]
 
 Usage = Callable[[str], Exception]
 
@@ -95,16 +95,38 @@ def run(args: argparse.Namespace, interrupts: type[BaseException], usage: Usage)
     return 0
 
 
-def serve_on(application: Any, sock: socket.socket) -> None:
-    """Run ``application`` with uvicorn on ``sock`` until it stops. What start-up made
-    (modules, schemas, the harness, token tables: some 200,000 objects) is frozen out of
-    the garbage collector's sight first: a full collection walking them all held the
-    event loop for hundreds of milliseconds, every stream waiting."""
-    import gc
-
+def serve_on(application: Any, sock: socket.socket, **options: Any) -> None:
+    """Run ``application`` with uvicorn on ``sock`` until it stops; ``options``, more of
+    ``uvicorn.Config``'s. uvicorn parses and writes HTTP with httptools and runs uvloop's
+    event loop where they are installed (the serve extra: a stream's bytes cost the server
+    0.6 of the CPU they cost with h11 and asyncio's loop, bench/serve.py). The garbage
+    collector is set for serving first (:func:`collect_for_serving`)."""
     import uvicorn
+
+    collect_for_serving()
+    config = uvicorn.Config(
+        application, log_level="warning", timeout_graceful_shutdown=5, **options
+    )
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+YOUNG_OBJECTS = 10_000
+"""Allocations between two collections of the youngest generation when serving
+(Python's default: 700)."""
+
+
+def collect_for_serving() -> None:
+    """What start-up made (modules, schemas, the harness, token tables: some 200,000
+    objects) is frozen out of the garbage collector's sight: a full collection walking
+    them all held the event loop for hundreds of milliseconds, every stream waiting. And
+    the youngest generation is collected every :data:`YOUNG_OBJECTS` allocations, not
+    700: with 200 streams in flight most young objects are still alive at a collection,
+    so the default's collections each walked them, and promoted them for the next
+    generation's to walk again (some 10 ms each); 200 streams took 85 ms of collections,
+    18 ms so (in process, bench/serve.py's streams)."""
+    import gc
 
     gc.collect()
     gc.freeze()
-    config = uvicorn.Config(application, log_level="warning", timeout_graceful_shutdown=5)
-    uvicorn.Server(config).run(sockets=[sock])
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(YOUNG_OBJECTS, middle, old)

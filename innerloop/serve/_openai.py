@@ -19,7 +19,6 @@ as ``innerloop_event``, the last chunk ``innerloop``).
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -40,6 +39,7 @@ from innerloop.serve._runs import (
     event_json,
     event_stream,
     summary,
+    wire_json,
 )
 
 __all__ = ["chat_completions"]
@@ -150,19 +150,17 @@ async def chat_completions(served: Served, request: Request, body: dict[str, Any
     )
 
 
-async def _chunks(
-    reading: Reading, head: dict[str, Any], with_events: bool
-) -> AsyncIterator[dict[str, str]]:
+async def _chunks(reading: Reading, head: dict[str, Any], with_events: bool) -> AsyncIterator[str]:
     run = reading.run
     head = head | {"object": "chat.completion.chunk"}
 
-    def chunk(delta: dict[str, Any] | None, **extra: Any) -> dict[str, str]:
+    def chunk(delta: dict[str, Any] | None, **extra: Any) -> str:
         choices = (
             []
             if delta is None
             else [{"index": 0, "delta": delta, "finish_reason": extra.pop("finish_reason", None)}]
         )
-        return {"data": json.dumps(head | {"choices": choices} | extra, ensure_ascii=False)}
+        return wire_json(head | {"choices": choices} | extra)
 
     yield chunk({"role": "assistant", "content": ""})
     wrote = False
@@ -180,4 +178,4 @@ async def _chunks(
     yield chunk(
         {}, finish_reason=_finish_reason(state), usage=_usage(state), innerloop=summary(state)
     )
-    yield {"data": "[DONE]"}
+    yield "[DONE]"

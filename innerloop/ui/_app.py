@@ -272,15 +272,19 @@ SECURITY_HEADERS = (
 """Sent with every answer of the live view (a 403 too)."""
 
 
-def _secured(send: Send) -> Send:
-    """``send`` adding :data:`SECURITY_HEADERS` to the start of each response."""
+class _Secured:
+    """``send`` adding :data:`SECURITY_HEADERS` to the start of each response (an object
+    of one slot, not a closure: a stream holds it as long as it lasts)."""
 
-    async def with_headers(message: Message) -> None:
+    __slots__ = ("send",)
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+
+    async def __call__(self, message: Message) -> None:
         if message["type"] == "http.response.start":
             message = {**message, "headers": [*message.get("headers", ()), *SECURITY_HEADERS]}
-        await send(message)
-
-    return with_headers
+        await self.send(message)
 
 
 class Guard:
@@ -333,7 +337,7 @@ class Guard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            send = _secured(send)
+            send = _Secured(send)
         refusal = self._refusal(scope) if scope["type"] in ("http", "websocket") else None
         if refusal is None:
             await self.app(scope, receive, send)

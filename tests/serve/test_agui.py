@@ -9,8 +9,12 @@ from typing import Any
 import httpx
 import pydantic
 from ag_ui import core as agui
+from ag_ui.encoder import EventEncoder
 
 from innerloop.examples.approval import with_approval
+from innerloop.fsm import HarnessState, Interrupt
+from innerloop.serve._agui import _finished, _snapshot, _wire
+from innerloop.serve._runs import question, wire_json
 from innerloop.testing import assert_valid_history, reply
 from tests.serve.conftest import ended, harness, leave_at, run_node, waiting_harness, weather_script
 
@@ -31,12 +35,15 @@ def run_input(thread: str, text: str | None = None, **more: Any) -> dict[str, An
 
 
 def stream(server: Any, body: dict[str, Any]) -> list[Any]:
-    """The events of one run, each validated as its AG-UI type."""
+    """The events of one run, each validated as its AG-UI type, and each written as
+    ag-ui-protocol's own encoder writes that event (the server writes them directly)."""
     with httpx.Client(base_url=server.base_url) as c, c.stream("POST", "/ag-ui", json=body) as r:
         assert r.status_code == 200, r.read()
-        return [
-            EVENTS.validate_json(line[6:]) for line in r.iter_lines() if line.startswith("data: ")
-        ]
+        lines = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    events = [EVENTS.validate_json(line) for line in lines]
+    for line, event in zip(lines, events, strict=True):
+        assert EventEncoder().encode(event) == f"data: {line}\n\n"
+    return events
 
 
 def kinds(events: list[Any]) -> list[str]:
@@ -146,3 +153,90 @@ def test_the_ag_ui_client_aborts_a_run(serve: Any, node_clients: Path, tmp_path:
     state = ended(h, "thread-abort")
     assert state.final_state == "aborted"
     assert_valid_history(state.history)
+
+
+AWKWARD = 'quote " backslash \\ newline \n tab \t control \x01 é 😀 \u2028 </script>'
+"""A string every JSON encoder must escape or keep alike."""
+
+
+def test_events_written_directly_are_the_bytes_of_the_packages_encoder() -> None:
+    """Each kind of event the route writes without the package's models, with awkward
+    strings, floats and missing values: the bytes ag-ui-protocol's encoder gives."""
+    interrupt = Interrupt(
+        kind="approval",
+        state="approve",
+        payload={"calls": [{"name": "w", "input": {"x": AWKWARD}}]},
+        tool_use_ids=("call-1",),
+    )
+    snapshot = {"state": AWKWARD, "turns": 2, "tokens": 7, "cost_usd": 1.5e-05}
+    pairs = [
+        (
+            _wire("RUN_STARTED", metadata={"conversation_token": AWKWARD}, threadId="t", runId="r"),
+            agui.RunStartedEvent(
+                thread_id="t", run_id="r", metadata={"conversation_token": AWKWARD}
+            ),
+        ),
+        (
+            _snapshot(snapshot | {"exit_reason": None}),
+            agui.StateSnapshotEvent(snapshot=snapshot | {"exit_reason": None}),
+        ),
+        (
+            _wire("TOOL_CALL_START", toolCallId="c", toolCallName=AWKWARD),
+            agui.ToolCallStartEvent(tool_call_id="c", tool_call_name=AWKWARD),
+        ),
+        (_wire("TOOL_CALL_END", toolCallId="c"), agui.ToolCallEndEvent(tool_call_id="c")),
+        (
+            _wire("TOOL_CALL_RESULT", messageId="m", toolCallId="c", content=AWKWARD, role="tool"),
+            agui.ToolCallResultEvent(
+                message_id="m", tool_call_id="c", content=AWKWARD, role="tool"
+            ),
+        ),
+        (_wire("RUN_ERROR", message=AWKWARD), agui.RunErrorEvent(message=AWKWARD)),
+        (
+            _wire("TEXT_MESSAGE_CONTENT", messageId="m", delta=AWKWARD),
+            agui.TextMessageContentEvent(message_id="m", delta=AWKWARD),
+        ),
+        (_wire("STEP_STARTED", stepName=AWKWARD), agui.StepStartedEvent(step_name=AWKWARD)),
+    ]
+    states: list[tuple[HarnessState[Any], agui.RunFinishedEvent]] = [
+        (
+            HarnessState(final_state="model_complete", output_data={"t": AWKWARD, "f": 1e-07}),
+            agui.RunFinishedEvent(
+                thread_id="t",
+                run_id="r",
+                result={"t": AWKWARD, "f": 1e-07},
+                outcome=agui.RunFinishedSuccessOutcome(),
+            ),
+        ),
+        (
+            HarnessState(final_state="aborted", exit_reason="aborted"),
+            agui.RunFinishedEvent(
+                thread_id="t",
+                run_id="r",
+                result="[the run ended without an answer: aborted]",
+                outcome=agui.RunFinishedCancelledOutcome(),
+            ),
+        ),
+        (
+            HarnessState(final_state="suspended", interrupt=interrupt),
+            agui.RunFinishedEvent(
+                thread_id="t",
+                run_id="r",
+                result="[the run waits for an answer to its 'approval' interrupt]",
+                outcome=agui.RunFinishedInterruptOutcome(
+                    interrupts=[
+                        agui.Interrupt(
+                            id="t:approve:call-1",
+                            reason="approval",
+                            message=question(interrupt),
+                            tool_call_id="call-1",
+                            metadata={"payload": interrupt.payload},
+                        )
+                    ]
+                ),
+            ),
+        ),
+    ]
+    pairs += [(_finished("t", "r", state), model) for state, model in states]
+    for ours, theirs in pairs:
+        assert f"data: {wire_json(ours)}\n\n" == EventEncoder().encode(theirs)

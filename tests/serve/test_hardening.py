@@ -12,6 +12,7 @@ import httpx
 import openai
 import pytest
 
+from bench.serve import post_scope as scope
 from innerloop import Harness, HarnessParams, tool
 from innerloop.examples.approval import with_approval
 from innerloop.serve import app
@@ -160,7 +161,7 @@ def test_a_client_going_away_aborts_its_run_which_stays_stored(serve: Any, tmp_p
     h = waiting_harness(tmp_path / "s.db")
     server = serve(h)
     body = ASK | {"stream": True, "conversation_id": "gone", "innerloop_events": True}
-    state = leave_at(server, URL, body, '"type": "tool_use_complete"', "gone", h)
+    state = leave_at(server, URL, body, '"type":"tool_use_complete"', "gone", h)
     assert state.final_state == "aborted"
     assert state.abort is not None
     assert state.abort.reason == "the client went away"
@@ -225,24 +226,6 @@ async def leave_before_the_stream(application: Any, path: str, body: dict[str, A
         await asyncio.Event().wait()  # a socket that never takes the bytes: cancelled
 
     await application(scope(path), receive, send)
-
-
-def scope(path: str) -> dict[str, Any]:
-    """The ASGI scope of a JSON POST to ``path`` on loopback."""
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")],
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 80),
-    }
 
 
 def user_parts(text: str) -> list[dict[str, Any]]:
