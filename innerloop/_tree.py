@@ -289,7 +289,7 @@ class _Fold:
 
 def _live_children(fold: _Fold, run: Run[Any]) -> None:
     for child in run.scope.children or ():
-        _snapshot(fold, child if isinstance(child, ChildSnapshot) else snapshot(child))
+        _snapshot(fold, snapshot(child))
 
 
 def _snapshot(fold: _Fold, child: ChildSnapshot) -> None:

@@ -431,9 +431,12 @@ def states_taken(path: Sequence[TransitionSpec]) -> tuple[str, ...]:
     return (path[0].source, *(t.target for t in path)) if path else ()
 
 
-def snapshot(run: Run[Any]) -> ChildSnapshot:
+def snapshot(run: Run[Any] | ChildSnapshot) -> ChildSnapshot:
     """What the tree of a live run shows of the child run ``run`` now (its children's
-    ended runs as their parent kept them, the others as they stand)."""
+    ended runs as their parent kept them, the others as they stand); a child that has
+    ended is its parent's snapshot of it already."""
+    if isinstance(run, ChildSnapshot):
+        return run
     nest, state = run.scope.nest, run.state
     return ChildSnapshot(
         nest.path if nest is not None else "?",
@@ -445,7 +448,7 @@ def snapshot(run: Run[Any]) -> ChildSnapshot:
         state.usage,
         state.cost_usd,
         state.interrupt,
-        tuple(c if isinstance(c, ChildSnapshot) else snapshot(c) for c in run.scope.children or ()),
+        tuple(snapshot(c) for c in run.scope.children or ()),
     )
 
 
