@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from innerloop._boot import early_signals, is_command_line
+from innerloop._boot import ABORT_SIGNALS, early_signals, is_command_line
 
 ROOT = Path(__file__).resolve().parents[1]
 CHILD = """
@@ -43,9 +43,23 @@ STOPS = (
 def _as_from_a_terminal() -> None:
     """The child gets SIGINT and SIGHUP as a command typed at a terminal does: a suite
     started in the background (``cmd &`` in a script) passes SIGINT on ignored, one started
-    under ``nohup`` SIGHUP, and the command line rightly leaves an ignored signal ignored."""
+    under ``nohup`` SIGHUP, and the command line rightly leaves an ignored signal ignored;
+    and none of the three blocked (a blocked mask is inherited across ``exec``, and a
+    signal blocked stays pending: the command line never sees it)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, ABORT_SIGNALS)
+
+
+def _signal_state(pid: int) -> str:
+    """What the kernel says of ``pid``'s signals (hex masks: pending, blocked, ignored,
+    caught) and its state: why a signal sent to it did nothing."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError as exc:
+        return f"no /proc/{pid}/status: {exc}"
+    keep = ("State", "ShdPnd", "SigPnd", "SigBlk", "SigIgn", "SigCgt", "Threads")
+    return "; ".join(line for line in status if line.split(":")[0] in keep)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
@@ -54,23 +68,25 @@ def test_a_signal_during_start_up_exits_4_in_one_line(stop: str, sig: signal.Sig
     """Wherever start-up is when the signal arrives: exit 4, one line naming it."""
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     env.update({"PYTHONPATH": str(ROOT), "ANTHROPIC_API_KEY": "sk-ant-test"})
-    proc = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, "-c", CHILD, stop],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
         cwd=ROOT,
         preexec_fn=_as_from_a_terminal,
-    )
-    assert proc.stdout is not None
-    try:
-        assert proc.stdout.readline() == b"stopped\n"
-        proc.send_signal(sig)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    ) as proc:
+        assert proc.stdout is not None
+        try:
+            assert proc.stdout.readline() == b"stopped\n"
+            proc.send_signal(sig)
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{sig.name} did not end the child in 30 s: {_signal_state(proc.pid)}")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     assert proc.returncode == 4, err.decode()
     assert err.decode() == f"innerloop run: interrupted by {sig.name}\n"
 
