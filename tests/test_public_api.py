@@ -26,6 +26,7 @@ PACKAGES = [
     "innerloop.ui",
     "innerloop.evals",
     "innerloop.local",
+    "innerloop.serve",
 ]
 
 

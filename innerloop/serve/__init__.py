@@ -11,6 +11,6 @@ its page per protocol.
 """
 
 from innerloop.serve._app import MAX_BODY_BYTES, ServedApp, app
-from innerloop.serve._cli import load_harness
+from innerloop.serve._cli import collect_for_serving, load_harness
 
-__all__ = ["MAX_BODY_BYTES", "ServedApp", "app", "load_harness"]
+__all__ = ["MAX_BODY_BYTES", "ServedApp", "app", "collect_for_serving", "load_harness"]

@@ -18,8 +18,8 @@ from starlette.types import Message
 from bench.serve import PROTOCOLS, _request, answer_for, asgi_call, paced_harness, post_scope
 from innerloop import Harness, HarnessParams
 from innerloop.events import TextDelta
-from innerloop.serve import app
-from innerloop.serve._cli import YOUNG_OBJECTS, collect_for_serving
+from innerloop.serve import app, collect_for_serving
+from innerloop.serve._cli import YOUNG_OBJECTS
 from innerloop.serve._runs import Gone, Served, Turns
 
 
