@@ -5,12 +5,16 @@ Added time per run: per protocol, the median time of one run through ``innerloop
 called in process (``await harness.run(...)``). The model is in-process and scripted
 (``FakeProvider``: one short answer, no tool call), so the figures are the server's and
 the protocol's own cost: HTTP, JSON, the conversation check, the event pump, the
-protocol's encoding. Clients are plain ``httpx`` (the OpenAI and AG-UI routes) and the
-official ``mcp`` client over one session (MCP); each run is a new stateless request (no
-conversation), one at a time. Target: at most 1 ms median. Each route is also timed
-against its floor (the same bytes from a bare endpoint of the same server), by the
-server's CPU, and through the app called in process (ASGI, no socket): on a loaded
-machine the wall time over loopback is mostly the scheduler's, these are the app's.
+protocol's encoding. Clients are plain ``httpx`` (the OpenAI, AG-UI and AI SDK routes),
+each run a new stateless request (no conversation), one at a time, and the official
+SDKs' clients: ``mcp`` (a tool call on one session) and ``a2a-sdk`` (a message, a new
+task and context each, answered whole and streamed). Target: at most 1 ms median. Each
+plain route is also timed against its floor (the same bytes from a bare endpoint of the
+same server), by the server's CPU, and through the app called in process (ASGI, no
+socket): on a loaded machine the wall time over loopback is mostly the scheduler's,
+these are the app's. MCP and A2A are timed against their SDK's floor: the same SDK's
+server in the same process answering at once what the harness answers, nothing of
+innerloop (most of their time is the SDKs' own, client and server).
 
 Concurrent streams: ``--clients`` (200) streaming clients at once on one served process
 (a child running the app under uvicorn, as ``innerloop serve`` does), per protocol
@@ -55,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import mcp_types
 
 from innerloop import Harness, HarnessParams, Message, ModelResponse, Usage
 from innerloop._events import MessageComplete, TextDelta
@@ -120,32 +125,55 @@ async def server_cpu(client: httpx.AsyncClient) -> float:
     return float((await client.post("/bench/cpu")).json()["cpu_s"])
 
 
-async def paired(
-    client: httpx.AsyncClient, runs: int
-) -> dict[str, tuple[float, float, float, float]]:
-    """Per route: the median ms of a run served, and of the floor: a bare ASGI endpoint
+Paired = tuple[float, float, float, float]
+"""Median ms of a run served and of its floor; the server's CPU ms a run, served and floor."""
+
+
+async def alternated(
+    client: httpx.AsyncClient,
+    runs: int,
+    served: Callable[[], Awaitable[object]],
+    floor: Callable[[], Awaitable[object]],
+) -> Paired:
+    """``served`` and ``floor`` timed one after the other ``runs`` times (after 20 of each
+    to warm up), so both see the same load of the machine; then the server's CPU (asked
+    through ``client``) over ``runs`` of each, what that load does not stretch."""
+    times: tuple[list[float], list[float]] = ([], [])
+    for i in range(runs + 20):
+        for ask, kept in ((served, times[0]), (floor, times[1])):
+            start = time.perf_counter()
+            await ask()
+            if i >= 20:  # warmed up
+                kept.append(time.perf_counter() - start)
+    cpu = []
+    for ask in (served, floor):
+        start = await server_cpu(client)
+        for _ in range(runs):
+            await ask()
+        cpu.append((await server_cpu(client) - start) / runs * 1000)
+    return statistics.median(times[0]) * 1000, statistics.median(times[1]) * 1000, cpu[0], cpu[1]
+
+
+def poster(
+    client: httpx.AsyncClient, path: str, body: Callable[[], dict[str, Any]]
+) -> Callable[[], Awaitable[float]]:
+    """A run: ``body()`` posted to ``path`` (:func:`timed`)."""
+    return lambda: timed(client, path, body())
+
+
+async def paired(client: httpx.AsyncClient, runs: int) -> dict[str, Paired]:
+    """Per route, a run served and its floor (:func:`alternated`): a bare ASGI endpoint
     of the same server answering the same bytes in the same writes (uvicorn, HTTP, the
-    socket and this client, without the app). The two alternate, so both see the same
-    load of the machine. Then the server's CPU ms per run, served and floor (what the
-    load of the machine does not stretch)."""
+    socket and this client, without the app)."""
     figures = {}
     for name, (path, body) in latency_requests().items():
         await timed(client, path, body())  # records the answer the floor repeats
-        served, floor = [], []
-        for i in range(runs + 20):
-            one = await timed(client, path, body())
-            bare = await timed(client, f"/bench/floor{path}", body())
-            if i >= 20:  # warmed up
-                served.append(one)
-                floor.append(bare)
-        cpu = []
-        for where in (path, f"/bench/floor{path}"):
-            start = await server_cpu(client)
-            for _ in range(runs):
-                await timed(client, where, body())
-            cpu.append((await server_cpu(client) - start) / runs * 1000)
-        medians = statistics.median(served) * 1000, statistics.median(floor) * 1000
-        figures[name] = (*medians, *cpu)
+        figures[name] = await alternated(
+            client,
+            runs,
+            poster(client, path, body),
+            poster(client, f"/bench/floor{path}", body),
+        )
     return figures
 
 
@@ -204,22 +232,75 @@ async def app_alone(runs: int) -> dict[str, float]:
     return figures
 
 
+async def mcp_paired(client: httpx.AsyncClient, runs: int) -> Paired:
+    """A tool call through the ``mcp`` client, one session each for the served tool and
+    the SDK's floor."""
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with contextlib.AsyncExitStack() as stack:
+        sessions = []
+        base = str(client.base_url).rstrip("/")
+        for url in (f"{base}/mcp", f"{base}/bench/sdk/mcp"):
+            read, write = await stack.enter_async_context(streamable_http_client(url))
+            session = await stack.enter_async_context(ClientSession(read, write))
+            await session.initialize()
+            sessions.append(session)
+        served, floor = (lambda s=s: s.call_tool("innerloop", {"prompt": "Hi"}) for s in sessions)
+        return await alternated(client, runs, served, floor)
+
+
+async def a2a_paired(client: httpx.AsyncClient, runs: int, streaming: bool) -> Paired:
+    """A message (a new task, a new context each) through the ``a2a-sdk`` client, its
+    answer sent whole or streamed, to the served agent and to the SDK's floor."""
+    from a2a.client import ClientConfig, create_client
+    from a2a.helpers.proto_helpers import new_text_message
+    from a2a.types import Role, SendMessageRequest
+
+    base = str(client.base_url).rstrip("/")
+    clients = [
+        await create_client(url, ClientConfig(streaming=streaming))
+        for url in (f"{base}/a2a", f"{base}/bench/sdk/a2a")
+    ]
+
+    async def send(to: Any) -> None:
+        message = new_text_message("Hi", role=Role.ROLE_USER)
+        async for _ in to.send_message(SendMessageRequest(message=message)):
+            pass
+
+    try:
+        served, floor = (lambda to=to: send(to) for to in clients)
+        return await alternated(client, runs, served, floor)
+    finally:
+        for to in clients:
+            await to.close()
+
+
+async def sdk_pairs(client: httpx.AsyncClient, runs: int) -> dict[str, Paired]:
+    """Per route reached through its official SDK (MCP; A2A, its answer sent whole and
+    streamed), a run served and that SDK's floor: the same SDK's server in the same
+    process answering at once what the served harness answers (a tool returning
+    ``Hello.``; a task completed with it), nothing of innerloop (:func:`sdk_floors`). Each
+    client is made as its SDK makes it."""
+    return {
+        "mcp": await mcp_paired(client, runs),
+        "a2a": await a2a_paired(client, runs, streaming=False),
+        "a2a stream": await a2a_paired(client, runs, streaming=True),
+    }
+
+
 async def measure(
     base: str, runs: int
 ) -> tuple[
     float,
     float,
     dict[str, float],
-    dict[str, tuple[float, float, float, float]],
-    tuple[float, float],
+    dict[str, Paired],
+    dict[str, Paired],
 ]:
     """In process (ms: the run, the run with its events read, and each route's run
-    through the app called in process), the routes served and their floor (ms), MCP
-    served (ms)."""
-    import httpx2
-    from mcp import ClientSession
-    from mcp.client.streamable_http import streamable_http_client
-
+    through the app called in process), the routes served and their floor (ms), the
+    routes an SDK reaches served and their SDK's floor (ms)."""
     h = harness()
     direct = await median_ms(runs, lambda: h.run("Hi"))
 
@@ -235,23 +316,89 @@ async def measure(
     transport = httpx.AsyncHTTPTransport(socket_options=nodelay)
     async with httpx.AsyncClient(base_url=base, transport=transport) as client:
         routes = await paired(client, runs)
-    mcp = []
-    # as the SDK makes its client, and the same with the client's writes unbatched
-    unbatched = httpx2.AsyncHTTPTransport(socket_options=nodelay)
-    for http in (
-        None,
-        httpx2.AsyncClient(transport=unbatched, timeout=httpx2.Timeout(30, read=300)),
-    ):
-        async with (
-            streamable_http_client(f"{base}/mcp", http_client=http) as (read, write),
-            ClientSession(read, write) as session,
-        ):
-            await session.initialize()
-            ask = lambda: session.call_tool("innerloop", {"prompt": "Hi"})  # noqa: E731
-            mcp.append(await median_ms(runs, ask))
-        if http is not None:
-            await http.aclose()
-    return direct, evented, alone, routes, (mcp[0], mcp[1])
+        sdks = await sdk_pairs(client, runs)
+    return direct, evented, alone, routes, sdks
+
+
+def sdk_floors(
+    url: str,
+) -> tuple[Any, Callable[[Any], contextlib.AbstractAsyncContextManager[Any]]]:
+    """The SDKs' floors (:func:`sdk_pairs`), to mount at ``url``'s path: an MCP server
+    (``/mcp``) whose tool ``innerloop`` answers ``Hello.`` at once, and an A2A agent
+    (``/a2a``) completing each task with ``Hello.`` as the served harness's does (a working
+    status with the text, the answer as an artifact); and the lifespan MCP's sessions
+    live in."""
+    from a2a.helpers.proto_helpers import (
+        new_task_from_user_message,
+        new_text_artifact,
+        new_text_message,
+    )
+    from a2a.server.agent_execution import AgentExecutor, RequestContext
+    from a2a.server.events import EventQueue
+    from a2a.server.request_handlers import DefaultRequestHandler
+    from a2a.server.routes.agent_card_routes import create_agent_card_routes
+    from a2a.server.routes.jsonrpc_routes import create_jsonrpc_routes
+    from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+    from a2a.types import (
+        AgentCapabilities,
+        AgentCard,
+        AgentInterface,
+        TaskArtifactUpdateEvent,
+        TaskState,
+    )
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.transport_security import TransportSecuritySettings
+    from starlette.applications import Starlette
+
+    async def innerloop(prompt: str) -> mcp_types.CallToolResult:
+        """Answers at once."""
+        return mcp_types.CallToolResult(content=[mcp_types.TextContent(type="text", text="Hello.")])
+
+    server = MCPServer("floor", log_level="ERROR")
+    server.add_tool(innerloop, name="innerloop")
+    mcp = server.streamable_http_app(
+        streamable_http_path="/mcp",
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+
+    class Answer(AgentExecutor):
+        async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+            task_id, context_id = context.task_id or "", context.context_id or ""
+            updater = TaskUpdater(event_queue, task_id, context_id)
+            assert context.message is not None
+            await event_queue.enqueue_event(new_task_from_user_message(context.message))
+            await updater.start_work()
+            hello = new_text_message("Hello.", context_id=context_id, task_id=task_id)
+            await updater.update_status(TaskState.TASK_STATE_WORKING, hello)
+            artifact = new_text_artifact(name="answer", text="Hello.")
+            await event_queue.enqueue_event(
+                TaskArtifactUpdateEvent(
+                    task_id=task_id, context_id=context_id, artifact=artifact, last_chunk=True
+                )
+            )
+            await updater.complete()
+
+        async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+            raise NotImplementedError
+
+    card = AgentCard(
+        name="floor",
+        description="Answers at once.",
+        version="1",
+        supported_interfaces=[
+            AgentInterface(url=f"{url}/a2a", protocol_binding="JSONRPC", protocol_version="1.0")
+        ],
+        capabilities=AgentCapabilities(streaming=True),
+        default_input_modes=["text/plain"],
+        default_output_modes=["text/plain"],
+    )
+    handler = DefaultRequestHandler(Answer(), InMemoryTaskStore(), card)
+    routes = [
+        *create_agent_card_routes(card, card_url="/a2a/.well-known/agent-card.json"),
+        *create_jsonrpc_routes(handler, "/a2a"),
+        *mcp.routes,
+    ]
+    return Starlette(routes=routes), lambda _: mcp.router.lifespan_context(mcp)
 
 
 class Floor:
@@ -562,7 +709,10 @@ def serve_watched(pause: float, pure: bool = False) -> None:
     from innerloop.serve import app
     from innerloop.serve._cli import listen, serve_on
 
-    served = app(paced_harness(pause) if pause else harness())
+    sock = listen("127.0.0.1", 0)
+    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    served = app(paced_harness(pause) if pause else harness(), public_url=base)
+    floors, floors_lifespan = sdk_floors(f"{base}/bench/sdk")
     lags: list[float] = []
     worst = [0.0, 0.0]
     since = [time.process_time()]
@@ -600,7 +750,7 @@ def serve_watched(pause: float, pure: bool = False) -> None:
 
     @contextlib.asynccontextmanager
     async def lifespan(application: Any) -> AsyncIterator[None]:
-        async with served.lifespan(application):
+        async with served.lifespan(application), floors_lifespan(floors):
             task = asyncio.get_running_loop().create_task(watchdog(lags, worst))
             yield
             task.cancel()
@@ -618,11 +768,11 @@ def serve_watched(pause: float, pure: bool = False) -> None:
         Route("/bench/stall", stall, methods=["POST"]),
         Route("/bench/cpu", cpu, methods=["POST"]),
         Route("/bench/collect", collect, methods=["POST"]),
+        Mount("/bench/sdk", floors),
         Mount("/", served),
     ]
     outer = Floor(Starlette(routes=routes, lifespan=lifespan), served, pause)
-    sock = listen("127.0.0.1", 0)
-    print(f"http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
+    print(base, flush=True)
     with sock:
         # as innerloop serve runs it (or with h11 and asyncio's loop, as it runs without
         # the serve extra's httptools and uvloop)
@@ -738,7 +888,7 @@ def streams(clients: int, pause: float, ramp: float, pure: bool, collect: float 
 
 def latency(runs: int, pure: bool) -> None:
     with watched_server(0, pure) as base:
-        direct, evented, alone, routes, mcp = asyncio.run(measure(base, runs))
+        direct, evented, alone, routes, sdks = asyncio.run(measure(base, runs))
     print(f"added time per run, median of {runs} ({machine()}):")
     print(f"{'in process':>14}  {direct:7.3f} ms; its events read: {evented:7.3f} ms")
     print("the served app alone, called in process (ASGI, no socket):")
@@ -752,11 +902,15 @@ def latency(runs: int, pure: bool) -> None:
             f"server CPU {cpu:6.3f} ms a run, floor {floor_cpu:6.3f} ms, "
             f"added {cpu - floor_cpu - direct:+6.3f} ms"
         )
-    print(
-        f"{'mcp':>14}  {mcp[0]:7.3f} ms served, added {mcp[0] - direct:+7.3f} ms (the mcp "
-        f"client as it comes); {mcp[1]:7.3f} ms, added {mcp[1] - direct:+7.3f} ms (its "
-        "writes unbatched: TCP_NODELAY)"
-    )
+    print("served through the official SDKs (their clients as they come), against the SDK's")
+    print("own server answering at once in the same process:")
+    for name, (served, floor, cpu, floor_cpu) in sdks.items():
+        print(
+            f"{name:>14}  {served:7.3f} ms served, added {served - direct:+7.3f} ms; the SDK's "
+            f"floor {floor:7.3f} ms, added over it {served - floor - direct:+7.3f} ms; server "
+            f"CPU {cpu:6.3f} ms a run, floor {floor_cpu:6.3f} ms, added "
+            f"{cpu - floor_cpu - direct:+6.3f} ms"
+        )
 
 
 def main() -> None:

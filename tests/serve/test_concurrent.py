@@ -3,10 +3,19 @@ and its own (bench/serve.py runs 200 and times the server's event loop; here 20,
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from a2a.client import ClientConfig, create_client
+from a2a.helpers.proto_helpers import get_artifact_text, get_message_text, new_text_message
+from a2a.types import Role, SendMessageRequest, TaskState
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from starlette.applications import Starlette
+from starlette.routing import Mount
 
 from bench.serve import (
     PROTOCOLS,
@@ -19,6 +28,7 @@ from bench.serve import (
     paced_harness,
     plain_streams,
     post_raw,
+    sdk_floors,
     sse_data,
     stream_problems,
 )
@@ -81,3 +91,77 @@ def test_a_lost_or_mixed_event_is_seen() -> None:
     assert mixed == ["client 1 (openai): events of conversations ['t-2']"]
     cut = stream_problems("openai", 1, "t", [chunk(whole)])
     assert cut == ["client 1 (openai): the stream did not end with [DONE]"]
+
+
+def _with_sdk_floors(url: str) -> Starlette:
+    """The served harness at ``url`` with the bench's SDK floors at ``/bench/sdk``, as the
+    bench's server mounts them."""
+    served = app(harness(), public_url=url)
+    floors, floors_lifespan = sdk_floors(f"{url}/bench/sdk")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(application: Any) -> AsyncIterator[None]:
+        async with served.lifespan(application), floors_lifespan(floors):
+            yield
+
+    return Starlette(routes=[Mount("/bench/sdk", floors), Mount("/", served)], lifespan=lifespan)
+
+
+def _a2a_seen(responses: list[Any]) -> list[tuple[str, int, str]]:
+    """What an A2A client saw of a task: each response's kind, its task state and text."""
+    seen = []
+    for response in responses:
+        kind = response.WhichOneof("payload")
+        if kind == "status_update":
+            update = response.status_update
+            seen.append((kind, update.status.state, get_message_text(update.status.message)))
+        elif kind == "artifact_update":
+            seen.append((kind, 0, get_artifact_text(response.artifact_update.artifact)))
+        elif kind == "task":
+            task = response.task
+            seen.append((kind, task.status.state, "".join(map(get_artifact_text, task.artifacts))))
+        else:
+            seen.append((kind or "", 0, ""))
+    return seen
+
+
+async def test_the_sdk_floors_answer_as_the_served_harness_does() -> None:
+    """The bench's yardstick for MCP and A2A (each SDK's own server answering at once):
+    through the official clients, the same tool result, the same task updates."""
+    with Server(_with_sdk_floors) as server:
+        results = []
+        for path in ("/mcp", "/bench/sdk/mcp"):
+            async with (
+                streamable_http_client(f"{server.base_url}{path}") as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                results.append(await session.call_tool("innerloop", {"prompt": "Hi"}))
+        assert results[0].content == results[1].content
+        assert [r.is_error for r in results] == [False, False]
+        completed, working = TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_WORKING
+        for streaming, expected in (
+            (False, [("task", completed, "Hello.")]),
+            (
+                True,
+                [
+                    ("task", TaskState.TASK_STATE_SUBMITTED, ""),
+                    ("status_update", working, ""),
+                    ("status_update", working, "Hello."),
+                    ("artifact_update", 0, "Hello."),
+                    ("status_update", completed, ""),
+                ],
+            ),
+        ):
+            seen = []
+            for path in ("/a2a", "/bench/sdk/a2a"):
+                client = await create_client(
+                    f"{server.base_url}{path}", ClientConfig(streaming=streaming)
+                )
+                try:
+                    message = new_text_message("Hi", role=Role.ROLE_USER)
+                    request = SendMessageRequest(message=message)
+                    seen.append(_a2a_seen([r async for r in client.send_message(request)]))
+                finally:
+                    await client.close()
+            assert seen == [expected, expected]
