@@ -3,7 +3,10 @@ point of the start-up (the package's heavy imports included), never a traceback.
 
 The child runs the command line as ``python -m innerloop run ...`` does (``sys.argv[0]``
 is ``-m`` while Python locates ``innerloop.__main__``), with an import hook that stops it
-at a named module, so the signal arrives at a known point, not after some delay."""
+at a named module, so the signal arrives at a known point, not after some delay. There it
+waits in short sleeps, as start-up runs Python between its imports: a signal the kernel
+hands to another thread of the process (one a library started) is seen at the next step,
+where one long sleep of the main thread would not be woken by it."""
 
 from __future__ import annotations
 
@@ -27,7 +30,8 @@ class Stop(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
         if name == STOP:
             os.write(1, b"stopped\\n")
-            time.sleep(60)
+            for _ in range(600):  # start-up at work: the signal is seen between two steps
+                time.sleep(0.1)
         return None
 
 sys.meta_path.insert(0, Stop())
