@@ -18,8 +18,9 @@ innerloop (most of their time is the SDKs' own, client and server).
 
 Concurrent streams: ``--clients`` (200) streaming clients at once on one served process
 (a child running the app under uvicorn, as ``innerloop serve`` does), per protocol
-(OpenAI chat completions streamed, AG-UI, the AI SDK's UI message stream). Each client is
-its own conversation, and the scripted model answers each with words no other client's
+(OpenAI chat completions streamed, AG-UI, the AI SDK's UI message stream, A2A's
+streamed task: its JSON-RPC as the ``a2a-sdk`` client sends it). Each client is its own
+conversation, and the scripted model answers each with words no other client's
 answer holds, a delta every ``--pause`` seconds; each client's stream is checked whole:
 every event belongs to its conversation, none is lost, doubled or out of order. The
 clients are one process of their own (raw sockets, each stream parsed once it ended:
@@ -478,7 +479,7 @@ class Floor:
 
 WORDS = 30
 """Words in each client's answer (about 25 deltas of 8 characters)."""
-PROTOCOLS = ("openai", "ag-ui", "ai-sdk")
+PROTOCOLS = ("openai", "ag-ui", "ai-sdk", "a2a")
 
 
 def answer_for(client: int) -> str:
@@ -550,6 +551,20 @@ def _request(protocol: str, client: int, run: str) -> tuple[str, dict[str, Any]]
     if protocol == "ag-ui":
         message = {"id": "m", "role": "user", "content": text}
         return "/ag-ui", {"threadId": conversation, "runId": "r", "messages": [message]}
+    if protocol == "a2a":
+        message = {
+            "messageId": f"m{client}",
+            "contextId": conversation,
+            "role": "ROLE_USER",
+            "parts": [{"text": text}],
+        }
+        params = {"message": message}
+        return "/a2a", {
+            "jsonrpc": "2.0",
+            "id": client,
+            "method": "SendStreamingMessage",
+            "params": params,
+        }
     parts = [{"type": "text", "text": text}]
     return "/ai-sdk", {
         "id": conversation,
@@ -557,48 +572,101 @@ def _request(protocol: str, client: int, run: str) -> tuple[str, dict[str, Any]]
     }
 
 
+Read = tuple[set[Any], str, list[str]]
+"""What a stream says: the conversations its events name, its text, what is wrong with it."""
+
+
+def _openai_stream(events: list[dict[str, Any]], client: int, expected: str) -> Read:
+    ids = {e["id"] for e in events}
+    problems = [] if len(ids) == 1 else [f"chunks of {len(ids)} completions"]
+    text = "".join(c["delta"].get("content") or "" for e in events for c in e["choices"])
+    return {e.get("conversation_id") for e in events}, text, problems
+
+
+def _ag_ui_stream(events: list[dict[str, Any]], client: int, expected: str) -> Read:
+    text = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+    problems = []
+    if not events or events[-1]["type"] != "RUN_FINISHED":
+        problems.append("no RUN_FINISHED at the end")
+    elif events[-1]["result"] != expected:
+        problems.append(f"RUN_FINISHED's result is {events[-1]['result']!r}")
+    return {e["threadId"] for e in events if "threadId" in e}, text, problems
+
+
+def _ai_sdk_stream(events: list[dict[str, Any]], client: int, expected: str) -> Read:
+    text = "".join(e["delta"] for e in events if e["type"] == "text-delta")
+    problems = [] if events and events[-1]["type"] == "finish" else ["no finish at the end"]
+    return set(), text, problems  # its events name no conversation
+
+
+def _a2a_stream(events: list[dict[str, Any]], client: int, expected: str) -> Read:
+    """Each event answers client ``client``'s request; the working statuses' text; the
+    last event completes the task, whose artifact is the answer."""
+    problems = [] if {e.get("id") for e in events} <= {client} else ["answers of other requests"]
+    results = [e.get("result", {}) for e in events]
+    updates = [next(iter(r.values()), {}) for r in results]  # task, statusUpdate, artifactUpdate
+    states = [u.get("status", {}).get("state") for u in updates]
+    text = "".join(
+        part.get("text", "")
+        for u, state in zip(updates, states, strict=True)
+        if state == "TASK_STATE_WORKING"
+        for part in u["status"].get("message", {}).get("parts", ())
+    )
+    answered = "".join(
+        part.get("text", "")
+        for r, u in zip(results, updates, strict=True)
+        if "artifactUpdate" in r
+        for part in u["artifact"].get("parts", ())
+    )
+    if answered != expected:
+        problems.append(f"the answer's artifact is {answered!r}")
+    if not states or states[-1] != "TASK_STATE_COMPLETED":
+        problems.append("no completed task at the end")
+    return {u.get("contextId") for u in updates}, text, problems
+
+
+STREAMS: dict[str, Callable[[list[dict[str, Any]], int, str], Read]] = {
+    "openai": _openai_stream,
+    "ag-ui": _ag_ui_stream,
+    "ai-sdk": _ai_sdk_stream,
+    "a2a": _a2a_stream,
+}
+"""Per protocol, how its stream is read (:func:`stream_problems`)."""
+
+
 def stream_problems(protocol: str, client: int, run: str, data: list[str]) -> list[str]:
     """What is wrong with client ``client``'s stream (its SSE ``data`` fields, in order):
     an event of another conversation, a lost, doubled or misplaced delta, a missing end."""
     conversation, expected = f"{run}-{client}", answer_for(client)
     problems = []
-    if not data or (protocol != "ag-ui" and data[-1] != "[DONE]"):
+    if not data or (protocol in ("openai", "ai-sdk") and data[-1] != "[DONE]"):
         problems.append("the stream did not end with [DONE]")
     events = [json.loads(d) for d in data if d != "[DONE]"]
-    if protocol == "openai":
-        ids = {e["id"] for e in events}
-        if len(ids) != 1:
-            problems.append(f"chunks of {len(ids)} completions")
-        others = {e.get("conversation_id") for e in events} - {conversation}
-        text = "".join(c["delta"].get("content") or "" for e in events for c in e["choices"])
-    elif protocol == "ag-ui":
-        others = {e["threadId"] for e in events if "threadId" in e} - {conversation}
-        text = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
-        if not events or events[-1]["type"] != "RUN_FINISHED":
-            problems.append("no RUN_FINISHED at the end")
-        elif events[-1]["result"] != expected:
-            problems.append(f"RUN_FINISHED's result is {events[-1]['result']!r}")
-    else:
-        others = set()
-        text = "".join(e["delta"] for e in events if e["type"] == "text-delta")
-        if not events or events[-1]["type"] != "finish":
-            problems.append("no finish at the end")
-    if others:
-        problems.append(f"events of conversations {sorted(others)}")
+    others, text, found = STREAMS[protocol](events, client, expected)
+    problems += found
+    if others - {conversation}:
+        problems.append(f"events of conversations {sorted(others - {conversation})}")
     if text != expected:
         problems.append(f"text {text!r}, expected {expected!r}")
     return [f"client {client} ({protocol}): {p}" for p in problems]
 
 
-async def post_raw(base: str, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
-    """POST ``body`` to ``base + path`` on a connection of its own, the answer read whole
-    as it comes (each read only kept: no parsing while the streams run, so the clients
-    take little of the cores the server needs), then its status and body (dechunked)."""
+HEADERS = {"a2a": "a2a-version: 1.0\r\n"}
+"""A protocol's own request headers (A2A's clients say which version they speak)."""
+
+
+async def post_raw(
+    base: str, path: str, body: dict[str, Any], headers: str = ""
+) -> tuple[int, bytes]:
+    """POST ``body`` to ``base + path`` on a connection of its own (with ``headers``,
+    each line ending in CRLF), the answer read whole as it comes (each read only kept: no
+    parsing while the streams run, so the clients take little of the cores the server
+    needs), then its status and body (dechunked)."""
     host, port = base.removeprefix("http://").rsplit(":", 1)
     payload = json.dumps(body).encode()
     head = (
         f"POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(payload)}\r\nconnection: close\r\n\r\n"
+        f"content-length: {len(payload)}\r\nconnection: close\r\n{headers}\r\n"
     )
     reader, writer = await asyncio.open_connection(host, int(port))
     try:
@@ -638,7 +706,7 @@ def sse_data(body: bytes) -> list[str]:
 async def one_stream(base: str, protocol: str, number: int, run: str) -> list[str]:
     """Client ``number``'s request streamed whole; what is wrong with it."""
     path, body = _request(protocol, number, run)
-    status, answer = await post_raw(base, path, body)
+    status, answer = await post_raw(base, path, body, HEADERS.get(protocol, ""))
     if status != 200:
         return [f"client {number} ({protocol}): HTTP {status} {answer.decode()}"]
     return stream_problems(protocol, number, run, sse_data(answer))

@@ -93,6 +93,42 @@ def test_a_lost_or_mixed_event_is_seen() -> None:
     assert cut == ["client 1 (openai): the stream did not end with [DONE]"]
 
 
+def test_an_a2a_stream_is_read_whole() -> None:
+    """The A2A check: the working statuses' text, the answer as the artifact, the task
+    completed at the end, every update of the client's own context and request."""
+
+    def update(kind: str, context: str = "t-1", request: int = 1, **fields: Any) -> str:
+        result = {kind: {"taskId": "k", "contextId": context, **fields}}
+        return json.dumps({"jsonrpc": "2.0", "id": request, "result": result})
+
+    def working(text: str, context: str = "t-1") -> str:
+        message = {"role": "ROLE_AGENT", "parts": [{"text": text}]}
+        status = {"state": "TASK_STATE_WORKING", "message": message}
+        return update("statusUpdate", context, status=status)
+
+    whole = answer_for(1)
+    artifact = update("artifactUpdate", artifact={"parts": [{"text": whole}]})
+    done = update("statusUpdate", status={"state": "TASK_STATE_COMPLETED"})
+    started = update("task", status={"state": "TASK_STATE_SUBMITTED"})
+    assert stream_problems("a2a", 1, "t", [started, working(whole), artifact, done]) == []
+    lost = stream_problems("a2a", 1, "t", [started, working(whole[8:]), artifact, done])
+    assert lost == [f"client 1 (a2a): text {whole[8:]!r}, expected {whole!r}"]
+    mixed = stream_problems(
+        "a2a", 1, "t", [started, working(whole), working("", "t-2"), artifact, done]
+    )
+    assert mixed == ["client 1 (a2a): events of conversations ['t-2']"]
+    other = update("statusUpdate", request=2, status={"state": "TASK_STATE_WORKING"})
+    assert stream_problems("a2a", 1, "t", [started, working(whole), other, artifact, done]) == [
+        "client 1 (a2a): answers of other requests"
+    ]
+    assert stream_problems("a2a", 1, "t", [started, working(whole), done]) == [
+        "client 1 (a2a): the answer's artifact is ''"
+    ]
+    assert stream_problems("a2a", 1, "t", [started, working(whole), artifact]) == [
+        "client 1 (a2a): no completed task at the end"
+    ]
+
+
 def _with_sdk_floors(url: str) -> Starlette:
     """The served harness at ``url`` with the bench's SDK floors at ``/bench/sdk``, as the
     bench's server mounts them."""
