@@ -422,3 +422,33 @@ def test_a_compiled_machine_keeps_nothing_alive_once_dropped() -> None:
     del held, never, spec, compiled
     gc.collect()
     assert ref() is None
+
+
+def test_machines_compiled_at_once_in_threads_leave_the_registry_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Threads compiling machines of one name each take theirs out of python-statemachine's
+    registry: when another thread took the entry out between this one's look and its
+    delete (driven here, not waited for), compiling still succeeds and nothing is left."""
+    from statemachine import registry
+
+    from innerloop.fsm import DEFAULT_SPEC, compile_spec
+
+    class Racing(dict[str, Any]):
+        """Another thread's unregister runs right after each look at an entry."""
+
+        def get(self, key: str, default: Any = None) -> Any:
+            found = super().get(key, default)
+            self.pop(key, None)
+            return found
+
+        def __getitem__(self, key: str) -> Any:
+            found = super().__getitem__(key)
+            self.pop(key, None)
+            return found
+
+    racing = Racing()
+    monkeypatch.setattr(registry, "_REGISTRY", racing)
+    compiled = compile_spec(DEFAULT_SPEC.renamed("raced"))
+    assert compiled.select is not None
+    assert dict(racing) == {}
