@@ -611,7 +611,7 @@ def report_import(instructions: bool = False) -> None:
 GUARDED = (PLAIN, OURS, BUDGET, TRACED)
 """The contenders the regression guard counts."""
 BASELINE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "baseline.json")
-GUARD_TURNS, GUARD_RUNS, GUARD_LIMIT = 10, 5, 0.05
+GUARD_TURNS, GUARD_RUNS, GUARD_LIMIT = 10, 40, 0.05
 
 
 def guard(write: bool) -> None:
