@@ -31,7 +31,10 @@ the process waiting for a core), the server's CPU per client and its garbage col
 CPU (the total, the longest, how many were full). Then a plain ASGI SSE app in the same
 server streams the same bytes in the same writes at the same pace (one served stream
 replayed, nothing of innerloop): what streaming costs any Python server on this machine,
-the same run, the same load. Targets: no stall over 50 ms, no lost or mixed event.
+the same run, the same load. A2A's streams are written by the ``a2a-sdk`` server: they
+are streamed a third time by that SDK's own server answering the same words at the same
+pace (nothing of innerloop; :func:`sdk_floors`), what that server costs alone.
+Targets: no stall over 50 ms, no lost or mixed event.
 ``--pure`` serves with h11 and asyncio's loop (without the serve extra's httptools and
 uvloop). ``--collect S`` forces a full garbage collection in the server S seconds into
 each protocol's streams (the worst a collection falling among them does: its CPU and the
@@ -322,13 +325,15 @@ async def measure(
 
 
 def sdk_floors(
-    url: str,
+    url: str, pause: float = 0.0
 ) -> tuple[Any, Callable[[Any], contextlib.AbstractAsyncContextManager[Any]]]:
     """The SDKs' floors (:func:`sdk_pairs`), to mount at ``url``'s path: an MCP server
     (``/mcp``) whose tool ``innerloop`` answers ``Hello.`` at once, and an A2A agent
     (``/a2a``) completing each task with ``Hello.`` as the served harness's does (a working
     status with the text, the answer as an artifact); and the lifespan MCP's sessions
-    live in."""
+    live in. A concurrent stream's message (``client N``) the A2A agent answers as the
+    paced harness does (:class:`PacedModel`): :func:`answer_for` ``(N)``, a working status
+    of :data:`CHUNK` characters every ``pause`` seconds, nothing of innerloop."""
     from a2a.helpers.proto_helpers import (
         new_task_from_user_message,
         new_text_artifact,
@@ -369,9 +374,20 @@ def sdk_floors(
             assert context.message is not None
             await event_queue.enqueue_event(new_task_from_user_message(context.message))
             await updater.start_work()
-            hello = new_text_message("Hello.", context_id=context_id, task_id=task_id)
-            await updater.update_status(TaskState.TASK_STATE_WORKING, hello)
-            artifact = new_text_artifact(name="answer", text="Hello.")
+            said = context.get_user_input()
+            if said.startswith("client "):  # a concurrent stream's, paced as PacedModel's
+                text = answer_for(int(said.removeprefix("client ")))
+                chunks = [text[at : at + CHUNK] for at in range(0, len(text), CHUNK)]
+            else:
+                text, chunks = "Hello.", ["Hello."]
+            for chunk in chunks:
+                if pause:
+                    await asyncio.sleep(pause)
+                delta = new_text_message(chunk, context_id=context_id, task_id=task_id)
+                await updater.update_status(TaskState.TASK_STATE_WORKING, delta)
+            if pause:
+                await asyncio.sleep(pause)  # the model's whole message
+            artifact = new_text_artifact(name="answer", text=text)
             await event_queue.enqueue_event(
                 TaskArtifactUpdateEvent(
                     task_id=task_id, context_id=context_id, artifact=artifact, last_chunk=True
@@ -703,24 +719,27 @@ def sse_data(body: bytes) -> list[str]:
     return [line[6:] for line in body.decode().split("\n") if line.startswith("data: ")]
 
 
-async def one_stream(base: str, protocol: str, number: int, run: str) -> list[str]:
-    """Client ``number``'s request streamed whole; what is wrong with it."""
+async def one_stream(
+    base: str, protocol: str, number: int, run: str, prefix: str = ""
+) -> list[str]:
+    """Client ``number``'s request streamed whole (to its path under ``prefix``); what is
+    wrong with it."""
     path, body = _request(protocol, number, run)
-    status, answer = await post_raw(base, path, body, HEADERS.get(protocol, ""))
+    status, answer = await post_raw(base, prefix + path, body, HEADERS.get(protocol, ""))
     if status != 200:
         return [f"client {number} ({protocol}): HTTP {status} {answer.decode()}"]
     return stream_problems(protocol, number, run, sse_data(answer))
 
 
 async def concurrent_streams(
-    base: str, protocol: str, clients: int, run: str, ramp: float = 0.0
+    base: str, protocol: str, clients: int, run: str, ramp: float = 0.0, prefix: str = ""
 ) -> list[str]:
     """``clients`` streaming requests on ``protocol``, all at once or their starts spread
     over ``ramp`` seconds, each on a connection of its own: every problem seen."""
 
     async def one(number: int) -> list[str]:
         await asyncio.sleep(ramp * number / clients)
-        return await one_stream(base, protocol, number, run)
+        return await one_stream(base, protocol, number, run, prefix)
 
     found = await asyncio.gather(*(one(n) for n in range(clients)))
     return [problem for problems in found for problem in problems]
@@ -780,7 +799,7 @@ def serve_watched(pause: float, pure: bool = False) -> None:
     sock = listen("127.0.0.1", 0)
     base = f"http://127.0.0.1:{sock.getsockname()[1]}"
     served = app(paced_harness(pause) if pause else harness(), public_url=base)
-    floors, floors_lifespan = sdk_floors(f"{base}/bench/sdk")
+    floors, floors_lifespan = sdk_floors(f"{base}/bench/sdk", pause)
     lags: list[float] = []
     worst = [0.0, 0.0]
     since = [time.process_time()]
@@ -873,12 +892,18 @@ async def timed_phase(base: str, streams: Awaitable[list[str]], collect: float =
     return took, stall, problems
 
 
+SDK_SERVED = {"a2a": "/bench/sdk"}
+"""The protocols whose streams an SDK's server writes, and where its floor is mounted."""
+
+
 async def measure_streams(
     base: str, clients: int, ramp: float = 0.0, collect: float = 0.0
-) -> dict[str, tuple[Phase, Phase]]:
+) -> dict[str, tuple[Phase, ...]]:
     """Per protocol: the ``clients`` streams served, then the same bytes from the plain
-    SSE app (:class:`Floor`) at the same pace: each phase's :data:`Phase`."""
-    figures = {}
+    SSE app (:class:`Floor`) at the same pace, then for a protocol an SDK's server writes
+    (:data:`SDK_SERVED`), the same streams from that SDK's floor (:func:`sdk_floors`):
+    each phase's :data:`Phase`."""
+    figures: dict[str, tuple[Phase, ...]] = {}
     for protocol in PROTOCOLS:
         await concurrent_streams(base, protocol, 1, f"kept-{protocol}")  # recorded
         await post_raw(base, f"/bench/keep{_request(protocol, 0, '')[0]}", {})
@@ -889,6 +914,11 @@ async def measure_streams(
         )
         plain = await timed_phase(base, plain_streams(base, protocol, clients, ramp))
         figures[protocol] = (served, plain)
+        if protocol in SDK_SERVED:
+            sdk = concurrent_streams(
+                base, protocol, clients, f"sdk-{protocol}", ramp, SDK_SERVED[protocol]
+            )
+            figures[protocol] += (await timed_phase(base, sdk),)
     return figures
 
 
@@ -940,7 +970,7 @@ def streams(clients: int, pause: float, ramp: float, pure: bool, collect: float 
         f"{f'over {ramp:g} s' if ramp else 'at once'} ({machine()}); then the plain SSE "
         "app streaming the same bytes in the same writes at the same pace:"
     )
-    for protocol, (served, plain) in figures.items():
+    for protocol, (served, plain, *sdk) in figures.items():
         print(_phase_line(protocol, clients, served))
         if "forced_ms" in served[1]:
             print(
@@ -950,7 +980,11 @@ def streams(clients: int, pause: float, ramp: float, pure: bool, collect: float 
         print(_phase_line("plain", clients, plain))
         ratio = served[1]["cpu_s"] / max(plain[1]["cpu_s"], 1e-9)
         print(f"{'':>14}served/plain: server CPU x{ratio:.2f}")
-        for problem in (served[2] + plain[2])[:5]:
+        for floor in sdk:  # the same streams from the SDK's own server, nothing of innerloop
+            print(_phase_line(f"{protocol} sdk", clients, floor))
+            ratio = served[1]["cpu_s"] / max(floor[1]["cpu_s"], 1e-9)
+            print(f"{'':>14}served/the SDK's floor: server CPU x{ratio:.2f}")
+        for problem in (served[2] + plain[2] + [p for f in sdk for p in f[2]])[:5]:
             print(f"{'':>14}{problem}")
 
 

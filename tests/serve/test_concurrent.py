@@ -129,11 +129,11 @@ def test_an_a2a_stream_is_read_whole() -> None:
     ]
 
 
-def _with_sdk_floors(url: str) -> Starlette:
+def _with_sdk_floors(url: str, pause: float = 0.0) -> Starlette:
     """The served harness at ``url`` with the bench's SDK floors at ``/bench/sdk``, as the
-    bench's server mounts them."""
-    served = app(harness(), public_url=url)
-    floors, floors_lifespan = sdk_floors(f"{url}/bench/sdk")
+    bench's server mounts them (``pause``: the paced harness's and floor's)."""
+    served = app(paced_harness(pause) if pause else harness(), public_url=url)
+    floors, floors_lifespan = sdk_floors(f"{url}/bench/sdk", pause)
 
     @contextlib.asynccontextmanager
     async def lifespan(application: Any) -> AsyncIterator[None]:
@@ -201,3 +201,17 @@ async def test_the_sdk_floors_answer_as_the_served_harness_does() -> None:
                 finally:
                     await client.close()
             assert seen == [expected, expected]
+
+
+def _paced_with_sdk_floors(url: str) -> Starlette:
+    return _with_sdk_floors(url, pause=0.001)
+
+
+async def test_the_a2a_sdk_floor_streams_what_the_served_agent_streams() -> None:
+    """The bench's yardstick for A2A's concurrent streams: the SDK's own server, paced as
+    the harness, streams each client its answer, checked whole as the served ones are."""
+    with Server(_paced_with_sdk_floors) as server:
+        assert await concurrent_streams(server.base_url, "a2a", 5, "served") == []
+        assert await concurrent_streams(server.base_url, "a2a", 5, "f", prefix="/bench/sdk") == []
+        wrong = await concurrent_streams(server.base_url, "a2a", 1, "w", prefix="/bench/sdk/x")
+    assert wrong == ["client 0 (a2a): HTTP 404 Not Found"]
