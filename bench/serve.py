@@ -376,8 +376,7 @@ def sdk_floors(
             await updater.start_work()
             said = context.get_user_input()
             if said.startswith("client "):  # a concurrent stream's, paced as PacedModel's
-                text = answer_for(int(said.removeprefix("client ")))
-                chunks = [text[at : at + CHUNK] for at in range(0, len(text), CHUNK)]
+                text, chunks = paced_answer(said)
             else:
                 text, chunks = "Hello.", ["Hello."]
             for chunk in chunks:
@@ -507,19 +506,26 @@ CHUNK = 8
 """Characters in each delta of the scripted answers."""
 
 
+def paced_answer(said: str) -> tuple[str, list[str]]:
+    """The answer to a concurrent stream's message (``client N``): :func:`answer_for`
+    ``(N)`` and its deltas of :data:`CHUNK` characters, as the paced model streams it."""
+    text = answer_for(int(said.removeprefix("client ")))
+    return text, [text[at : at + CHUNK] for at in range(0, len(text), CHUNK)]
+
+
 class _Paced:
     """A scripted answer streamed as a model streams it: a delta of :data:`CHUNK`
     characters every ``pause`` seconds, each made when it is due (a model's stream holds
     none before it came), then the whole message."""
 
-    def __init__(self, text: str, model: str, pause: float) -> None:
-        self.text, self.model, self.pause = text, model, pause
+    def __init__(self, said: str, model: str, pause: float) -> None:
+        self.said, self.model, self.pause = said, model, pause
 
     async def __aiter__(self) -> AsyncIterator[Any]:
-        text = self.text
-        for at in range(0, len(text), CHUNK):
+        text, chunks = paced_answer(self.said)
+        for chunk in chunks:
             await asyncio.sleep(self.pause)
-            yield TextDelta(0, text[at : at + CHUNK])
+            yield TextDelta(0, chunk)
         await asyncio.sleep(self.pause)
         response = ModelResponse(Message.assistant(text), "end_turn", Usage(10, 5), self.model)
         yield MessageComplete(response)
@@ -541,8 +547,7 @@ class PacedModel:
     async def open(self, request: Any) -> _Paced:
         content = request.payload["messages"][-1]["content"]
         said = content if isinstance(content, str) else content[-1]["text"]
-        text = answer_for(int(said.removeprefix("client ")))
-        return _Paced(text, request.model or "scripted-model", self.pause)
+        return _Paced(said, request.model or "scripted-model", self.pause)
 
     async def aclose(self) -> None:
         return None
