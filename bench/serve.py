@@ -14,7 +14,8 @@ same server), by the server's CPU, and through the app called in process (ASGI, 
 socket): on a loaded machine the wall time over loopback is mostly the scheduler's,
 these are the app's. MCP and A2A are timed against their SDK's floor: the same SDK's
 server in the same process answering at once what the harness answers, nothing of
-innerloop (most of their time is the SDKs' own, client and server).
+innerloop (most of their time is the SDKs' own, client and server; A2A's served endpoint
+is innerloop's own, its floor the ``a2a-sdk``'s server).
 
 Concurrent streams: ``--clients`` (200) streaming clients at once on one served process
 (a child running the app under uvicorn, as ``innerloop serve`` does), per protocol
@@ -31,9 +32,10 @@ the process waiting for a core), the server's CPU per client and its garbage col
 CPU (the total, the longest, how many were full). Then a plain ASGI SSE app in the same
 server streams the same bytes in the same writes at the same pace (one served stream
 replayed, nothing of innerloop): what streaming costs any Python server on this machine,
-the same run, the same load. A2A's streams are written by the ``a2a-sdk`` server: they
-are streamed a third time by that SDK's own server answering the same words at the same
-pace (nothing of innerloop; :func:`sdk_floors`), what that server costs alone.
+the same run, the same load. A2A's streams are streamed a third time by the ``a2a-sdk``'s
+own server answering the same words at the same pace (nothing of innerloop;
+:func:`sdk_floors`): what that server costs alone, the reason innerloop writes its A2A
+endpoint itself (that server stalls its loop past the target).
 Targets: no stall over 50 ms, no lost or mixed event.
 ``--pure`` serves with h11 and asyncio's loop (without the serve extra's httptools and
 uvloop). ``--collect S`` forces a full garbage collection in the server S seconds into
@@ -193,7 +195,11 @@ def post_scope(path: str) -> dict[str, Any]:
         "raw_path": path.encode(),
         "query_string": b"",
         "root_path": "",
-        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")],
+        "headers": [
+            (b"host", b"127.0.0.1"),
+            (b"content-type", b"application/json"),
+            (b"a2a-version", b"1.0"),  # A2A's version (the other routes read no such header)
+        ],
         "client": ("127.0.0.1", 1),
         "server": ("127.0.0.1", 80),
     }
@@ -254,40 +260,56 @@ async def mcp_paired(client: httpx.AsyncClient, runs: int) -> Paired:
         return await alternated(client, runs, served, floor)
 
 
-async def a2a_paired(client: httpx.AsyncClient, runs: int, streaming: bool) -> Paired:
+async def a2a_paired(
+    client: httpx.AsyncClient, runs: int, streaming: bool
+) -> tuple[Paired, Paired]:
     """A message (a new task, a new context each) through the ``a2a-sdk`` client, its
-    answer sent whole or streamed, to the served agent and to the SDK's floor."""
+    answer sent whole or streamed: to the served agent against its floor (the same bytes
+    from a bare endpoint of the same server, as the plain routes' floor: the client reaches
+    it through the served card, its URL changed), and against the SDK's floor (the
+    ``a2a-sdk``'s own server)."""
     from a2a.client import ClientConfig, create_client
     from a2a.helpers.proto_helpers import new_text_message
-    from a2a.types import Role, SendMessageRequest
+    from a2a.types import AgentCard, Role, SendMessageRequest
 
     base = str(client.base_url).rstrip("/")
-    clients = [
-        await create_client(url, ClientConfig(streaming=streaming))
-        for url in (f"{base}/a2a", f"{base}/bench/sdk/a2a")
+    card = AgentCard()
+    card.CopyFrom((await create_client(f"{base}/a2a"))._card)  # type: ignore[attr-defined]
+    card.supported_interfaces[0].url = f"{base}/bench/floor/a2a"
+    config = ClientConfig(streaming=streaming)
+    served, bare, sdk = [
+        await create_client(agent, config)
+        for agent in (f"{base}/a2a", card, f"{base}/bench/sdk/a2a")
     ]
 
-    async def send(to: Any) -> None:
-        message = new_text_message("Hi", role=Role.ROLE_USER)
-        async for _ in to.send_message(SendMessageRequest(message=message)):
-            pass
+    def send(to: Any) -> Callable[[], Awaitable[None]]:
+        async def once() -> None:
+            message = new_text_message("Hi", role=Role.ROLE_USER)
+            async for _ in to.send_message(SendMessageRequest(message=message)):
+                pass
+
+        return once
 
     try:
-        served, floor = (lambda to=to: send(to) for to in clients)
-        return await alternated(client, runs, served, floor)
+        await send(served)()  # records the answer the bare floor repeats
+        return (
+            await alternated(client, runs, send(served), send(bare)),
+            await alternated(client, runs, send(served), send(sdk)),
+        )
     finally:
-        for to in clients:
+        for to in (served, bare, sdk):
             await to.close()
 
 
-async def sdk_pairs(client: httpx.AsyncClient, runs: int) -> dict[str, Paired]:
-    """Per route reached through its official SDK (MCP; A2A, its answer sent whole and
-    streamed), a run served and that SDK's floor: the same SDK's server in the same
-    process answering at once what the served harness answers (a tool returning
-    ``Hello.``; a task completed with it), nothing of innerloop (:func:`sdk_floors`). Each
-    client is made as its SDK makes it."""
+async def sdk_pairs(client: httpx.AsyncClient, runs: int) -> dict[str, tuple[Paired, ...]]:
+    """Per route reached through its official SDK's client (MCP; A2A, its answer sent
+    whole and streamed): a run served against the SDK's floor, the same SDK's server in
+    the same process answering at once what the served harness answers (a tool returning
+    ``Hello.``; a task completed with it), nothing of innerloop (:func:`sdk_floors`); for
+    A2A (innerloop's own endpoint) first against its bare floor. Each client is made as
+    its SDK makes it."""
     return {
-        "mcp": await mcp_paired(client, runs),
+        "mcp": (await mcp_paired(client, runs),),
         "a2a": await a2a_paired(client, runs, streaming=False),
         "a2a stream": await a2a_paired(client, runs, streaming=True),
     }
@@ -300,11 +322,11 @@ async def measure(
     float,
     dict[str, float],
     dict[str, Paired],
-    dict[str, Paired],
+    dict[str, tuple[Paired, ...]],
 ]:
     """In process (ms: the run, the run with its events read, and each route's run
     through the app called in process), the routes served and their floor (ms), the
-    routes an SDK reaches served and their SDK's floor (ms)."""
+    routes an SDK reaches served and their floors (ms: :func:`sdk_pairs`)."""
     h = harness()
     direct = await median_ms(runs, lambda: h.run("Hi"))
 
@@ -898,14 +920,15 @@ async def timed_phase(base: str, streams: Awaitable[list[str]], collect: float =
 
 
 SDK_SERVED = {"a2a": "/bench/sdk"}
-"""The protocols whose streams an SDK's server writes, and where its floor is mounted."""
+"""The protocols whose SDK has a server of its own (what innerloop's endpoint is weighed
+against), and where that SDK's floor is mounted."""
 
 
 async def measure_streams(
     base: str, clients: int, ramp: float = 0.0, collect: float = 0.0
 ) -> dict[str, tuple[Phase, ...]]:
     """Per protocol: the ``clients`` streams served, then the same bytes from the plain
-    SSE app (:class:`Floor`) at the same pace, then for a protocol an SDK's server writes
+    SSE app (:class:`Floor`) at the same pace, then for a protocol whose SDK has a server
     (:data:`SDK_SERVED`), the same streams from that SDK's floor (:func:`sdk_floors`):
     each phase's :data:`Phase`."""
     figures: dict[str, tuple[Phase, ...]] = {}
@@ -988,7 +1011,7 @@ def streams(clients: int, pause: float, ramp: float, pure: bool, collect: float 
         for floor in sdk:  # the same streams from the SDK's own server, nothing of innerloop
             print(_phase_line(f"{protocol} sdk", clients, floor))
             ratio = served[1]["cpu_s"] / max(floor[1]["cpu_s"], 1e-9)
-            print(f"{'':>14}served/the SDK's floor: server CPU x{ratio:.2f}")
+            print(f"{'':>14}served/the SDK's own server: server CPU x{ratio:.2f}")
         for problem in (served[2] + plain[2] + [p for f in sdk for p in f[2]])[:5]:
             print(f"{'':>14}{problem}")
 
@@ -1009,15 +1032,19 @@ def latency(runs: int, pure: bool) -> None:
             f"server CPU {cpu:6.3f} ms a run, floor {floor_cpu:6.3f} ms, "
             f"added {cpu - floor_cpu - direct:+6.3f} ms"
         )
-    print("served through the official SDKs (their clients as they come), against the SDK's")
-    print("own server answering at once in the same process:")
-    for name, (served, floor, cpu, floor_cpu) in sdks.items():
-        print(
-            f"{name:>14}  {served:7.3f} ms served, added {served - direct:+7.3f} ms; the SDK's "
-            f"floor {floor:7.3f} ms, added over it {served - floor - direct:+7.3f} ms; server "
-            f"CPU {cpu:6.3f} ms a run, floor {floor_cpu:6.3f} ms, added "
-            f"{cpu - floor_cpu - direct:+6.3f} ms"
-        )
+    print("served through the official SDKs' clients (as they come): A2A against its floor,")
+    print("then MCP and A2A against the SDK's own server answering at once in the same process")
+    print("(MCP's is the server innerloop serves with; A2A's, the one its endpoint replaced):")
+    for name, pairs in sdks.items():
+        for label, (served, floor, cpu, floor_cpu) in zip(
+            ("floor", "the SDK's floor")[-len(pairs) :], pairs, strict=True
+        ):
+            print(
+                f"{name:>14}  {served:7.3f} ms served, added {served - direct:+7.3f} ms; "
+                f"{label} {floor:7.3f} ms, added over it {served - floor - direct:+7.3f} ms; "
+                f"server CPU {cpu:6.3f} ms a run, floor {floor_cpu:6.3f} ms, added "
+                f"{cpu - floor_cpu - direct:+6.3f} ms"
+            )
 
 
 def main() -> None:

@@ -81,8 +81,17 @@ class _Endpoint:
     stream holds as long as it lasts (every full garbage collection walks them, 200
     streams waiting: bench/serve.py)."""
 
-    def __init__(self, served: Served, handler: Handler, limit: int, seconds: float) -> None:
+    def __init__(
+        self,
+        served: Served,
+        handler: Handler,
+        limit: int,
+        seconds: float,
+        error: Callable[[int, str], Response] | None = None,
+    ) -> None:
         self.served, self.handler, self.limit, self.seconds = served, handler, limit, seconds
+        self.error = error or _error
+        """The response to a refused request (its HTTP status, what to send instead)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = await self.answer(Request(scope, receive))
@@ -98,9 +107,9 @@ class _Endpoint:
         except ClientDisconnect:  # gone before its body was whole: nothing ran
             return Response(status_code=499)
         except Refused as exc:
-            return _error(exc.status, str(exc))
+            return self.error(exc.status, str(exc))
         except (SessionError, ResumeError) as exc:
-            return _error(409, str(exc))
+            return self.error(409, str(exc))
 
 
 def _route_path(scope: Scope) -> str:
@@ -147,7 +156,7 @@ def app(
     run's events are logged there (one JSONL event log a run: ``innerloop ui --runs DIR``
     shows them live). ``public_url`` is where clients reach the app (the A2A agent card
     names it)."""
-    from innerloop.serve._a2a import a2a_routes
+    from innerloop.serve._a2a import A2A, a2a_card_routes, refused
     from innerloop.serve._agui import ag_ui_run
     from innerloop.serve._aisdk import ai_sdk_chat
     from innerloop.serve._mcp import mcp_app
@@ -177,10 +186,11 @@ def app(
             ("/ag-ui", ag_ui_run),
         )
     }
+    runs["/a2a"] = _Endpoint(served, A2A(), max_body_bytes, body_seconds, refused)
     routes = [
         *(Route(path, endpoint, methods=["POST"]) for path, endpoint in runs.items()),
         Route("/v1/models", models),
-        *a2a_routes(served, name, f"{public_url.rstrip('/')}/a2a"),
+        *a2a_card_routes(name, f"{public_url.rstrip('/')}/a2a"),
         Mount("/", mcp),
     ]
     hosts = LOOPBACK_HOSTS | ({host_name(host)} if host else set())

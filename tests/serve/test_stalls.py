@@ -149,17 +149,13 @@ class _HeldModel:
         return None
 
 
-WRITTEN = tuple(p for p in PROTOCOLS if p != "a2a")
-"""The streams innerloop writes itself (A2A's stream is the a2a-sdk's server's: its objects
-and their cycles are that SDK's)."""
-
 OBJECTS_A_STREAM = 140
 """The most objects the garbage collector tracks for one stream in flight, the client's
 own ASGI callables included (129 to 135; 181 to 187 with Starlette's routing around each
 run's route and a closure where an object of one slot or a method does)."""
 
 
-@pytest.mark.parametrize("protocol", WRITTEN)
+@pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_a_stream_in_flight_holds_few_objects_for_the_collector(protocol: str) -> None:
     """Every full garbage collection walks what the streams in flight hold, all of them
     waiting: 50 streams, each mid-answer, add at most OBJECTS_A_STREAM tracked objects
@@ -196,7 +192,7 @@ async def test_a_stream_in_flight_holds_few_objects_for_the_collector(protocol: 
     assert held <= OBJECTS_A_STREAM, f"{held:.1f} objects a stream"
 
 
-@pytest.mark.parametrize("protocol", WRITTEN)
+@pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_a_served_stream_leaves_nothing_for_the_collector(protocol: str) -> None:
     """A stream served whole, the collector off meanwhile: everything it made is freed
     by reference counts (the conversation kept), nothing left in a cycle to collect."""
