@@ -74,6 +74,7 @@ from starlette.routing import Route
 from innerloop._errors import ResumeError, SessionError
 from innerloop._session import Session
 from innerloop.events import TextDelta
+from innerloop.fsm import HarnessState
 from innerloop.serve._runs import (
     ID_CHARS,
     Reading,
@@ -273,7 +274,9 @@ class A2A:
             params = body.get("params", {})
             if method == "SendStreamingMessage":
                 task, reading = self._start(served, _params(SendMessageRequest, params), True)
-                return event_stream(self._steps(task, reading, request_id, wire=True), reading)
+                steps = self._steps(task, reading, request_id, wire=True)
+                await anext(steps)  # primed: see _steps
+                return event_stream(steps, reading)
             result = await self._answer(served, method, params)
         except A2AError as exc:
             return rpc_error(request_id, exc)
@@ -356,12 +359,16 @@ class A2A:
         """The task's updates (A2A's stream responses) as its run goes on, the task kept
         up to date with them; with ``wire``, SendStreamingMessage's events: the task, then
         its updates, each a JSON-RPC response of ``request_id`` in one line of JSON (one
-        generator a stream, not one reading another: fewer objects a stream holds)."""
-        if wire:
-            yield _wired(request_id, {"task": task.json()})
-        task.set(WORKING)
-        yield _wired(request_id, task.update()) if wire else task.update()
+        generator a stream, not one reading another: fewer objects a stream holds). A
+        stream's steps are primed (``await anext(steps)``: its first yield is ``""``), so
+        that however the stream ends, even before its first byte, this generator's
+        ``finally`` runs: a task whose run was left going is cancelled."""
         try:
+            if wire:
+                yield ""
+                yield _wired(request_id, {"task": task.json()})
+            task.set(WORKING)
+            yield _wired(request_id, task.update()) if wire else task.update()
             async for event in reading:
                 if type(event) is TextDelta and event.text:
                     status = {"state": WORKING, "message": task.agent_message(event.text)}
@@ -373,41 +380,20 @@ class A2A:
                         }
                     }
                     yield _wired(request_id, update) if wire else update
+            made = _settled(task, reading.run.state)
+            if made is not None:
+                yield _wired(request_id, made) if wire else made
+            yield _wired(request_id, task.update()) if wire else task.update()
         except Exception as exc:  # the run raised: the task failed, saying why
             task.set(FAILED, f"the run failed: {type(exc).__name__}: {exc}")
             yield _wired(request_id, task.update()) if wire else task.update()
-            return
         finally:
             task.reading = None
-            if task.state == WORKING and reading.run.state.final_state is None:
-                task.set(CANCELED, "the client went away: the run was aborted")
-        state = reading.run.state
-        if task.cancelled or state.final_state == "aborted":
-            task.set(CANCELED, answer_of(state))
-        elif state.final_state == "suspended" and state.interrupt is not None:
-            task.set(INPUT_REQUIRED, question(state.interrupt))
-        elif state.exit_reason == "model_complete" or state.output_data is not None:
-            answer = answer_of(state)
-            artifact = {
-                "artifactId": f"{task.id}-answer",
-                "name": "answer",
-                "parts": [{"text": answer}],
-            }
-            task.artifacts += (artifact,)
-            task.history.append(task.agent_message(answer))
-            made = {
-                "artifactUpdate": {
-                    "taskId": task.id,
-                    "contextId": task.context_id,
-                    "artifact": artifact,
-                    "lastChunk": True,
-                }
-            }
-            yield _wired(request_id, made) if wire else made
-            task.set(COMPLETED)
-        else:
-            task.set(FAILED, answer_of(state))
-        yield _wired(request_id, task.update()) if wire else task.update()
+            if task.state in (SUBMITTED, WORKING):  # its stream left before the end
+                if reading.run.state.final_state is None:  # the run is being aborted
+                    task.set(CANCELED, "the client went away: the run was aborted")
+                else:
+                    _settled(task, reading.run.state)
 
     async def _cancel(self, served: Served, task: _Task) -> _Task:
         """``task`` cancelled: its run aborted (one waiting for input: its approval
@@ -461,6 +447,36 @@ class A2A:
             "pageSize": size,
             "totalSize": len(tasks),
         }
+
+
+def _settled(task: _Task, state: HarnessState[Any]) -> dict[str, Any] | None:
+    """``task`` in the state its run ended in (``state``); when it completed, the update
+    that gives its answer as an artifact."""
+    if task.cancelled or state.final_state == "aborted":
+        task.set(CANCELED, answer_of(state))
+    elif state.final_state == "suspended" and state.interrupt is not None:
+        task.set(INPUT_REQUIRED, question(state.interrupt))
+    elif state.exit_reason == "model_complete" or state.output_data is not None:
+        answer = answer_of(state)
+        artifact = {
+            "artifactId": f"{task.id}-answer",
+            "name": "answer",
+            "parts": [{"text": answer}],
+        }
+        task.artifacts += (artifact,)
+        task.history.append(task.agent_message(answer))
+        task.set(COMPLETED)
+        return {
+            "artifactUpdate": {
+                "taskId": task.id,
+                "contextId": task.context_id,
+                "artifact": artifact,
+                "lastChunk": True,
+            }
+        }
+    else:
+        task.set(FAILED, answer_of(state))
+    return None
 
 
 def _length(request: Any) -> int | None:

@@ -12,9 +12,18 @@ import httpx
 from a2a.types import ListTasksResponse, SendMessageResponse, StreamResponse, Task
 from google.protobuf.json_format import ParseDict
 
+from innerloop import Harness, HarnessParams
 from innerloop.examples.approval import with_approval
-from innerloop.testing import assert_valid_history, reply
-from tests.serve.conftest import ended, harness, waiting_harness, weather_script
+from innerloop.serve import app
+from innerloop.testing import ScriptedProvider, assert_valid_history, reply, tool_call
+from tests.serve.conftest import (
+    ended,
+    harness,
+    wait_forever,
+    waiting_harness,
+    weather_script,
+)
+from tests.serve.test_hardening import leave_before_the_stream
 
 VERSION = {"A2A-Version": "1.0"}
 
@@ -283,3 +292,40 @@ def test_a_busy_context_refuses_a_second_message(serve: Any, tmp_path: Path) -> 
     assert result(base, "GetTask", {"id": first["id"]})["status"]["state"] == "TASK_STATE_WORKING"
     result(base, "CancelTask", {"id": first["id"]})
     assert ended(h, "a2a:c-5").final_state == "aborted"
+
+
+async def test_a_client_gone_before_the_stream_cancels_its_task_and_frees_the_context(
+    tmp_path: Path,
+) -> None:
+    """The client goes away before the stream's first byte, its run waiting in a tool:
+    the run is aborted, the task cancelled, saying why, and the context takes its next
+    message."""
+    script = [reply("Waiting.", tool_call("wait_forever", {"reason": "test"})), reply("Hello.")]
+    params = HarnessParams(model="scripted:m", tools=[wait_forever])
+    h = Harness(params, [ScriptedProvider(script)], checkpointer=f"sqlite:///{tmp_path / 's.db'}")
+    application = app(h)
+    ask = {"message": message("Hi", contextId="early")}
+    async with application.lifespan(application):  # on leaving: every run has ended
+        await leave_before_the_stream(application, "/a2a", rpc("SendStreamingMessage", ask))
+    transport = httpx.ASGITransport(app=application)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
+        again = await c.post("/a2a", json=rpc("SendMessage", ask), headers=VERSION)
+        listed = await c.post(
+            "/a2a", json=rpc("ListTasks", {"contextId": "early"}), headers=VERSION
+        )
+    assert again.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    left = listed.json()["result"]["tasks"][-1]["status"]
+    assert left["state"] == "TASK_STATE_CANCELED"
+    assert left["message"]["parts"] == [{"text": "the client went away: the run was aborted"}]
+    state = h.checkpoint("a2a:early").state
+    assert_valid_history(state.history)
+    assert [m.text for m in state.history if m.role == "user" and m.text] == ["Hi", "Hi"]
+    assert state.history[-1].text == "Hello."
+
+
+def test_an_oversized_body_is_a_413_with_a_json_rpc_error(serve: Any) -> None:
+    server = serve(harness(), max_body_bytes=100)
+    status, code, said = error(server.base_url, rpc("SendMessage", {"message": message("x" * 200)}))
+    assert (status, code) == (413, -32600)
+    assert said.startswith("request body of ")
+    assert said.endswith(" bytes: at most 100 are read")
