@@ -49,6 +49,15 @@ def result(base: str, method: str, params: Any) -> dict[str, Any]:
     return body["result"]  # type: ignore[no-any-return]
 
 
+def at_once(base: str, text: str, context_id: str) -> dict[str, Any]:
+    """The task SendMessage answers at once (``returnImmediately``), its run going on."""
+    params = {
+        "message": message(text, contextId=context_id),
+        "configuration": {"returnImmediately": True},
+    }
+    return result(base, "SendMessage", params)["task"]  # type: ignore[no-any-return]
+
+
 def error(base: str, body: Any, headers: dict[str, str] | None = None) -> tuple[int, int, str]:
     """The HTTP status, the JSON-RPC code and message of a request's error."""
     answer = call(base, body, headers)
@@ -165,12 +174,8 @@ def test_a_task_sent_to_return_at_once_is_followed_with_get_task(
 ) -> None:
     h = waiting_harness(tmp_path / "s.db")
     base = serve(h).base_url
-    params = {
-        "message": message("Wait.", contextId="c-2"),
-        "configuration": {"returnImmediately": True},
-    }
-    task = result(base, "SendMessage", params)["task"]
-    assert task["status"]["state"] in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING")
+    task = at_once(base, "Wait.", "c-2")
+    assert task["status"]["state"] == "TASK_STATE_SUBMITTED"
     assert result(base, "CancelTask", {"id": task["id"]})["status"]["state"] == (
         "TASK_STATE_CANCELED"
     )
@@ -279,11 +284,7 @@ def test_a_busy_context_refuses_a_second_message(serve: Any, tmp_path: Path) -> 
     first works, is an error that says so, and the first goes on."""
     h = waiting_harness(tmp_path / "s.db")
     base = serve(h).base_url
-    params = {
-        "message": message("Wait.", contextId="c-5"),
-        "configuration": {"returnImmediately": True},
-    }
-    first = result(base, "SendMessage", params)["task"]
+    first = at_once(base, "Wait.", "c-5")
     status, code, said = error(
         base, rpc("SendMessage", {"message": message("And?", contextId="c-5")})
     )
