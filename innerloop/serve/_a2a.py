@@ -367,7 +367,8 @@ class A2A:
             if wire:
                 yield ""
                 yield _wired(request_id, {"task": task.json()})
-            task.set(WORKING)
+            if not task.cancelled:  # (cancelled before its steps began: it stays so)
+                task.set(WORKING)
             yield _wired(request_id, task.update()) if wire else task.update()
             async for event in reading:
                 if type(event) is TextDelta and event.text:
@@ -452,7 +453,10 @@ class A2A:
 def _settled(task: _Task, state: HarnessState[Any]) -> dict[str, Any] | None:
     """``task`` in the state its run ended in (``state``); when it completed, the update
     that gives its answer as an artifact."""
-    if task.cancelled or state.final_state == "aborted":
+    if task.cancelled:  # CancelTask said so already
+        if task.state != CANCELED:
+            task.set(CANCELED, "the task was cancelled")
+    elif state.final_state == "aborted":
         task.set(CANCELED, answer_of(state))
     elif state.final_state == "suspended" and state.interrupt is not None:
         task.set(INPUT_REQUIRED, question(state.interrupt))

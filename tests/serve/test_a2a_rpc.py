@@ -330,3 +330,34 @@ def test_an_oversized_body_is_a_413_with_a_json_rpc_error(serve: Any) -> None:
     assert (status, code) == (413, -32600)
     assert said.startswith("request body of ")
     assert said.endswith(" bytes: at most 100 are read")
+
+
+def test_a_task_cancelled_while_it_streams_ends_its_stream_cancelled(
+    serve: Any, tmp_path: Path
+) -> None:
+    """CancelTask, the task's stream open: the run is aborted and the stream's last
+    update is the cancelled task, saying so once."""
+    h = waiting_harness(tmp_path / "s.db")
+    base = serve(h).base_url
+    body = rpc("SendStreamingMessage", {"message": message("Wait.", contextId="c-6")})
+    results = []
+    with (
+        httpx.Client(base_url=base) as client,
+        client.stream("POST", "/a2a", json=body, headers=VERSION) as answer,
+    ):
+        for line in answer.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            results.append(json.loads(line[len("data: ") :])["result"])
+            if "Waiting." in line:
+                task_id = results[0]["task"]["id"]
+                assert result(base, "CancelTask", {"id": task_id})["status"]["state"] == (
+                    "TASK_STATE_CANCELED"
+                )
+    last = results[-1]["statusUpdate"]["status"]
+    assert last["state"] == "TASK_STATE_CANCELED"
+    assert last["message"]["parts"] == [{"text": "the task was cancelled"}]
+    history = result(base, "GetTask", {"id": task_id})["history"]
+    said = [m["parts"][0]["text"] for m in history]
+    assert said == ["Wait.", "the task was cancelled"]
+    assert h.checkpoint("a2a:c-6").state.final_state == "aborted"
