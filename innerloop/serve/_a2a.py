@@ -20,9 +20,10 @@ aborts the run (one waiting for input: its approval is refused, and the run abor
 
 The JSON-RPC methods are written here, on the serve layer's own stream, and not served by
 the ``a2a-sdk``'s request handler: with 200 streamed tasks at once on one process that
-handler costs about 12 ms of CPU a task and stalls its event loop by 140 ms and more
-(``python bench/serve.py --only streams``: ``a2a sdk``), over serving's 50 ms target; these
-cost what the other protocols' streams do. The ``a2a-sdk`` still gives the agent card,
+handler cost 12.9 to 15.4 ms of CPU a task and stalled its event loop by 119 to 201 ms
+(``python bench/serve.py --only streams``: ``a2a sdk``), over serving's 50 ms target;
+these cost 1.7 to 2.3 ms a task, the longest stall 21 to 29 ms, as the other protocols'
+streams do. The ``a2a-sdk`` still gives the agent card,
 the request types (each request's params are parsed as its protobuf), the error codes,
 and is the client the tests hold tasks with.
 """
