@@ -5,8 +5,8 @@ Added time per run: per protocol, the median time of one run through ``innerloop
 called in process (``await harness.run(...)``). The model is in-process and scripted
 (``FakeProvider``: one short answer, no tool call), so the figures are the server's and
 the protocol's own cost: HTTP, JSON, the conversation check, the event pump, the
-protocol's encoding. Clients are plain ``httpx`` (the OpenAI, AG-UI and AI SDK routes),
-each run a new stateless request (no conversation), one at a time, and the official
+protocol's encoding. Clients are plain ``httpx`` (the OpenAI, AG-UI, AI SDK and A2A
+routes), each run a new request (a new conversation, or none), one at a time, and the official
 SDKs' clients: ``mcp`` (a tool call on one session) and ``a2a-sdk`` (a message, a new
 task and context each, answered whole and streamed). Target: at most 1 ms median. Each
 plain route is also timed against its floor (the same bytes from a bare endpoint of the
@@ -108,11 +108,20 @@ def latency_requests() -> dict[str, tuple[str, Callable[[], dict[str, Any]]]]:
             "messages": [{"id": "u", "role": "user", "parts": parts}],
         }
 
+    def a2a(method: str) -> Callable[[], dict[str, Any]]:
+        def body() -> dict[str, Any]:
+            message = {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "Hi"}]}
+            return {"jsonrpc": "2.0", "id": 1, "method": method, "params": {"message": message}}
+
+        return body
+
     return {
         "openai": ("/v1/chat/completions", lambda: ASK),
         "openai stream": ("/v1/chat/completions", lambda: ASK | {"stream": True}),
         "ag-ui": ("/ag-ui", ag_ui),
         "ai-sdk": ("/ai-sdk", ai_sdk),
+        "a2a": ("/a2a", a2a("SendMessage")),  # a new context (and task) each
+        "a2a stream": ("/a2a", a2a("SendStreamingMessage")),
     }
 
 
@@ -340,7 +349,8 @@ async def measure(
     # with Nagle's algorithm on, the body waits for the server's delayed ACK)
     nodelay = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
     transport = httpx.AsyncHTTPTransport(socket_options=nodelay)
-    async with httpx.AsyncClient(base_url=base, transport=transport) as client:
+    a2a = {"A2A-Version": "1.0"}  # A2A's (the other routes read no such header)
+    async with httpx.AsyncClient(base_url=base, transport=transport, headers=a2a) as client:
         routes = await paired(client, runs)
         sdks = await sdk_pairs(client, runs)
     return direct, evented, alone, routes, sdks
