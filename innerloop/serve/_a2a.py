@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import json
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -141,7 +142,10 @@ def _timestamp(seconds: float) -> str:
 @attrs.define(eq=False)
 class _Task:
     """One task as kept: its state, status message, history and artifacts (each in A2A's
-    JSON), and the run working on it."""
+    JSON), and the run working on it. Its history and artifacts are kept as one line of
+    JSON each, read back when asked for: strings, which the garbage collector never
+    walks (ten thousand tasks kept as dicts made every collection after 200 streams walk
+    theirs: bench/serve.py's longest A2A collection took 13 to 19 ms)."""
 
     id: str
     context_id: str
@@ -150,8 +154,8 @@ class _Task:
     message: dict[str, Any] | None = None
     changed: float = attrs.Factory(time.time)
     """When its state last changed (``time.time()``)."""
-    history: list[dict[str, Any]] = attrs.Factory(list)
-    artifacts: tuple[dict[str, Any], ...] = ()
+    history: list[str] = attrs.Factory(list)
+    artifacts: tuple[str, ...] = ()
     reading: Reading | None = None
     """Its run's reading while the run goes on."""
     cancelled: bool = False
@@ -181,7 +185,7 @@ class _Task:
         self.state, self.changed = state, time.time()
         self.message = None if text is None else self.agent_message(text)
         if self.message is not None:
-            self.history.append(self.message)
+            self.history.append(wire_json(self.message))
 
     def update(self) -> dict[str, Any]:
         """Its status as a stream's ``statusUpdate``."""
@@ -201,10 +205,10 @@ class _Task:
             "status": self.status(),
         }
         if artifacts and self.artifacts:
-            task["artifacts"] = list(self.artifacts)
+            task["artifacts"] = [json.loads(artifact) for artifact in self.artifacts]
         history = self.history if not history_length else self.history[-history_length:]
         if history and history_length != 0:
-            task["history"] = history
+            task["history"] = [json.loads(message) for message in history]
         return task
 
 
@@ -350,7 +354,7 @@ class A2A:
             while len(self.tasks) > TASKS_KEPT:
                 self.tasks.popitem(last=False)
         said = MessageToDict(message) | {"taskId": task.id, "contextId": task.context_id}
-        task.history.append(said)
+        task.history.append(wire_json(said))
         task.reading = served.read(run, events=events, session=task.session)
         return task, task.reading
 
@@ -468,8 +472,8 @@ def _settled(task: _Task, state: HarnessState[Any]) -> dict[str, Any] | None:
             "name": "answer",
             "parts": [{"text": answer}],
         }
-        task.artifacts += (artifact,)
-        task.history.append(task.agent_message(answer))
+        task.artifacts += (wire_json(artifact),)
+        task.history.append(wire_json(task.agent_message(answer)))
         task.set(COMPLETED)
         return {
             "artifactUpdate": {
