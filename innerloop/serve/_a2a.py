@@ -4,11 +4,13 @@
 
 A message is a task; its ``contextId`` is a conversation of the harness (``a2a:CONTEXT``:
 the server keeps its history; a new context is a new conversation). The task works while
-the run goes on (the model's text as status messages), completes with the answer as an
-artifact, fails when the run ends without one, and asks for input (``input-required``)
-when the run waits for an approval: the next message on that task answers it (``yes`` or
-``no``, or a data part ``{"approve": bool}`` or ``{call_id: bool}``). Cancelling the task
-aborts the run (one waiting for input: its approval is refused, and the run aborted).
+the run goes on (the model's text as status messages, each tool call and its result as
+one with a data part: ``{"toolCall": {id, name, input}}``, ``{"toolResult": {id, name,
+output, isError}}``), completes with the answer as an artifact, fails when the run ends
+without one, and asks for input (``input-required``) when the run waits for an approval:
+the next message on that task answers it (``yes`` or ``no``, or a data part
+``{"approve": bool}`` or ``{call_id: bool}``). Cancelling the task aborts the run (one
+waiting for input: its approval is refused, and the run aborted).
 
     SendMessage            the task once it ended or asks for input (returnImmediately:
                            at once, the run going on; GetTask follows it)
@@ -75,7 +77,7 @@ from starlette.routing import Route
 
 from innerloop._errors import ResumeError, SessionError
 from innerloop._session import Session
-from innerloop.events import TextDelta
+from innerloop.events import RunEvent, TextDelta, ToolExecuted, ToolUseComplete
 from innerloop.fsm import HarnessState
 from innerloop.serve._runs import (
     ID_CHARS,
@@ -110,6 +112,7 @@ CANCELED = TaskState.Name(TaskState.TASK_STATE_CANCELED)
 INPUT_REQUIRED = TaskState.Name(TaskState.TASK_STATE_INPUT_REQUIRED)
 ENDED = frozenset({COMPLETED, FAILED, CANCELED})
 AGENT = Role.Name(Role.ROLE_AGENT)
+JSON = "application/json"
 NOT_SERVED = {
     "SubscribeToTask": UnsupportedOperationError(
         message="SubscribeToTask is not served: the stream that sent the task carries its "
@@ -164,14 +167,15 @@ class _Task:
     said: int = 0
     """Messages the agent sent on this task (their ids count them)."""
 
-    def agent_message(self, text: str) -> dict[str, Any]:
+    def agent_message(self, said: str | dict[str, Any]) -> dict[str, Any]:
+        """A message of the agent on this task: a text, or one part."""
         self.said += 1
         return {
             "messageId": f"{self.id}-{self.said}",
             "contextId": self.context_id,
             "taskId": self.id,
             "role": AGENT,
-            "parts": [{"text": text}],
+            "parts": [{"text": said} if isinstance(said, str) else said],
         }
 
     def status(self) -> dict[str, Any]:
@@ -376,8 +380,9 @@ class A2A:
                 task.set(WORKING)
             yield _wired(request_id, task.update()) if wire else task.update()
             async for event in reading:
-                if type(event) is TextDelta and event.text:
-                    status = {"state": WORKING, "message": task.agent_message(event.text)}
+                part = _part(event)
+                if part is not None:
+                    status = {"state": WORKING, "message": task.agent_message(part)}
                     update = {
                         "statusUpdate": {
                             "taskId": task.id,
@@ -453,6 +458,30 @@ class A2A:
             "pageSize": size,
             "totalSize": len(tasks),
         }
+
+
+def _part(event: RunEvent) -> dict[str, Any] | None:
+    """What a working status says of ``event``: the model's text, a tool call or its
+    result (a data part); None for the rest."""
+    kind = type(event)
+    if kind is TextDelta:
+        assert isinstance(event, TextDelta)
+        return {"text": event.text} if event.text else None
+    if kind is ToolUseComplete:
+        assert isinstance(event, ToolUseComplete)
+        call = event.tool_use
+        said = {"id": call.id, "name": call.name, "input": dict(call.input)}
+        return {"data": {"toolCall": said}, "mediaType": JSON}
+    if kind is ToolExecuted:
+        assert isinstance(event, ToolExecuted)
+        done = {
+            "id": event.tool_use_id,
+            "name": event.name,
+            "output": event.output,
+            "isError": event.is_error,
+        }
+        return {"data": {"toolResult": done}, "mediaType": JSON}
+    return None
 
 
 def _settled(task: _Task, state: HarnessState[Any]) -> dict[str, Any] | None:

@@ -8,7 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from a2a.client import ClientConfig, create_client
-from a2a.helpers.proto_helpers import get_artifact_text, get_message_text, new_text_message
+from a2a.helpers.proto_helpers import (
+    get_artifact_text,
+    get_data_parts,
+    get_message_text,
+    new_text_message,
+)
 from a2a.types import CancelTaskRequest, GetTaskRequest, Role, SendMessageRequest, TaskState
 
 from innerloop.examples.approval import with_approval
@@ -41,7 +46,8 @@ async def answer(url: str, task_id: str) -> str:
 
 
 async def test_a_task_runs_the_agent_and_completes_with_its_answer(serve: Any) -> None:
-    """Working while the run goes on (its text as status messages), then the answer."""
+    """Working while the run goes on (its text, the tool call and its result as status
+    messages), then the answer."""
     url = f"{serve(harness(*weather_script()), name='weather').base_url}/a2a"
     updates = await send(url, "Weather in Lisbon?")
     states = [u.status.state for u in updates]
@@ -51,6 +57,19 @@ async def test_a_task_runs_the_agent_and_completes_with_its_answer(serve: Any) -
         get_message_text(u.status.message) for u in updates[:-1] if u.status.HasField("message")
     )
     assert streamed == "Sunny in Lisbon."
+    tools = [data for u in updates for data in get_data_parts(u.status.message.parts)]
+    call_id = tools[0]["toolCall"]["id"]
+    assert tools == [
+        {"toolCall": {"id": call_id, "name": "weather", "input": {"city": "Lisbon"}}},
+        {
+            "toolResult": {
+                "id": call_id,
+                "name": "weather",
+                "output": "sunny in Lisbon",
+                "isError": False,
+            }
+        },
+    ]
     assert await answer(url, updates[-1].task_id) == "Sunny in Lisbon."
 
 

@@ -91,15 +91,41 @@ def test_a_streamed_task_is_the_task_then_its_updates(serve: Any) -> None:
     base = serve(harness(*weather_script())).base_url
     results = streamed(base, {"message": message("Weather?", contextId="c-1")})
     kinds = [next(iter(r)) for r in results]
-    assert kinds == ["task", "statusUpdate", "statusUpdate", "artifactUpdate", "statusUpdate"]
+    assert kinds == ["task", *["statusUpdate"] * 4, "artifactUpdate", "statusUpdate"]
     task = results[0]["task"]
     assert task["contextId"] == "c-1"
     assert task["status"]["state"] == "TASK_STATE_SUBMITTED"
     states = [r["statusUpdate"]["status"]["state"] for r in results if "statusUpdate" in r]
-    assert states == ["TASK_STATE_WORKING", "TASK_STATE_WORKING", "TASK_STATE_COMPLETED"]
-    text = results[2]["statusUpdate"]["status"]["message"]
-    assert (text["role"], text["parts"]) == ("ROLE_AGENT", [{"text": "Sunny in Lisbon."}])
-    artifact = results[3]["artifactUpdate"]
+    assert states == [*["TASK_STATE_WORKING"] * 4, "TASK_STATE_COMPLETED"]
+    said = [r["statusUpdate"]["status"].get("message") for r in results[1:5]]
+    assert said[0] is None
+    assert {m["role"] for m in said[1:]} == {"ROLE_AGENT"}
+    call_id = said[1]["parts"][0]["data"]["toolCall"]["id"]
+    assert [m["parts"] for m in said[1:]] == [
+        [
+            {
+                "data": {
+                    "toolCall": {"id": call_id, "name": "weather", "input": {"city": "Lisbon"}}
+                },
+                "mediaType": "application/json",
+            }
+        ],
+        [
+            {
+                "data": {
+                    "toolResult": {
+                        "id": call_id,
+                        "name": "weather",
+                        "output": "sunny in Lisbon",
+                        "isError": False,
+                    }
+                },
+                "mediaType": "application/json",
+            }
+        ],
+        [{"text": "Sunny in Lisbon."}],
+    ]
+    artifact = results[5]["artifactUpdate"]
     assert artifact["lastChunk"] is True
     assert artifact["artifact"]["parts"] == [{"text": "Sunny in Lisbon."}]
     got = result(base, "GetTask", {"id": task["id"]})
