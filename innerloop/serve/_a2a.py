@@ -22,9 +22,9 @@ waiting for input: its approval is refused, and the run aborted).
 
 The JSON-RPC methods are written here, on the serve layer's own stream, and not served by
 the ``a2a-sdk``'s request handler: with 200 streamed tasks at once on one process that
-handler cost 12.9 to 15.4 ms of CPU a task and stalled its event loop by 119 to 201 ms
+handler cost 12.9 to 15.4 ms of CPU a task and stalled its event loop by 90 to 201 ms
 (``python bench/serve.py --only streams``: ``a2a sdk``), over serving's 50 ms target;
-these cost 1.7 to 2.3 ms a task, the longest stall 21 to 29 ms, as the other protocols'
+these cost 1.7 to 2.3 ms a task, the longest stall 20 to 29 ms, as the other protocols'
 streams do. The ``a2a-sdk`` still gives the agent card,
 the request types (each request's params are parsed as its protobuf), the error codes,
 and is the client the tests hold tasks with.
@@ -146,9 +146,8 @@ def _timestamp(seconds: float) -> str:
 class _Task:
     """One task as kept: its state, status message, history and artifacts (each in A2A's
     JSON), and the run working on it. Its history and artifacts are kept as one line of
-    JSON each, read back when asked for: strings, which the garbage collector never
-    walks (ten thousand tasks kept as dicts made every collection after 200 streams walk
-    theirs: bench/serve.py's longest A2A collection took 13 to 19 ms)."""
+    JSON each, read back when asked for: strings, which the garbage collector does not
+    walk (a kept task and its conversation: 23 tracked objects, not 30 as dicts)."""
 
     id: str
     context_id: str
