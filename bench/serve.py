@@ -277,13 +277,12 @@ async def a2a_paired(
     from a bare endpoint of the same server, as the plain routes' floor: the client reaches
     it through the served card, its URL changed), and against the SDK's floor (the
     ``a2a-sdk``'s own server)."""
-    from a2a.client import ClientConfig, create_client
+    from a2a.client import A2ACardResolver, ClientConfig, create_client
     from a2a.helpers.proto_helpers import new_text_message
-    from a2a.types import AgentCard, Role, SendMessageRequest
+    from a2a.types import Role, SendMessageRequest
 
     base = str(client.base_url).rstrip("/")
-    card = AgentCard()
-    card.CopyFrom((await create_client(f"{base}/a2a"))._card)  # type: ignore[attr-defined]
+    card = await A2ACardResolver(client, f"{base}/a2a").get_agent_card()
     card.supported_interfaces[0].url = f"{base}/bench/floor/a2a"
     config = ClientConfig(streaming=streaming)
     served, bare, sdk = [
