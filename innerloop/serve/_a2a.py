@@ -82,6 +82,7 @@ from innerloop.fsm import HarnessState
 from innerloop.serve._runs import (
     ID_CHARS,
     Reading,
+    Refused,
     Served,
     answer_of,
     event_stream,
@@ -222,13 +223,11 @@ def rpc_error(request_id: Any, error: A2AError, status: int = 200) -> JSONRespon
     return JSONResponse(body, status_code=status)
 
 
-def refused(status: int, message: str) -> JSONResponse:
-    """A request refused before its method was read (a body too big, too slow, not JSON;
-    a conversation busy): a JSON-RPC error under that HTTP status."""
-    error = (
-        JSONParseError if message.startswith("request body is not JSON") else InvalidRequestError
-    )
-    return rpc_error(None, error(message=message), status)
+def refused(request: Refused) -> JSONResponse:
+    """A request refused before its method was read (a body too big, too slow, not JSON):
+    a JSON-RPC error under that HTTP status."""
+    error = JSONParseError if request.unparsed else InvalidRequestError
+    return rpc_error(None, error(message=str(request)), request.status)
 
 
 def _params(kind: type[Any], params: Any) -> Any:

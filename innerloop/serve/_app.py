@@ -45,10 +45,11 @@ BODY_SECONDS = 30.0
 Handler = Callable[[Served, Request, dict[str, Any]], Awaitable[Response]]
 
 
-def _error(status: int, message: str) -> JSONResponse:
+def _error(refused: Refused) -> JSONResponse:
     """An error as OpenAI's API shapes them (its SDK raises it with the message)."""
+    status = refused.status
     kind = "invalid_request_error" if status < 500 else "server_error"
-    return JSONResponse({"error": {"message": message, "type": kind}}, status_code=status)
+    return JSONResponse({"error": {"message": str(refused), "type": kind}}, status_code=status)
 
 
 async def _body(request: Request, limit: int, seconds: float) -> dict[str, Any]:
@@ -69,7 +70,9 @@ async def _body(request: Request, limit: int, seconds: float) -> dict[str, Any]:
     try:
         body = json.loads(b"".join(parts))
     except (ValueError, RecursionError) as exc:
-        raise Refused(400, f"request body is not JSON ({exc}); send one JSON object") from None
+        raise Refused(
+            400, f"request body is not JSON ({exc}); send one JSON object", unparsed=True
+        ) from None
     if not isinstance(body, dict):
         raise Refused(400, "request body: one JSON object is wanted")
     return body
@@ -87,7 +90,7 @@ class _Endpoint:
         handler: Handler,
         limit: int,
         seconds: float,
-        error: Callable[[int, str], Response] | None = None,
+        error: Callable[[Refused], Response] | None = None,
     ) -> None:
         self.served, self.handler, self.limit, self.seconds = served, handler, limit, seconds
         self.error = error or _error
@@ -107,9 +110,9 @@ class _Endpoint:
         except ClientDisconnect:  # gone before its body was whole: nothing ran
             return Response(status_code=499)
         except Refused as exc:
-            return self.error(exc.status, str(exc))
+            return self.error(exc)
         except (SessionError, ResumeError) as exc:
-            return self.error(409, str(exc))
+            return self.error(Refused(409, str(exc)))
 
 
 def _route_path(scope: Scope) -> str:

@@ -67,10 +67,12 @@ BURST = 16
 
 class Refused(Exception):
     """A request the server will not serve: ``status`` is its HTTP status, the message
-    says why and what to send instead."""
+    says why and what to send instead; ``unparsed`` when its body is not JSON at all (a
+    protocol may answer that apart: JSON-RPC's parse error)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, *, unparsed: bool = False) -> None:
         self.status = status
+        self.unparsed = unparsed
         super().__init__(message)
 
 
